@@ -1,0 +1,132 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "api-error.h"
+#include "cleanup.h"
+
+static const struct {
+        const char *name;
+        const char *sentinel;
+        unsigned status;
+} codes[_API_ERROR_CODE_MAX] = {
+        [API_ERROR_INTERNAL] = { "internal_error", NULL, 500 },
+        [API_ERROR_NOT_FOUND] = { "not_found", "not found", 404 },
+        [API_ERROR_INVALID_REQUEST] = { "invalid_request", "invalid request", 400 },
+        [API_ERROR_CONFLICT] = { "conflict", "conflict", 409 },
+        [API_ERROR_UNSUPPORTED] = { "unsupported", "unsupported", 501 },
+        [API_ERROR_TIMEOUT] = { "timeout", "timeout", 504 },
+        [API_ERROR_VM_FAILED] = { "vm_failed", "vm failed", 500 },
+};
+
+const char *api_error_code_to_string(ApiErrorCode c) {
+        if (c < 0 || c >= _API_ERROR_CODE_MAX)
+                return NULL;
+        return codes[c].name;
+}
+
+ApiErrorCode api_error_code_from_string(const char *s) {
+        if (!s)
+                return _API_ERROR_CODE_INVALID;
+        for (int i = 0; i < _API_ERROR_CODE_MAX; i++)
+                if (streq(s, codes[i].name))
+                        return (ApiErrorCode) i;
+        return _API_ERROR_CODE_INVALID;
+}
+
+int api_error_set(ApiError *reterr, int r, ApiErrorCode code, const char *format, ...) {
+        _cleanup_free_ char *detail = NULL, *msg = NULL;
+        va_list ap;
+
+        assert(r < 0);
+        assert(code >= 0 && code < _API_ERROR_CODE_MAX);
+
+        if (!reterr)
+                return r;
+
+        va_start(ap, format);
+        int k = vasprintf(&detail, format, ap);
+        va_end(ap);
+        if (k < 0)
+                detail = NULL;
+
+        if (codes[code].sentinel)
+                k = asprintf(&msg, "%s: %s", codes[code].sentinel, detail ?: "out of memory");
+        else
+                k = asprintf(&msg, "%s", detail ?: "out of memory");
+        if (k < 0)
+                msg = NULL;
+
+        api_error_done(reterr);
+        reterr->error = r;
+        reterr->code = code;
+        /* Under memory pressure the code still reaches the client, with a static message. */
+        reterr->message = msg ? TAKE_PTR(msg) : strdup(codes[code].name);
+        return r;
+}
+
+int api_error_prefix(ApiError *e, const char *format, ...) {
+        _cleanup_free_ char *ctx = NULL, *msg = NULL;
+        const char *sentinel, *rest;
+        va_list ap;
+
+        if (!api_error_is_set(e))
+                return e ? e->error : 0;
+
+        va_start(ap, format);
+        int k = vasprintf(&ctx, format, ap);
+        va_end(ap);
+        if (k < 0)
+                return e->error;
+
+        sentinel = codes[e->code].sentinel;
+        rest = e->message;
+        if (sentinel && strneq(rest, sentinel, strlen(sentinel)) && rest[strlen(sentinel)] == ':') {
+                rest += strlen(sentinel) + 1;
+                rest += strspn(rest, " ");
+                k = asprintf(&msg, "%s: %s: %s", sentinel, ctx, rest);
+        } else
+                k = asprintf(&msg, "%s: %s", ctx, rest);
+        if (k < 0)
+                return e->error;
+        free(e->message);
+        e->message = TAKE_PTR(msg);
+        return e->error;
+}
+
+void api_error_done(ApiError *e) {
+        if (!e)
+                return;
+        free(e->message);
+        e->message = NULL;
+        json_decref(e->details);
+        e->details = NULL;
+}
+
+unsigned api_error_http_status(const ApiError *e) {
+        assert(e);
+        /* A body over the limit is still an invalid request, but HTTP has a precise status for it. */
+        if (e->code == API_ERROR_INVALID_REQUEST && (e->error == -EFBIG || e->error == -E2BIG))
+                return 413;
+        if (e->code < 0 || e->code >= _API_ERROR_CODE_MAX)
+                return 500;
+        return codes[e->code].status;
+}
+
+json_t *api_error_to_json(const ApiError *e) {
+        assert(e);
+        return json_pack(
+                "{s:{s:s,s:s}}",
+                "error",
+                "code",
+                api_error_code_to_string(e->code) ?: "internal_error",
+                "message",
+                e->message ?: "internal error");
+}
+
+void api_error_from_errno(ApiError *e, int r, const char *what) {
+        if (!e || api_error_is_set(e))
+                return;
+        (void) api_error_set(e, r, API_ERROR_INTERNAL, "%s: %s", what, strerror(ABS(r)));
+}

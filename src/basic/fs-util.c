@@ -1,0 +1,180 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#include <fcntl.h>
+#include <limits.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cleanup.h"
+#include "fs-util.h"
+
+int loop_write(int fd, const void *buf, size_t size) {
+        const char *p = buf;
+
+        while (size > 0) {
+                ssize_t n = write(fd, p, size);
+                if (n < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        return -errno;
+                }
+                if (n == 0)
+                        return -EIO;
+                p += n;
+                size -= (size_t) n;
+        }
+        return 0;
+}
+
+static int split_path(const char *path, char **ret_dir, const char **ret_base) {
+        const char *slash = strrchr(path, '/');
+        char *dir;
+
+        if (!slash)
+                dir = strdup(".");
+        else if (slash == path)
+                dir = strdup("/");
+        else
+                dir = strndup(path, (size_t) (slash - path));
+        if (!dir)
+                return -ENOMEM;
+        *ret_dir = dir;
+        *ret_base = slash ? slash + 1 : path;
+        return 0;
+}
+
+int write_file_atomic(const char *path, const void *data, size_t size, mode_t mode) {
+        _cleanup_free_ char *dir = NULL, *tmp = NULL;
+        _cleanup_close_ int dfd = -EBADF, fd = -EBADF;
+        const char *base;
+        uint64_t rnd;
+        int r;
+
+        assert_return(path, -EINVAL);
+        assert_return(data || size == 0, -EINVAL);
+
+        r = split_path(path, &dir, &base);
+        if (r < 0)
+                return r;
+        if (*base == 0)
+                return -EISDIR;
+
+        dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (dfd < 0)
+                return -errno;
+
+        if (getrandom(&rnd, sizeof(rnd), GRND_NONBLOCK) != sizeof(rnd))
+                rnd = (uint64_t) getpid() ^ (uint64_t) (uintptr_t) &rnd;
+        if (asprintf(&tmp, ".#%s.%016llx", base, (unsigned long long) rnd) < 0)
+                return -ENOMEM;
+
+        fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, mode);
+        if (fd < 0)
+                return -errno;
+
+        r = loop_write(fd, data, size);
+        if (r >= 0)
+                r = RET_NERRNO(fchmod(fd, mode)); /* the umask must not narrow what the caller asked for */
+        if (r >= 0)
+                r = RET_NERRNO(fsync(fd));
+        if (r >= 0)
+                r = RET_NERRNO(renameat(dfd, tmp, dfd, base));
+        if (r < 0) {
+                (void) unlinkat(dfd, tmp, 0);
+                return r;
+        }
+        fd = safe_close(fd);
+
+        /* The rename is durable only once the directory entry is on disk. */
+        return RET_NERRNO(fsync(dfd));
+}
+
+int mkdir_p(const char *path, mode_t mode) {
+        _cleanup_free_ char *p = NULL;
+        struct stat st;
+
+        assert_return(path && *path, -EINVAL);
+
+        p = strdup(path);
+        if (!p)
+                return -ENOMEM;
+
+        for (char *s = p + 1;; s++) {
+                if (*s != '/' && *s != 0)
+                        continue;
+                char saved = *s;
+                *s = 0;
+                if (mkdir(p, mode) < 0) {
+                        if (errno != EEXIST)
+                                return -errno;
+                        if (stat(p, &st) < 0)
+                                return -errno;
+                        if (!S_ISDIR(st.st_mode))
+                                return -ENOTDIR;
+                }
+                *s = saved;
+                if (saved == 0)
+                        break;
+                while (s[1] == '/')
+                        s++;
+                if (s[1] == 0)
+                        break;
+        }
+        return 0;
+}
+
+int read_full_file(const char *path, size_t max, char **ret, size_t *ret_size) {
+        _cleanup_close_ int fd = -EBADF;
+        _cleanup_free_ char *buf = NULL;
+        size_t size = 0, alloc = 0;
+        struct stat st;
+
+        assert_return(path, -EINVAL);
+
+        fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+        if (fd < 0)
+                return -errno;
+        if (fstat(fd, &st) < 0)
+                return -errno;
+        if (S_ISDIR(st.st_mode))
+                return -EISDIR;
+
+        for (;;) {
+                if (size + 1 >= alloc) {
+                        size_t n = alloc == 0 ? 4096 : alloc * 2;
+                        if (n > max + 2)
+                                n = max + 2;
+                        if (n <= size + 1)
+                                return -EFBIG;
+                        char *nbuf = realloc(buf, n);
+                        if (!nbuf)
+                                return -ENOMEM;
+                        buf = nbuf;
+                        alloc = n;
+                }
+                ssize_t k = read(fd, buf + size, alloc - size - 1);
+                if (k < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        return -errno;
+                }
+                if (k == 0)
+                        break;
+                size += (size_t) k;
+                if (size > max)
+                        return -EFBIG;
+        }
+        if (!buf) {
+                buf = malloc(1);
+                if (!buf)
+                        return -ENOMEM;
+        }
+        buf[size] = 0;
+        if (ret_size)
+                *ret_size = size;
+        *ret = TAKE_PTR(buf);
+        return 0;
+}

@@ -1,0 +1,19 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#pragma once
+
+#include <stddef.h>
+#include <sys/types.h>
+
+/* Replaces path with data so that, whatever happens, path holds either its old content or the
+ * new one in full: the data goes to a temporary file in the same directory, which is fsynced,
+ * renamed over path, and the directory is fsynced. The temporary file never survives a failure. */
+int write_file_atomic(const char *path, const void *data, size_t size, mode_t mode);
+
+/* Creates path and its missing parents with mode; existing directories are left as they are. */
+int mkdir_p(const char *path, mode_t mode);
+
+/* Reads a whole regular file, refusing more than max bytes (-EFBIG). The buffer is NUL-terminated. */
+int read_full_file(const char *path, size_t max, char **ret, size_t *ret_size);
+
+/* Writes all of buf to fd, retrying short writes and EINTR. */
+int loop_write(int fd, const void *buf, size_t size);

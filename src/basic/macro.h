@@ -1,0 +1,55 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#pragma once
+
+#include <assert.h>
+#include <errno.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <string.h>
+
+#define _printf_(a, b) __attribute__((__format__(printf, a, b)))
+#define _unused_ __attribute__((__unused__))
+#define _const_ __attribute__((__const__))
+#define _pure_ __attribute__((__pure__))
+#define _sentinel_ __attribute__((__sentinel__))
+#define _noreturn_ __attribute__((__noreturn__))
+#define _warn_unused_result_ __attribute__((__warn_unused_result__))
+#define _likely_(x) (__builtin_expect(!!(x), 1))
+#define _unlikely_(x) (__builtin_expect(!!(x), 0))
+
+#define ELEMENTSOF(x) (sizeof(x) / sizeof((x)[0]))
+
+#define MIN(a, b)                         \
+        ({                                \
+                const typeof(a) _a = (a); \
+                const typeof(b) _b = (b); \
+                _a < _b ? _a : _b;        \
+        })
+#define MAX(a, b)                         \
+        ({                                \
+                const typeof(a) _a = (a); \
+                const typeof(b) _b = (b); \
+                _a > _b ? _a : _b;        \
+        })
+
+#define streq(a, b) (strcmp((a), (b)) == 0)
+#define strneq(a, b, n) (strncmp((a), (b), (n)) == 0)
+
+/* Validates an argument that crosses a module boundary: on failure the caller gets 'r' back. */
+#define assert_return(expr, r)           \
+        do {                             \
+                if (_unlikely_(!(expr))) \
+                        return (r);      \
+        } while (false)
+
+/* Converts a libc "-1 and errno" result into a negative errno. */
+static inline int negative_errno(void) {
+        return errno > 0 ? -errno : -EIO;
+}
+#define RET_NERRNO(expr)                        \
+        ({                                      \
+                typeof(expr) _r = (expr);       \
+                _r < 0 ? negative_errno() : _r; \
+        })
+
+#define ABS(x) ((x) < 0 ? -(x) : (x))

@@ -1,0 +1,94 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "macro.h"
+#include "serve.h"
+#include "version.h"
+
+static void main_help(void) {
+        printf("Usage: vm-manager COMMAND [FLAGS]\n\n"
+               "Turns a KVM host into a small cloud region: VMs with an instance metadata service,\n"
+               "a vTPM with measured boot and attestation, served over REST and MCP.\n\n"
+               "Commands:\n"
+               "  serve      run the daemon in the foreground\n"
+               "  version    print the release version, commit and build time\n"
+               "  help       show this help, or a command's: vm-manager help serve\n\n"
+               "Every command takes --help.\n");
+}
+
+static void version_help(void) {
+        printf("Usage: vm-manager version\n\nPrints the release version, the commit and the build time.\n");
+}
+
+static int version_main(int argc, char **argv) {
+        for (int i = 0; i < argc; i++) {
+                if (streq(argv[i], "--help") || streq(argv[i], "-h")) {
+                        version_help();
+                        return EXIT_SUCCESS;
+                }
+                fprintf(stderr,
+                        "Error: version: unexpected %s '%s'\n",
+                        argv[i][0] == '-' ? "flag" : "argument",
+                        argv[i]);
+                return EXIT_FAILURE;
+        }
+        printf("vm-manager version %s\n  commit: %s\n  built:  %s\n", vmm_version, vmm_commit, vmm_build_time);
+        return EXIT_SUCCESS;
+}
+
+static int help_main(int argc, char **argv) {
+        if (argc == 0 || streq(argv[0], "--help") || streq(argv[0], "-h")) {
+                main_help();
+                return EXIT_SUCCESS;
+        }
+        if (argc > 1) {
+                fprintf(stderr, "Error: help: takes at most one command\n");
+                return EXIT_FAILURE;
+        }
+        if (streq(argv[0], "serve"))
+                serve_help();
+        else if (streq(argv[0], "version"))
+                version_help();
+        else if (streq(argv[0], "help"))
+                main_help();
+        else {
+                fprintf(stderr, "Error: help: unknown command '%s'\n", argv[0]);
+                return EXIT_FAILURE;
+        }
+        return EXIT_SUCCESS;
+}
+
+int main(int argc, char **argv) {
+        static const struct {
+                const char *name;
+                int (*run)(int argc, char **argv);
+        } commands[] = {
+                { "serve", serve_main },
+                { "version", version_main },
+                { "help", help_main },
+        };
+        const char *cmd;
+
+        if (argc < 2) {
+                main_help();
+                return EXIT_FAILURE;
+        }
+        cmd = argv[1];
+        if (streq(cmd, "--help") || streq(cmd, "-h")) {
+                main_help();
+                return EXIT_SUCCESS;
+        }
+        if (streq(cmd, "--version"))
+                return version_main(0, NULL);
+
+        for (size_t i = 0; i < ELEMENTSOF(commands); i++)
+                if (streq(cmd, commands[i].name))
+                        return commands[i].run(argc - 2, argv + 2);
+
+        fprintf(stderr,
+                "Error: unknown %s '%s'\nRun 'vm-manager help' for the list of commands.\n",
+                cmd[0] == '-' ? "flag" : "command",
+                cmd);
+        return EXIT_FAILURE;
+}

@@ -1,0 +1,367 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/file.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <systemd/sd-daemon.h>
+#include <systemd/sd-event.h>
+#include <unistd.h>
+
+#include "cleanup.h"
+#include "flags.h"
+#include "fs-util.h"
+#include "http-server.h"
+#include "log.h"
+#include "parse-util.h"
+#include "serve.h"
+#include "version.h"
+
+#define SHUTDOWN_GRACE (15 * USEC_PER_SEC)
+#define LOCK_FILE "vm-manager.lock"
+
+static char *arg_listen = NULL;
+static char *arg_mcp_path = NULL;
+static char *arg_state_dir = NULL;
+static char *arg_image_dir = NULL;
+static int arg_log_level = LOG_INFO;
+
+static const Flag serve_flags[] = {
+        {
+                .name = "listen",
+                .env = "VM_MANAGER_LISTEN",
+                .default_value = "127.0.0.1:8080",
+                .metavar = "ADDR",
+                .help = "address to serve REST, MCP, health and metrics on (host:port, [ipv6]:port or :port)",
+                .parse = flag_parse_listen,
+                .dest = &arg_listen,
+        },
+        {
+                .name = "mcp-path",
+                .env = "VM_MANAGER_MCP_PATH",
+                .default_value = "/mcp",
+                .metavar = "PATH",
+                .help = "URL path of the MCP endpoint",
+                .parse = flag_parse_url_path,
+                .dest = &arg_mcp_path,
+        },
+        {
+                .name = "state-dir",
+                .env = "VM_MANAGER_STATE_DIR",
+                .default_help =
+                        "$XDG_STATE_HOME/vm-manager, else ~/.local/state/vm-manager, else /var/lib/vm-manager",
+                .metavar = "DIR",
+                .help = "VM records, consoles, vTPM state and sockets; keep the path short (unix socket paths)",
+                .parse = flag_parse_directory,
+                .dest = &arg_state_dir,
+        },
+        {
+                .name = "image-dir",
+                .env = "VM_MANAGER_IMAGE_DIR",
+                .default_help = "<state-dir>/images",
+                .metavar = "DIR",
+                .help = "the image directory: UKIs, disk images, policy.json and the sysupdate trees",
+                .parse = flag_parse_directory,
+                .dest = &arg_image_dir,
+        },
+        {
+                .name = "log-level",
+                .env = "VM_MANAGER_LOG_LEVEL",
+                .default_value = "info",
+                .metavar = "LEVEL",
+                .help = "debug, info, notice, warning or error; debug logs every request with its duration",
+                .parse = flag_parse_log_level,
+                .dest = &arg_log_level,
+        },
+};
+
+static void free_args(void) {
+        arg_listen = mfree(arg_listen);
+        arg_mcp_path = mfree(arg_mcp_path);
+        arg_state_dir = mfree(arg_state_dir);
+        arg_image_dir = mfree(arg_image_dir);
+}
+
+typedef enum DaemonPhase {
+        DAEMON_STARTING,
+        DAEMON_RUNNING,
+        DAEMON_STOPPING,
+} DaemonPhase;
+
+typedef struct Daemon {
+        sd_event *event;
+        HttpServer *http;
+        sd_event_source *sigterm, *sigint, *drain_timer, *ready_defer;
+        DaemonPhase phase;
+        usec_t stop_deadline;
+        int lock_fd;
+} Daemon;
+
+static void daemon_done(Daemon *d) {
+        d->http = http_server_free(d->http);
+        d->sigterm = sd_event_source_disable_unref(d->sigterm);
+        d->sigint = sd_event_source_disable_unref(d->sigint);
+        d->drain_timer = sd_event_source_disable_unref(d->drain_timer);
+        d->ready_defer = sd_event_source_disable_unref(d->ready_defer);
+        d->event = sd_event_unref(d->event);
+        d->lock_fd = safe_close(d->lock_fd);
+}
+
+/* The state-dir default chain: $XDG_STATE_HOME, then ~/.local/state, then /var/lib. */
+static int default_state_dir(char **ret) {
+        const char *e;
+        char *p;
+
+        e = secure_getenv("XDG_STATE_HOME");
+        if (e && e[0] == '/') {
+                if (asprintf(&p, "%s/vm-manager", e) < 0)
+                        return -ENOMEM;
+        } else if ((e = secure_getenv("HOME")) && e[0] == '/' && !streq(e, "/")) {
+                if (asprintf(&p, "%s/.local/state/vm-manager", e) < 0)
+                        return -ENOMEM;
+        } else {
+                p = strdup("/var/lib/vm-manager");
+                if (!p)
+                        return -ENOMEM;
+        }
+        *ret = p;
+        return 0;
+}
+
+static int make_private_dir(const char *path) {
+        struct stat st;
+        int r;
+
+        r = mkdir_p(path, 0750);
+        if (r < 0)
+                return log_error_errno(r, "Failed to create directory '%s': %m", path);
+        if (stat(path, &st) < 0)
+                return log_error_errno(errno, "Failed to stat '%s': %m", path);
+        if (st.st_uid == geteuid() && (st.st_mode & 0007) && chmod(path, st.st_mode & 0770) < 0)
+                log_warning_errno(errno, "Failed to restrict the mode of '%s', ignoring: %m", path);
+        return 0;
+}
+
+/* Takes the state directory's lock: one daemon per directory. Names the holder when refused. */
+static int lock_state_dir(const char *dir, int *ret_fd) {
+        _cleanup_free_ char *path = NULL;
+        _cleanup_close_ int fd = -EBADF;
+        char pid[32];
+
+        if (asprintf(&path, "%s/" LOCK_FILE, dir) < 0)
+                return log_oom();
+        fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0640);
+        if (fd < 0)
+                return log_error_errno(errno, "Failed to open lock file '%s': %m", path);
+
+        if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+                char holder[32] = "";
+                ssize_t n;
+
+                if (errno != EWOULDBLOCK)
+                        return log_error_errno(errno, "Failed to lock '%s': %m", path);
+                n = pread(fd, holder, sizeof(holder) - 1, 0);
+                if (n > 0)
+                        holder[strcspn(holder, "\n")] = 0;
+                else
+                        holder[0] = 0;
+                return log_error_errno(
+                        EBUSY,
+                        "State directory '%s' is in use by another vm-manager (pid %s); stop it or pass another --state-dir.",
+                        dir,
+                        *holder ? holder : "unknown");
+        }
+
+        snprintf(pid, sizeof(pid), "%d\n", (int) getpid());
+        if (ftruncate(fd, 0) < 0 || pwrite(fd, pid, strlen(pid), 0) < 0)
+                log_warning_errno(errno, "Failed to record our pid in '%s', ignoring: %m", path);
+        *ret_fd = TAKE_FD(fd);
+        return 0;
+}
+
+static void handle_request(HttpRequest *req, void *userdata) {
+        Daemon *d = userdata;
+        const char *method = http_request_method(req), *path = http_request_path(req);
+        bool get = streq(method, "GET") || streq(method, "HEAD");
+        _cleanup_(api_error_done) ApiError e = API_ERROR_NULL;
+
+        if (get && streq(path, "/healthz")) {
+                (void) http_request_reply_text(req, 200, "ok\n");
+                return;
+        }
+        if (get && streq(path, "/readyz")) {
+                if (d->phase == DAEMON_RUNNING)
+                        (void) http_request_reply_text(req, 200, "ok\n");
+                else
+                        (void) http_request_reply_text(
+                                req, 503, d->phase == DAEMON_STARTING ? "starting\n" : "stopping\n");
+                return;
+        }
+
+        (void) api_error_set(&e, -ENOENT, API_ERROR_NOT_FOUND, "no route %s %s", method, path);
+        (void) http_request_reply_error(req, &e);
+}
+
+static int on_drain(sd_event_source *s, usec_t usec, void *userdata) {
+        Daemon *d = userdata;
+        unsigned active = http_server_active_requests(d->http);
+
+        if (active == 0 || usec >= d->stop_deadline) {
+                if (active > 0)
+                        log_warning("Shutdown grace period over, dropping %u request(s) still open.", active);
+                return sd_event_exit(sd_event_source_get_event(s), 0);
+        }
+        (void) sd_event_source_set_time(s, usec + 20 * USEC_PER_MSEC);
+        return sd_event_source_set_enabled(s, SD_EVENT_ONESHOT);
+}
+
+static int on_signal(sd_event_source *s, const struct signalfd_siginfo *si, void *userdata) {
+        Daemon *d = userdata;
+        usec_t now = now_usec(CLOCK_MONOTONIC);
+        int r;
+
+        if (d->phase == DAEMON_STOPPING) {
+                log_notice("Received %s again, exiting now.", strsignal((int) si->ssi_signo));
+                return sd_event_exit(sd_event_source_get_event(s), 0);
+        }
+
+        log_info("Received %s, shutting down.", strsignal((int) si->ssi_signo));
+        d->phase = DAEMON_STOPPING;
+        (void) sd_notify(false, "STOPPING=1\nSTATUS=Shutting down");
+        http_server_quiesce(d->http);
+
+        d->stop_deadline = now + SHUTDOWN_GRACE;
+        r = sd_event_add_time(
+                sd_event_source_get_event(s), &d->drain_timer, CLOCK_MONOTONIC, now, USEC_PER_MSEC, on_drain, d);
+        if (r < 0)
+                return sd_event_exit(sd_event_source_get_event(s), 0);
+        return 0;
+}
+
+static int on_started(sd_event_source *s, void *userdata) {
+        Daemon *d = userdata;
+
+        /* Everything the daemon needs was set up before the loop ran its first iteration. */
+        d->phase = DAEMON_RUNNING;
+        log_struct(
+                LOG_INFO,
+                LOG_FIELDS({ "LISTEN", http_server_address(d->http) }, { "STATE_DIR", arg_state_dir }),
+                "vm-manager %s serving on http://%s",
+                vmm_version,
+                http_server_address(d->http));
+        (void) sd_notifyf(false, "READY=1\nSTATUS=Serving on %s", http_server_address(d->http));
+        return 0;
+}
+
+static int listen_fd_from_systemd(void) {
+        int n = sd_listen_fds(true);
+
+        if (n <= 0)
+                return -EBADF;
+        if (n > 1)
+                log_warning("Received %d sockets from systemd, using the first.", n);
+        return SD_LISTEN_FDS_START;
+}
+
+static int run(void) {
+        _cleanup_(daemon_done) Daemon d = { .lock_fd = -EBADF };
+        _cleanup_(api_error_done) ApiError e = API_ERROR_NULL;
+        sigset_t mask;
+        int r;
+
+        r = make_private_dir(arg_state_dir);
+        if (r < 0)
+                return r;
+        r = lock_state_dir(arg_state_dir, &d.lock_fd);
+        if (r < 0)
+                return r;
+        r = make_private_dir(arg_image_dir);
+        if (r < 0)
+                return r;
+
+        r = sd_event_default(&d.event);
+        if (r < 0)
+                return log_error_errno(r, "Failed to allocate the event loop: %m");
+        (void) sd_event_set_watchdog(d.event, true);
+
+        sigemptyset(&mask);
+        sigaddset(&mask, SIGTERM);
+        sigaddset(&mask, SIGINT);
+        sigaddset(&mask, SIGCHLD);
+        if (sigprocmask(SIG_BLOCK, &mask, NULL) < 0)
+                return log_error_errno(errno, "Failed to block signals: %m");
+        r = sd_event_add_signal(d.event, &d.sigterm, SIGTERM, on_signal, &d);
+        if (r >= 0)
+                r = sd_event_add_signal(d.event, &d.sigint, SIGINT, on_signal, &d);
+        if (r < 0)
+                return log_error_errno(r, "Failed to watch signals: %m");
+        (void) signal(SIGPIPE, SIG_IGN);
+
+        r = http_server_new(
+                &d.http,
+                d.event,
+                &(HttpServerOptions){
+                        .listen = arg_listen,
+                        .listen_fd = listen_fd_from_systemd(),
+                        .max_body = HTTP_MAX_BODY_DEFAULT,
+                        .handler = handle_request,
+                        .userdata = &d,
+                },
+                &e);
+        if (r < 0)
+                return log_error_errno(r, "%s", e.message ?: "Failed to start the HTTP server: %m");
+
+        r = sd_event_add_defer(d.event, &d.ready_defer, on_started, &d);
+        if (r < 0)
+                return log_error_errno(r, "Failed to schedule start-up: %m");
+
+        r = sd_event_loop(d.event);
+        if (r < 0)
+                return log_error_errno(r, "Event loop failed: %m");
+        log_info("vm-manager stopped.");
+        return 0;
+}
+
+void serve_help(void) {
+        printf("Usage: vm-manager serve [FLAGS]\n\n"
+               "Runs the vm-manager daemon in the foreground: REST under /api/v1, MCP at --mcp-path,\n"
+               "/healthz and /readyz, until SIGTERM or SIGINT. Every flag has an environment fallback;\n"
+               "flags win over the environment.\n\nFlags:\n");
+        flags_print_help(stdout, serve_flags, ELEMENTSOF(serve_flags));
+        printf("  --help, -h\n        show this help\n");
+}
+
+int serve_main(int argc, char **argv) {
+        bool help;
+        int r;
+
+        r = flags_parse(serve_flags, ELEMENTSOF(serve_flags), argc, argv, "serve", &help, /* ret_args= */ NULL);
+        if (r < 0) {
+                free_args();
+                return EXIT_FAILURE;
+        }
+        if (help) {
+                serve_help();
+                free_args();
+                return EXIT_SUCCESS;
+        }
+        log_set_max_level(arg_log_level);
+
+        if (!arg_state_dir && default_state_dir(&arg_state_dir) < 0) {
+                log_oom();
+                free_args();
+                return EXIT_FAILURE;
+        }
+        if (!arg_image_dir && asprintf(&arg_image_dir, "%s/images", arg_state_dir) < 0) {
+                arg_image_dir = NULL;
+                log_oom();
+                free_args();
+                return EXIT_FAILURE;
+        }
+
+        r = run();
+        free_args();
+        return r < 0 ? EXIT_FAILURE : EXIT_SUCCESS;
+}

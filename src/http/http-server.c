@@ -1,0 +1,662 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#include <arpa/inet.h>
+#include <microhttpd.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+
+#include "cleanup.h"
+#include "http-server.h"
+#include "json-util.h"
+#include "log.h"
+
+typedef enum RequestState {
+        REQUEST_RECEIVING,  /* headers and body arriving */
+        REQUEST_DISPATCHED, /* handler running or finished, answer queued or pending */
+        REQUEST_SUSPENDED,  /* waiting for an asynchronous reply */
+        REQUEST_RESUMING,   /* reply stored, waiting for MHD to call us back */
+        REQUEST_DONE,       /* response handed to MHD */
+} RequestState;
+
+struct HttpRequest {
+        unsigned n_ref;
+        HttpServer *server;
+        struct MHD_Connection *connection; /* NULL once MHD completed the request */
+        RequestState state;
+        bool suspend_requested;
+        bool body_too_large;
+
+        uint64_t id;
+        usec_t start;
+        char *method;
+        char *path;
+
+        char *body;
+        size_t body_size;
+
+        struct MHD_Response *response; /* built, not yet queued */
+        unsigned status;
+        char **headers; /* name, value, name, value, …, NULL */
+
+        HttpRequest *prev, *next; /* the server's list of live requests */
+};
+
+struct HttpServer {
+        sd_event *event;
+        sd_event_source *io_source;
+        sd_event_source *timer_source;
+        struct MHD_Daemon *daemon;
+        HttpServerOptions options;
+        char *address;
+        uint64_t next_request_id;
+        unsigned active;
+        HttpRequest *requests;
+        bool quiesced;
+};
+
+static void server_arm(HttpServer *s);
+
+HttpRequest *http_request_ref(HttpRequest *r) {
+        if (r)
+                r->n_ref++;
+        return r;
+}
+
+HttpRequest *http_request_unref(HttpRequest *r) {
+        if (!r)
+                return NULL;
+        assert(r->n_ref > 0);
+        if (--r->n_ref > 0)
+                return NULL;
+        if (r->response)
+                MHD_destroy_response(r->response);
+        strv_free(r->headers);
+        free(r->body);
+        free(r->path);
+        free(r->method);
+        free(r);
+        return NULL;
+}
+
+DEFINE_TRIVIAL_CLEANUP_FUNC(HttpRequest *, http_request_unref);
+
+const char *http_request_method(HttpRequest *r) {
+        return r->method;
+}
+
+const char *http_request_path(HttpRequest *r) {
+        return r->path;
+}
+
+uint64_t http_request_id(HttpRequest *r) {
+        return r->id;
+}
+
+const char *http_request_header(HttpRequest *r, const char *name) {
+        if (!r->connection)
+                return NULL;
+        return MHD_lookup_connection_value(r->connection, MHD_HEADER_KIND, name);
+}
+
+const char *http_request_query(HttpRequest *r, const char *key) {
+        if (!r->connection)
+                return NULL;
+        return MHD_lookup_connection_value(r->connection, MHD_GET_ARGUMENT_KIND, key);
+}
+
+const void *http_request_body(HttpRequest *r, size_t *ret_size) {
+        if (ret_size)
+                *ret_size = r->body_size;
+        return r->body ?: "";
+}
+
+int http_request_body_json(HttpRequest *r, json_t **ret, ApiError *reterr) {
+        return json_parse_body(r->body, r->body_size, ret, reterr);
+}
+
+bool http_request_is_connected(HttpRequest *r) {
+        return r->connection != NULL;
+}
+
+void http_request_suspend(HttpRequest *r) {
+        assert(r->state == REQUEST_DISPATCHED);
+        r->suspend_requested = true;
+}
+
+int http_request_add_header(HttpRequest *r, const char *name, const char *value) {
+        size_t n = 0;
+        char **l;
+
+        assert_return(name && value, -EINVAL);
+        while (r->headers && r->headers[n])
+                n++;
+        l = realloc(r->headers, (n + 3) * sizeof(char *));
+        if (!l)
+                return -ENOMEM;
+        r->headers = l;
+        l[n] = strdup(name);
+        l[n + 1] = strdup(value);
+        l[n + 2] = NULL;
+        if (!l[n] || !l[n + 1])
+                return -ENOMEM;
+        return 0;
+}
+
+/* Hands a built response to MHD. Only valid inside the access handler callback. */
+static enum MHD_Result request_queue(HttpRequest *r) {
+        enum MHD_Result ret;
+
+        assert(r->response);
+        ret = MHD_queue_response(r->connection, r->status, r->response);
+        MHD_destroy_response(r->response);
+        r->response = NULL;
+        r->state = REQUEST_DONE;
+        return ret;
+}
+
+int http_request_reply(HttpRequest *r, unsigned status, const char *content_type, const void *data, size_t size) {
+        struct MHD_Response *resp;
+
+        assert_return(r, -EINVAL);
+        if (r->response || r->state == REQUEST_DONE || r->state == REQUEST_RESUMING)
+                return -EALREADY;
+        if (!r->connection)
+                return -ECONNRESET;
+
+        resp = MHD_create_response_from_buffer(size, (void *) (data ?: ""), MHD_RESPMEM_MUST_COPY);
+        if (!resp)
+                return -ENOMEM;
+        if (content_type &&
+            MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, content_type) != MHD_YES)
+                goto oom;
+        for (char **h = r->headers; h && h[0]; h += 2)
+                if (MHD_add_response_header(resp, h[0], h[1]) != MHD_YES)
+                        goto oom;
+        if (r->server->quiesced &&
+            MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close") != MHD_YES)
+                goto oom;
+
+        r->response = resp;
+        r->status = status;
+
+        if (r->state == REQUEST_SUSPENDED) {
+                /* MHD calls the access handler again, which queues the stored response. */
+                r->state = REQUEST_RESUMING;
+                MHD_resume_connection(r->connection);
+                server_arm(r->server);
+        }
+        return 0;
+
+oom:
+        MHD_destroy_response(resp);
+        return -ENOMEM;
+}
+
+int http_request_reply_json(HttpRequest *r, unsigned status, const json_t *v) {
+        _cleanup_free_ char *s = NULL;
+        size_t n;
+
+        if (status == 204)
+                return http_request_reply(r, status, NULL, NULL, 0);
+        s = json_dumps_pretty(v, &n);
+        if (!s)
+                return -ENOMEM;
+        return http_request_reply(r, status, "application/json", s, n);
+}
+
+int http_request_reply_error(HttpRequest *r, const ApiError *e) {
+        json_auto_t *j = api_error_to_json(e);
+
+        if (!j)
+                return -ENOMEM;
+        return http_request_reply_json(r, api_error_http_status(e), j);
+}
+
+int http_request_reply_text(HttpRequest *r, unsigned status, const char *text) {
+        return http_request_reply(r, status, "text/plain; charset=utf-8", text, strlen(text));
+}
+
+static int reply_error_static(HttpRequest *r, int error, ApiErrorCode code, const char *format, ...)
+        _printf_(4, 5);
+static int reply_error_static(HttpRequest *r, int error, ApiErrorCode code, const char *format, ...) {
+        _cleanup_(api_error_done) ApiError e = API_ERROR_NULL;
+        _cleanup_free_ char *msg = NULL;
+        va_list ap;
+
+        va_start(ap, format);
+        int k = vasprintf(&msg, format, ap);
+        va_end(ap);
+        if (k < 0)
+                return -ENOMEM;
+        (void) api_error_set(&e, error, code, "%s", msg);
+        return http_request_reply_error(r, &e);
+}
+
+static void request_dispatch(HttpRequest *r) {
+        HttpServer *s = r->server;
+
+        r->state = REQUEST_DISPATCHED;
+        if (r->body_too_large) {
+                (void) reply_error_static(
+                        r,
+                        -EFBIG,
+                        API_ERROR_INVALID_REQUEST,
+                        "body: larger than the limit of %zu bytes",
+                        s->options.max_body);
+                return;
+        }
+
+        s->options.handler(r, s->options.userdata);
+
+        if (r->response)
+                return;
+        if (r->suspend_requested) {
+                r->state = REQUEST_SUSPENDED;
+                MHD_suspend_connection(r->connection);
+                return;
+        }
+        log_error("Handler for %s %s returned without an answer.", r->method, r->path);
+        (void) reply_error_static(r, -EIO, API_ERROR_INTERNAL, "internal error: no answer");
+}
+
+static enum MHD_Result on_access(
+        void *cls,
+        struct MHD_Connection *connection,
+        const char *url,
+        const char *method,
+        const char *version,
+        const char *upload_data,
+        size_t *upload_data_size,
+        void **con_cls) {
+        HttpServer *s = cls;
+        HttpRequest *r = *con_cls;
+
+        if (!r) {
+                const char *cl;
+
+                r = calloc(1, sizeof(HttpRequest));
+                if (!r)
+                        return MHD_NO;
+                r->n_ref = 1; /* owned by MHD until on_completed() */
+                r->server = s;
+                r->connection = connection;
+                r->id = ++s->next_request_id;
+                r->start = now_usec(CLOCK_MONOTONIC);
+                r->method = strdup(method);
+                r->path = strdup(url);
+                *con_cls = r;
+                s->active++;
+                r->next = s->requests;
+                if (s->requests)
+                        s->requests->prev = r;
+                s->requests = r;
+                if (!r->method || !r->path)
+                        return MHD_NO;
+
+                /* Refuse an announced oversized body before reading a byte of it. */
+                cl = MHD_lookup_connection_value(connection, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+                if (cl) {
+                        unsigned long long n;
+                        char *end;
+
+                        errno = 0;
+                        n = strtoull(cl, &end, 10);
+                        if (errno != 0 || *end != 0 || n > s->options.max_body) {
+                                r->body_too_large = true;
+                                request_dispatch(r);
+                                return request_queue(r);
+                        }
+                }
+                return MHD_YES;
+        }
+
+        if (*upload_data_size > 0) {
+                size_t n = *upload_data_size;
+
+                *upload_data_size = 0;
+                if (r->body_too_large || r->body_size + n > s->options.max_body) {
+                        /* A chunked body grew past the limit: drop the rest, answer 413 at the end. */
+                        r->body_too_large = true;
+                        return MHD_YES;
+                }
+                char *b = realloc(r->body, r->body_size + n + 1);
+                if (!b)
+                        return MHD_NO;
+                memcpy(b + r->body_size, upload_data, n);
+                r->body = b;
+                r->body_size += n;
+                r->body[r->body_size] = 0;
+                return MHD_YES;
+        }
+
+        switch (r->state) {
+        case REQUEST_RECEIVING: {
+                _cleanup_(http_request_unrefp) HttpRequest *pin = http_request_ref(r);
+
+                request_dispatch(r);
+                if (r->state == REQUEST_SUSPENDED)
+                        return MHD_YES;
+                return request_queue(r);
+        }
+        case REQUEST_RESUMING:
+                return request_queue(r);
+        case REQUEST_DISPATCHED:
+        case REQUEST_SUSPENDED:
+        case REQUEST_DONE:
+                break;
+        }
+        return MHD_YES;
+}
+
+static void on_completed(
+        void *cls, struct MHD_Connection *connection, void **con_cls, enum MHD_RequestTerminationCode toe) {
+        HttpServer *s = cls;
+        HttpRequest *r = *con_cls;
+
+        if (!r)
+                return;
+        *con_cls = NULL;
+
+        if (log_get_max_level() >= LOG_DEBUG) {
+                char rid[32], status[16], dur[32];
+                usec_t d = now_usec(CLOCK_MONOTONIC) - r->start;
+
+                snprintf(rid, sizeof(rid), "%llu", (unsigned long long) r->id);
+                snprintf(status, sizeof(status), "%u", r->status);
+                snprintf(
+                        dur,
+                        sizeof(dur),
+                        "%llu.%03llu",
+                        (unsigned long long) (d / 1000),
+                        (unsigned long long) (d % 1000));
+                log_full_errno_fields(
+                        LOG_DEBUG,
+                        0,
+                        LOG_FIELDS(
+                                { "REQUEST_ID", rid },
+                                { "METHOD", r->method },
+                                { "PATH", r->path },
+                                { "STATUS", toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? status : "aborted" },
+                                { "DURATION_MS", dur }),
+                        "request %s %s",
+                        r->method ?: "?",
+                        r->path ?: "?");
+        }
+
+        r->connection = NULL;
+        if (r->prev)
+                r->prev->next = r->next;
+        else
+                s->requests = r->next;
+        if (r->next)
+                r->next->prev = r->prev;
+        r->prev = r->next = NULL;
+        assert(s->active > 0);
+        s->active--;
+        http_request_unref(r);
+}
+
+static void on_mhd_log(void *cls, const char *fmt, va_list ap) {
+        char buf[512];
+        size_t n;
+
+        (void) vsnprintf(buf, sizeof(buf), fmt, ap);
+        n = strlen(buf);
+        while (n > 0 && buf[n - 1] == '\n')
+                buf[--n] = 0;
+        log_debug("libmicrohttpd: %s", buf);
+}
+
+static void server_run(HttpServer *s) {
+        if (!s->daemon)
+                return;
+        if (MHD_run(s->daemon) != MHD_YES)
+                log_debug("MHD_run() failed, ignoring.");
+        server_arm(s);
+}
+
+static void server_arm(HttpServer *s) {
+        MHD_UNSIGNED_LONG_LONG ms;
+        int r;
+
+        if (!s->daemon || !s->timer_source)
+                return;
+        if (MHD_get_timeout(s->daemon, &ms) != MHD_YES) {
+                (void) sd_event_source_set_enabled(s->timer_source, SD_EVENT_OFF);
+                return;
+        }
+        r = sd_event_source_set_time(s->timer_source, now_usec(CLOCK_MONOTONIC) + (usec_t) ms * USEC_PER_MSEC);
+        if (r >= 0)
+                r = sd_event_source_set_enabled(s->timer_source, SD_EVENT_ONESHOT);
+        if (r < 0)
+                log_debug_errno(r, "Failed to arm HTTP timer, ignoring: %m");
+}
+
+static int on_io(sd_event_source *es, int fd, uint32_t revents, void *userdata) {
+        server_run(userdata);
+        return 0;
+}
+
+static int on_timer(sd_event_source *es, usec_t usec, void *userdata) {
+        server_run(userdata);
+        return 0;
+}
+
+/* Splits "host:port", "[v6]:port" or ":port". */
+static int parse_listen(const char *listen, char **ret_host, char **ret_port) {
+        _cleanup_free_ char *host = NULL, *port = NULL;
+        const char *colon;
+
+        if (listen[0] == '[') {
+                const char *end = strchr(listen, ']');
+                if (!end || end[1] != ':')
+                        return -EINVAL;
+                host = strndup(listen + 1, (size_t) (end - listen - 1));
+                colon = end + 1;
+        } else {
+                colon = strrchr(listen, ':');
+                if (!colon || strchr(listen, ':') != colon)
+                        return -EINVAL;
+                host = strndup(listen, (size_t) (colon - listen));
+        }
+        if (!host)
+                return -ENOMEM;
+        port = strdup(colon + 1);
+        if (!port)
+                return -ENOMEM;
+        if (*port == 0 || strspn(port, "0123456789") != strlen(port) || strlen(port) > 5 || atoi(port) > 65535)
+                return -EINVAL;
+        *ret_host = TAKE_PTR(host);
+        *ret_port = TAKE_PTR(port);
+        return 0;
+}
+
+static int listen_on(const char *address, int *ret_fd, ApiError *reterr) {
+        _cleanup_free_ char *host = NULL, *port = NULL;
+        struct addrinfo hints = {
+                .ai_family = AF_UNSPEC,
+                .ai_socktype = SOCK_STREAM,
+                .ai_flags = AI_PASSIVE | AI_NUMERICSERV,
+        };
+        struct addrinfo *res = NULL;
+        int r, fd = -EBADF, last = -EADDRNOTAVAIL;
+
+        r = parse_listen(address, &host, &port);
+        if (r == -EINVAL)
+                return api_error_set(
+                        reterr, r, API_ERROR_INVALID_REQUEST, "listen address '%s': want host:port", address);
+        if (r < 0)
+                return r;
+
+        r = getaddrinfo(*host ? host : NULL, port, &hints, &res);
+        if (r != 0)
+                return api_error_set(
+                        reterr,
+                        -EADDRNOTAVAIL,
+                        API_ERROR_INVALID_REQUEST,
+                        "listen address '%s': %s",
+                        address,
+                        gai_strerror(r));
+
+        for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
+                int one = 1;
+
+                fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol);
+                if (fd < 0) {
+                        last = -errno;
+                        continue;
+                }
+                (void) setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+                if (bind(fd, ai->ai_addr, ai->ai_addrlen) < 0 || listen(fd, SOMAXCONN) < 0) {
+                        last = -errno;
+                        fd = safe_close(fd);
+                        continue;
+                }
+                break;
+        }
+        freeaddrinfo(res);
+        if (fd < 0)
+                return api_error_set(
+                        reterr, last, API_ERROR_INTERNAL, "listen on %s: %s", address, strerror(-last));
+        *ret_fd = fd;
+        return 0;
+}
+
+static char *format_sockname(int fd) {
+        struct sockaddr_storage ss;
+        socklen_t len = sizeof(ss);
+        char host[INET6_ADDRSTRLEN], *out = NULL;
+
+        if (getsockname(fd, (struct sockaddr *) &ss, &len) < 0)
+                return NULL;
+        if (ss.ss_family == AF_INET) {
+                struct sockaddr_in *in = (struct sockaddr_in *) &ss;
+                inet_ntop(AF_INET, &in->sin_addr, host, sizeof(host));
+                if (asprintf(&out, "%s:%u", host, ntohs(in->sin_port)) < 0)
+                        return NULL;
+        } else if (ss.ss_family == AF_INET6) {
+                struct sockaddr_in6 *in6 = (struct sockaddr_in6 *) &ss;
+                inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof(host));
+                if (asprintf(&out, "[%s]:%u", host, ntohs(in6->sin6_port)) < 0)
+                        return NULL;
+        } else
+                out = strdup("unix");
+        return out;
+}
+
+int http_server_new(HttpServer **ret, sd_event *event, const HttpServerOptions *o, ApiError *reterr) {
+        _cleanup_(http_server_freep) HttpServer *s = NULL;
+        _cleanup_close_ int fd = -EBADF;
+        const union MHD_DaemonInfo *info;
+        int r;
+
+        assert_return(ret && event && o && o->handler, -EINVAL);
+
+        s = calloc(1, sizeof(HttpServer));
+        if (!s)
+                return -ENOMEM;
+        s->event = sd_event_ref(event);
+        s->options = *o;
+        s->options.listen = NULL; /* not kept: the caller owns the string */
+        if (s->options.max_body == 0)
+                s->options.max_body = HTTP_MAX_BODY_DEFAULT;
+        if (s->options.max_connections == 0)
+                s->options.max_connections = 1024;
+        if (s->options.idle_timeout == 0)
+                s->options.idle_timeout = 120 * USEC_PER_SEC;
+
+        if (o->listen_fd >= 0)
+                fd = o->listen_fd;
+        else {
+                r = listen_on(o->listen, &fd, reterr);
+                if (r < 0)
+                        return r;
+        }
+        s->address = format_sockname(fd);
+        if (!s->address)
+                return -ENOMEM;
+
+        s->daemon = MHD_start_daemon(
+                MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG,
+                0,
+                NULL,
+                NULL,
+                on_access,
+                s,
+                MHD_OPTION_LISTEN_SOCKET,
+                fd,
+                MHD_OPTION_NOTIFY_COMPLETED,
+                on_completed,
+                s,
+                MHD_OPTION_EXTERNAL_LOGGER,
+                on_mhd_log,
+                s,
+                MHD_OPTION_CONNECTION_LIMIT,
+                s->options.max_connections,
+                MHD_OPTION_CONNECTION_TIMEOUT,
+                (unsigned) (s->options.idle_timeout / USEC_PER_SEC),
+                MHD_OPTION_END);
+        if (!s->daemon)
+                return api_error_set(
+                        reterr, -EIO, API_ERROR_INTERNAL, "failed to start the HTTP server on %s", s->address);
+        TAKE_FD(fd); /* MHD owns the listening socket now */
+
+        info = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_EPOLL_FD);
+        if (!info)
+                return api_error_set(reterr, -EIO, API_ERROR_INTERNAL, "libmicrohttpd has no epoll fd");
+
+        r = sd_event_add_io(event, &s->io_source, info->epoll_fd, EPOLLIN, on_io, s);
+        if (r < 0)
+                return r;
+        (void) sd_event_source_set_description(s->io_source, "http-io");
+        /* Accuracy 1 µs: sd-event would otherwise coalesce to 250 ms, and MHD often asks for 0. */
+        r = sd_event_add_time(event, &s->timer_source, CLOCK_MONOTONIC, 0, 1, on_timer, s);
+        if (r < 0)
+                return r;
+        (void) sd_event_source_set_description(s->timer_source, "http-timer");
+        server_arm(s);
+
+        *ret = TAKE_PTR(s);
+        return 0;
+}
+
+const char *http_server_address(HttpServer *s) {
+        return s->address;
+}
+
+void http_server_quiesce(HttpServer *s) {
+        MHD_socket fd;
+
+        if (!s || s->quiesced || !s->daemon)
+                return;
+        s->quiesced = true;
+        fd = MHD_quiesce_daemon(s->daemon);
+        if (fd != MHD_INVALID_SOCKET)
+                (void) close(fd);
+}
+
+unsigned http_server_active_requests(HttpServer *s) {
+        return s ? s->active : 0;
+}
+
+HttpServer *http_server_free(HttpServer *s) {
+        if (!s)
+                return NULL;
+        s->io_source = sd_event_source_disable_unref(s->io_source);
+        s->timer_source = sd_event_source_disable_unref(s->timer_source);
+        if (s->daemon) {
+                /* libmicrohttpd refuses to stop with suspended connections: answer them first. */
+                for (HttpRequest *r = s->requests; r; r = r->next)
+                        if (r->state == REQUEST_SUSPENDED)
+                                (void) reply_error_static(
+                                        r, -ESHUTDOWN, API_ERROR_CONFLICT, "vm-manager is shutting down");
+                MHD_stop_daemon(s->daemon); /* completes every open request through on_completed() */
+        }
+        sd_event_unref(s->event);
+        free(s->address);
+        free(s);
+        return NULL;
+}

@@ -1,0 +1,73 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#pragma once
+
+#include <jansson.h>
+#include <stdint.h>
+#include <systemd/sd-event.h>
+
+#include "api-error.h"
+#include "cleanup.h"
+#include "time-util.h"
+
+/* libmicrohttpd driven from an sd-event loop: no threads of its own, one epoll fd in our loop.
+ * Knows HTTP and the JSON error envelope, nothing of the routes built on it. */
+
+typedef struct HttpServer HttpServer;
+typedef struct HttpRequest HttpRequest;
+
+/* Called once per request, after its whole body has arrived. Before returning, the handler either
+ * replies (http_request_reply*()) or suspends the request (http_request_suspend()) and keeps a
+ * reference to reply later; a request left without either gets a 500. */
+typedef void (*HttpHandler)(HttpRequest *req, void *userdata);
+
+typedef struct HttpServerOptions {
+        const char *listen; /* "host:port", "[v6]:port" or ":port"; ignored when listen_fd >= 0 */
+        int listen_fd;      /* an already listening socket (socket activation), or -EBADF */
+        size_t max_body;    /* bytes; larger bodies get 413 */
+        unsigned max_connections;
+        usec_t idle_timeout; /* closes idle keep-alive connections */
+        HttpHandler handler;
+        void *userdata;
+} HttpServerOptions;
+
+#define HTTP_MAX_BODY_DEFAULT ((size_t) 8 << 20)
+
+int http_server_new(HttpServer **ret, sd_event *event, const HttpServerOptions *o, ApiError *reterr);
+HttpServer *http_server_free(HttpServer *s);
+DEFINE_TRIVIAL_CLEANUP_FUNC(HttpServer *, http_server_free);
+
+/* The local address actually bound ("127.0.0.1:43817"), for logs and tests. Borrowed. */
+const char *http_server_address(HttpServer *s);
+
+/* Stops accepting connections; requests in flight finish, each answered with Connection: close.
+ * Requests still suspended when the server is freed are answered 503. */
+void http_server_quiesce(HttpServer *s);
+/* Requests accepted and not yet completed (including suspended ones). */
+unsigned http_server_active_requests(HttpServer *s);
+
+HttpRequest *http_request_ref(HttpRequest *r);
+HttpRequest *http_request_unref(HttpRequest *r);
+
+const char *http_request_method(HttpRequest *r);
+/* The decoded path, without the query string. */
+const char *http_request_path(HttpRequest *r);
+const char *http_request_header(HttpRequest *r, const char *name);
+/* NULL when the query has no such argument. */
+const char *http_request_query(HttpRequest *r, const char *key);
+const void *http_request_body(HttpRequest *r, size_t *ret_size);
+uint64_t http_request_id(HttpRequest *r);
+/* The body parsed as JSON (json_parse_body()); a new reference. */
+int http_request_body_json(HttpRequest *r, json_t **ret, ApiError *reterr);
+
+/* Keeps the connection open without an answer; a later reply resumes it. */
+void http_request_suspend(HttpRequest *r);
+/* False once the client went away; a reply is then dropped. */
+bool http_request_is_connected(HttpRequest *r);
+
+/* Sends the answer. data is copied. Only the first reply of a request counts (-EALREADY after). */
+int http_request_reply(HttpRequest *r, unsigned status, const char *content_type, const void *data, size_t size);
+int http_request_reply_json(HttpRequest *r, unsigned status, const json_t *v);
+int http_request_reply_error(HttpRequest *r, const ApiError *e);
+int http_request_reply_text(HttpRequest *r, unsigned status, const char *text);
+/* Adds a response header to the reply that follows. */
+int http_request_add_header(HttpRequest *r, const char *name, const char *value);

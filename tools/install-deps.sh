@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Installs, with apt-get alone, every Debian package that building, testing and running
+# vm-manager needs. Idempotent: packages already present are not touched, and the package
+# lists are refreshed only when they are missing or older than a day.
+#
+# usage: tools/install-deps.sh [build|check|run|bench]...   (default: build check run)
+set -euo pipefail
+
+build=(meson ninja-build pkgconf gcc libc6-dev
+       libsystemd-dev libmicrohttpd-dev libjansson-dev)
+check=(libcmocka-dev clang-format-14 curl python3 procps)
+run=()
+bench=(wrk curl procps)
+
+groups=("$@")
+[ ${#groups[@]} -gt 0 ] || groups=(build check run)
+
+want=()
+for g in "${groups[@]}"; do
+        case "$g" in
+        build) want+=("${build[@]}") ;;
+        check) want+=("${build[@]}" "${check[@]}") ;;
+        run) want+=("${build[@]}" "${run[@]}") ;;
+        bench) want+=("${build[@]}" "${bench[@]}") ;;
+        *)
+                echo "install-deps: unknown group '$g' (want build, check, run or bench)" >&2
+                exit 1
+                ;;
+        esac
+done
+
+missing=()
+for p in $(printf '%s\n' "${want[@]}" | sort -u); do
+        status=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)
+        [ "$status" = "install ok installed" ] || missing+=("$p")
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+        exit 0
+fi
+
+if [ "$(id -u)" -ne 0 ]; then
+        echo "install-deps: missing packages: ${missing[*]}; run this script as root" >&2
+        exit 1
+fi
+
+export DEBIAN_FRONTEND=noninteractive
+lists=/var/lib/apt/lists
+if ! compgen -G "$lists/*_Packages*" >/dev/null ||
+        [ -n "$(find "$lists" -maxdepth 1 -name '*_InRelease' -mmin +1440 -print -quit)" ]; then
+        apt-get update -q
+fi
+echo "install-deps: installing ${missing[*]}"
+apt-get install -y -q --no-install-recommends "${missing[@]}"
