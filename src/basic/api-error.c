@@ -114,15 +114,61 @@ unsigned api_error_http_status(const ApiError *e) {
         return codes[e->code].status;
 }
 
+/* Copies s with every byte that does not start a valid UTF-8 sequence replaced by U+FFFD. */
+static char *utf8_replace_invalid(const char *s) {
+        size_t n = strlen(s);
+        char *t = malloc(n * 3 + 1), *o = t;
+
+        if (!t)
+                return NULL;
+        for (size_t i = 0; i < n;) {
+                json_t *c = NULL;
+                size_t k;
+
+                for (k = 1; k <= 4 && i + k <= n; k++) {
+                        c = json_stringn(s + i, k);
+                        if (c)
+                                break;
+                }
+                if (c) {
+                        json_decref(c);
+                        memcpy(o, s + i, k);
+                        o += k;
+                        i += k;
+                } else {
+                        memcpy(o, "\xef\xbf\xbd", 3);
+                        o += 3;
+                        i++;
+                }
+        }
+        *o = 0;
+        return t;
+}
+
 json_t *api_error_to_json(const ApiError *e) {
+        _cleanup_free_ char *fixed = NULL;
+        const char *msg;
+        json_t *probe;
+
         assert(e);
+        msg = e->message ?: "internal error";
+        /* json_pack("s") refuses invalid UTF-8, but a message can quote a request path or a file name,
+         * which are arbitrary bytes: the error must render anyway. */
+        probe = json_string(msg);
+        if (!probe) {
+                fixed = utf8_replace_invalid(msg);
+                if (!fixed)
+                        return NULL;
+                msg = fixed;
+        }
+        json_decref(probe);
         return json_pack(
                 "{s:{s:s,s:s}}",
                 "error",
                 "code",
                 api_error_code_to_string(e->code) ?: "internal_error",
                 "message",
-                e->message ?: "internal error");
+                msg);
 }
 
 void api_error_from_errno(ApiError *e, int r, const char *what) {

@@ -145,7 +145,7 @@ int read_full_file(const char *path, size_t max, char **ret, size_t *ret_size) {
         for (;;) {
                 if (size + 1 >= alloc) {
                         size_t n = alloc == 0 ? 4096 : alloc * 2;
-                        if (n > max + 2)
+                        if (n - 2 > max) /* n > max + 2, without overflowing for max near SIZE_MAX */
                                 n = max + 2;
                         if (n <= size + 1)
                                 return -EFBIG;

@@ -85,7 +85,8 @@ static void write_value(FILE *f, const char *v) {
         bool plain = *v != 0;
 
         for (const char *p = v; *p; p++)
-                if (*p <= ' ' || *p == '"' || *p == '=' || *p == '\\' || (unsigned char) *p == 0x7f) {
+                if ((unsigned char) *p <= ' ' || *p == '"' || *p == '=' || *p == '\\' ||
+                    (unsigned char) *p == 0x7f) {
                         plain = false;
                         break;
                 }
@@ -160,8 +161,7 @@ static void log_to_journal(
 
         _cleanup_free_ struct iovec *iov = calloc(7 + nfields, sizeof(struct iovec));
         _cleanup_free_ char *m = NULL, *p = NULL, *cf = NULL, *cl = NULL, *cfn = NULL, *e = NULL;
-        char **extra = calloc(nfields + 1, sizeof(char *));
-        _cleanup_strv_free_ char **extra_owner = extra;
+        _cleanup_strv_free_ char **extra = calloc(nfields + 1, sizeof(char *));
 
         if (!iov || !extra)
                 return;

@@ -237,17 +237,18 @@ char *format_duration(char *buf, size_t size, usec_t usec) {
                 return buf;
         }
         if (h > 0)
-                n += (size_t) snprintf(buf + n, size - MIN(n, size), "%" PRIu64 "h", h);
+                n += (size_t) snprintf(buf + MIN(n, size), size - MIN(n, size), "%" PRIu64 "h", h);
         if (m > 0)
-                n += (size_t) snprintf(buf + n, size - MIN(n, size), "%" PRIu64 "m", m);
+                n += (size_t) snprintf(buf + MIN(n, size), size - MIN(n, size), "%" PRIu64 "m", m);
         if (sub == 0) {
                 if (sec > 0)
-                        (void) snprintf(buf + n, size - MIN(n, size), "%" PRIu64 "s", sec);
+                        (void) snprintf(buf + MIN(n, size), size - MIN(n, size), "%" PRIu64 "s", sec);
         } else if (h == 0 && m == 0 && sec == 0 && sub % USEC_PER_MSEC == 0)
-                (void) snprintf(buf + n, size - MIN(n, size), "%" PRIu64 "ms", sub / USEC_PER_MSEC);
+                (void) snprintf(buf + MIN(n, size), size - MIN(n, size), "%" PRIu64 "ms", sub / USEC_PER_MSEC);
         else if (h == 0 && m == 0 && sec == 0)
-                (void) snprintf(buf + n, size - MIN(n, size), "%" PRIu64 "us", sub);
+                (void) snprintf(buf + MIN(n, size), size - MIN(n, size), "%" PRIu64 "us", sub);
         else
-                (void) snprintf(buf + n, size - MIN(n, size), "%" PRIu64 ".%06" PRIu64 "s", sec, sub);
+                (void) snprintf(
+                        buf + MIN(n, size), size - MIN(n, size), "%" PRIu64 ".%06" PRIu64 "s", sec, sub);
         return buf;
 }

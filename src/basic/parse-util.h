@@ -15,7 +15,7 @@ int safe_atou16(const char *s, uint16_t *ret);
 /* Allows a leading '-'. */
 int safe_atoi64(const char *s, int64_t *ret);
 
-/* "1", "0", "true", "false", "yes", "no", "on", "off", "t", "f" (any case). */
+/* "1", "0", "true", "false", "yes", "no", "on", "off", "t", "f", "y", "n" (any case). */
 int parse_boolean(const char *s);
 
 /* A duration as Go writes it: one or more <number><unit> terms, with units ns, us, µs, ms, s, m,
@@ -23,8 +23,8 @@ int parse_boolean(const char *s);
  * microseconds. */
 int parse_duration(const char *s, usec_t *ret);
 
-/* A byte count with an optional binary suffix: K, M, G, T (also KiB, MiB, GiB, TiB and a
- * trailing B). "8M" is 8388608. */
+/* A byte count with an optional binary suffix: K, M, G, T or KiB, MiB, GiB, TiB, or a bare B for
+ * bytes ("4096B"). "8M" is 8388608; "8MB" is refused, as it is ambiguous. */
 int parse_size(const char *s, uint64_t *ret);
 
 /* Writes a duration back in the form parse_duration() reads ("5m", "1h30m", "250ms"). */

@@ -35,7 +35,7 @@ struct HttpRequest {
         char *path;
 
         char *body;
-        size_t body_size;
+        size_t body_size, body_alloc;
 
         struct MHD_Response *response; /* built, not yet queued */
         unsigned status;
@@ -57,7 +57,10 @@ struct HttpServer {
         bool quiesced;
 };
 
+#define HTTP_FREE_FLUSH_TIMEOUT (1 * USEC_PER_SEC)
+
 static void server_arm(HttpServer *s);
+static void server_kick(HttpServer *s);
 
 HttpRequest *http_request_ref(HttpRequest *r) {
         if (r)
@@ -186,7 +189,7 @@ int http_request_reply(HttpRequest *r, unsigned status, const char *content_type
                 /* MHD calls the access handler again, which queues the stored response. */
                 r->state = REQUEST_RESUMING;
                 MHD_resume_connection(r->connection);
-                server_arm(r->server);
+                server_kick(r->server);
         }
         return 0;
 
@@ -322,11 +325,19 @@ static enum MHD_Result on_access(
                         r->body_too_large = true;
                         return MHD_YES;
                 }
-                char *b = realloc(r->body, r->body_size + n + 1);
-                if (!b)
-                        return MHD_NO;
-                memcpy(b + r->body_size, upload_data, n);
-                r->body = b;
+                if (r->body_size + n + 1 > r->body_alloc) {
+                        /* Geometric growth: one exact-size realloc per piece is quadratic. */
+                        size_t want = MAX(r->body_alloc * 2, (size_t) 4096);
+
+                        want = MIN(want, s->options.max_body + 1);
+                        want = MAX(want, r->body_size + n + 1);
+                        char *b = realloc(r->body, want);
+                        if (!b)
+                                return MHD_NO;
+                        r->body = b;
+                        r->body_alloc = want;
+                }
+                memcpy(r->body + r->body_size, upload_data, n);
                 r->body_size += n;
                 r->body[r->body_size] = 0;
                 return MHD_YES;
@@ -334,7 +345,7 @@ static enum MHD_Result on_access(
 
         switch (r->state) {
         case REQUEST_RECEIVING: {
-                _cleanup_(http_request_unrefp) HttpRequest *pin = http_request_ref(r);
+                _unused_ _cleanup_(http_request_unrefp) HttpRequest *pin = http_request_ref(r);
 
                 request_dispatch(r);
                 if (r->state == REQUEST_SUSPENDED)
@@ -433,6 +444,20 @@ static void server_arm(HttpServer *s) {
                 r = sd_event_source_set_enabled(s->timer_source, SD_EVENT_ONESHOT);
         if (r < 0)
                 log_debug_errno(r, "Failed to arm HTTP timer, ignoring: %m");
+}
+
+/* Makes the loop run MHD on its next iteration. Needed after a resume: in external-epoll mode
+ * libmicrohttpd neither wakes its epoll fd nor shortens its timeout for it. */
+static void server_kick(HttpServer *s) {
+        int r;
+
+        if (!s->timer_source)
+                return;
+        r = sd_event_source_set_time(s->timer_source, 0);
+        if (r >= 0)
+                r = sd_event_source_set_enabled(s->timer_source, SD_EVENT_ONESHOT);
+        if (r < 0)
+                log_debug_errno(r, "Failed to schedule the HTTP server, ignoring: %m");
 }
 
 static int on_io(sd_event_source *es, int fd, uint32_t revents, void *userdata) {
@@ -586,13 +611,13 @@ int http_server_new(HttpServer **ret, sd_event *event, const HttpServerOptions *
                 NULL,
                 on_access,
                 s,
+                MHD_OPTION_EXTERNAL_LOGGER, /* first, so that no message bypasses it */
+                on_mhd_log,
+                s,
                 MHD_OPTION_LISTEN_SOCKET,
                 fd,
                 MHD_OPTION_NOTIFY_COMPLETED,
                 on_completed,
-                s,
-                MHD_OPTION_EXTERNAL_LOGGER,
-                on_mhd_log,
                 s,
                 MHD_OPTION_CONNECTION_LIMIT,
                 s->options.max_connections,
@@ -648,11 +673,16 @@ HttpServer *http_server_free(HttpServer *s) {
         s->io_source = sd_event_source_disable_unref(s->io_source);
         s->timer_source = sd_event_source_disable_unref(s->timer_source);
         if (s->daemon) {
-                /* libmicrohttpd refuses to stop with suspended connections: answer them first. */
+                usec_t deadline = now_usec(CLOCK_MONOTONIC) + HTTP_FREE_FLUSH_TIMEOUT;
+
+                /* libmicrohttpd refuses to stop with suspended connections, and their clients deserve
+                 * an answer: reply to each, then let MHD flush for a bounded moment. */
                 for (HttpRequest *r = s->requests; r; r = r->next)
                         if (r->state == REQUEST_SUSPENDED)
                                 (void) reply_error_static(
                                         r, -ESHUTDOWN, API_ERROR_CONFLICT, "vm-manager is shutting down");
+                while (s->requests && now_usec(CLOCK_MONOTONIC) < deadline)
+                        (void) MHD_run_wait(s->daemon, 10);
                 MHD_stop_daemon(s->daemon); /* completes every open request through on_completed() */
         }
         sd_event_unref(s->event);

@@ -40,7 +40,8 @@ DEFINE_TRIVIAL_CLEANUP_FUNC(HttpServer *, http_server_free);
 const char *http_server_address(HttpServer *s);
 
 /* Stops accepting connections; requests in flight finish, each answered with Connection: close.
- * Requests still suspended when the server is freed are answered 503. */
+ * Requests still suspended when the server is freed are answered 409 conflict ("vm-manager is
+ * shutting down"), which libmicrohttpd gets up to a second to deliver. */
 void http_server_quiesce(HttpServer *s);
 /* Requests accepted and not yet completed (including suspended ones). */
 unsigned http_server_active_requests(HttpServer *s);

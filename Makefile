@@ -1,0 +1,51 @@
+# Thin wrapper around meson: every target installs what it needs first (tools/install-deps.sh).
+#   make run     build, then serve in the foreground (state in ./state unless STATE_DIR or
+#                VM_MANAGER_STATE_DIR says otherwise; ARGS="--listen :9090" adds serve flags)
+#   make check   build with ASan/UBSan and run every test that can run on this machine
+#   make bench   run bench/ and print the figures that go into docs/benchmarks.md
+
+BUILD ?= build
+CHECK_BUILD ?= build-asan
+STATE_DIR ?= $(or $(VM_MANAGER_STATE_DIR),$(CURDIR)/state)
+ARGS ?=
+SUITES ?= unit integration style
+
+.PHONY: all deps-run deps-check deps-bench build build-check run check bench format clean
+
+all: build
+
+deps-run:
+	@./tools/install-deps.sh build run
+
+deps-check:
+	@./tools/install-deps.sh build check
+
+deps-bench:
+	@./tools/install-deps.sh build bench
+
+$(BUILD)/build.ninja:
+	meson setup $(BUILD) --buildtype=debugoptimized
+
+$(CHECK_BUILD)/build.ninja:
+	meson setup $(CHECK_BUILD) --buildtype=debug -Db_sanitize=address,undefined -Dtests=enabled
+
+build: deps-run $(BUILD)/build.ninja
+	ninja -C $(BUILD)
+
+build-check: deps-check $(CHECK_BUILD)/build.ninja
+	ninja -C $(CHECK_BUILD)
+
+run: build
+	exec $(BUILD)/src/daemon/vm-manager serve --state-dir "$(STATE_DIR)" $(ARGS)
+
+check: build-check
+	meson test -C $(CHECK_BUILD) --print-errorlogs $(addprefix --suite ,$(SUITES))
+
+bench: deps-bench build
+	./bench/run.sh $(BUILD)/src/daemon/vm-manager
+
+format:
+	git ls-files '*.c' '*.h' | xargs clang-format-14 -i
+
+clean:
+	rm -rf $(BUILD) $(CHECK_BUILD)

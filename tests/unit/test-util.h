@@ -1,0 +1,77 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#pragma once
+
+/* cmocka needs these before <cmocka.h>. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <errno.h>
+#include <string.h>
+
+/* "EINVAL" for -EINVAL (or EINVAL), "ok" for values that are not errors. */
+static inline const char *test_errno_name(intmax_t r) {
+        const char *n = NULL;
+
+        if (r >= 0)
+                return "ok";
+        if (r > -4096)
+                n = strerrorname_np((int) -r);
+        return n ?: "unknown errno";
+}
+
+static inline const char *test_strerror(intmax_t r) {
+        if (r >= 0)
+                return "success";
+        return r > -4096 ? strerror((int) -r) : "not an errno";
+}
+
+/* Fails unless expr (an int returning 0/positive or a negative errno) succeeded, naming the error. */
+#define assert_ok(expr)                                                \
+        do {                                                           \
+                intmax_t _test_r = (intmax_t) (expr);                  \
+                if (_test_r < 0)                                       \
+                        fail_msg(                                      \
+                                "%s = %jd (%s: %s), expected success", \
+                                #expr,                                 \
+                                _test_r,                               \
+                                test_errno_name(_test_r),              \
+                                test_strerror(_test_r));               \
+        } while (0)
+
+/* Fails unless expr returned exactly the expected value, e.g. assert_errno(r, -EINVAL). */
+#define assert_errno(expr, expected)                                    \
+        do {                                                            \
+                intmax_t _test_r = (intmax_t) (expr);                   \
+                intmax_t _test_e = (intmax_t) (expected);               \
+                if (_test_r != _test_e)                                 \
+                        fail_msg(                                       \
+                                "%s = %jd (%s: %s), expected %jd (%s)", \
+                                #expr,                                  \
+                                _test_r,                                \
+                                test_errno_name(_test_r),               \
+                                test_strerror(_test_r),                 \
+                                _test_e,                                \
+                                test_errno_name(_test_e));              \
+        } while (0)
+
+/* Fails unless the NUL-terminated string s starts with prefix. */
+#define assert_startswith(s, prefix)                                                     \
+        do {                                                                             \
+                const char *_test_s = (s), *_test_p = (prefix);                          \
+                assert_non_null(_test_s);                                                \
+                if (strncmp(_test_s, _test_p, strlen(_test_p)) != 0)                     \
+                        fail_msg("\"%s\" does not start with \"%s\"", _test_s, _test_p); \
+        } while (0)
+
+/* Fails unless needle occurs in the NUL-terminated string s. */
+#define assert_contains(s, needle)                                                    \
+        do {                                                                          \
+                const char *_test_s = (s), *_test_n = (needle);                       \
+                assert_non_null(_test_s);                                             \
+                if (!strstr(_test_s, _test_n))                                        \
+                        fail_msg("\"%s\" does not contain \"%s\"", _test_s, _test_n); \
+        } while (0)
