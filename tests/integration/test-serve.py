@@ -698,6 +698,40 @@ def test_cli(work):
     tap.result(rc == 0, "... and exits 0 on SIGTERM", "exit status %r; stderr:\n%s" % (rc, d.stderr()))
 
 
+def test_notify(work):
+    """Under systemd (Type=notify) the daemon reports READY=1 once serving and STOPPING=1 on SIGTERM."""
+    sock_path = os.path.join(work, "notify.sock")
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(sock_path)
+    sock.settimeout(5)
+    port = free_port()
+    try:
+        d = Daemon(
+            work,
+            "notify",
+            ["--listen", "%s:%d" % (HOST, port), "--state-dir", os.path.join(work, "state-notify")],
+            env=base_env(work, NOTIFY_SOCKET=sock_path),
+        )
+
+        def ready():
+            msg = sock.recv(4096).decode()
+            return "READY=1" in msg.split("\n"), "first notification: %r" % msg
+
+        tap.check("NOTIFY_SOCKET: READY=1 once serving", ready)
+        tap.check("... and /healthz answers then", d.wait_healthy, port)
+        d.proc.send_signal(signal.SIGTERM)
+
+        def stopping():
+            msg = sock.recv(4096).decode()
+            return "STOPPING=1" in msg.split("\n"), "notification after SIGTERM: %r" % msg
+
+        tap.check("NOTIFY_SOCKET: STOPPING=1 on SIGTERM", stopping)
+        rc, _ = d.stop(None)
+        tap.result(rc == 0, "... and exits 0", "exit status %r" % rc)
+    finally:
+        sock.close()
+
+
 def main():
     print("TAP version 13", flush=True)
     if not BIN or not os.access(BIN, os.X_OK):
@@ -718,7 +752,7 @@ def main():
     tap.diag("binary: %s" % BIN)
     tap.diag("work dir: %s" % work)
     try:
-        for section in (test_http, test_nested_and_drain, test_cli):
+        for section in (test_http, test_nested_and_drain, test_cli, test_notify):
             try:
                 section(work)
             except GlobalTimeout:
