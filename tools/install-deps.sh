@@ -7,7 +7,7 @@
 set -euo pipefail
 
 build=(meson ninja-build pkgconf gcc libc6-dev
-       libsystemd-dev libmicrohttpd-dev libjansson-dev)
+       libsystemd-dev libmicrohttpd-dev libjansson-dev libssl-dev)
 check=(libcmocka-dev clang-format-14 curl python3 procps)
 run=()
 bench=(wrk curl procps)

@@ -19,17 +19,17 @@
 
 #define ELEMENTSOF(x) (sizeof(x) / sizeof((x)[0]))
 
-#define MIN(a, b)                         \
-        ({                                \
-                const typeof(a) _a = (a); \
-                const typeof(b) _b = (b); \
-                _a < _b ? _a : _b;        \
+#define MIN(a, b)                                  \
+        ({                                         \
+                const typeof(a) _min_a = (a);      \
+                const typeof(b) _min_b = (b);      \
+                _min_a < _min_b ? _min_a : _min_b; \
         })
-#define MAX(a, b)                         \
-        ({                                \
-                const typeof(a) _a = (a); \
-                const typeof(b) _b = (b); \
-                _a > _b ? _a : _b;        \
+#define MAX(a, b)                                  \
+        ({                                         \
+                const typeof(a) _max_a = (a);      \
+                const typeof(b) _max_b = (b);      \
+                _max_a > _max_b ? _max_a : _max_b; \
         })
 
 #define streq(a, b) (strcmp((a), (b)) == 0)

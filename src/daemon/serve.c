@@ -1,4 +1,5 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
@@ -10,11 +11,16 @@
 #include <systemd/sd-event.h>
 #include <unistd.h>
 
+#include "api-rest.h"
 #include "cleanup.h"
 #include "flags.h"
 #include "fs-util.h"
+#include "host-probe.h"
 #include "http-server.h"
 #include "log.h"
+#include "manager.h"
+#include "mcp-server.h"
+#include "network.h"
 #include "parse-util.h"
 #include "serve.h"
 #include "version.h"
@@ -27,6 +33,52 @@ static char *arg_mcp_path = NULL;
 static char *arg_state_dir = NULL;
 static char *arg_image_dir = NULL;
 static int arg_log_level = LOG_INFO;
+static char *arg_network_subnet = NULL;
+static char *arg_default_network = NULL;
+static char *arg_ovmf_code = NULL;
+static char *arg_ovmf_vars = NULL;
+static HostAccel arg_accel = HOST_ACCEL_AUTO;
+
+/* The firmware pairs looked for, in order, when --ovmf-code/--ovmf-vars are not given. */
+static const char *const ovmf_pairs[][2] = {
+        { "/usr/share/edk2/x64/OVMF_CODE.4m.fd", "/usr/share/edk2/x64/OVMF_VARS.4m.fd" },
+        { "/usr/share/OVMF/OVMF_CODE_4M.fd", "/usr/share/OVMF/OVMF_VARS_4M.fd" },
+        { "/usr/share/OVMF/OVMF_CODE.fd", "/usr/share/OVMF/OVMF_VARS.fd" },
+        { "/usr/share/edk2/ovmf/OVMF_CODE.fd", "/usr/share/edk2/ovmf/OVMF_VARS.fd" },
+};
+
+static int parse_network_subnet(const Flag *f, const char *value, const char **ret_reason) {
+        _cleanup_(api_error_done) ApiError e = API_ERROR_NULL;
+        static char reason[256];
+        struct in_addr prefix;
+        unsigned len;
+
+        if (network_parse_cidr(value, &prefix, &len, &e) < 0) {
+                snprintf(reason, sizeof(reason), "%s", e.message ?: "not an IPv4 CIDR");
+                *ret_reason = reason;
+                return -EINVAL;
+        }
+        return flag_parse_string(f, value, ret_reason);
+}
+
+static int parse_network_name(const Flag *f, const char *value, const char **ret_reason) {
+        if (network_validate_name(value, NULL) < 0) {
+                *ret_reason = "want a network name: lowercase letters, digits and dashes, 1-63 characters";
+                return -EINVAL;
+        }
+        return flag_parse_string(f, value, ret_reason);
+}
+
+static int parse_accel(const Flag *f, const char *value, const char **ret_reason) {
+        HostAccel a = host_accel_from_string(value);
+
+        if (a < 0) {
+                *ret_reason = "want auto, kvm or tcg";
+                return -EINVAL;
+        }
+        *(HostAccel *) f->dest = a;
+        return 0;
+}
 
 static const Flag serve_flags[] = {
         {
@@ -67,6 +119,52 @@ static const Flag serve_flags[] = {
                 .dest = &arg_image_dir,
         },
         {
+                .name = "network-subnet",
+                .env = "VM_MANAGER_NETWORK_SUBNET",
+                .default_value = "192.168.127.0/24",
+                .metavar = "CIDR",
+                .help = "CIDR of the default network, created at start-up when missing (an existing one keeps its CIDR)",
+                .parse = parse_network_subnet,
+                .dest = &arg_network_subnet,
+        },
+        {
+                .name = "default-network",
+                .env = "VM_MANAGER_DEFAULT_NETWORK",
+                .default_value = "default",
+                .metavar = "NAME",
+                .help = "name of the network created at start-up",
+                .parse = parse_network_name,
+                .dest = &arg_default_network,
+        },
+        {
+                .name = "ovmf-code",
+                .env = "VM_MANAGER_OVMF_CODE",
+                .default_help = "the first pair found of /usr/share/edk2/x64/OVMF_CODE.4m.fd, /usr/share/OVMF/OVMF_CODE_4M.fd, "
+                                "/usr/share/OVMF/OVMF_CODE.fd, /usr/share/edk2/ovmf/OVMF_CODE.fd",
+                .metavar = "PATH",
+                .help = "firmware code image VMs boot with; get_host reports its build",
+                .parse = flag_parse_directory,
+                .dest = &arg_ovmf_code,
+        },
+        {
+                .name = "ovmf-vars",
+                .env = "VM_MANAGER_OVMF_VARS",
+                .default_help = "the variable store next to the code image found",
+                .metavar = "PATH",
+                .help = "firmware variable store template, copied for each VM",
+                .parse = flag_parse_directory,
+                .dest = &arg_ovmf_vars,
+        },
+        {
+                .name = "accel",
+                .env = "VM_MANAGER_ACCEL",
+                .default_value = "auto",
+                .metavar = "MODE",
+                .help = "auto, kvm or tcg; auto uses KVM only where it can run a standard guest, else TCG (get_host says why)",
+                .parse = parse_accel,
+                .dest = &arg_accel,
+        },
+        {
                 .name = "log-level",
                 .env = "VM_MANAGER_LOG_LEVEL",
                 .default_value = "info",
@@ -82,6 +180,28 @@ static void free_args(void) {
         arg_mcp_path = mfree(arg_mcp_path);
         arg_state_dir = mfree(arg_state_dir);
         arg_image_dir = mfree(arg_image_dir);
+        arg_network_subnet = mfree(arg_network_subnet);
+        arg_default_network = mfree(arg_default_network);
+        arg_ovmf_code = mfree(arg_ovmf_code);
+        arg_ovmf_vars = mfree(arg_ovmf_vars);
+}
+
+static int default_ovmf(void) {
+        const char *code = ovmf_pairs[0][0], *vars = ovmf_pairs[0][1];
+
+        if (arg_ovmf_code && arg_ovmf_vars)
+                return 0;
+        for (size_t i = 0; i < ELEMENTSOF(ovmf_pairs); i++)
+                if (access(ovmf_pairs[i][0], R_OK) >= 0 && access(ovmf_pairs[i][1], R_OK) >= 0) {
+                        code = ovmf_pairs[i][0];
+                        vars = ovmf_pairs[i][1];
+                        break;
+                }
+        if (!arg_ovmf_code && !(arg_ovmf_code = strdup(code)))
+                return -ENOMEM;
+        if (!arg_ovmf_vars && !(arg_ovmf_vars = strdup(vars)))
+                return -ENOMEM;
+        return 0;
 }
 
 typedef enum DaemonPhase {
@@ -92,6 +212,8 @@ typedef enum DaemonPhase {
 
 typedef struct Daemon {
         sd_event *event;
+        Manager *manager;
+        McpServer *mcp;
         HttpServer *http;
         sd_event_source *sigterm, *sigint, *drain_timer, *ready_defer;
         DaemonPhase phase;
@@ -101,6 +223,8 @@ typedef struct Daemon {
 
 static void daemon_done(Daemon *d) {
         d->http = http_server_free(d->http);
+        d->mcp = mcp_server_free(d->mcp);
+        d->manager = manager_free(d->manager);
         d->sigterm = sd_event_source_disable_unref(d->sigterm);
         d->sigint = sd_event_source_disable_unref(d->sigint);
         d->drain_timer = sd_event_source_disable_unref(d->drain_timer);
@@ -200,8 +324,17 @@ static void handle_request(HttpRequest *req, void *userdata) {
                 return;
         }
 
+        if (d->mcp && mcp_server_handle(d->mcp, req))
+                return;
+        if (d->manager && api_rest_handle(d->manager, req))
+                return;
+
         (void) api_error_set(&e, -ENOENT, API_ERROR_NOT_FOUND, "no route %s %s", method, path);
         (void) http_request_reply_error(req, &e);
+}
+
+static bool address_is_loopback(const char *address) {
+        return strneq(address, "127.", 4) || strneq(address, "[::1]:", 6);
 }
 
 static int on_drain(sd_event_source *s, usec_t usec, void *userdata) {
@@ -313,6 +446,35 @@ static int run(void) {
         if (r < 0)
                 return log_error_errno(r, "%s", e.message ?: "Failed to start the HTTP server: %m");
 
+        r = manager_new(
+                &d.manager,
+                d.event,
+                &(ManagerConfig){
+                        .state_dir = arg_state_dir,
+                        .image_dir = arg_image_dir,
+                        .default_network = arg_default_network,
+                        .network_subnet = arg_network_subnet,
+                        .ovmf_code = arg_ovmf_code,
+                        .ovmf_vars = arg_ovmf_vars,
+                        .accel = arg_accel,
+                        .version = vmm_version,
+                        .commit = vmm_commit,
+                        .built = vmm_build_time,
+                },
+                &e);
+        if (r < 0)
+                return log_error_errno(r, "%s", e.message ?: "Failed to load the state: %m");
+
+        r = mcp_server_new(
+                &d.mcp,
+                d.manager,
+                &(McpServerOptions){
+                        .path = arg_mcp_path,
+                        .loopback_only = address_is_loopback(http_server_address(d.http)),
+                });
+        if (r < 0)
+                return log_error_errno(r, "Failed to set up MCP: %m");
+
         r = sd_event_add_defer(d.event, &d.ready_defer, on_started, &d);
         if (r < 0)
                 return log_error_errno(r, "Failed to schedule start-up: %m");
@@ -350,6 +512,11 @@ int serve_main(int argc, char **argv) {
         log_set_max_level(arg_log_level);
 
         if (!arg_state_dir && default_state_dir(&arg_state_dir) < 0) {
+                log_oom();
+                free_args();
+                return EXIT_FAILURE;
+        }
+        if (default_ovmf() < 0) {
                 log_oom();
                 free_args();
                 return EXIT_FAILURE;

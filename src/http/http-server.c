@@ -41,6 +41,13 @@ struct HttpRequest {
         unsigned status;
         char **headers; /* name, value, name, value, …, NULL */
 
+        /* A streamed body (http_request_reply_stream()): bytes queued and not yet sent. */
+        bool streaming;
+        bool stream_ended;
+        bool stream_parked; /* the content reader suspended the connection: no data yet */
+        char *stream_buf;
+        size_t stream_len, stream_off;
+
         HttpRequest *prev, *next; /* the server's list of live requests */
 };
 
@@ -77,6 +84,7 @@ HttpRequest *http_request_unref(HttpRequest *r) {
         if (r->response)
                 MHD_destroy_response(r->response);
         strv_free(r->headers);
+        free(r->stream_buf);
         free(r->body);
         free(r->path);
         free(r->method);
@@ -160,18 +168,9 @@ static enum MHD_Result request_queue(HttpRequest *r) {
         return ret;
 }
 
-int http_request_reply(HttpRequest *r, unsigned status, const char *content_type, const void *data, size_t size) {
-        struct MHD_Response *resp;
-
-        assert_return(r, -EINVAL);
-        if (r->response || r->state == REQUEST_DONE || r->state == REQUEST_RESUMING)
-                return -EALREADY;
-        if (!r->connection)
-                return -ECONNRESET;
-
-        resp = MHD_create_response_from_buffer(size, (void *) (data ?: ""), MHD_RESPMEM_MUST_COPY);
-        if (!resp)
-                return -ENOMEM;
+/* Adds the common headers to resp and stores it as the request's answer; takes resp. */
+static int request_set_response(
+        HttpRequest *r, unsigned status, const char *content_type, struct MHD_Response *resp) {
         if (content_type &&
             MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, content_type) != MHD_YES)
                 goto oom;
@@ -196,6 +195,101 @@ int http_request_reply(HttpRequest *r, unsigned status, const char *content_type
 oom:
         MHD_destroy_response(resp);
         return -ENOMEM;
+}
+
+static int request_can_reply(HttpRequest *r) {
+        assert_return(r, -EINVAL);
+        if (r->response || r->state == REQUEST_DONE || r->state == REQUEST_RESUMING)
+                return -EALREADY;
+        if (!r->connection)
+                return -ECONNRESET;
+        return 0;
+}
+
+int http_request_reply(HttpRequest *r, unsigned status, const char *content_type, const void *data, size_t size) {
+        struct MHD_Response *resp;
+        int k;
+
+        k = request_can_reply(r);
+        if (k < 0)
+                return k;
+        resp = MHD_create_response_from_buffer(size, (void *) (data ?: ""), MHD_RESPMEM_MUST_COPY);
+        if (!resp)
+                return -ENOMEM;
+        return request_set_response(r, status, content_type, resp);
+}
+
+static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
+        HttpRequest *r = cls;
+        size_t n;
+
+        if (r->stream_off < r->stream_len) {
+                n = MIN(max, r->stream_len - r->stream_off);
+                memcpy(buf, r->stream_buf + r->stream_off, n);
+                r->stream_off += n;
+                if (r->stream_off == r->stream_len)
+                        r->stream_off = r->stream_len = 0;
+                return (ssize_t) n;
+        }
+        if (r->stream_ended || !r->connection)
+                return MHD_CONTENT_READER_END_OF_STREAM;
+        /* Nothing to send yet: park the connection until http_request_stream_write() or _end(). */
+        r->stream_parked = true;
+        MHD_suspend_connection(r->connection);
+        return 0;
+}
+
+static void stream_reader_free(void *cls) {
+        http_request_unref(cls);
+}
+
+static void stream_unpark(HttpRequest *r) {
+        if (!r->stream_parked || !r->connection)
+                return;
+        r->stream_parked = false;
+        MHD_resume_connection(r->connection);
+        server_kick(r->server);
+}
+
+int http_request_reply_stream(HttpRequest *r, unsigned status, const char *content_type) {
+        struct MHD_Response *resp;
+        int k;
+
+        k = request_can_reply(r);
+        if (k < 0)
+                return k;
+        resp = MHD_create_response_from_callback(
+                MHD_SIZE_UNKNOWN, 16 * 1024, stream_reader, r, stream_reader_free);
+        if (!resp)
+                return -ENOMEM;
+        http_request_ref(r); /* held by the response, dropped in stream_reader_free() */
+        r->streaming = true;
+        return request_set_response(r, status, content_type, resp);
+}
+
+int http_request_stream_write(HttpRequest *r, const void *data, size_t size) {
+        assert_return(r && r->streaming, -EINVAL);
+        if (r->stream_ended)
+                return -EPIPE;
+        if (!r->connection)
+                return -ECONNRESET;
+        if (r->stream_len + size > HTTP_STREAM_MAX_BACKLOG)
+                return -ENOBUFS; /* a client that stopped reading does not get to hold our memory */
+        char *b = realloc(r->stream_buf, r->stream_len + size);
+        if (!b)
+                return -ENOMEM;
+        memcpy(b + r->stream_len, data, size);
+        r->stream_buf = b;
+        r->stream_len += size;
+        stream_unpark(r);
+        return 0;
+}
+
+int http_request_stream_end(HttpRequest *r) {
+        assert_return(r && r->streaming, -EINVAL);
+        r->stream_ended = true;
+        stream_unpark(r);
+        return 0;
 }
 
 int http_request_reply_json(HttpRequest *r, unsigned status, const json_t *v) {
@@ -658,6 +752,10 @@ void http_server_quiesce(HttpServer *s) {
         if (!s || s->quiesced || !s->daemon)
                 return;
         s->quiesced = true;
+        /* Open streams are subscriptions, not work in flight: end them so the drain can finish. */
+        for (HttpRequest *r = s->requests; r; r = r->next)
+                if (r->streaming)
+                        (void) http_request_stream_end(r);
         fd = MHD_quiesce_daemon(s->daemon);
         if (fd != MHD_INVALID_SOCKET)
                 (void) close(fd);
@@ -681,6 +779,8 @@ HttpServer *http_server_free(HttpServer *s) {
                         if (r->state == REQUEST_SUSPENDED)
                                 (void) reply_error_static(
                                         r, -ESHUTDOWN, API_ERROR_CONFLICT, "vm-manager is shutting down");
+                        else if (r->streaming)
+                                (void) http_request_stream_end(r);
                 while (s->requests && now_usec(CLOCK_MONOTONIC) < deadline)
                         (void) MHD_run_wait(s->daemon, 10);
                 MHD_stop_daemon(s->daemon); /* completes every open request through on_completed() */

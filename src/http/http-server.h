@@ -70,5 +70,15 @@ int http_request_reply(HttpRequest *r, unsigned status, const char *content_type
 int http_request_reply_json(HttpRequest *r, unsigned status, const json_t *v);
 int http_request_reply_error(HttpRequest *r, const ApiError *e);
 int http_request_reply_text(HttpRequest *r, unsigned status, const char *text);
+/* Answers with status and headers now and keeps the body open (server-sent events): bytes given
+ * to http_request_stream_write() go out as they come, http_request_stream_end() completes the
+ * response. The connection waits, without polling, while there is nothing to send. At most
+ * HTTP_STREAM_MAX_BACKLOG unsent bytes are kept (-ENOBUFS beyond). Streams are ended when the
+ * server is quiesced or freed. */
+int http_request_reply_stream(HttpRequest *r, unsigned status, const char *content_type);
+int http_request_stream_write(HttpRequest *r, const void *data, size_t size);
+int http_request_stream_end(HttpRequest *r);
+#define HTTP_STREAM_MAX_BACKLOG ((size_t) 1 << 20)
+
 /* Adds a response header to the reply that follows. */
 int http_request_add_header(HttpRequest *r, const char *name, const char *value);

@@ -1,0 +1,183 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#include <stdlib.h>
+#include <string.h>
+
+#include "api-rest.h"
+#include "cleanup.h"
+#include "json-util.h"
+#include "log.h"
+#include "operation.h"
+#include "parse-util.h"
+
+/* Matches path against a pattern such as "/networks/{name}", one segment per {param}. On success
+ * the params are set in args as strings. */
+static bool route_match(const char *pattern, const char *path, json_t *args) {
+        const char *p = pattern, *s = path;
+
+        for (;;) {
+                if (*p == 0 || *s == 0)
+                        return *p == 0 && *s == 0;
+                if (*p != '/' || *s != '/')
+                        return false;
+                p++;
+                s++;
+
+                size_t plen = strcspn(p, "/"), slen = strcspn(s, "/");
+                if (slen == 0)
+                        return false; /* empty segment: "//" or a trailing slash */
+                if (p[0] == '{' && plen > 2 && p[plen - 1] == '}') {
+                        _cleanup_free_ char *name = strndup(p + 1, plen - 2);
+                        if (!name || json_object_set_new(args, name, json_stringn(s, slen)) < 0)
+                                return false; /* invalid UTF-8 in a segment cannot name anything */
+                } else if (plen != slen || strncmp(p, s, plen) != 0)
+                        return false;
+                p += plen;
+                s += slen;
+        }
+}
+
+static int reply(HttpRequest *req, unsigned status, json_t *v) {
+        if (status == 204 || !v)
+                return http_request_reply(req, 204, NULL, NULL, 0);
+        return http_request_reply_json(req, status, v);
+}
+
+static void reply_error(HttpRequest *req, ApiError *e) {
+        unsigned status = api_error_http_status(e);
+
+        if (status >= 500)
+                log_struct(
+                        LOG_ERR,
+                        LOG_FIELDS({ "METHOD", http_request_method(req) }, { "PATH", http_request_path(req) }),
+                        "%s",
+                        e->message);
+        (void) http_request_reply_error(req, e);
+}
+
+/* Query parameters declared by the operation, converted to their declared type. */
+static int add_query_params(const Operation *op, HttpRequest *req, json_t *args, ApiError *reterr) {
+        for (const OperationParam *p = op->params; p->name; p++) {
+                const char *v;
+
+                if (!(p->flags & PARAM_IN_QUERY))
+                        continue;
+                v = http_request_query(req, p->name);
+                if (!v)
+                        continue;
+                if (p->type == PARAM_INTEGER) {
+                        int64_t i;
+                        if (safe_atoi64(v, &i) < 0)
+                                return api_error_set(
+                                        reterr,
+                                        -EINVAL,
+                                        API_ERROR_INVALID_REQUEST,
+                                        "%s: \"%s\" is not an integer",
+                                        p->name,
+                                        v);
+                        if (json_object_set_new(args, p->name, json_integer(i)) < 0)
+                                return -ENOMEM;
+                } else if (json_object_set_new(args, p->name, json_string(v)) < 0)
+                        return api_error_set(
+                                reterr, -EINVAL, API_ERROR_INVALID_REQUEST, "%s: not valid UTF-8", p->name);
+        }
+        return 0;
+}
+
+bool api_rest_handle(Manager *m, HttpRequest *req) {
+        _cleanup_(api_error_done) ApiError e = API_ERROR_NULL;
+        const char *path = http_request_path(req), *method = http_request_method(req), *sub;
+        const Operation *table, *op = NULL;
+        json_auto_t *args = NULL, *result = NULL;
+        size_t n;
+        int r;
+
+        if (!strneq(path, API_REST_PREFIX, strlen(API_REST_PREFIX)))
+                return false;
+        sub = path + strlen(API_REST_PREFIX);
+        if (*sub != 0 && *sub != '/')
+                return false; /* "/api/v10" is not ours */
+
+        bool get = streq(method, "GET") || streq(method, "HEAD");
+        if (get && streq(sub, "/openapi.yaml")) {
+                (void) http_request_reply(
+                        req, 200, "application/yaml", api_openapi_yaml, api_openapi_yaml_size);
+                return true;
+        }
+
+        table = operation_table(&n);
+        for (size_t i = 0; i < n && !op; i++) {
+                if (!table[i].method)
+                        continue;
+                if (!streq(table[i].method, method) && !(get && streq(table[i].method, "GET")))
+                        continue;
+                json_decref(args);
+                args = json_object();
+                if (!args) {
+                        (void) api_error_set(&e, -ENOMEM, API_ERROR_INTERNAL, "out of memory");
+                        reply_error(req, &e);
+                        return true;
+                }
+                if (route_match(table[i].path, sub, args))
+                        op = &table[i];
+        }
+        if (!op) {
+                (void) api_error_set(&e, -ENOENT, API_ERROR_NOT_FOUND, "no route %s %s", method, path);
+                reply_error(req, &e);
+                return true;
+        }
+
+        /* The order of checks decides 400 against 404: the body is decoded and checked before any
+         * record is looked up. */
+        if (op->rest_body) {
+                json_auto_t *body = NULL;
+                const char *key;
+                json_t *v;
+
+                r = http_request_body_json(req, &body, &e);
+                if (r < 0) {
+                        reply_error(req, &e);
+                        return true;
+                }
+                if (!json_is_object(body)) {
+                        (void) api_error_set(
+                                &e,
+                                -EINVAL,
+                                API_ERROR_INVALID_REQUEST,
+                                "body: expected a JSON object, got %s",
+                                json_type_name(body));
+                        reply_error(req, &e);
+                        return true;
+                }
+                json_object_foreach(body, key, v) {
+                        if (json_object_get(args, key)) {
+                                (void) api_error_set(
+                                        &e,
+                                        -EINVAL,
+                                        API_ERROR_INVALID_REQUEST,
+                                        "body: field \"%s\" belongs in the path",
+                                        key);
+                                reply_error(req, &e);
+                                return true;
+                        }
+                        if (json_object_set(args, key, v) < 0) {
+                                (void) api_error_set(&e, -ENOMEM, API_ERROR_INTERNAL, "out of memory");
+                                reply_error(req, &e);
+                                return true;
+                        }
+                }
+        }
+        r = add_query_params(op, req, args, &e);
+        if (r < 0) {
+                api_error_from_errno(&e, r, op->name);
+                reply_error(req, &e);
+                return true;
+        }
+
+        r = operation_run(op, m, args, &result, &e);
+        if (r < 0) {
+                reply_error(req, &e);
+                return true;
+        }
+        (void) reply(req, op->success_status, result);
+        return true;
+}

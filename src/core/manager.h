@@ -1,0 +1,46 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#pragma once
+
+#include <systemd/sd-event.h>
+
+#include "api-error.h"
+#include "cleanup.h"
+#include "host-probe.h"
+#include "image-catalog.h"
+#include "network.h"
+
+/* The service behind both surfaces: it owns the records (networks, images, host facts, and the VMs
+ * of later parts) and runs every operation. REST and MCP only translate to and from it. */
+
+typedef struct ManagerConfig {
+        const char *state_dir;
+        const char *image_dir;
+        const char *default_network; /* created at start-up when missing */
+        const char *network_subnet;  /* its CIDR */
+        const char *ovmf_code;
+        const char *ovmf_vars;
+        HostAccel accel;
+        /* the build, for get_info */
+        const char *version;
+        const char *commit;
+        const char *built;
+} ManagerConfig;
+
+typedef struct Manager {
+        sd_event *event;
+        char *state_dir;
+        char *image_dir;
+        char *version, *commit, *built;
+        NetworkRegistry *networks;
+        ImageCatalog *images;
+        HostProbe *host;
+} Manager;
+
+/* Loads the state directory (networks and leases), scans the image directory (and watches it),
+ * probes the host, and ensures the default network. */
+int manager_new(Manager **ret, sd_event *event, const ManagerConfig *cfg, ApiError *reterr);
+Manager *manager_free(Manager *m);
+DEFINE_TRIVIAL_CLEANUP_FUNC(Manager *, manager_free);
+
+/* The name of the VM holding a lease, for messages; NULL when unknown. */
+const char *manager_vm_name(const char *vm_id, void *userdata);

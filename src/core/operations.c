@@ -1,0 +1,473 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#include <stdlib.h>
+
+#include "cleanup.h"
+#include "json-util.h"
+#include "operation.h"
+
+static int op_get_info(Manager *m, json_t *args, json_t **ret, ApiError *reterr) {
+        json_auto_t *tools = json_array(), *info = NULL;
+        size_t n;
+        const Operation *table = operation_table(&n);
+
+        if (!tools)
+                return -ENOMEM;
+        for (size_t i = 0; i < n; i++)
+                if (table[i].name && json_array_append_new(tools, json_string(table[i].name)) < 0)
+                        return -ENOMEM;
+        info = json_pack(
+                "{s:s,s:s,s:s,s:O}", "version", m->version, "commit", m->commit, "built", m->built, "tools", tools);
+        if (!info)
+                return -ENOMEM;
+        *ret = TAKE_PTR(info);
+        return 0;
+}
+
+static int op_get_host(Manager *m, json_t *args, json_t **ret, ApiError *reterr) {
+        json_t *h = host_probe_to_json(m->host);
+
+        if (!h)
+                return -ENOMEM;
+        *ret = h;
+        return 0;
+}
+
+static int op_list_images(Manager *m, json_t *args, json_t **ret, ApiError *reterr) {
+        json_t *l = image_catalog_to_json(m->images);
+
+        if (!l)
+                return -ENOMEM;
+        *ret = l;
+        return 0;
+}
+
+static int op_get_image(Manager *m, json_t *args, json_t **ret, ApiError *reterr) {
+        return image_catalog_get_json(m->images, json_string_value(json_object_get(args, "ref")), ret, reterr);
+}
+
+static int op_list_networks(Manager *m, json_t *args, json_t **ret, ApiError *reterr) {
+        json_t *l = network_registry_to_json(m->networks);
+
+        if (!l)
+                return -ENOMEM;
+        *ret = l;
+        return 0;
+}
+
+static int lookup_network(Manager *m, json_t *args, Network **ret, ApiError *reterr) {
+        const char *name = json_string_value(json_object_get(args, "name"));
+        Network *n = network_registry_get(m->networks, name);
+
+        if (!n)
+                return api_error_set(reterr, -ENOENT, API_ERROR_NOT_FOUND, "network \"%s\"", name);
+        *ret = n;
+        return 0;
+}
+
+static int op_get_network(Manager *m, json_t *args, json_t **ret, ApiError *reterr) {
+        Network *n = NULL;
+        int r;
+
+        r = lookup_network(m, args, &n, reterr);
+        if (r < 0)
+                return r;
+        *ret = network_to_json(n);
+        return *ret ? 0 : -ENOMEM;
+}
+
+static int op_create_network(Manager *m, json_t *args, json_t **ret, ApiError *reterr) {
+        Network *n = NULL;
+        int r;
+
+        r = network_create(m->networks, args, &n, reterr);
+        if (r < 0)
+                return r;
+        *ret = network_to_json(n);
+        return *ret ? 0 : -ENOMEM;
+}
+
+static int op_delete_network(Manager *m, json_t *args, json_t **ret, ApiError *reterr) {
+        const char *name = json_string_value(json_object_get(args, "name"));
+        int r;
+
+        r = network_delete(m->networks, name, manager_vm_name, m, reterr);
+        if (r < 0)
+                return r;
+        /* REST answers 204; MCP gets this record of what was removed. */
+        *ret = json_pack("{s:s,s:b}", "id", name, "deleted", true);
+        return *ret ? 0 : -ENOMEM;
+}
+
+static const OperationParam no_params[] = { { .name = NULL } };
+
+static const OperationParam image_ref_params[] = {
+        { .name = "ref",
+          .type = PARAM_STRING,
+          .flags = PARAM_REQUIRED | PARAM_IN_PATH,
+          .description =
+                  "Image reference: \"<id>_<version>\" as listed by list_images, or a bare id for its newest version" },
+        { .name = NULL },
+};
+
+static const OperationParam network_name_params[] = {
+        { .name = "name",
+          .type = PARAM_STRING,
+          .flags = PARAM_REQUIRED | PARAM_IN_PATH,
+          .description = "Network name as returned by create_network or list_networks" },
+        { .name = NULL },
+};
+
+static const OperationParam create_network_params[] = {
+        { .name = "name",
+          .type = PARAM_STRING,
+          .flags = PARAM_REQUIRED,
+          .description =
+                  "Network name: lowercase letters, digits and dashes, 1-63 characters, starting and ending with a letter or digit" },
+        { .name = "cidr",
+          .type = PARAM_STRING,
+          .flags = PARAM_REQUIRED,
+          .description =
+                  "IPv4 prefix, /16 to /29, outside 169.254.0.0/16, e.g. 192.168.128.0/24; .1 is the gateway, VMs get .2 upwards" },
+        { .name = "dns_search_domain",
+          .type = PARAM_STRING,
+          .flags = 0,
+          .description = "DNS search domain handed to guests by DHCP, e.g. lab.internal (optional)" },
+        { .name = NULL },
+};
+
+/* Registration order: get_info lists the tools in this order. */
+static const Operation operations[] = {
+        {
+                .name = "get_info",
+                .description = "Read-only. This server's build (release version, commit, build time) and the names of its tools. "
+                               "Call get_host next to learn whether this host can run VMs.",
+                .hints = OP_HINTS_READ,
+                .params = no_params,
+                .handler = op_get_info,
+        },
+        {
+                .name = "get_host",
+                .description =
+                        "Read-only. Host capabilities: kernel, CPUs, memory, /dev/kvm and /dev/vhost-vsock, the qemu, swtpm "
+                        "and systemd versions, the OVMF firmware image and its build (sha256, package, version), "
+                        "storage providers, the accelerator VMs will use and why, and ready plus missing. Call this "
+                        "first: it says whether VMs can run here and what to install when they cannot.",
+                .hints = OP_HINTS_READ,
+                .method = "GET",
+                .path = "/host",
+                .success_status = 200,
+                .params = no_params,
+                .handler = op_get_host,
+        },
+        {
+                .name = "list_images",
+                .description =
+                        "Read-only. The bootable OS images found in the image directory: id, version, UKI and disk "
+                        "paths, the Kubernetes sysext versions offered, and the PCR policy. An empty list means no "
+                        "image has been built or --image-dir points elsewhere. Call get_host first; pass an image "
+                        "to create_vm, or let it default to the newest.",
+                .hints = OP_HINTS_READ,
+                .method = "GET",
+                .path = "/images",
+                .success_status = 200,
+                .list_key = "images",
+                .params = no_params,
+                .handler = op_list_images,
+        },
+        {
+                .name = "get_image",
+                .description = "Read-only. Describe one image by \"<id>_<version>\", or by a bare id for its newest version. "
+                               "Call list_images first to see what exists.",
+                .hints = OP_HINTS_READ,
+                .method = "GET",
+                .path = "/images/{ref}",
+                .success_status = 200,
+                .params = image_ref_params,
+                .handler = op_get_image,
+        },
+        {
+                .name = "list_networks",
+                .description = "Read-only. The virtual networks with their CIDR, gateway and leases (the MAC and IP of each "
+                               "attached VM). A network named \"default\" exists from start-up. Call this before "
+                               "create_vm to pick a network, or create_network to make another.",
+                .hints = OP_HINTS_READ,
+                .method = "GET",
+                .path = "/networks",
+                .success_status = 200,
+                .list_key = "networks",
+                .params = no_params,
+                .handler = op_list_networks,
+        },
+        {
+                .name = "get_network",
+                .description = "Read-only. Describe one network: spec, gateway and leases. Call list_networks first for the "
+                               "names.",
+                .hints = OP_HINTS_READ,
+                .method = "GET",
+                .path = "/networks/{name}",
+                .success_status = 200,
+                .params = network_name_params,
+                .handler = op_get_network,
+        },
+        {
+                .name = "create_network",
+                .description =
+                        "WRITES: create a rootless virtual network with DHCP, DNS, NAT to whatever the host reaches, "
+                        "and the instance metadata service at 169.254.169.254. VMs on different networks never see "
+                        "each other, even when their CIDRs overlap. Call list_networks first: the \"default\" "
+                        "network may be all you need.",
+                .hints = OP_HINTS_CREATE,
+                .method = "POST",
+                .path = "/networks",
+                .success_status = 201,
+                .rest_body = true,
+                .params = create_network_params,
+                .handler = op_create_network,
+        },
+        {
+                .name = "delete_network",
+                .description = "WRITES (destructive): delete a network. Fails with conflict while any VM is attached: call "
+                               "get_network to see its leases and delete those VMs first.",
+                .hints = OP_HINTS_DESTRUCTIVE,
+                .method = "DELETE",
+                .path = "/networks/{name}",
+                .success_status = 204,
+                .params = network_name_params,
+                .handler = op_delete_network,
+        },
+};
+
+const Operation *operation_table(size_t *ret_n) {
+        *ret_n = ELEMENTSOF(operations);
+        return operations;
+}
+
+const Operation *operation_find(const char *name) {
+        if (!name)
+                return NULL;
+        for (size_t i = 0; i < ELEMENTSOF(operations); i++)
+                if (streq(operations[i].name, name))
+                        return &operations[i];
+        return NULL;
+}
+
+static const char *param_type_expect(ParamType t) {
+        switch (t) {
+        case PARAM_STRING:
+                return "a string";
+        case PARAM_INTEGER:
+                return "an integer";
+        case PARAM_BOOLEAN:
+                return "a boolean";
+        case PARAM_STRING_ARRAY:
+                return "an array of strings";
+        case PARAM_STRING_MAP:
+                return "an object of strings";
+        default:
+                return "a value";
+        }
+}
+
+static bool param_type_matches(ParamType t, json_t *v) {
+        const char *k;
+        json_t *e;
+        size_t i;
+
+        switch (t) {
+        case PARAM_STRING:
+                return json_is_string(v);
+        case PARAM_INTEGER:
+                return json_is_integer(v);
+        case PARAM_BOOLEAN:
+                return json_is_boolean(v);
+        case PARAM_STRING_ARRAY:
+                if (!json_is_array(v))
+                        return false;
+                json_array_foreach(v, i, e) if (!json_is_string(e)) return false;
+                return true;
+        case PARAM_STRING_MAP:
+                if (!json_is_object(v))
+                        return false;
+                json_object_foreach(v, k, e) if (!json_is_string(e)) return false;
+                return true;
+        default:
+                return false;
+        }
+}
+
+/* Strings reach file names, logs and other programs: no NUL, and a sane size. */
+#define PARAM_STRING_MAX 65536
+
+static int check_string(const char *name, json_t *v, ApiError *reterr) {
+        if (json_string_length(v) > PARAM_STRING_MAX)
+                return api_error_set(
+                        reterr,
+                        -E2BIG,
+                        API_ERROR_INVALID_REQUEST,
+                        "field \"%s\": longer than %d bytes",
+                        name,
+                        PARAM_STRING_MAX);
+        if (memchr(json_string_value(v), 0, json_string_length(v)))
+                return api_error_set(
+                        reterr,
+                        -EINVAL,
+                        API_ERROR_INVALID_REQUEST,
+                        "field \"%s\": contains a NUL character",
+                        name);
+        return 0;
+}
+
+int operation_check_args(const Operation *op, json_t *args, ApiError *reterr) {
+        const char *key;
+        json_t *v;
+        int r;
+
+        assert_return(op, -EINVAL);
+
+        if (!json_is_object(args))
+                return api_error_set(
+                        reterr,
+                        -EINVAL,
+                        API_ERROR_INVALID_REQUEST,
+                        "expected a JSON object, got %s",
+                        args ? json_type_name(args) : "nothing");
+
+        json_object_foreach(args, key, v) {
+                const OperationParam *p = NULL;
+
+                for (const OperationParam *i = op->params; i->name; i++)
+                        if (streq(i->name, key)) {
+                                p = i;
+                                break;
+                        }
+                if (!p)
+                        return api_error_set(
+                                reterr, -EINVAL, API_ERROR_INVALID_REQUEST, "unknown field \"%s\"", key);
+                if (json_is_null(v) && !(p->flags & PARAM_REQUIRED))
+                        continue;
+                if (!param_type_matches(p->type, v))
+                        return api_error_set(
+                                reterr,
+                                -EINVAL,
+                                API_ERROR_INVALID_REQUEST,
+                                "field \"%s\": expected %s, got %s",
+                                key,
+                                param_type_expect(p->type),
+                                json_type_name(v));
+                if (p->type == PARAM_STRING) {
+                        r = check_string(key, v, reterr);
+                        if (r < 0)
+                                return r;
+                        if (p->enum_values) {
+                                bool ok = false;
+                                for (const char *const *e = p->enum_values; *e; e++)
+                                        ok = ok || streq(*e, json_string_value(v));
+                                if (!ok)
+                                        return api_error_set(
+                                                reterr,
+                                                -EINVAL,
+                                                API_ERROR_INVALID_REQUEST,
+                                                "field \"%s\": \"%s\" is not one of the allowed values",
+                                                key,
+                                                json_string_value(v));
+                        }
+                }
+        }
+
+        for (const OperationParam *p = op->params; p->name; p++) {
+                v = json_object_get(args, p->name);
+                if ((p->flags & PARAM_REQUIRED) && (!v || json_is_null(v)))
+                        return api_error_set(
+                                reterr, -EINVAL, API_ERROR_INVALID_REQUEST, "field \"%s\" is required", p->name);
+        }
+        return 0;
+}
+
+int operation_run(const Operation *op, Manager *m, json_t *args, json_t **ret, ApiError *reterr) {
+        json_auto_t *result = NULL;
+        int r;
+
+        r = operation_check_args(op, args, reterr);
+        if (r < 0)
+                return r;
+        r = op->handler(m, args, &result, reterr);
+        if (r < 0) {
+                api_error_from_errno(reterr, r, op->name);
+                return r;
+        }
+        *ret = TAKE_PTR(result);
+        return 0;
+}
+
+const char *param_type_to_json_schema(ParamType t) {
+        switch (t) {
+        case PARAM_STRING:
+                return "string";
+        case PARAM_INTEGER:
+                return "integer";
+        case PARAM_BOOLEAN:
+                return "boolean";
+        case PARAM_STRING_ARRAY:
+                return "array";
+        case PARAM_STRING_MAP:
+                return "object";
+        default:
+                return NULL;
+        }
+}
+
+json_t *operation_tool_json(const Operation *op) {
+        json_auto_t *props = json_object(), *required = json_array(), *tool = NULL;
+
+        if (!props || !required)
+                return NULL;
+        for (const OperationParam *p = op->params; p->name; p++) {
+                json_auto_t *s = json_pack(
+                        "{s:s,s:s}", "type", param_type_to_json_schema(p->type), "description", p->description);
+                if (!s)
+                        return NULL;
+                if (p->type == PARAM_STRING_ARRAY &&
+                    json_object_set_new(s, "items", json_pack("{s:s}", "type", "string")) < 0)
+                        return NULL;
+                if (p->type == PARAM_STRING_MAP &&
+                    json_object_set_new(s, "additionalProperties", json_pack("{s:s}", "type", "string")) < 0)
+                        return NULL;
+                if (p->enum_values) {
+                        json_t *e = json_array();
+                        for (const char *const *i = p->enum_values; *i; i++)
+                                json_array_append_new(e, json_string(*i));
+                        if (json_object_set_new(s, "enum", e) < 0)
+                                return NULL;
+                }
+                if (json_object_set(props, p->name, s) < 0)
+                        return NULL;
+                if ((p->flags & PARAM_REQUIRED) && json_array_append_new(required, json_string(p->name)) < 0)
+                        return NULL;
+        }
+
+        tool = json_pack(
+                "{s:s,s:s,s:{s:s,s:O,s:O,s:b},s:{s:b,s:b,s:b,s:b}}",
+                "name",
+                op->name,
+                "description",
+                op->description,
+                "inputSchema",
+                "type",
+                "object",
+                "properties",
+                props,
+                "required",
+                required,
+                "additionalProperties",
+                false,
+                "annotations",
+                "readOnlyHint",
+                (op->hints & OP_READ_ONLY) != 0,
+                "destructiveHint",
+                (op->hints & OP_DESTRUCTIVE) != 0,
+                "idempotentHint",
+                (op->hints & OP_IDEMPOTENT) != 0,
+                "openWorldHint",
+                (op->hints & OP_OPEN_WORLD) != 0);
+        return TAKE_PTR(tool);
+}

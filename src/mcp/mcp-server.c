@@ -1,0 +1,593 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+
+#include "cleanup.h"
+#include "json-util.h"
+#include "log.h"
+#include "mcp-server.h"
+#include "operation.h"
+#include "time-util.h"
+
+#define MCP_LATEST_VERSION "2025-11-25"
+#define MCP_SESSIONS_DEFAULT 1024
+#define MCP_SESSION_IDLE_MAX (24 * USEC_PER_HOUR)
+
+/* JSON-RPC 2.0 error codes. */
+#define JSONRPC_PARSE_ERROR -32700
+#define JSONRPC_INVALID_REQUEST -32600
+#define JSONRPC_METHOD_NOT_FOUND -32601
+#define JSONRPC_INVALID_PARAMS -32602
+#define JSONRPC_INTERNAL_ERROR -32603
+
+static const char *const supported_versions[] = {
+        "2025-11-25",
+        "2025-06-18",
+        "2025-03-26",
+        "2024-11-05",
+};
+
+const char mcp_instructions[] =
+        "vm-manager provisions cloud-like virtual machines on this KVM host: each VM gets an instance "
+        "metadata service at 169.254.169.254, a vTPM with measured boot, an immutable OS image and a "
+        "Kubernetes node stack as a versioned layer, and receives its bootstrap secrets only after the "
+        "TPM has proven what booted. Call get_host first: it says whether this host can run VMs, which "
+        "accelerator they use, and what is missing.\n\n"
+        "Then pick an image with list_images (or get_image) and a network with list_networks: a network "
+        "named \"default\" exists from start-up, and create_network makes an isolated one. Then call "
+        "create_vm. A VM installs, boots, attests when require_attestation is set, and is ready when "
+        "its service manager reports READY=1; wait_for decides how long create_vm blocks (none returns "
+        "at once, then poll get_vm). user_data is Ignition JSON (for Cluster API, the bootstrap "
+        "Secret), released by the metadata service only after a verified TPM quote. get_vm shows the "
+        "state, address, attestation and last error; get_vm_console is the first stop for a failed "
+        "VM. delete_network succeeds only once no VM is attached.";
+
+typedef struct McpSession {
+        char id[33];
+        char version[16];
+        usec_t last_used;
+        HttpRequest *stream; /* the client's GET stream, if open */
+} McpSession;
+
+struct McpServer {
+        Manager *manager;
+        char *path;
+        bool loopback_only;
+        McpSession *sessions;
+        size_t n_sessions, max_sessions;
+};
+
+int mcp_server_new(McpServer **ret, Manager *m, const McpServerOptions *o) {
+        _cleanup_(mcp_server_freep) McpServer *s = NULL;
+
+        assert_return(ret && m && o && o->path, -EINVAL);
+        s = calloc(1, sizeof(McpServer));
+        if (!s)
+                return -ENOMEM;
+        s->manager = m;
+        s->loopback_only = o->loopback_only;
+        s->max_sessions = o->max_sessions ?: MCP_SESSIONS_DEFAULT;
+        s->path = strdup(o->path);
+        s->sessions = calloc(s->max_sessions, sizeof(McpSession));
+        if (!s->path || !s->sessions)
+                return -ENOMEM;
+        *ret = TAKE_PTR(s);
+        return 0;
+}
+
+static void session_close_stream(McpSession *x) {
+        if (!x->stream)
+                return;
+        (void) http_request_stream_end(x->stream);
+        x->stream = http_request_unref(x->stream);
+}
+
+McpServer *mcp_server_free(McpServer *s) {
+        if (!s)
+                return NULL;
+        for (size_t i = 0; i < s->n_sessions; i++)
+                session_close_stream(&s->sessions[i]);
+        free(s->sessions);
+        free(s->path);
+        free(s);
+        return NULL;
+}
+
+static McpSession *session_find(McpServer *s, const char *id) {
+        if (!id)
+                return NULL;
+        for (size_t i = 0; i < s->n_sessions; i++)
+                if (streq(s->sessions[i].id, id))
+                        return &s->sessions[i];
+        return NULL;
+}
+
+static void session_remove(McpServer *s, McpSession *x) {
+        session_close_stream(x);
+        *x = s->sessions[--s->n_sessions];
+        memset(&s->sessions[s->n_sessions], 0, sizeof(McpSession));
+}
+
+static McpSession *session_new(McpServer *s, const char *version) {
+        usec_t now = now_usec(CLOCK_MONOTONIC);
+        uint8_t rnd[16];
+        McpSession *x;
+
+        /* Forget sessions idle for a day; when still full, the least recently used one. */
+        for (size_t i = 0; i < s->n_sessions;)
+                if (now - s->sessions[i].last_used > MCP_SESSION_IDLE_MAX)
+                        session_remove(s, &s->sessions[i]);
+                else
+                        i++;
+        if (s->n_sessions == s->max_sessions) {
+                McpSession *oldest = &s->sessions[0];
+                for (size_t i = 1; i < s->n_sessions; i++)
+                        if (s->sessions[i].last_used < oldest->last_used)
+                                oldest = &s->sessions[i];
+                session_remove(s, oldest);
+        }
+
+        if (getrandom(rnd, sizeof(rnd), 0) != sizeof(rnd))
+                return NULL;
+        x = &s->sessions[s->n_sessions++];
+        memset(x, 0, sizeof(*x));
+        for (size_t i = 0; i < sizeof(rnd); i++)
+                snprintf(x->id + 2 * i, 3, "%02x", rnd[i]);
+        snprintf(x->version, sizeof(x->version), "%s", version);
+        x->last_used = now;
+        return x;
+}
+
+static bool version_supported(const char *v) {
+        for (size_t i = 0; i < ELEMENTSOF(supported_versions); i++)
+                if (streq(v, supported_versions[i]))
+                        return true;
+        return false;
+}
+
+/* Is host (a Host header value or the authority of an Origin) a loopback name? */
+static bool host_is_loopback(const char *host, size_t len) {
+        static const char *const names[] = { "localhost", "127.0.0.1", "[::1]" };
+
+        /* drop the port */
+        if (len > 0 && host[0] == '[') {
+                const char *end = memchr(host, ']', len);
+                if (end)
+                        len = (size_t) (end - host) + 1;
+        } else {
+                const char *colon = memchr(host, ':', len);
+                if (colon)
+                        len = (size_t) (colon - host);
+        }
+        for (size_t i = 0; i < ELEMENTSOF(names); i++)
+                if (strlen(names[i]) == len && strncasecmp(host, names[i], len) == 0)
+                        return true;
+        /* anything in 127/8 */
+        return len > 4 && strncmp(host, "127.", 4) == 0 && strspn(host, "0123456789.") == len;
+}
+
+static bool origin_is_loopback(const char *origin) {
+        const char *p = strstr(origin, "://");
+
+        if (!p)
+                return false;
+        p += 3;
+        return host_is_loopback(p, strcspn(p, "/"));
+}
+
+static void reply_text(HttpRequest *req, unsigned status, const char *text) {
+        (void) http_request_reply_text(req, status, text);
+}
+
+static json_t *jsonrpc_error(json_t *id, int code, const char *message) {
+        return json_pack(
+                "{s:s,s:O,s:{s:i,s:s}}",
+                "jsonrpc",
+                "2.0",
+                "id",
+                id ?: json_null(),
+                "error",
+                "code",
+                code,
+                "message",
+                message);
+}
+
+static json_t *jsonrpc_result(json_t *id, json_t *result) {
+        return json_pack("{s:s,s:O,s:o}", "jsonrpc", "2.0", "id", id, "result", result);
+}
+
+static void reply_jsonrpc(HttpRequest *req, unsigned status, json_t *msg) {
+        _cleanup_free_ char *s = NULL;
+
+        if (!msg) {
+                reply_text(req, 500, "out of memory\n");
+                return;
+        }
+        s = json_dumps(msg, JSON_COMPACT | JSON_PRESERVE_ORDER);
+        if (!s) {
+                reply_text(req, 500, "out of memory\n");
+                return;
+        }
+        /* one JSON-RPC message per line */
+        size_t n = strlen(s);
+        char *t = realloc(s, n + 2);
+        if (!t) {
+                reply_text(req, 500, "out of memory\n");
+                return;
+        }
+        s = t;
+        s[n] = '\n';
+        s[n + 1] = 0;
+        (void) http_request_reply(req, status, "application/json", s, n + 1);
+}
+
+static json_t *handle_initialize(McpServer *s, json_t *params, McpSession **ret_session) {
+        const char *want = json_string_value(json_object_get(params, "protocolVersion"));
+        const char *version;
+        McpSession *x;
+
+        /* Echo a version we speak; otherwise offer the newest, and the client decides. */
+        if (want && version_supported(want))
+                version = want;
+        else if (!want || !*want)
+                version = "2025-03-26";
+        else
+                version = MCP_LATEST_VERSION;
+
+        x = session_new(s, version);
+        if (!x)
+                return NULL;
+        *ret_session = x;
+        return json_pack(
+                "{s:s,s:{s:{s:b}},s:{s:s,s:s,s:s},s:s}",
+                "protocolVersion",
+                version,
+                "capabilities",
+                "tools",
+                "listChanged",
+                false,
+                "serverInfo",
+                "name",
+                "vm-manager",
+                "title",
+                "vm-manager",
+                "version",
+                s->manager->version,
+                "instructions",
+                mcp_instructions);
+}
+
+static int tool_cmp(const void *a, const void *b) {
+        return strcmp(
+                json_string_value(json_object_get(*(json_t *const *) a, "name")),
+                json_string_value(json_object_get(*(json_t *const *) b, "name")));
+}
+
+static json_t *handle_tools_list(McpServer *s) {
+        json_auto_t *tools = json_array();
+        size_t n;
+        const Operation *table = operation_table(&n);
+        _cleanup_free_ json_t **sorted = calloc(n, sizeof(json_t *));
+
+        if (!tools || !sorted)
+                return NULL;
+        for (size_t i = 0; i < n; i++) {
+                sorted[i] = operation_tool_json(&table[i]);
+                if (!sorted[i]) {
+                        for (size_t j = 0; j < i; j++)
+                                json_decref(sorted[j]);
+                        return NULL;
+                }
+        }
+        qsort(sorted, n, sizeof(json_t *), tool_cmp);
+        for (size_t i = 0; i < n; i++)
+                if (json_array_append_new(tools, sorted[i]) < 0)
+                        return NULL;
+        return json_pack("{s:O}", "tools", tools);
+}
+
+/* A tool result: the resource JSON as text and as structured content. */
+static json_t *tool_result(const Operation *op, json_t *resource) {
+        _cleanup_free_ char *text = NULL;
+        json_auto_t *structured = NULL;
+
+        if (!resource)
+                return NULL;
+        text = json_dumps(resource, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_ENCODE_ANY);
+        if (!text)
+                return NULL;
+        if (json_is_object(resource))
+                structured = json_incref(resource);
+        else
+                structured = json_pack("{s:O}", op->list_key ?: "result", resource);
+        if (!structured)
+                return NULL;
+        return json_pack(
+                "{s:[{s:s,s:s}],s:O}", "content", "type", "text", "text", text, "structuredContent", structured);
+}
+
+static json_t *tool_error(const ApiError *e) {
+        _cleanup_free_ char *text = NULL;
+        json_auto_t *structured = api_error_to_json(e);
+
+        if (!structured || asprintf(&text, "%s: %s", api_error_code_to_string(e->code), e->message) < 0)
+                return NULL;
+        return json_pack(
+                "{s:[{s:s,s:s}],s:O,s:b}",
+                "content",
+                "type",
+                "text",
+                "text",
+                text,
+                "structuredContent",
+                structured,
+                "isError",
+                true);
+}
+
+/* tools/call: returns the result, or sets *ret_code and *ret_message for a protocol fault. */
+static json_t *handle_tools_call(McpServer *s, json_t *params, int *ret_code, const char **ret_message) {
+        _cleanup_(api_error_done) ApiError e = API_ERROR_NULL;
+        json_auto_t *resource = NULL, *empty = NULL;
+        const Operation *op;
+        const char *name;
+        json_t *args;
+        int r;
+
+        name = json_string_value(json_object_get(params, "name"));
+        if (!name) {
+                *ret_code = JSONRPC_INVALID_PARAMS;
+                *ret_message = "tools/call needs params.name, a string";
+                return NULL;
+        }
+        op = operation_find(name);
+        if (!op) {
+                *ret_code = JSONRPC_INVALID_PARAMS;
+                *ret_message = "unknown tool";
+                return NULL;
+        }
+        args = json_object_get(params, "arguments");
+        if (!args || json_is_null(args)) {
+                empty = json_object();
+                if (!empty)
+                        return NULL;
+                args = empty;
+        } else if (!json_is_object(args)) {
+                *ret_code = JSONRPC_INVALID_PARAMS;
+                *ret_message = "tools/call params.arguments must be an object";
+                return NULL;
+        }
+
+        r = operation_run(op, s->manager, args, &resource, &e);
+        if (r < 0) {
+                if (api_error_http_status(&e) >= 500)
+                        log_struct(LOG_ERR, LOG_FIELDS({ "TOOL", op->name }), "%s", e.message);
+                return tool_error(&e);
+        }
+        if (!resource) {
+                resource = json_object();
+                if (!resource)
+                        return NULL;
+        }
+        return tool_result(op, resource);
+}
+
+static void handle_post(McpServer *s, HttpRequest *req) {
+        _cleanup_(api_error_done) ApiError e = API_ERROR_NULL;
+        json_auto_t *msg = NULL, *result = NULL;
+        const char *ctype = http_request_header(req, "Content-Type");
+        const char *sid = http_request_header(req, "Mcp-Session-Id");
+        const char *pver = http_request_header(req, "MCP-Protocol-Version");
+        const char *method, *jsonrpc;
+        McpSession *session = NULL;
+        json_t *id, *params;
+        int code = 0;
+        const char *message = NULL;
+
+        if (!ctype || strncasecmp(ctype, "application/json", strlen("application/json")) != 0 ||
+            (ctype[16] != 0 && ctype[16] != ';' && ctype[16] != ' ')) {
+                reply_jsonrpc(
+                        req,
+                        415,
+                        jsonrpc_error(NULL, JSONRPC_INVALID_REQUEST, "Content-Type must be application/json"));
+                return;
+        }
+        if (http_request_body_json(req, &msg, &e) < 0) {
+                reply_jsonrpc(req, 400, jsonrpc_error(NULL, JSONRPC_PARSE_ERROR, e.message));
+                return;
+        }
+        if (json_is_array(msg)) {
+                reply_jsonrpc(
+                        req,
+                        400,
+                        jsonrpc_error(NULL, JSONRPC_INVALID_REQUEST, "JSON-RPC batches are not supported"));
+                return;
+        }
+        if (!json_is_object(msg)) {
+                reply_jsonrpc(
+                        req,
+                        400,
+                        jsonrpc_error(NULL, JSONRPC_INVALID_REQUEST, "a JSON-RPC message is an object"));
+                return;
+        }
+
+        id = json_object_get(msg, "id");
+        if (id && !json_is_string(id) && !json_is_integer(id)) {
+                reply_jsonrpc(
+                        req,
+                        400,
+                        jsonrpc_error(NULL, JSONRPC_INVALID_REQUEST, "id must be a string or an integer"));
+                return;
+        }
+        jsonrpc = json_string_value(json_object_get(msg, "jsonrpc"));
+        if (!jsonrpc || !streq(jsonrpc, "2.0")) {
+                reply_jsonrpc(req, 400, jsonrpc_error(id, JSONRPC_INVALID_REQUEST, "jsonrpc must be \"2.0\""));
+                return;
+        }
+        method = json_string_value(json_object_get(msg, "method"));
+        params = json_object_get(msg, "params");
+        if (params && !json_is_object(params)) {
+                reply_jsonrpc(req, 400, jsonrpc_error(id, JSONRPC_INVALID_PARAMS, "params must be an object"));
+                return;
+        }
+
+        if (pver && !version_supported(pver)) {
+                reply_jsonrpc(
+                        req,
+                        400,
+                        jsonrpc_error(id, JSONRPC_INVALID_REQUEST, "unsupported MCP-Protocol-Version header"));
+                return;
+        }
+
+        /* Everything but initialize belongs to a session this server issued. */
+        if (!(method && streq(method, "initialize"))) {
+                if (!sid) {
+                        reply_jsonrpc(
+                                req,
+                                400,
+                                jsonrpc_error(
+                                        id,
+                                        JSONRPC_INVALID_REQUEST,
+                                        "missing Mcp-Session-Id header: call initialize first"));
+                        return;
+                }
+                session = session_find(s, sid);
+                if (!session) {
+                        reply_jsonrpc(
+                                req,
+                                404,
+                                jsonrpc_error(
+                                        id,
+                                        JSONRPC_INVALID_REQUEST,
+                                        "unknown or expired session: initialize again"));
+                        return;
+                }
+                session->last_used = now_usec(CLOCK_MONOTONIC);
+        }
+
+        if (!method) {
+                /* A response from the client (to a request we never make) or junk: acknowledge responses. */
+                if (id && (json_object_get(msg, "result") || json_object_get(msg, "error"))) {
+                        (void) http_request_reply(req, 202, NULL, NULL, 0);
+                        return;
+                }
+                reply_jsonrpc(req, 400, jsonrpc_error(id, JSONRPC_INVALID_REQUEST, "a request needs a method"));
+                return;
+        }
+        if (!id) {
+                /* Notifications (initialized, cancelled, …) need no answer. */
+                (void) http_request_reply(req, 202, NULL, NULL, 0);
+                return;
+        }
+
+        if (streq(method, "initialize")) {
+                result = handle_initialize(s, params, &session);
+                if (result && http_request_add_header(req, "Mcp-Session-Id", session->id) < 0) {
+                        json_decref(result);
+                        result = NULL;
+                }
+        } else if (streq(method, "ping"))
+                result = json_object();
+        else if (streq(method, "tools/list"))
+                result = handle_tools_list(s);
+        else if (streq(method, "tools/call"))
+                result = handle_tools_call(s, params, &code, &message);
+        else {
+                reply_jsonrpc(req, 200, jsonrpc_error(id, JSONRPC_METHOD_NOT_FOUND, "method not found"));
+                return;
+        }
+
+        if (!result) {
+                reply_jsonrpc(
+                        req,
+                        200,
+                        jsonrpc_error(id, code ?: JSONRPC_INTERNAL_ERROR, message ?: "out of memory"));
+                return;
+        }
+        reply_jsonrpc(req, 200, jsonrpc_result(id, TAKE_PTR(result)));
+}
+
+static void handle_get(McpServer *s, HttpRequest *req) {
+        const char *sid = http_request_header(req, "Mcp-Session-Id");
+        const char *accept = http_request_header(req, "Accept");
+        McpSession *session;
+
+        if (!accept || !strstr(accept, "text/event-stream")) {
+                reply_text(req, 406, "Not Acceptable: the GET stream is text/event-stream\n");
+                return;
+        }
+        if (!sid) {
+                reply_text(req, 400, "Bad Request: missing Mcp-Session-Id header\n");
+                return;
+        }
+        session = session_find(s, sid);
+        if (!session) {
+                reply_text(req, 404, "Not Found: unknown or expired session\n");
+                return;
+        }
+        /* One stream per session: a new one replaces the old. Nothing is pushed on it today (the tool
+         * list is static); it stays open until the client leaves, the session ends or we shut down. */
+        session_close_stream(session);
+        if (http_request_add_header(req, "Cache-Control", "no-cache") < 0 ||
+            http_request_reply_stream(req, 200, "text/event-stream") < 0) {
+                reply_text(req, 500, "out of memory\n");
+                return;
+        }
+        (void) http_request_stream_write(req, ": stream open\n\n", strlen(": stream open\n\n"));
+        session->stream = http_request_ref(req);
+        session->last_used = now_usec(CLOCK_MONOTONIC);
+}
+
+static void handle_delete(McpServer *s, HttpRequest *req) {
+        const char *sid = http_request_header(req, "Mcp-Session-Id");
+        McpSession *session;
+
+        if (!sid) {
+                reply_text(req, 400, "Bad Request: missing Mcp-Session-Id header\n");
+                return;
+        }
+        session = session_find(s, sid);
+        if (!session) {
+                reply_text(req, 404, "Not Found: unknown or expired session\n");
+                return;
+        }
+        session_remove(s, session);
+        (void) http_request_reply(req, 204, NULL, NULL, 0);
+}
+
+bool mcp_server_handle(McpServer *s, HttpRequest *req) {
+        const char *method = http_request_method(req), *origin, *host;
+
+        if (!streq(http_request_path(req), s->path))
+                return false;
+
+        /* A web page must not reach a loopback-only server through DNS rebinding: refuse foreign
+         * Origin and Host headers when we listen on loopback. */
+        if (s->loopback_only) {
+                origin = http_request_header(req, "Origin");
+                host = http_request_header(req, "Host");
+                if (origin && !origin_is_loopback(origin)) {
+                        reply_text(req, 403, "Forbidden: Origin is not a loopback address\n");
+                        return true;
+                }
+                if (host && !host_is_loopback(host, strlen(host))) {
+                        reply_text(req, 403, "Forbidden: Host is not a loopback address\n");
+                        return true;
+                }
+        }
+
+        if (streq(method, "POST"))
+                handle_post(s, req);
+        else if (streq(method, "GET"))
+                handle_get(s, req);
+        else if (streq(method, "DELETE"))
+                handle_delete(s, req);
+        else {
+                (void) http_request_add_header(req, "Allow", "GET, POST, DELETE");
+                reply_text(req, 405, "Method Not Allowed\n");
+        }
+        return true;
+}

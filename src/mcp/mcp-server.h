@@ -1,0 +1,27 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#pragma once
+
+#include "cleanup.h"
+#include "http-server.h"
+#include "manager.h"
+
+/* MCP over streamable HTTP: JSON-RPC 2.0 on one endpoint, tools derived from the operation table.
+ * Speaks 2025-11-25 and answers clients of 2025-06-18, 2025-03-26 and 2024-11-05. */
+
+typedef struct McpServer McpServer;
+
+typedef struct McpServerOptions {
+        const char *path;      /* the endpoint, e.g. "/mcp" */
+        bool loopback_only;    /* the listener is on a loopback address: guard against DNS rebinding */
+        unsigned max_sessions; /* 0: default */
+} McpServerOptions;
+
+int mcp_server_new(McpServer **ret, Manager *m, const McpServerOptions *o);
+McpServer *mcp_server_free(McpServer *s);
+DEFINE_TRIVIAL_CLEANUP_FUNC(McpServer *, mcp_server_free);
+
+/* Serves the request when its path is the endpoint; returns false, without replying, otherwise. */
+bool mcp_server_handle(McpServer *s, HttpRequest *req);
+
+/* The instructions sent to clients at initialize. */
+extern const char mcp_instructions[];
