@@ -3,6 +3,7 @@
 #                VM_MANAGER_STATE_DIR says otherwise; ARGS="--listen :9090" adds serve flags)
 #   make check   build with ASan/UBSan and run every test that can run on this machine
 #   make bench   run bench/ and print the figures that go into docs/benchmarks.md
+#   make tools-doc  regenerate docs/tools.md from the operation table
 
 BUILD ?= build
 CHECK_BUILD ?= build-asan
@@ -10,7 +11,7 @@ STATE_DIR ?= $(or $(VM_MANAGER_STATE_DIR),$(CURDIR)/state)
 ARGS ?=
 SUITES ?= unit integration style
 
-.PHONY: all deps-run deps-check deps-bench build build-check run check bench format clean
+.PHONY: all deps-run deps-check deps-bench build build-check run check bench format tools-doc clean
 
 all: build
 
@@ -43,6 +44,10 @@ check: build-check
 
 bench: deps-bench build
 	./bench/run.sh $(BUILD)/src/daemon/vm-manager
+
+# docs/tools.md is generated from the operation table; the tools-doc test fails when it is stale.
+tools-doc: build
+	./tools/gen-tools-doc.py $(BUILD)/src/daemon/vm-manager docs/tools.md
 
 format:
 	git ls-files '*.c' '*.h' | xargs clang-format-14 -i

@@ -36,6 +36,26 @@ errors=$(awk '/Socket errors|Non-2xx/ { print }' <<<"$out")
 peak_rss=$(kib VmHWM)
 after_rss=$(kib VmRSS)
 
+# The API: 100 networks recorded (as many records as the VM budget's 100 VMs), then the list route
+# and an MCP tools/call of get_host, each under the same load as /healthz.
+for i in $(seq 100); do
+        curl -fsS -o /dev/null -X POST "http://127.0.0.1:$port/api/v1/networks" \
+                -d "{\"name\":\"bench-$i\",\"cidr\":\"10.$((i / 256)).$((i % 256)).0/24\"}"
+done
+rss_100=$(kib VmRSS)
+wrk_line() { # prints "req/s p50 p99"
+        awk '/^Requests\/sec:/ { r = $2 } $1 == "50%" { p50 = $2 } $1 == "99%" { p99 = $2 } END { print r, p50, p99 }'
+}
+read -r net_rps net_p50 net_p99 < <(wrk -t"$threads" -c"$conns" -d"$duration" --latency \
+        "http://127.0.0.1:$port/api/v1/networks" | wrk_line)
+
+session=$(curl -fsS -D - -o /dev/null "http://127.0.0.1:$port/mcp" -H 'Content-Type: application/json' \
+        -d '{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"bench","version":"1"}}}' |
+        awk -F': ' 'tolower($1) == "mcp-session-id" { print $2 }' | tr -d '\r')
+here=$(cd "$(dirname "$0")" && pwd)
+read -r mcp_rps mcp_p50 mcp_p99 < <(MCP_SESSION=$session MCP_TOOL=get_host wrk -t"$threads" -c"$conns" \
+        -d"$duration" --latency -s "$here/mcp-call.lua" "http://127.0.0.1:$port/mcp" | wrk_line)
+
 echo "| metric | value |"
 echo "|---|---|"
 echo "| idle RSS after start-up | $((idle_rss)) KiB ($(awk -v k="$idle_rss" 'BEGIN { printf "%.2f", k / 1024 }') MiB) |"
@@ -43,5 +63,8 @@ echo "| GET /healthz, $conns connections, $threads wrk threads, $duration | $rps
 echo "| latency p50 / p99 | $p50 / $p99 |"
 echo "| RSS after the load / peak | $after_rss KiB / $peak_rss KiB |"
 [ -z "$errors" ] || echo "| wrk errors | $errors |"
+echo "| RSS with 100 networks recorded | $rss_100 KiB |"
+echo "| GET /api/v1/networks (100 networks, 24 KiB body) | $net_rps req/s, p50 $net_p50, p99 $net_p99 |"
+echo "| MCP tools/call get_host | $mcp_rps req/s, p50 $mcp_p50, p99 $mcp_p99 |"
 echo
 echo "machine: $(nproc) cores, $(awk '/MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo), $(uname -r)"

@@ -76,7 +76,25 @@ def fetch_tools(binary):
         shutil.rmtree(work, ignore_errors=True)
 
 
-def render(init, tools, order):
+def rest_routes(openapi):
+    """operationId -> "METHOD /api/v1/path", from our own OpenAPI document's fixed layout."""
+    routes, path, method, in_paths = {}, None, None, False
+    for line in open(openapi):
+        if line[:1] not in (" ", "\n"):
+            in_paths = line.startswith("paths:")
+            continue
+        if not in_paths:
+            continue
+        if line.startswith("  /"):
+            path = line.strip().rstrip(":")
+        elif line.startswith("    ") and not line.startswith("     "):
+            method = line.strip().rstrip(":").upper()
+        elif line.strip().startswith("operationId:"):
+            routes[line.split(":", 1)[1].strip()] = "%s /api/v1%s" % (method, path)
+    return routes
+
+
+def render(init, tools, order, routes):
     by_name = {t["name"]: t for t in tools}
     out = ["# MCP tools", "",
            "Generated from the operation table by `make tools-doc` (tools/gen-tools-doc.py); do not edit.",
@@ -87,12 +105,13 @@ def render(init, tools, order):
            "## Server instructions", "", "Sent in the `initialize` result:", ""]
     out += ["> " + line if line else ">" for line in init["instructions"].split("\n")]
     out += ["", "## Tools", "", "In registration order (`get_info` lists them so); `tools/list` sorts them by name.", ""]
-    out += ["| tool | read-only | destructive | idempotent | open world |", "|---|---|---|---|---|"]
+    out += ["| tool | REST | read-only | destructive | idempotent | open world |", "|---|---|---|---|---|---|"]
     for name in order:
         a = by_name[name]["annotations"]
         yn = lambda b: "yes" if b else "no"
-        out.append("| `%s` | %s | %s | %s | %s |" % (name, yn(a["readOnlyHint"]), yn(a["destructiveHint"]),
-                                                    yn(a["idempotentHint"]), yn(a["openWorldHint"])))
+        rest = "`%s`" % routes[name] if name in routes else "MCP only"
+        out.append("| `%s` | %s | %s | %s | %s | %s |" % (name, rest, yn(a["readOnlyHint"]), yn(a["destructiveHint"]),
+                                                         yn(a["idempotentHint"]), yn(a["openWorldHint"])))
     for name in order:
         t = by_name[name]
         out += ["", "### `%s`" % name, "", t["description"], ""]
@@ -116,7 +135,8 @@ def render(init, tools, order):
 def main():
     binary, output = sys.argv[1], sys.argv[2]
     check = "--check" in sys.argv[3:]
-    text = render(*fetch_tools(binary))
+    openapi = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "api", "openapi.yaml")
+    text = render(*fetch_tools(binary), rest_routes(openapi))
     if check:
         try:
             current = open(output).read()

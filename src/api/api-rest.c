@@ -9,6 +9,71 @@
 #include "operation.h"
 #include "parse-util.h"
 
+/* The rendered body of a cacheable operation, valid while the records are at generation. */
+typedef struct CachedBody {
+        uint64_t generation;
+        char *body;
+        size_t size;
+} CachedBody;
+
+struct ApiRest {
+        Manager *manager;
+        CachedBody *cache; /* one per operation of the table */
+        size_t n_cache;
+};
+
+int api_rest_new(ApiRest **ret, Manager *m) {
+        _cleanup_(api_rest_freep) ApiRest *a = NULL;
+
+        assert_return(ret && m, -EINVAL);
+        a = calloc(1, sizeof(ApiRest));
+        if (!a)
+                return -ENOMEM;
+        a->manager = m;
+        (void) operation_table(&a->n_cache);
+        a->cache = calloc(a->n_cache, sizeof(CachedBody));
+        if (!a->cache)
+                return -ENOMEM;
+        *ret = TAKE_PTR(a);
+        return 0;
+}
+
+ApiRest *api_rest_free(ApiRest *a) {
+        if (!a)
+                return NULL;
+        for (size_t i = 0; i < a->n_cache; i++)
+                free(a->cache[i].body);
+        free(a->cache);
+        free(a);
+        return NULL;
+}
+
+/* Serves a cacheable operation from the body rendered at the current generation, rendering it
+ * first when the records changed since. */
+static int reply_cached(ApiRest *a, const Operation *op, HttpRequest *req, json_t *args, ApiError *reterr) {
+        size_t n;
+        CachedBody *c = &a->cache[op - operation_table(&n)];
+        json_auto_t *result = NULL;
+        int r;
+
+        if (!c->body || c->generation != a->manager->generation) {
+                char *body;
+                size_t size;
+
+                r = operation_run(op, a->manager, args, &result, reterr);
+                if (r < 0)
+                        return r;
+                body = json_dumps_pretty(result, &size);
+                if (!body)
+                        return -ENOMEM;
+                free(c->body);
+                c->body = body;
+                c->size = size;
+                c->generation = a->manager->generation;
+        }
+        return http_request_reply(req, op->success_status, "application/json", c->body, c->size);
+}
+
 /* Matches path against a pattern such as "/networks/{name}", one segment per {param}. On success
  * the params are set in args as strings. */
 static bool route_match(const char *pattern, const char *path, json_t *args) {
@@ -83,7 +148,7 @@ static int add_query_params(const Operation *op, HttpRequest *req, json_t *args,
         return 0;
 }
 
-bool api_rest_handle(Manager *m, HttpRequest *req) {
+bool api_rest_handle(ApiRest *a, HttpRequest *req) {
         _cleanup_(api_error_done) ApiError e = API_ERROR_NULL;
         const char *path = http_request_path(req), *method = http_request_method(req), *sub;
         const Operation *table, *op = NULL;
@@ -173,7 +238,16 @@ bool api_rest_handle(Manager *m, HttpRequest *req) {
                 return true;
         }
 
-        r = operation_run(op, m, args, &result, &e);
+        if (op->cacheable) {
+                r = reply_cached(a, op, req, args, &e);
+                if (r < 0) {
+                        api_error_from_errno(&e, r, op->name);
+                        reply_error(req, &e);
+                }
+                return true;
+        }
+
+        r = operation_run(op, a->manager, args, &result, &e);
         if (r < 0) {
                 reply_error(req, &e);
                 return true;

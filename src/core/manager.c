@@ -5,6 +5,10 @@
 #include "log.h"
 #include "manager.h"
 
+static void on_images_changed(ImageCatalog *c, void *userdata) {
+        manager_touch(userdata);
+}
+
 static int strdup_to(char **dst, const char *src) {
         *dst = strdup(src ?: "");
         return *dst ? 0 : -ENOMEM;
@@ -53,6 +57,7 @@ int manager_new(Manager **ret, sd_event *event, const ManagerConfig *cfg, ApiErr
         r = image_catalog_new(&m->images, event, m->image_dir, reterr);
         if (r < 0)
                 return r;
+        image_catalog_set_change_callback(m->images, on_images_changed, m);
         if (image_catalog_size(m->images) == 0)
                 log_warning("No images in '%s': create_vm needs one (see images/).", m->image_dir);
 

@@ -34,6 +34,8 @@ typedef struct Manager {
         NetworkRegistry *networks;
         ImageCatalog *images;
         HostProbe *host;
+        /* Bumped on every change to a record, so that surfaces can cache what they rendered. */
+        uint64_t generation;
 } Manager;
 
 /* Loads the state directory (networks and leases), scans the image directory (and watches it),
@@ -41,6 +43,10 @@ typedef struct Manager {
 int manager_new(Manager **ret, sd_event *event, const ManagerConfig *cfg, ApiError *reterr);
 Manager *manager_free(Manager *m);
 DEFINE_TRIVIAL_CLEANUP_FUNC(Manager *, manager_free);
+
+static inline void manager_touch(Manager *m) {
+        m->generation++;
+}
 
 /* The name of the VM holding a lease, for messages; NULL when unknown. */
 const char *manager_vm_name(const char *vm_id, void *userdata);

@@ -59,6 +59,7 @@ typedef struct Operation {
         unsigned success_status;      /* REST status on success: 200, 201 or 204 */
         bool rest_body;               /* REST: the body is a JSON object holding the non-path params */
         const char *list_key;         /* MCP: structuredContent key wrapping an array result */
+        bool cacheable;               /* the result depends only on the records (Manager.generation) */
         const OperationParam *params; /* terminated by a NULL name */
         OperationHandler handler;
 } Operation;

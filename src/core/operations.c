@@ -171,6 +171,7 @@ static const Operation operations[] = {
                 .path = "/images",
                 .success_status = 200,
                 .list_key = "images",
+                .cacheable = true,
                 .params = no_params,
                 .handler = op_list_images,
         },
@@ -195,6 +196,7 @@ static const Operation operations[] = {
                 .path = "/networks",
                 .success_status = 200,
                 .list_key = "networks",
+                .cacheable = true,
                 .params = no_params,
                 .handler = op_list_networks,
         },
@@ -395,6 +397,8 @@ int operation_run(const Operation *op, Manager *m, json_t *args, json_t **ret, A
                 api_error_from_errno(reterr, r, op->name);
                 return r;
         }
+        if (!(op->hints & OP_READ_ONLY))
+                manager_touch(m);
         *ret = TAKE_PTR(result);
         return 0;
 }

@@ -213,6 +213,7 @@ typedef enum DaemonPhase {
 typedef struct Daemon {
         sd_event *event;
         Manager *manager;
+        ApiRest *rest;
         McpServer *mcp;
         HttpServer *http;
         sd_event_source *sigterm, *sigint, *drain_timer, *ready_defer;
@@ -224,6 +225,7 @@ typedef struct Daemon {
 static void daemon_done(Daemon *d) {
         d->http = http_server_free(d->http);
         d->mcp = mcp_server_free(d->mcp);
+        d->rest = api_rest_free(d->rest);
         d->manager = manager_free(d->manager);
         d->sigterm = sd_event_source_disable_unref(d->sigterm);
         d->sigint = sd_event_source_disable_unref(d->sigint);
@@ -326,7 +328,7 @@ static void handle_request(HttpRequest *req, void *userdata) {
 
         if (d->mcp && mcp_server_handle(d->mcp, req))
                 return;
-        if (d->manager && api_rest_handle(d->manager, req))
+        if (d->rest && api_rest_handle(d->rest, req))
                 return;
 
         (void) api_error_set(&e, -ENOENT, API_ERROR_NOT_FOUND, "no route %s %s", method, path);
@@ -464,6 +466,10 @@ static int run(void) {
                 &e);
         if (r < 0)
                 return log_error_errno(r, "%s", e.message ?: "Failed to load the state: %m");
+
+        r = api_rest_new(&d.rest, d.manager);
+        if (r < 0)
+                return log_error_errno(r, "Failed to set up the REST API: %m");
 
         r = mcp_server_new(
                 &d.mcp,
