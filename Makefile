@@ -4,14 +4,15 @@
 #   make check   build with ASan/UBSan and run every test that can run on this machine
 #   make bench   run bench/ and print the figures that go into docs/benchmarks.md
 #   make tools-doc  regenerate docs/tools.md from the operation table
+#   make fuzz    run each libFuzzer target for FUZZ_SECONDS (clang)
 
 BUILD ?= build
 CHECK_BUILD ?= build-asan
 STATE_DIR ?= $(or $(VM_MANAGER_STATE_DIR),$(CURDIR)/state)
 ARGS ?=
-SUITES ?= unit integration style
+SUITES ?= unit integration fuzz style
 
-.PHONY: all deps-run deps-check deps-bench build build-check run check bench format tools-doc clean
+.PHONY: all deps-run deps-check deps-bench build build-check run check bench fuzz format tools-doc clean
 
 all: build
 
@@ -48,6 +49,20 @@ bench: deps-bench build
 # docs/tools.md is generated from the operation table; the tools-doc test fails when it is stale.
 tools-doc: build
 	./tools/gen-tools-doc.py $(BUILD)/src/daemon/vm-manager docs/tools.md
+
+# libFuzzer with clang, each target for FUZZ_SECONDS, starting from the committed seed corpus.
+FUZZ_BUILD ?= build-fuzz
+FUZZ_SECONDS ?= 60
+fuzz:
+	@./tools/install-deps.sh fuzz
+	test -f $(FUZZ_BUILD)/build.ninja || CC=clang-14 meson setup $(FUZZ_BUILD) -Dfuzzer=true \
+		-Db_sanitize=address,undefined -Db_lundef=false
+	ninja -C $(FUZZ_BUILD)
+	for t in json-body mcp-post; do \
+		mkdir -p $(FUZZ_BUILD)/corpus/$$t && cp -n tests/fuzz/corpus/$$t/* $(FUZZ_BUILD)/corpus/$$t/; \
+		$(FUZZ_BUILD)/tests/fuzz/fuzz-$$t -max_total_time=$(FUZZ_SECONDS) -max_len=65536 \
+			$(FUZZ_BUILD)/corpus/$$t || exit 1; \
+	done
 
 format:
 	git ls-files '*.c' '*.h' | xargs clang-format-14 -i

@@ -1,16 +1,23 @@
 #!/usr/bin/env bash
 # Installs, with apt-get alone, every Debian package that building, testing and running
 # vm-manager needs. Idempotent: packages already present are not touched, and the package
-# lists are refreshed only when they are missing or older than a day.
+# lists are refreshed only when they are missing or older than a day. The check group adds
+# nodejs and npm only when the node or npm command is missing.
 #
-# usage: tools/install-deps.sh [build|check|run|bench]...   (default: build check run)
+# usage: tools/install-deps.sh [build|check|run|bench|fuzz]...   (default: build check run)
 set -euo pipefail
 
 build=(meson ninja-build pkgconf gcc libc6-dev
        libsystemd-dev libmicrohttpd-dev libjansson-dev libssl-dev)
 check=(libcmocka-dev clang-format-14 curl python3 procps)
+# tests/integration/test-mcp-sdk.py runs the MCP TypeScript SDK: node (>= 18) and npm. Debian's
+# packages only when a command is missing: a node from elsewhere (NodeSource's nodejs, which
+# conflicts with Debian's npm and brings its own) stays as it is.
+command -v node >/dev/null 2>&1 || check+=(nodejs)
+command -v npm >/dev/null 2>&1 || check+=(npm)
 run=()
 bench=(wrk curl procps)
+fuzz=(clang-14 libclang-rt-14-dev)
 
 groups=("$@")
 [ ${#groups[@]} -gt 0 ] || groups=(build check run)
@@ -22,8 +29,9 @@ for g in "${groups[@]}"; do
         check) want+=("${build[@]}" "${check[@]}") ;;
         run) want+=("${build[@]}" "${run[@]}") ;;
         bench) want+=("${build[@]}" "${bench[@]}") ;;
+        fuzz) want+=("${build[@]}" "${check[@]}" "${fuzz[@]}") ;;
         *)
-                echo "install-deps: unknown group '$g' (want build, check, run or bench)" >&2
+                echo "install-deps: unknown group '$g' (want build, check, run, bench or fuzz)" >&2
                 exit 1
                 ;;
         esac

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 #pragma once
 
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -60,6 +61,8 @@ static inline void fclosep(FILE **f) {
         if (*f)
                 (void) fclose(*f);
 }
+
+DEFINE_TRIVIAL_CLEANUP_FUNC(DIR *, closedir);
 
 static inline char **strv_free(char **l) {
         if (!l)

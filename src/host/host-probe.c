@@ -22,14 +22,11 @@
 #include "fs-util.h"
 #include "host-probe.h"
 #include "log.h"
+#include "openssl-util.h"
 #include "parse-util.h"
 #include "time-util.h"
 
 extern char **environ;
-
-/* TODO: move to basic/ with the other third-party cleanups (STYLE §5) once basic/ is free to edit. */
-DEFINE_TRIVIAL_CLEANUP_FUNC(EVP_MD_CTX *, EVP_MD_CTX_free);
-DEFINE_TRIVIAL_CLEANUP_FUNC(DIR *, closedir);
 
 #define DEFAULT_PATH "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 

@@ -492,11 +492,6 @@ static int scan_one(int dirfd, const char *dir, const char *name, json_t *shared
         return 1;
 }
 
-static void closedirp(DIR **d) {
-        if (*d)
-                (void) closedir(*d);
-}
-
 static int catalog_scan(const char *dir, ScanResult *ret) {
         _cleanup_(scan_result_done) ScanResult s = {};
         _cleanup_(closedirp) DIR *d = NULL;

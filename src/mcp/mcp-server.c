@@ -375,12 +375,18 @@ static json_t *handle_tools_call(McpServer *s, json_t *params, int *ret_code, co
         return tool_result(op, resource);
 }
 
-static void handle_post(McpServer *s, HttpRequest *req) {
+/* Stores the answer to a POST: status and JSON-RPC message (NULL: no body). A missing message for
+ * a status that needs one means we ran out of memory. */
+static void post_reply(McpPost *p, unsigned status, json_t *msg) {
+        json_decref(p->reply);
+        p->reply = msg;
+        p->status = (!msg && status != 202) ? 500 : status;
+}
+
+int mcp_server_process_post(McpServer *s, McpPost *p) {
         _cleanup_(api_error_done) ApiError e = API_ERROR_NULL;
         json_auto_t *msg = NULL, *result = NULL;
-        const char *ctype = http_request_header(req, "Content-Type");
-        const char *sid = http_request_header(req, "Mcp-Session-Id");
-        const char *pver = http_request_header(req, "MCP-Protocol-Version");
+        const char *ctype = p->content_type, *sid = p->session_id, *pver = p->protocol_version;
         const char *method, *jsonrpc;
         McpSession *session = NULL;
         json_t *id, *params;
@@ -389,81 +395,81 @@ static void handle_post(McpServer *s, HttpRequest *req) {
 
         if (!ctype || strncasecmp(ctype, "application/json", strlen("application/json")) != 0 ||
             (ctype[16] != 0 && ctype[16] != ';' && ctype[16] != ' ')) {
-                reply_jsonrpc(
-                        req,
+                post_reply(
+                        p,
                         415,
                         jsonrpc_error(NULL, JSONRPC_INVALID_REQUEST, "Content-Type must be application/json"));
-                return;
+                return 0;
         }
-        if (http_request_body_json(req, &msg, &e) < 0) {
-                reply_jsonrpc(req, 400, jsonrpc_error(NULL, JSONRPC_PARSE_ERROR, e.message));
-                return;
+        if (json_parse_body(p->body, p->size, &msg, &e) < 0) {
+                post_reply(p, 400, jsonrpc_error(NULL, JSONRPC_PARSE_ERROR, e.message));
+                return 0;
         }
         if (json_is_array(msg)) {
-                reply_jsonrpc(
-                        req,
+                post_reply(
+                        p,
                         400,
                         jsonrpc_error(NULL, JSONRPC_INVALID_REQUEST, "JSON-RPC batches are not supported"));
-                return;
+                return 0;
         }
         if (!json_is_object(msg)) {
-                reply_jsonrpc(
-                        req,
+                post_reply(
+                        p,
                         400,
                         jsonrpc_error(NULL, JSONRPC_INVALID_REQUEST, "a JSON-RPC message is an object"));
-                return;
+                return 0;
         }
 
         id = json_object_get(msg, "id");
         if (id && !json_is_string(id) && !json_is_integer(id)) {
-                reply_jsonrpc(
-                        req,
+                post_reply(
+                        p,
                         400,
                         jsonrpc_error(NULL, JSONRPC_INVALID_REQUEST, "id must be a string or an integer"));
-                return;
+                return 0;
         }
         jsonrpc = json_string_value(json_object_get(msg, "jsonrpc"));
         if (!jsonrpc || !streq(jsonrpc, "2.0")) {
-                reply_jsonrpc(req, 400, jsonrpc_error(id, JSONRPC_INVALID_REQUEST, "jsonrpc must be \"2.0\""));
-                return;
+                post_reply(p, 400, jsonrpc_error(id, JSONRPC_INVALID_REQUEST, "jsonrpc must be \"2.0\""));
+                return 0;
         }
         method = json_string_value(json_object_get(msg, "method"));
         params = json_object_get(msg, "params");
         if (params && !json_is_object(params)) {
-                reply_jsonrpc(req, 400, jsonrpc_error(id, JSONRPC_INVALID_PARAMS, "params must be an object"));
-                return;
+                post_reply(p, 400, jsonrpc_error(id, JSONRPC_INVALID_PARAMS, "params must be an object"));
+                return 0;
         }
 
         if (pver && !version_supported(pver)) {
-                reply_jsonrpc(
-                        req,
+                post_reply(
+                        p,
                         400,
                         jsonrpc_error(id, JSONRPC_INVALID_REQUEST, "unsupported MCP-Protocol-Version header"));
-                return;
+                return 0;
         }
 
         /* Everything but initialize belongs to a session this server issued. */
         if (!(method && streq(method, "initialize"))) {
                 if (!sid) {
-                        reply_jsonrpc(
-                                req,
+                        post_reply(
+                                p,
                                 400,
                                 jsonrpc_error(
                                         id,
                                         JSONRPC_INVALID_REQUEST,
                                         "missing Mcp-Session-Id header: call initialize first"));
-                        return;
+                        return 0;
                 }
                 session = session_find(s, sid);
                 if (!session) {
-                        reply_jsonrpc(
-                                req,
+                        post_reply(
+                                p,
                                 404,
                                 jsonrpc_error(
                                         id,
                                         JSONRPC_INVALID_REQUEST,
                                         "unknown or expired session: initialize again"));
-                        return;
+                        return 0;
                 }
                 session->last_used = now_usec(CLOCK_MONOTONIC);
         }
@@ -471,24 +477,22 @@ static void handle_post(McpServer *s, HttpRequest *req) {
         if (!method) {
                 /* A response from the client (to a request we never make) or junk: acknowledge responses. */
                 if (id && (json_object_get(msg, "result") || json_object_get(msg, "error"))) {
-                        (void) http_request_reply(req, 202, NULL, NULL, 0);
-                        return;
+                        post_reply(p, 202, NULL);
+                        return 0;
                 }
-                reply_jsonrpc(req, 400, jsonrpc_error(id, JSONRPC_INVALID_REQUEST, "a request needs a method"));
-                return;
+                post_reply(p, 400, jsonrpc_error(id, JSONRPC_INVALID_REQUEST, "a request needs a method"));
+                return 0;
         }
         if (!id) {
                 /* Notifications (initialized, cancelled, …) need no answer. */
-                (void) http_request_reply(req, 202, NULL, NULL, 0);
-                return;
+                post_reply(p, 202, NULL);
+                return 0;
         }
 
         if (streq(method, "initialize")) {
                 result = handle_initialize(s, params, &session);
-                if (result && http_request_add_header(req, "Mcp-Session-Id", session->id) < 0) {
-                        json_decref(result);
-                        result = NULL;
-                }
+                if (result)
+                        p->new_session_id = session->id;
         } else if (streq(method, "ping"))
                 result = json_object();
         else if (streq(method, "tools/list"))
@@ -496,18 +500,37 @@ static void handle_post(McpServer *s, HttpRequest *req) {
         else if (streq(method, "tools/call"))
                 result = handle_tools_call(s, params, &code, &message);
         else {
-                reply_jsonrpc(req, 200, jsonrpc_error(id, JSONRPC_METHOD_NOT_FOUND, "method not found"));
-                return;
+                post_reply(p, 200, jsonrpc_error(id, JSONRPC_METHOD_NOT_FOUND, "method not found"));
+                return 0;
         }
 
         if (!result) {
-                reply_jsonrpc(
-                        req,
-                        200,
-                        jsonrpc_error(id, code ?: JSONRPC_INTERNAL_ERROR, message ?: "out of memory"));
-                return;
+                post_reply(
+                        p, 200, jsonrpc_error(id, code ?: JSONRPC_INTERNAL_ERROR, message ?: "out of memory"));
+                return 0;
         }
-        reply_jsonrpc(req, 200, jsonrpc_result(id, TAKE_PTR(result)));
+        post_reply(p, 200, jsonrpc_result(id, TAKE_PTR(result)));
+        return 0;
+}
+
+static void handle_post(McpServer *s, HttpRequest *req) {
+        McpPost p = {
+                .content_type = http_request_header(req, "Content-Type"),
+                .session_id = http_request_header(req, "Mcp-Session-Id"),
+                .protocol_version = http_request_header(req, "MCP-Protocol-Version"),
+        };
+
+        p.body = http_request_body(req, &p.size);
+        (void) mcp_server_process_post(s, &p);
+        if (p.new_session_id && http_request_add_header(req, "Mcp-Session-Id", p.new_session_id) < 0)
+                p.status = 500;
+        if (p.status == 500 && !p.reply)
+                reply_text(req, 500, "out of memory\n");
+        else if (!p.reply)
+                (void) http_request_reply(req, p.status, NULL, NULL, 0);
+        else
+                reply_jsonrpc(req, p.status, TAKE_PTR(p.reply));
+        json_decref(p.reply);
 }
 
 static void handle_get(McpServer *s, HttpRequest *req) {

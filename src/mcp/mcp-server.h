@@ -20,6 +20,23 @@ int mcp_server_new(McpServer **ret, Manager *m, const McpServerOptions *o);
 McpServer *mcp_server_free(McpServer *s);
 DEFINE_TRIVIAL_CLEANUP_FUNC(McpServer *, mcp_server_free);
 
+/* One POST to the endpoint, without HTTP: what the headers and body said, and the answer. */
+typedef struct McpPost {
+        const char *content_type;
+        const char *session_id;
+        const char *protocol_version;
+        const void *body;
+        size_t size;
+
+        unsigned status;            /* set by mcp_server_process_post() */
+        json_t *reply;              /* the JSON-RPC answer, owned; NULL: an empty body */
+        const char *new_session_id; /* borrowed; set by initialize */
+} McpPost;
+
+/* Handles one JSON-RPC message: the whole protocol except the HTTP plumbing (and the fuzz target's
+ * entry point). */
+int mcp_server_process_post(McpServer *s, McpPost *p);
+
 /* Serves the request when its path is the endpoint; returns false, without replying, otherwise. */
 bool mcp_server_handle(McpServer *s, HttpRequest *req);
 
