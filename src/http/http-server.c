@@ -62,6 +62,7 @@ struct HttpServer {
         unsigned active;
         HttpRequest *requests;
         bool quiesced;
+        bool kicked; /* server_kick() since the last MHD_run(): run again at once */
 };
 
 #define HTTP_FREE_FLUSH_TIMEOUT (1 * USEC_PER_SEC)
@@ -518,6 +519,7 @@ static void on_mhd_log(void *cls, const char *fmt, va_list ap) {
 static void server_run(HttpServer *s) {
         if (!s->daemon)
                 return;
+        s->kicked = false;
         if (MHD_run(s->daemon) != MHD_YES)
                 log_debug("MHD_run() failed, ignoring.");
         server_arm(s);
@@ -528,6 +530,10 @@ static void server_arm(HttpServer *s) {
         int r;
 
         if (!s->daemon || !s->timer_source)
+                return;
+        /* A connection resumed during MHD_run() is not counted by MHD_get_timeout(): arming the
+         * timer from it would cancel server_kick(). */
+        if (s->kicked)
                 return;
         if (MHD_get_timeout(s->daemon, &ms) != MHD_YES) {
                 (void) sd_event_source_set_enabled(s->timer_source, SD_EVENT_OFF);
@@ -547,6 +553,7 @@ static void server_kick(HttpServer *s) {
 
         if (!s->timer_source)
                 return;
+        s->kicked = true;
         r = sd_event_source_set_time(s->timer_source, 0);
         if (r >= 0)
                 r = sd_event_source_set_enabled(s->timer_source, SD_EVENT_ONESHOT);

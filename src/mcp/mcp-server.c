@@ -529,7 +529,7 @@ static void handle_post(McpServer *s, HttpRequest *req) {
         else if (!p.reply)
                 (void) http_request_reply(req, p.status, NULL, NULL, 0);
         else
-                reply_jsonrpc(req, p.status, TAKE_PTR(p.reply));
+                reply_jsonrpc(req, p.status, p.reply);
         json_decref(p.reply);
 }
 
