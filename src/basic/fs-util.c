@@ -1,4 +1,5 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
+#include <dirent.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <stdint.h>
@@ -90,6 +91,36 @@ int write_file_atomic(const char *path, const void *data, size_t size, mode_t mo
 
         /* The rename is durable only once the directory entry is on disk. */
         return RET_NERRNO(fsync(dfd));
+}
+
+int write_file_atomic_cleanup(const char *path) {
+        _cleanup_free_ char *dir = NULL, *prefix = NULL;
+        _cleanup_(closedirp) DIR *d = NULL;
+        const char *base;
+        struct dirent *de;
+        int r, n = 0;
+
+        assert_return(path, -EINVAL);
+        r = split_path(path, &dir, &base);
+        if (r < 0)
+                return r;
+        if (asprintf(&prefix, ".#%s.", base) < 0)
+                return -ENOMEM;
+        d = opendir(dir);
+        if (!d)
+                return -errno;
+        while ((de = readdir(d))) {
+                const char *suffix;
+
+                if (!strneq(de->d_name, prefix, strlen(prefix)))
+                        continue;
+                suffix = de->d_name + strlen(prefix);
+                if (strlen(suffix) != 16 || strspn(suffix, "0123456789abcdef") != 16)
+                        continue;
+                if (unlinkat(dirfd(d), de->d_name, 0) >= 0)
+                        n++;
+        }
+        return n;
 }
 
 int mkdir_p(const char *path, mode_t mode) {

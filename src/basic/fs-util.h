@@ -9,6 +9,11 @@
  * renamed over path, and the directory is fsynced. The temporary file never survives a failure. */
 int write_file_atomic(const char *path, const void *data, size_t size, mode_t mode);
 
+/* Removes the temporary files write_file_atomic(path, …) leaves when the process dies between
+ * creating and renaming one. Only for a caller that owns the directory (the state dir's lock).
+ * Returns the number removed. */
+int write_file_atomic_cleanup(const char *path);
+
 /* Creates path and its missing parents with mode; existing directories are left as they are. */
 int mkdir_p(const char *path, mode_t mode);
 

@@ -1260,6 +1260,9 @@ int network_registry_load(NetworkRegistry **ret, const char *state_dir, ApiError
         if (asprintf(&data, "%s/%s", state_dir, NETWORKS_FILE) < 0)
                 return -ENOMEM;
         reg->path = TAKE_PTR(data);
+        r = write_file_atomic_cleanup(reg->path);
+        if (r > 0)
+                log_debug("Removed %d temporary file(s) of %s left by an interrupted write.", r, reg->path);
 
         r = read_full_file(reg->path, NETWORKS_FILE_SIZE_MAX, &data, &size);
         if (r == -ENOENT) {

@@ -304,7 +304,7 @@ static int check_string(const char *name, json_t *v, ApiError *reterr) {
         if (json_string_length(v) > PARAM_STRING_MAX)
                 return api_error_set(
                         reterr,
-                        -E2BIG,
+                        -EINVAL,
                         API_ERROR_INVALID_REQUEST,
                         "field \"%s\": longer than %d bytes",
                         name,

@@ -516,6 +516,34 @@ static void on_mhd_log(void *cls, const char *fmt, va_list ap) {
         log_debug("libmicrohttpd: %s", buf);
 }
 
+static int unhex(char c) {
+        if (c >= '0' && c <= '9')
+                return c - '0';
+        if (c >= 'a' && c <= 'f')
+                return c - 'a' + 10;
+        if (c >= 'A' && c <= 'F')
+                return c - 'A' + 10;
+        return -1;
+}
+
+/* libmicrohttpd's decoder turns "%00" into a NUL, which cuts short every string a handler sees
+ * ("DELETE /api/v1/networks/a%00b" would act on "a"): decode every other escape, keep "%00". */
+static size_t unescape_keep_nul(void *cls, struct MHD_Connection *c, char *s) {
+        char *w = s;
+
+        for (const char *r = s; *r;) {
+                int hi = r[0] == '%' ? unhex(r[1]) : -1, lo = hi >= 0 ? unhex(r[2]) : -1;
+
+                if (lo >= 0 && (hi | lo) != 0) {
+                        *w++ = (char) (hi << 4 | lo);
+                        r += 3;
+                } else
+                        *w++ = *r++;
+        }
+        *w = 0;
+        return (size_t) (w - s);
+}
+
 static void server_run(HttpServer *s) {
         if (!s->daemon)
                 return;
@@ -720,6 +748,9 @@ int http_server_new(HttpServer **ret, sd_event *event, const HttpServerOptions *
                 MHD_OPTION_NOTIFY_COMPLETED,
                 on_completed,
                 s,
+                MHD_OPTION_UNESCAPE_CALLBACK,
+                unescape_keep_nul,
+                NULL,
                 MHD_OPTION_CONNECTION_LIMIT,
                 s->options.max_connections,
                 MHD_OPTION_CONNECTION_TIMEOUT,

@@ -185,6 +185,27 @@ static void test_write_new_file(void **state) {
         assert_string_equal(inject.calls, "FRD");
 }
 
+static void test_cleanup_removes_only_our_temp_files(void **state) {
+        const char *dir = *state;
+        _cleanup_free_ char *p = join(dir, "networks.json"),
+                            *ours = join(dir, ".#networks.json.0123456789abcdef"),
+                            *other = join(dir, ".#networks.json.not-ours"),
+                            *foreign = join(dir, ".#vm.json.0123456789abcdef");
+
+        assert_ok(write_file_atomic(p, "[]\n", 3, 0640));
+        assert_ok(write_file_atomic(ours, "x", 1, 0600));
+        assert_ok(write_file_atomic(other, "x", 1, 0600));
+        assert_ok(write_file_atomic(foreign, "x", 1, 0600));
+
+        /* What a crash between create and rename leaves is removed; nothing else is touched. */
+        assert_int_equal(write_file_atomic_cleanup(p), 1);
+        assert_int_equal(access(ours, F_OK), -1);
+        assert_int_equal(access(other, F_OK), 0);
+        assert_int_equal(access(foreign, F_OK), 0);
+        assert_file_content(p, "[]\n");
+        assert_int_equal(write_file_atomic_cleanup(p), 0);
+}
+
 static void test_write_binary_and_empty(void **state) {
         const char *dir = *state;
         _cleanup_free_ char *p = join(dir, "blob"), *q = join(dir, "empty"), *got = NULL;
@@ -492,6 +513,7 @@ int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test_setup_teardown(test_write_new_file, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_write_binary_and_empty, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_cleanup_removes_only_our_temp_files, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_write_replaces_file, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_write_mode_despite_umask, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_write_relative_path, setup, teardown),

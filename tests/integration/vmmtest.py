@@ -1,0 +1,445 @@
+# SPDX-License-Identifier: LGPL-2.1-or-later
+"""Shared helpers of the black-box tests in this directory (standard library only).
+
+TAP output (with TODO support for known daemon bugs), free 127.0.0.1 ports, a scrubbed
+environment, plain HTTP helpers, the Daemon wrapper that starts `vm-manager serve`, an MCP
+streamable-HTTP client, a state-directory snapshot, and `run()`, the main() skeleton that owns
+the global deadline, the work directory and the clean-up (every daemon is killed in a finally).
+
+test-serve.py predates this module and keeps its own copies; new tests import this one.
+"""
+
+import hashlib
+import http.client
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+
+HOST = "127.0.0.1"
+
+BIN = os.environ.get("VM_MANAGER_BIN") or (sys.argv[1] if len(sys.argv) > 1 else None)
+
+# Environment variables that would change what the daemon does and must not leak in from the
+# caller: our own flags' fallbacks, systemd socket activation, sd_notify and journal detection.
+SCRUB_ENV = (
+    "NOTIFY_SOCKET",
+    "LISTEN_FDS",
+    "LISTEN_PID",
+    "LISTEN_FDNAMES",
+    "WATCHDOG_USEC",
+    "WATCHDOG_PID",
+    "JOURNAL_STREAM",
+)
+
+SANITIZER_RE = re.compile(r"ERROR: (Address|Leak|Undefined)Sanitizer|runtime error:")
+
+
+class GlobalTimeout(Exception):
+    pass
+
+
+# ---------------------------------------------------------------------------------------------
+# TAP
+
+
+def _tap_name(name):
+    # One line, and no '#': TAP would read what follows it as a directive.
+    name = " ".join(str(name).split()).replace("#", "no.")
+    return name if len(name) <= 240 else name[:237] + "..."
+
+
+class Tap:
+    def __init__(self):
+        self.n = 0
+        self.failed = 0
+        self.todo_failed = 0
+        self.todo_passed = []
+
+    def diag(self, text):
+        for line in str(text).splitlines() or [""]:
+            print("# " + line, flush=True)
+
+    def result(self, ok, name, diag=None, todo=None):
+        """todo: the reason a failure is expected today (a known daemon bug). Such a failure is
+        'not ok ... # TODO' and does not fail the run; should it pass, meson reports an
+        unexpected pass, the cue to drop the TODO."""
+        self.n += 1
+        name = _tap_name(name)
+        directive = " # TODO %s" % " ".join(str(todo).split()) if todo else ""
+        if not ok and not todo:
+            self.failed += 1
+        elif not ok:
+            self.todo_failed += 1
+        elif todo:
+            self.todo_passed.append(name)
+        print("%s %d - %s%s" % ("ok" if ok else "not ok", self.n, name, directive), flush=True)
+        if diag and not ok:
+            self.diag(str(diag)[:6000])
+        elif ok and todo:
+            self.diag("passes although marked TODO: the bug looks fixed, drop its TODO")
+        elif diag:
+            # A passing test keeps one short line of diagnostics.
+            line = str(diag).strip().splitlines()[0] if str(diag).strip() else ""
+            if line:
+                self.diag(line if len(line) <= 200 else line[:200] + "...")
+        return ok
+
+    def check(self, name, fn, *args, todo=None):
+        """fn returns (ok, diag) or a bool; an exception is a failure carrying its traceback."""
+        try:
+            r = fn(*args)
+            ok, diag = r if isinstance(r, tuple) else (bool(r), None)
+        except GlobalTimeout:
+            raise
+        except Exception:  # noqa: BLE001 - any exception is a failed check
+            ok, diag = False, traceback.format_exc()
+        return self.result(ok, name, diag, todo=todo)
+
+
+tap = Tap()
+
+# ---------------------------------------------------------------------------------------------
+# plain helpers
+
+
+def free_port():
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        s.bind((HOST, 0))
+        return s.getsockname()[1]
+    finally:
+        s.close()
+
+
+def base_env(workdir, **extra):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("VM_MANAGER_") and k not in SCRUB_ENV}
+    # Should a default ever be used by mistake, it lands in our temporary directory.
+    env["HOME"] = os.path.join(workdir, "home")
+    env["XDG_STATE_HOME"] = os.path.join(workdir, "xdg-state")
+    env.update(extra)
+    return env
+
+
+def http_request(port, method, path, body=None, headers=None, timeout=10):
+    """One request on a fresh connection: (status, {lower-case header: value}, body bytes)."""
+    conn = http.client.HTTPConnection(HOST, port, timeout=timeout)
+    try:
+        conn.request(method, path, body=body, headers=headers or {})
+        resp = conn.getresponse()
+        data = resp.read()
+        return resp.status, {k.lower(): v for k, v in resp.getheaders()}, data
+    finally:
+        conn.close()
+
+
+def port_refuses(port):
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.settimeout(1)
+    try:
+        s.connect((HOST, port))
+    except ConnectionRefusedError:
+        return True
+    except OSError:
+        return False
+    finally:
+        s.close()
+    return False
+
+
+def content_type(headers):
+    return headers.get("content-type", "").split(";")[0].strip()
+
+
+def json_error_of(status, headers, body):
+    """The (code, message) of a REST error envelope, or raises ValueError saying what is wrong."""
+    if content_type(headers) != "application/json":
+        raise ValueError("content-type %r, not application/json" % headers.get("content-type"))
+    doc = json.loads(body)
+    if not isinstance(doc, dict) or set(doc) != {"error"} or not isinstance(doc["error"], dict):
+        raise ValueError("not an error envelope: %r" % body[:300])
+    err = doc["error"]
+    if set(err) != {"code", "message"} or not isinstance(err["code"], str) or not isinstance(err["message"], str):
+        raise ValueError("error object is not {code, message}: %r" % body[:300])
+    return err["code"], err["message"]
+
+
+def check_json_error(status, headers, body, want_status, want_code, want_message=None):
+    diag = "status=%r content-type=%r body=%r" % (status, headers.get("content-type"), body[:300])
+    if status != want_status:
+        return False, diag
+    try:
+        code, message = json_error_of(status, headers, body)
+    except ValueError as e:
+        return False, "%s; %s" % (e, diag)
+    if code != want_code:
+        return False, diag
+    if want_message is not None and message != want_message:
+        return False, "message %r, want %r" % (message, want_message)
+    return True, "message: %s" % message
+
+
+def mode_of(path):
+    return stat.S_IMODE(os.lstat(path).st_mode)
+
+
+def snapshot_tree(root):
+    """{relative path: (kind, size, sha256, mode)} of everything under root, root included."""
+    out = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames.sort()
+        rel = os.path.relpath(dirpath, root)
+        out[rel] = ("dir", None, None, "%04o" % mode_of(dirpath))
+        for f in sorted(filenames):
+            p = os.path.join(dirpath, f)
+            st = os.lstat(p)
+            digest = None
+            if stat.S_ISREG(st.st_mode):
+                with open(p, "rb") as fh:
+                    digest = hashlib.sha256(fh.read()).hexdigest()
+            kind = "file" if stat.S_ISREG(st.st_mode) else "other"
+            out[os.path.relpath(p, root)] = (kind, st.st_size, digest, "%04o" % stat.S_IMODE(st.st_mode))
+    return out
+
+
+def diff_snapshots(a, b):
+    lines = []
+    for k in sorted(set(a) | set(b)):
+        if a.get(k) != b.get(k):
+            lines.append("%s: %r -> %r" % (k, a.get(k), b.get(k)))
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------
+# daemons
+
+
+class Daemon:
+    all = []
+
+    def __init__(self, workdir, name, args, env=None):
+        self.name = name
+        self.stderr_path = os.path.join(workdir, name + ".stderr")
+        self.stdout_path = os.path.join(workdir, name + ".stdout")
+        with open(self.stderr_path, "wb") as err, open(self.stdout_path, "wb") as out:
+            self.proc = subprocess.Popen(
+                [BIN, "serve"] + args,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+                env=env if env is not None else base_env(workdir),
+                close_fds=True,
+            )
+        Daemon.all.append(self)
+
+    @property
+    def pid(self):
+        return self.proc.pid
+
+    def stderr(self):
+        with open(self.stderr_path, "rb") as f:
+            return f.read().decode("utf-8", "replace")
+
+    def wait_healthy(self, port, timeout=10.0):
+        deadline = time.monotonic() + timeout
+        last = None
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                return False, "exited with status %r before answering; stderr:\n%s" % (
+                    self.proc.returncode,
+                    self.stderr()[-4000:],
+                )
+            try:
+                status, _, body = http_request(port, "GET", "/healthz", timeout=1)
+                if status == 200:
+                    return True, None
+                last = "status %r body %r" % (status, body)
+            except OSError as e:
+                last = repr(e)
+            time.sleep(0.05)
+        return False, "no answer from /healthz on port %d within %.0f s (last: %s); stderr:\n%s" % (
+            port,
+            timeout,
+            last,
+            self.stderr()[-4000:],
+        )
+
+    def stop(self, sig=signal.SIGTERM, timeout=10.0):
+        """Sends sig (unless None) and waits; returns (exit status or None on timeout, seconds taken)."""
+        start = time.monotonic()
+        if sig is not None and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        try:
+            rc = self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            rc = None
+        return rc, time.monotonic() - start
+
+    def sanitizer_lines(self):
+        return [line for line in self.stderr().splitlines() if SANITIZER_RE.search(line)]
+
+    @classmethod
+    def kill_all(cls):
+        for d in cls.all:
+            if d.proc.poll() is None:
+                d.proc.kill()
+            try:
+                d.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
+
+
+# ---------------------------------------------------------------------------------------------
+# MCP
+
+
+class McpClient:
+    """A minimal MCP streamable-HTTP client: one JSON-RPC message per POST, JSON answers."""
+
+    def __init__(self, port, path="/mcp"):
+        self.port = port
+        self.path = path
+        self.session = None
+        self.next_id = 1
+
+    def post_raw(self, body, headers=None, session=True, content_type="application/json"):
+        h = {}
+        if content_type is not None:
+            h["Content-Type"] = content_type
+        if session and self.session:
+            h["Mcp-Session-Id"] = self.session
+        h.update(headers or {})
+        if isinstance(body, str):
+            body = body.encode()
+        return http_request(self.port, "POST", self.path, body=body, headers=h)
+
+    def post(self, msg, **kw):
+        """Posts a message; returns (status, headers, parsed JSON or None when the body is empty)."""
+        status, headers, body = self.post_raw(json.dumps(msg), **kw)
+        return status, headers, (json.loads(body) if body else None)
+
+    def request(self, method, params=None, **kw):
+        msg = {"jsonrpc": "2.0", "id": self.next_id, "method": method}
+        self.next_id += 1
+        if params is not None:
+            msg["params"] = params
+        return self.post(msg, **kw)
+
+    def initialize(self, version="2025-11-25"):
+        status, headers, doc = self.request(
+            "initialize",
+            {"protocolVersion": version, "capabilities": {}, "clientInfo": {"name": "vmmtest", "version": "0"}},
+            session=False,
+        )
+        if status != 200 or "mcp-session-id" not in headers:
+            raise RuntimeError("initialize failed: %r %r %r" % (status, headers, doc))
+        self.session = headers["mcp-session-id"]
+        self.post({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        return doc
+
+    def call(self, name, arguments=None, raw_arguments=False):
+        """tools/call; returns the JSON-RPC result object (raises on a protocol error)."""
+        params = {"name": name}
+        if arguments is not None or raw_arguments:
+            params["arguments"] = arguments
+        status, headers, doc = self.request("tools/call", params)
+        if status != 200 or not isinstance(doc, dict) or "result" not in doc:
+            raise RuntimeError("tools/call %s: HTTP %r %r" % (name, status, doc))
+        return doc["result"]
+
+
+def tool_json(result):
+    """(parsed text content, structuredContent) of a successful tool result; raises otherwise."""
+    if result.get("isError"):
+        raise ValueError("tool failed: %r" % result)
+    content = result.get("content")
+    if not (isinstance(content, list) and len(content) == 1 and content[0].get("type") == "text"):
+        raise ValueError("content is not one text item: %r" % content)
+    return json.loads(content[0]["text"]), result.get("structuredContent")
+
+
+def tool_error(result):
+    """(code, message) of a failed tool result after checking its shape; raises otherwise."""
+    if result.get("isError") is not True:
+        raise ValueError("not an error result: %r" % str(result)[:500])
+    content = result.get("content")
+    if not (isinstance(content, list) and len(content) == 1 and content[0].get("type") == "text"):
+        raise ValueError("content is not one text item: %r" % content)
+    sc = result.get("structuredContent")
+    if not (isinstance(sc, dict) and set(sc) == {"error"} and set(sc["error"]) == {"code", "message"}):
+        raise ValueError("structuredContent is not {error:{code,message}}: %r" % sc)
+    code, message = sc["error"]["code"], sc["error"]["message"]
+    if content[0]["text"] != "%s: %s" % (code, message):
+        raise ValueError("text %r is not '<code>: <message>' of %r" % (content[0]["text"][:300], sc))
+    return code, message
+
+
+# ---------------------------------------------------------------------------------------------
+# main() skeleton
+
+
+def run(sections, deadline, prefix):
+    """Prints TAP for each section(work) in turn, then a sanitizer check over every daemon.
+    Returns the exit status."""
+    print("TAP version 13", flush=True)
+    if not BIN or not os.access(BIN, os.X_OK):
+        print("1..0 # SKIP no vm-manager binary: set VM_MANAGER_BIN or pass it as argv[1]", flush=True)
+        return 1
+
+    os.umask(0o022)
+
+    def on_alarm(signum, frame):
+        raise GlobalTimeout("the test ran out of its %d s budget" % deadline)
+
+    signal.signal(signal.SIGALRM, on_alarm)
+    signal.alarm(deadline)
+
+    started = time.monotonic()
+    work = tempfile.mkdtemp(prefix=prefix)
+    tap.diag("binary: %s" % BIN)
+    tap.diag("work dir: %s" % work)
+    try:
+        for section in sections:
+            t0 = time.monotonic()
+            try:
+                section(work)
+            except GlobalTimeout:
+                raise
+            except Exception:  # noqa: BLE001
+                tap.result(False, "%s: ran to the end" % section.__name__, traceback.format_exc())
+            tap.diag("%s: %.1f s" % (section.__name__, time.monotonic() - t0))
+    except GlobalTimeout as e:
+        tap.result(False, "global deadline", str(e))
+    finally:
+        signal.alarm(0)
+        Daemon.kill_all()
+        try:
+            if tap.failed:
+                for d in Daemon.all:
+                    tap.diag("---- stderr of daemon '%s' (pid %d, exit %r) ----" % (d.name, d.pid, d.proc.returncode))
+                    if os.path.exists(d.stderr_path):
+                        tap.diag(d.stderr()[-2000:])
+        finally:
+            # VM_MANAGER_TEST_KEEP=1 keeps the work dir (state dirs, daemon logs) of a failed run.
+            if tap.failed and os.environ.get("VM_MANAGER_TEST_KEEP"):
+                tap.diag("kept %s" % work)
+            else:
+                shutil.rmtree(work, ignore_errors=True)
+    tap.diag("total: %.1f s" % (time.monotonic() - started))
+    print("1..%d" % tap.n, flush=True)
+    return 1 if tap.failed else 0
+
+
+def start_thread(fn, *args):
+    t = threading.Thread(target=fn, args=args, daemon=True)
+    t.start()
+    return t
