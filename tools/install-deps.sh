@@ -15,7 +15,13 @@ check=(libcmocka-dev clang-format-14 curl python3 procps)
 # conflicts with Debian's npm and brings its own) stays as it is.
 command -v node >/dev/null 2>&1 || check+=(nodejs)
 command -v npm >/dev/null 2>&1 || check+=(npm)
-run=()
+# VMs: QEMU, the firmware, the vTPM. vhost-device-vsock (READY=1 where /dev/vhost-vsock is missing)
+# comes from Debian sid through tools/fetch-sid-package.sh, below.
+vms=(qemu-system-x86 ovmf swtpm)
+run=("${vms[@]}")
+# tests/image/build.sh: the test guest (kernel, systemd stub, a static init, a GPT disk with an ESP)
+image=(linux-image-cloud-amd64 systemd-boot-efi binutils cpio gzip dosfstools mtools fdisk)
+check+=("${vms[@]}" "${image[@]}")
 bench=(wrk curl procps)
 fuzz=(clang-14 libclang-rt-14-dev)
 
@@ -43,20 +49,28 @@ for p in $(printf '%s\n' "${want[@]}" | sort -u); do
         [ "$status" = "install ok installed" ] || missing+=("$p")
 done
 
-if [ ${#missing[@]} -eq 0 ]; then
-        exit 0
+sid=()
+for g in "${groups[@]}"; do
+        case "$g" in run | check) sid=(vhost-device-vsock) ;; esac
+done
+
+if [ ${#missing[@]} -gt 0 ]; then
+        if [ "$(id -u)" -ne 0 ]; then
+                echo "install-deps: missing packages: ${missing[*]}; run this script as root" >&2
+                exit 1
+        fi
+        export DEBIAN_FRONTEND=noninteractive
+        lists=/var/lib/apt/lists
+        if ! compgen -G "$lists/*_Packages*" >/dev/null ||
+                [ -n "$(find "$lists" -maxdepth 1 -name '*_InRelease' -mmin +1440 -print -quit)" ]; then
+                apt-get update -q
+        fi
+        echo "install-deps: installing ${missing[*]}"
+        apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
 
-if [ "$(id -u)" -ne 0 ]; then
-        echo "install-deps: missing packages: ${missing[*]}; run this script as root" >&2
-        exit 1
+# From sid, in an apt view of its own (the system's sources are never touched); a no-op once
+# installed.
+if [ ${#sid[@]} -gt 0 ]; then
+        "$(dirname "$0")/fetch-sid-package.sh" "${sid[@]}"
 fi
-
-export DEBIAN_FRONTEND=noninteractive
-lists=/var/lib/apt/lists
-if ! compgen -G "$lists/*_Packages*" >/dev/null ||
-        [ -n "$(find "$lists" -maxdepth 1 -name '*_InRelease' -mmin +1440 -print -quit)" ]; then
-        apt-get update -q
-fi
-echo "install-deps: installing ${missing[*]}"
-apt-get install -y -q --no-install-recommends "${missing[@]}"

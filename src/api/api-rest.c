@@ -148,6 +148,22 @@ static int add_query_params(const Operation *op, HttpRequest *req, json_t *args,
         return 0;
 }
 
+typedef struct RestCall {
+        HttpRequest *req;
+        const Operation *op;
+} RestCall;
+
+static void rest_done(int r, json_t *result, const ApiError *e, void *userdata) {
+        RestCall *c = userdata;
+
+        if (r < 0)
+                reply_error(c->req, (ApiError *) e);
+        else
+                (void) reply(c->req, c->op->success_status, result);
+        http_request_unref(c->req);
+        free(c);
+}
+
 bool api_rest_handle(ApiRest *a, HttpRequest *req) {
         _cleanup_(api_error_done) ApiError e = API_ERROR_NULL;
         const char *path = http_request_path(req), *method = http_request_method(req), *sub;
@@ -235,6 +251,26 @@ bool api_rest_handle(ApiRest *a, HttpRequest *req) {
         if (r < 0) {
                 api_error_from_errno(&e, r, op->name);
                 reply_error(req, &e);
+                return true;
+        }
+
+        if (op->async_handler) {
+                /* The answer comes when the VM gets there; other requests flow meanwhile. */
+                RestCall *c = calloc(1, sizeof(RestCall));
+                if (!c) {
+                        (void) api_error_set(&e, -ENOMEM, API_ERROR_INTERNAL, "out of memory");
+                        reply_error(req, &e);
+                        return true;
+                }
+                c->req = http_request_ref(req);
+                c->op = op;
+                http_request_suspend(req);
+                r = operation_run_async(op, a->manager, args, rest_done, c, &e);
+                if (r < 0) {
+                        http_request_unref(c->req);
+                        free(c);
+                        reply_error(req, &e);
+                }
                 return true;
         }
 

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 #include <dirent.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -208,4 +209,22 @@ int read_full_file(const char *path, size_t max, char **ret, size_t *ret_size) {
                 *ret_size = size;
         *ret = TAKE_PTR(buf);
         return 0;
+}
+
+static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+        if (remove(path) < 0 && errno != ENOENT)
+                return -errno;
+        return 0;
+}
+
+int rm_rf(const char *path) {
+        int r;
+
+        assert_return(path && *path && !streq(path, "/"), -EINVAL);
+        r = nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+        if (r == -1 && errno == ENOENT)
+                return 0;
+        if (r == -1)
+                return -errno;
+        return r; /* 0, or what rm_one() returned */
 }

@@ -17,6 +17,10 @@ int write_file_atomic_cleanup(const char *path);
 /* Creates path and its missing parents with mode; existing directories are left as they are. */
 int mkdir_p(const char *path, mode_t mode);
 
+/* Removes path and, for a directory, everything below it, without following symlinks. A missing
+ * path is not an error. */
+int rm_rf(const char *path);
+
 /* Reads a whole regular file, refusing more than max bytes (-EFBIG). The buffer is NUL-terminated. */
 int read_full_file(const char *path, size_t max, char **ret, size_t *ret_size);
 

@@ -2,8 +2,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <sys/random.h>
+
+#include "fs-util.h"
 #include "log.h"
 #include "manager.h"
+#include "parse-util.h"
 
 static void on_images_changed(ImageCatalog *c, void *userdata) {
         manager_touch(userdata);
@@ -12,6 +16,36 @@ static void on_images_changed(ImageCatalog *c, void *userdata) {
 static int strdup_to(char **dst, const char *src) {
         *dst = strdup(src ?: "");
         return *dst ? 0 : -ENOMEM;
+}
+
+/* The vsock port guests send READY=1 to: the flag's, else the one recorded in the state dir, else a
+ * new one, recorded so that VMs keep theirs across restarts. */
+static int notify_port_init(Manager *m, uint32_t wanted) {
+        _cleanup_free_ char *path = NULL, *text = NULL;
+        char buf[16];
+        uint16_t rnd;
+        uint32_t port;
+        int r;
+
+        if (asprintf(&path, "%s/notify-port", m->state_dir) < 0)
+                return -ENOMEM;
+        if (wanted == 0 && read_full_file(path, 64, &text, NULL) >= 0) {
+                text[strcspn(text, "\n")] = 0;
+                if (safe_atou32(text, &port) >= 0 && port > 0) {
+                        m->notify_port = port;
+                        return 0;
+                }
+                log_warning("Ignoring malformed %s.", path);
+        }
+        if (wanted == 0) {
+                if (getrandom(&rnd, sizeof(rnd), 0) != sizeof(rnd))
+                        return -EIO;
+                wanted = 49152U + rnd % 16384U;
+        }
+        m->notify_port = wanted;
+        snprintf(buf, sizeof(buf), "%u\n", wanted);
+        r = write_file_atomic(path, buf, strlen(buf), 0600);
+        return r;
 }
 
 int manager_new(Manager **ret, sd_event *event, const ManagerConfig *cfg, ApiError *reterr) {
@@ -27,8 +61,12 @@ int manager_new(Manager **ret, sd_event *event, const ManagerConfig *cfg, ApiErr
         m->event = sd_event_ref(event);
         if (strdup_to(&m->state_dir, cfg->state_dir) < 0 || strdup_to(&m->image_dir, cfg->image_dir) < 0 ||
             strdup_to(&m->version, cfg->version) < 0 || strdup_to(&m->commit, cfg->commit) < 0 ||
-            strdup_to(&m->built, cfg->built) < 0)
+            strdup_to(&m->built, cfg->built) < 0 || strdup_to(&m->ovmf_code, cfg->ovmf_code) < 0 ||
+            strdup_to(&m->ovmf_vars, cfg->ovmf_vars) < 0)
                 return -ENOMEM;
+        m->install_timeout = cfg->install_timeout ?: 5 * USEC_PER_MINUTE;
+        m->boot_timeout = cfg->boot_timeout ?: 4 * USEC_PER_MINUTE;
+        m->stop_timeout = cfg->stop_timeout ?: 30 * USEC_PER_SEC;
 
         /* Start-up order: host facts, networks with their leases, the image catalog, then the
          * default network. */
@@ -61,6 +99,15 @@ int manager_new(Manager **ret, sd_event *event, const ManagerConfig *cfg, ApiErr
         if (image_catalog_size(m->images) == 0)
                 log_warning("No images in '%s': create_vm needs one (see images/).", m->image_dir);
 
+        r = notify_port_init(m, cfg->notify_port);
+        if (r < 0)
+                return api_error_set(
+                        reterr, r, API_ERROR_INTERNAL, "recording the notify port: %s", strerror(-r));
+
+        r = vm_load_all(m, reterr);
+        if (r < 0)
+                return r;
+
         r = network_ensure_default(m->networks, cfg->default_network, cfg->network_subnet, reterr);
         if (r < 0)
                 return r;
@@ -72,6 +119,11 @@ int manager_new(Manager **ret, sd_event *event, const ManagerConfig *cfg, ApiErr
 Manager *manager_free(Manager *m) {
         if (!m)
                 return NULL;
+        while (m->n_vms > 0)
+                manager_remove_vm(m, m->vms[m->n_vms - 1]);
+        free(m->vms);
+        free(m->ovmf_code);
+        free(m->ovmf_vars);
         image_catalog_free(m->images);
         network_registry_free(m->networks);
         host_probe_free(m->host);
@@ -86,6 +138,44 @@ Manager *manager_free(Manager *m) {
 }
 
 const char *manager_vm_name(const char *vm_id, void *userdata) {
-        /* VM records arrive with the runtime; until then no lease has a VM behind it. */
+        Vm *v = manager_find_vm(userdata, vm_id);
+
+        return v ? vm_name(v) : NULL;
+}
+
+Vm *manager_find_vm(Manager *m, const char *id) {
+        for (size_t i = 0; id && i < m->n_vms; i++)
+                if (streq(vm_id(m->vms[i]), id))
+                        return m->vms[i];
         return NULL;
+}
+
+Vm *manager_find_vm_by_name(Manager *m, const char *name) {
+        for (size_t i = 0; name && i < m->n_vms; i++)
+                if (streq(vm_name(m->vms[i]), name))
+                        return m->vms[i];
+        return NULL;
+}
+
+int manager_add_vm(Manager *m, Vm *v) {
+        Vm **a;
+
+        if (m->n_vms >= MANAGER_VMS_MAX)
+                return -E2BIG;
+        a = realloc(m->vms, (m->n_vms + 1) * sizeof(Vm *));
+        if (!a)
+                return -ENOMEM;
+        m->vms = a;
+        m->vms[m->n_vms++] = vm_ref(v);
+        return 0;
+}
+
+void manager_remove_vm(Manager *m, Vm *v) {
+        for (size_t i = 0; i < m->n_vms; i++)
+                if (m->vms[i] == v) {
+                        memmove(m->vms + i, m->vms + i + 1, (m->n_vms - i - 1) * sizeof(Vm *));
+                        m->n_vms--;
+                        vm_unref(v);
+                        return;
+                }
 }

@@ -8,6 +8,7 @@
 #include "host-probe.h"
 #include "image-catalog.h"
 #include "network.h"
+#include "vm.h"
 
 /* The service behind both surfaces: it owns the records (networks, images, host facts, and the VMs
  * of later parts) and runs every operation. REST and MCP only translate to and from it. */
@@ -20,6 +21,10 @@ typedef struct ManagerConfig {
         const char *ovmf_code;
         const char *ovmf_vars;
         HostAccel accel;
+        usec_t install_timeout;
+        usec_t boot_timeout;
+        usec_t stop_timeout;
+        uint32_t notify_port; /* 0: the port recorded in the state dir, else a new one */
         /* the build, for get_info */
         const char *version;
         const char *commit;
@@ -34,6 +39,15 @@ typedef struct Manager {
         NetworkRegistry *networks;
         ImageCatalog *images;
         HostProbe *host;
+
+        /* VMs, oldest first */
+        Vm **vms;
+        size_t n_vms;
+        char *ovmf_code, *ovmf_vars;
+        usec_t install_timeout, boot_timeout, stop_timeout;
+        uint32_t notify_port;
+        bool shutting_down;
+
         /* Bumped on every change to a record, so that surfaces can cache what they rendered. */
         uint64_t generation;
 } Manager;
@@ -50,3 +64,10 @@ static inline void manager_touch(Manager *m) {
 
 /* The name of the VM holding a lease, for messages; NULL when unknown. */
 const char *manager_vm_name(const char *vm_id, void *userdata);
+
+#define MANAGER_VMS_MAX 1024U
+
+Vm *manager_find_vm(Manager *m, const char *id);
+Vm *manager_find_vm_by_name(Manager *m, const char *name);
+int manager_add_vm(Manager *m, Vm *v);     /* takes a reference */
+void manager_remove_vm(Manager *m, Vm *v); /* drops the manager's reference */

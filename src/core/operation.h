@@ -50,6 +50,14 @@ typedef struct OperationParam {
  * for type and presence. *ret is the resource JSON (a new reference); NULL for "no content". */
 typedef int (*OperationHandler)(Manager *m, json_t *args, json_t **ret, ApiError *reterr);
 
+/* Completion of an asynchronous operation: r < 0 with e set, or the resource (borrowed). */
+typedef void (*OperationDone)(int r, json_t *result, const ApiError *e, void *userdata);
+
+/* An operation that waits (a VM starting, stopping, reaching a milestone): returns < 0 at once, or 0
+ * and calls done exactly once, possibly before returning. args are checked as for handler. */
+typedef int (*OperationAsyncHandler)(
+        Manager *m, json_t *args, OperationDone done, void *userdata, ApiError *reterr);
+
 typedef struct Operation {
         const char *name; /* the MCP tool name */
         const char *description;
@@ -62,6 +70,7 @@ typedef struct Operation {
         bool cacheable;               /* the result depends only on the records (Manager.generation) */
         const OperationParam *params; /* terminated by a NULL name */
         OperationHandler handler;
+        OperationAsyncHandler async_handler; /* instead of handler */
 } Operation;
 
 const Operation *operation_table(size_t *ret_n);
@@ -73,6 +82,10 @@ int operation_check_args(const Operation *op, json_t *args, ApiError *reterr);
 
 /* operation_check_args(), then the handler. */
 int operation_run(const Operation *op, Manager *m, json_t *args, json_t **ret, ApiError *reterr);
+
+/* operation_check_args(), then the asynchronous handler. */
+int operation_run_async(
+        const Operation *op, Manager *m, json_t *args, OperationDone done, void *userdata, ApiError *reterr);
 
 /* The MCP tool description: {"name","description","inputSchema","annotations"}; a new reference. */
 json_t *operation_tool_json(const Operation *op);

@@ -98,6 +98,82 @@ static int op_delete_network(Manager *m, json_t *args, json_t **ret, ApiError *r
         return *ret ? 0 : -ENOMEM;
 }
 
+static int lookup_vm(Manager *m, json_t *args, Vm **ret, ApiError *reterr) {
+        const char *id = json_string_value(json_object_get(args, "id"));
+        Vm *v = manager_find_vm(m, id);
+
+        if (!v)
+                return api_error_set(reterr, -ENOENT, API_ERROR_NOT_FOUND, "vm \"%s\"", id);
+        *ret = v;
+        return 0;
+}
+
+static int op_list_vms(Manager *m, json_t *args, json_t **ret, ApiError *reterr) {
+        json_auto_t *l = json_array();
+
+        if (!l)
+                return -ENOMEM;
+        for (size_t i = 0; i < m->n_vms; i++)
+                if (json_array_append_new(l, vm_to_json(m->vms[i])) < 0)
+                        return -ENOMEM;
+        *ret = TAKE_PTR(l);
+        return 0;
+}
+
+static int op_get_vm(Manager *m, json_t *args, json_t **ret, ApiError *reterr) {
+        Vm *v = NULL;
+        int r = lookup_vm(m, args, &v, reterr);
+
+        if (r < 0)
+                return r;
+        *ret = vm_to_json(v);
+        return *ret ? 0 : -ENOMEM;
+}
+
+static int op_get_vm_console(Manager *m, json_t *args, json_t **ret, ApiError *reterr) {
+        json_t *lines = json_object_get(args, "lines");
+        Vm *v = NULL;
+        int r;
+
+        /* the argument is checked before the lookup */
+        r = lookup_vm(m, args, &v, reterr);
+        if (r < 0)
+                return r;
+        return vm_console_json(v, lines ? (int64_t) json_integer_value(lines) : 0, ret, reterr);
+}
+
+static int op_create_vm(Manager *m, json_t *args, OperationDone done, void *userdata, ApiError *reterr) {
+        return vm_create(m, args, done, userdata, reterr);
+}
+
+static int op_start_vm(Manager *m, json_t *args, OperationDone done, void *userdata, ApiError *reterr) {
+        Vm *v = NULL;
+        int r = lookup_vm(m, args, &v, reterr);
+
+        return r < 0 ? r : vm_start(v, done, userdata, reterr);
+}
+
+static int op_stop_vm(Manager *m, json_t *args, OperationDone done, void *userdata, ApiError *reterr) {
+        Vm *v = NULL;
+        int r = lookup_vm(m, args, &v, reterr);
+
+        return r < 0 ? r : vm_stop(v, done, userdata, reterr);
+}
+
+static int op_reboot_vm(Manager *m, json_t *args, OperationDone done, void *userdata, ApiError *reterr) {
+        Vm *v = NULL;
+        int r = lookup_vm(m, args, &v, reterr);
+
+        return r < 0 ? r : vm_reboot(v, done, userdata, reterr);
+}
+
+static int op_delete_vm(Manager *m, json_t *args, OperationDone done, void *userdata, ApiError *reterr) {
+        Vm *v = NULL;
+        int r = lookup_vm(m, args, &v, reterr);
+
+        return r < 0 ? r : vm_delete(v, done, userdata, reterr);
+}
+
 static const OperationParam no_params[] = { { .name = NULL } };
 
 static const OperationParam image_ref_params[] = {
@@ -132,6 +208,70 @@ static const OperationParam create_network_params[] = {
           .type = PARAM_STRING,
           .flags = 0,
           .description = "DNS search domain handed to guests by DHCP, e.g. lab.internal (optional)" },
+        { .name = NULL },
+};
+
+static const OperationParam vm_id_params[] = {
+        { .name = "id",
+          .type = PARAM_STRING,
+          .flags = PARAM_REQUIRED | PARAM_IN_PATH,
+          .description = "VM id as returned by create_vm or list_vms" },
+        { .name = NULL },
+};
+
+static const OperationParam vm_console_params[] = {
+        { .name = "id",
+          .type = PARAM_STRING,
+          .flags = PARAM_REQUIRED | PARAM_IN_PATH,
+          .description = "VM id as returned by create_vm or list_vms" },
+        { .name = "lines",
+          .type = PARAM_INTEGER,
+          .flags = PARAM_IN_QUERY,
+          .description = "How many of the last lines to return, default 100, at most 10000" },
+        { .name = NULL },
+};
+
+static const char *const wait_for_values[] = { "none", "installed", "attested", "ready", NULL };
+
+static const OperationParam create_vm_params[] = {
+        { .name = "name",
+          .type = PARAM_STRING,
+          .flags = PARAM_REQUIRED,
+          .description = "VM name: a DNS label (lowercase letters, digits, dashes), unique on this host" },
+        { .name = "image",
+          .type = PARAM_STRING,
+          .description =
+                  "Image reference from list_images (\"<id>_<version>\" or a bare id); default the newest image" },
+        { .name = "kubernetes_version",
+          .type = PARAM_STRING,
+          .description = "Kubernetes version among the image's kubernetesVersions; default the newest it offers" },
+        { .name = "cpus", .type = PARAM_INTEGER, .description = "Virtual CPUs, default 2, 1 to 256" },
+        { .name = "memory_mib",
+          .type = PARAM_INTEGER,
+          .description = "Memory in MiB, default 2048, at least 256" },
+        { .name = "disk_gib", .type = PARAM_INTEGER, .description = "Disk size in GiB, default 20, 1 to 4096" },
+        { .name = "network", .type = PARAM_STRING, .description = "Network to attach to, default \"default\"" },
+        { .name = "user_data",
+          .type = PARAM_STRING,
+          .description =
+                  "Ignition JSON as a string (Cluster API's bootstrap data); the metadata service releases it only after attestation" },
+        { .name = "ssh_authorized_keys",
+          .type = PARAM_STRING_ARRAY,
+          .description = "SSH public keys for root, one line each" },
+        { .name = "hostname",
+          .type = PARAM_STRING,
+          .description = "Guest hostname, a DNS label; default the name" },
+        { .name = "metadata",
+          .type = PARAM_STRING_MAP,
+          .description = "Free-form string labels; keys without slashes or spaces" },
+        { .name = "require_attestation",
+          .type = PARAM_BOOLEAN,
+          .description =
+                  "Release user_data only after a verified TPM quote, default true; false releases it as soon as the installed boot starts" },
+        { .name = "wait_for",
+          .type = PARAM_STRING,
+          .enum_values = wait_for_values,
+          .description = "Milestone to block on: none, installed, attested or ready (default)" },
         { .name = NULL },
 };
 
@@ -212,6 +352,44 @@ static const Operation operations[] = {
                 .handler = op_get_network,
         },
         {
+                .name = "list_vms",
+                .description = "Read-only. Every VM record, oldest first: state, address, attestation, last error. "
+                               "Call get_host first to know whether VMs can run here.",
+                .hints = OP_HINTS_READ,
+                .method = "GET",
+                .path = "/vms",
+                .success_status = 200,
+                .list_key = "vms",
+                .params = no_params,
+                .handler = op_list_vms,
+        },
+        {
+                .name = "get_vm",
+                .description =
+                        "Read-only. One VM record: state (creating, installing, booting, attesting, ready, running, "
+                        "stopping, stopped, failed, deleting), IP and MAC, attestation, the guest's STATUS= and "
+                        "lastError. Poll it after create_vm with wait_for none or after start, stop and reboot; "
+                        "call list_vms first for the ids.",
+                .hints = OP_HINTS_READ,
+                .method = "GET",
+                .path = "/vms/{id}",
+                .success_status = 200,
+                .params = vm_id_params,
+                .handler = op_get_vm,
+        },
+        {
+                .name = "get_vm_console",
+                .description =
+                        "Read-only. The tail of the VM's serial console (lines, default 100, at most 10000). The "
+                        "first stop when a VM failed or seems stuck; call get_vm first for its state and lastError.",
+                .hints = OP_HINTS_READ,
+                .method = "GET",
+                .path = "/vms/{id}/console",
+                .success_status = 200,
+                .params = vm_console_params,
+                .handler = op_get_vm_console,
+        },
+        {
                 .name = "create_network",
                 .description =
                         "WRITES: create a rootless virtual network with DHCP, DNS, NAT to whatever the host reaches, "
@@ -236,6 +414,67 @@ static const Operation operations[] = {
                 .success_status = 204,
                 .params = network_name_params,
                 .handler = op_delete_network,
+        },
+        {
+                .name = "create_vm",
+                .description =
+                        "WRITES: create a VM: allocates a disk, a vTPM, an address on the network and a notify id, "
+                        "runs the installer boot, then the installed boot, attestation and READY=1. By default it "
+                        "blocks until the VM is ready (wait_for); on failure or timeout the message carries the VM "
+                        "id and the VM is kept for get_vm_console and delete_vm. Call get_host, list_images and "
+                        "list_networks first.",
+                .hints = OP_HINTS_CREATE,
+                .method = "POST",
+                .path = "/vms",
+                .success_status = 201,
+                .rest_body = true,
+                .params = create_vm_params,
+                .async_handler = op_create_vm,
+        },
+        {
+                .name = "start_vm",
+                .description = "WRITES: boot a stopped or failed VM from its disk (attestation runs again) and return it in "
+                               "state booting; poll get_vm for ready. A conflict when it runs or never finished "
+                               "installing; call get_vm first.",
+                .hints = OP_HINTS_IDEMPOTENT,
+                .method = "POST",
+                .path = "/vms/{id}/start",
+                .success_status = 200,
+                .params = vm_id_params,
+                .async_handler = op_start_vm,
+        },
+        {
+                .name = "stop_vm",
+                .description =
+                        "WRITES: power a VM down: ACPI first, then SIGTERM and SIGKILL after the stop timeout; "
+                        "returns once it stopped. The disk stays, start_vm boots it again. Call get_vm first.",
+                .hints = OP_HINTS_IDEMPOTENT,
+                .method = "POST",
+                .path = "/vms/{id}/stop",
+                .success_status = 200,
+                .params = vm_id_params,
+                .async_handler = op_stop_vm,
+        },
+        {
+                .name = "reboot_vm",
+                .description = "WRITES: stop, then start a VM; returns it in state booting. Call get_vm first.",
+                .hints = OP_HINTS_IDEMPOTENT,
+                .method = "POST",
+                .path = "/vms/{id}/reboot",
+                .success_status = 200,
+                .params = vm_id_params,
+                .async_handler = op_reboot_vm,
+        },
+        {
+                .name = "delete_vm",
+                .description = "WRITES (destructive): stop the VM if it runs and remove its disk, vTPM state, address "
+                               "lease and record; not undoable. Call get_vm first to be sure of the id.",
+                .hints = OP_HINTS_DESTRUCTIVE,
+                .method = "DELETE",
+                .path = "/vms/{id}",
+                .success_status = 204,
+                .params = vm_id_params,
+                .async_handler = op_delete_vm,
         },
 };
 
@@ -382,6 +621,23 @@ int operation_check_args(const Operation *op, json_t *args, ApiError *reterr) {
                         return api_error_set(
                                 reterr, -EINVAL, API_ERROR_INVALID_REQUEST, "field \"%s\" is required", p->name);
         }
+        return 0;
+}
+
+int operation_run_async(
+        const Operation *op, Manager *m, json_t *args, OperationDone done, void *userdata, ApiError *reterr) {
+        int r;
+
+        assert_return(op->async_handler, -EINVAL);
+        r = operation_check_args(op, args, reterr);
+        if (r < 0)
+                return r;
+        r = op->async_handler(m, args, done, userdata, reterr);
+        if (r < 0) {
+                api_error_from_errno(reterr, r, op->name);
+                return r;
+        }
+        manager_touch(m);
         return 0;
 }
 

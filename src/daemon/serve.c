@@ -38,6 +38,10 @@ static char *arg_default_network = NULL;
 static char *arg_ovmf_code = NULL;
 static char *arg_ovmf_vars = NULL;
 static HostAccel arg_accel = HOST_ACCEL_AUTO;
+static usec_t arg_install_timeout = 5 * USEC_PER_MINUTE;
+static usec_t arg_boot_timeout = 4 * USEC_PER_MINUTE;
+static usec_t arg_stop_timeout = 30 * USEC_PER_SEC;
+static uint32_t arg_notify_port = 0;
 
 /* The firmware pairs looked for, in order, when --ovmf-code/--ovmf-vars are not given. */
 static const char *const ovmf_pairs[][2] = {
@@ -165,6 +169,42 @@ static const Flag serve_flags[] = {
                 .dest = &arg_accel,
         },
         {
+                .name = "install-timeout",
+                .env = "VM_MANAGER_INSTALL_TIMEOUT",
+                .default_value = "5m",
+                .metavar = "DURATION",
+                .help = "ceiling of the installer boot; a VM past it is failed",
+                .parse = flag_parse_duration,
+                .dest = &arg_install_timeout,
+        },
+        {
+                .name = "boot-timeout",
+                .env = "VM_MANAGER_BOOT_TIMEOUT",
+                .default_value = "4m",
+                .metavar = "DURATION",
+                .help = "how long an installed boot may take to send READY=1 before the VM is marked running",
+                .parse = flag_parse_duration,
+                .dest = &arg_boot_timeout,
+        },
+        {
+                .name = "stop-timeout",
+                .env = "VM_MANAGER_STOP_TIMEOUT",
+                .default_value = "30s",
+                .metavar = "DURATION",
+                .help = "graceful power-down budget before SIGTERM (then SIGKILL 5s later), also at shutdown",
+                .parse = flag_parse_duration,
+                .dest = &arg_stop_timeout,
+        },
+        {
+                .name = "notify-port",
+                .env = "VM_MANAGER_NOTIFY_PORT",
+                .default_value = "0",
+                .metavar = "PORT",
+                .help = "vsock port guests send READY=1 to; 0 reuses the one recorded in the state dir, or picks one",
+                .parse = flag_parse_uint32,
+                .dest = &arg_notify_port,
+        },
+        {
                 .name = "log-level",
                 .env = "VM_MANAGER_LOG_LEVEL",
                 .default_value = "info",
@@ -219,6 +259,7 @@ typedef struct Daemon {
         sd_event_source *sigterm, *sigint, *drain_timer, *ready_defer;
         DaemonPhase phase;
         usec_t stop_deadline;
+        bool vms_stopped;
         int lock_fd;
 } Daemon;
 
@@ -343,13 +384,19 @@ static int on_drain(sd_event_source *s, usec_t usec, void *userdata) {
         Daemon *d = userdata;
         unsigned active = http_server_active_requests(d->http);
 
-        if (active == 0 || usec >= d->stop_deadline) {
+        if ((active == 0 && d->vms_stopped) || usec >= d->stop_deadline) {
                 if (active > 0)
                         log_warning("Shutdown grace period over, dropping %u request(s) still open.", active);
                 return sd_event_exit(sd_event_source_get_event(s), 0);
         }
         (void) sd_event_source_set_time(s, usec + 20 * USEC_PER_MSEC);
         return sd_event_source_set_enabled(s, SD_EVENT_ONESHOT);
+}
+
+static void on_vms_stopped(void *userdata) {
+        Daemon *d = userdata;
+
+        d->vms_stopped = true;
 }
 
 static int on_signal(sd_event_source *s, const struct signalfd_siginfo *si, void *userdata) {
@@ -366,8 +413,13 @@ static int on_signal(sd_event_source *s, const struct signalfd_siginfo *si, void
         d->phase = DAEMON_STOPPING;
         (void) sd_notify(false, "STOPPING=1\nSTATUS=Shutting down");
         http_server_quiesce(d->http);
+        /* VMs are plain children of ours: power them down before we go */
+        if (d->manager)
+                vm_stop_all(d->manager, on_vms_stopped, d);
+        else
+                d->vms_stopped = true;
 
-        d->stop_deadline = now + SHUTDOWN_GRACE;
+        d->stop_deadline = now + MAX(SHUTDOWN_GRACE, arg_stop_timeout + 10 * USEC_PER_SEC);
         r = sd_event_add_time(
                 sd_event_source_get_event(s), &d->drain_timer, CLOCK_MONOTONIC, now, USEC_PER_MSEC, on_drain, d);
         if (r < 0)
@@ -459,6 +511,10 @@ static int run(void) {
                         .ovmf_code = arg_ovmf_code,
                         .ovmf_vars = arg_ovmf_vars,
                         .accel = arg_accel,
+                        .install_timeout = arg_install_timeout,
+                        .boot_timeout = arg_boot_timeout,
+                        .stop_timeout = arg_stop_timeout,
+                        .notify_port = arg_notify_port,
                         .version = vmm_version,
                         .commit = vmm_commit,
                         .built = vmm_build_time,

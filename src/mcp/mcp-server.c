@@ -329,7 +329,44 @@ static json_t *tool_error(const ApiError *e) {
 }
 
 /* tools/call: returns the result, or sets *ret_code and *ret_message for a protocol fault. */
-static json_t *handle_tools_call(McpServer *s, json_t *params, int *ret_code, const char **ret_message) {
+/* An asynchronous tool call in flight: answered when the operation completes. */
+typedef struct ToolCall {
+        const Operation *op;
+        HttpRequest *req; /* NULL without a connection (the fuzz target) */
+        json_t *id;
+        bool in_call;   /* still inside the handler: completion is synchronous */
+        json_t *result; /* the tool result, when it completed synchronously */
+} ToolCall;
+
+static void tool_call_done(int r, json_t *resource, const ApiError *e, void *userdata) {
+        ToolCall *c = userdata;
+        json_t *result;
+
+        if (r < 0) {
+                if (e && api_error_http_status(e) >= 500)
+                        log_struct(LOG_ERR, LOG_FIELDS({ "TOOL", c->op->name }), "%s", e->message);
+                result = e ? tool_error(e) : NULL;
+        } else {
+                json_auto_t *empty = resource ? NULL : json_object();
+                result = tool_result(c->op, resource ?: empty);
+        }
+        if (c->in_call) {
+                c->result = result;
+                return;
+        }
+        if (c->req) {
+                json_auto_t *msg = result ? jsonrpc_result(c->id, result) :
+                                            jsonrpc_error(c->id, JSONRPC_INTERNAL_ERROR, "out of memory");
+                reply_jsonrpc(c->req, 200, msg);
+                http_request_unref(c->req);
+        } else
+                json_decref(result);
+        json_decref(c->id);
+        free(c);
+}
+
+static json_t *handle_tools_call(
+        McpServer *s, McpPost *post, json_t *id, json_t *params, int *ret_code, const char **ret_message) {
         _cleanup_(api_error_done) ApiError e = API_ERROR_NULL;
         json_auto_t *resource = NULL, *empty = NULL;
         const Operation *op;
@@ -358,6 +395,42 @@ static json_t *handle_tools_call(McpServer *s, json_t *params, int *ret_code, co
         } else if (!json_is_object(args)) {
                 *ret_code = JSONRPC_INVALID_PARAMS;
                 *ret_message = "tools/call params.arguments must be an object";
+                return NULL;
+        }
+
+        if (op->async_handler) {
+                ToolCall *c = calloc(1, sizeof(ToolCall));
+                json_t *result;
+
+                if (!c)
+                        return NULL;
+                c->op = op;
+                c->id = json_incref(id);
+                c->in_call = true;
+                r = operation_run_async(op, s->manager, args, tool_call_done, c, &e);
+                c->in_call = false;
+                if (r < 0) {
+                        json_decref(c->id);
+                        free(c);
+                        return tool_error(&e);
+                }
+                if (c->result || !post->request) {
+                        /* done already (or nobody to answer later: the caller gets it now or never) */
+                        result = c->result;
+                        if (!result && !post->request)
+                                c->req = NULL; /* a late completion only frees */
+                        else {
+                                json_decref(c->id);
+                                free(c);
+                        }
+                        if (!result) {
+                                *ret_code = JSONRPC_INTERNAL_ERROR;
+                                *ret_message = "the tool needs a connection to answer later";
+                        }
+                        return result;
+                }
+                c->req = http_request_ref(post->request);
+                post->deferred = true;
                 return NULL;
         }
 
@@ -497,9 +570,11 @@ int mcp_server_process_post(McpServer *s, McpPost *p) {
                 result = json_object();
         else if (streq(method, "tools/list"))
                 result = handle_tools_list(s);
-        else if (streq(method, "tools/call"))
-                result = handle_tools_call(s, params, &code, &message);
-        else {
+        else if (streq(method, "tools/call")) {
+                result = handle_tools_call(s, p, id, params, &code, &message);
+                if (p->deferred)
+                        return 0; /* answered when the operation completes */
+        } else {
                 post_reply(p, 200, jsonrpc_error(id, JSONRPC_METHOD_NOT_FOUND, "method not found"));
                 return 0;
         }
@@ -521,7 +596,12 @@ static void handle_post(McpServer *s, HttpRequest *req) {
         };
 
         p.body = http_request_body(req, &p.size);
+        p.request = req;
         (void) mcp_server_process_post(s, &p);
+        if (p.deferred) {
+                http_request_suspend(req);
+                return;
+        }
         if (p.new_session_id && http_request_add_header(req, "Mcp-Session-Id", p.new_session_id) < 0)
                 p.status = 500;
         if (p.status == 500 && !p.reply)

@@ -27,10 +27,12 @@ typedef struct McpPost {
         const char *protocol_version;
         const void *body;
         size_t size;
+        HttpRequest *request; /* for answers that come later; NULL: none can */
 
         unsigned status;            /* set by mcp_server_process_post() */
         json_t *reply;              /* the JSON-RPC answer, owned; NULL: an empty body */
         const char *new_session_id; /* borrowed; set by initialize */
+        bool deferred;              /* a tool still runs: it answers through request */
 } McpPost;
 
 /* Handles one JSON-RPC message: the whole protocol except the HTTP plumbing (and the fuzz target's

@@ -1,0 +1,2292 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <openssl/evp.h>
+#include <openssl/pem.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fs-util.h"
+#include "json-util.h"
+#include "log.h"
+#include "manager.h"
+#include "openssl-util.h"
+#include "parse-util.h"
+#include "vm-cmdline.h"
+#include "vm-process.h"
+#include "vm-qmp.h"
+#include "vm.h"
+
+#define VM_CONSOLE_TAIL_BYTES (64U * 1024U)
+#define VM_CONSOLE_LINES_DEFAULT 100
+#define VM_CONSOLE_LINES_MAX 10000
+#define VM_ERROR_CONSOLE_LINES 40
+#define VM_SWTPM_START_TIMEOUT (5 * USEC_PER_SEC)
+#define VM_VSOCKD_START_TIMEOUT (5 * USEC_PER_SEC)
+#define VM_QMP_START_TIMEOUT (10 * USEC_PER_SEC)
+#define VM_STOP_GRACE (5 * USEC_PER_SEC)
+#define VM_PROBE_INTERVAL (20 * USEC_PER_MSEC)
+#define VM_NOTIFY_MESSAGE_MAX (64U * 1024U)
+#define VM_RECORD_MAX (4U * 1024U * 1024U)
+#define VM_USER_DATA_MAX (1U * 1024U * 1024U)
+
+/* ---- enumerations ---- */
+
+static const char *const vm_state_table[_VM_STATE_MAX] = {
+        [VM_STATE_CREATING] = "creating", [VM_STATE_INSTALLING] = "installing",
+        [VM_STATE_BOOTING] = "booting",   [VM_STATE_ATTESTING] = "attesting",
+        [VM_STATE_READY] = "ready",       [VM_STATE_RUNNING] = "running",
+        [VM_STATE_STOPPING] = "stopping", [VM_STATE_STOPPED] = "stopped",
+        [VM_STATE_FAILED] = "failed",     [VM_STATE_DELETING] = "deleting",
+};
+
+const char *vm_state_to_string(VmState s) {
+        return s >= 0 && s < _VM_STATE_MAX ? vm_state_table[s] : NULL;
+}
+
+VmState vm_state_from_string(const char *s) {
+        for (int i = 0; s && i < _VM_STATE_MAX; i++)
+                if (streq(s, vm_state_table[i]))
+                        return (VmState) i;
+        return _VM_STATE_INVALID;
+}
+
+bool vm_state_is_live(VmState s) {
+        return s == VM_STATE_INSTALLING || s == VM_STATE_BOOTING || s == VM_STATE_ATTESTING ||
+                s == VM_STATE_READY || s == VM_STATE_RUNNING || s == VM_STATE_STOPPING;
+}
+
+static const char *const wait_for_table[_VM_WAIT_MAX] = {
+        [VM_WAIT_NONE] = "none",
+        [VM_WAIT_INSTALLED] = "installed",
+        [VM_WAIT_ATTESTED] = "attested",
+        [VM_WAIT_READY] = "ready",
+};
+
+const char *vm_wait_for_to_string(VmWaitFor w) {
+        return w >= 0 && w < _VM_WAIT_MAX ? wait_for_table[w] : NULL;
+}
+
+VmWaitFor vm_wait_for_from_string(const char *s) {
+        for (int i = 0; s && i < _VM_WAIT_MAX; i++)
+                if (streq(s, wait_for_table[i]))
+                        return (VmWaitFor) i;
+        return _VM_WAIT_INVALID;
+}
+
+/* ---- the record ---- */
+
+typedef enum PendingKind {
+        PENDING_STARTED,   /* the current start chain finished */
+        PENDING_MILESTONE, /* create_vm's wait_for */
+        PENDING_STOPPED,   /* the process is gone */
+} PendingKind;
+
+typedef struct Pending Pending;
+struct Pending {
+        PendingKind kind;
+        VmWaitFor milestone;
+        usec_t timeout; /* for the message */
+        sd_event_source *deadline;
+        VmDoneFunc done;
+        void *userdata;
+        Vm *vm;
+        /* what to do once this one completes successfully (reboot: start; delete: tear down) */
+        enum { THEN_NOTHING, THEN_START } then;
+        Pending *next;
+};
+
+struct Vm {
+        unsigned n_ref;
+        Manager *manager;
+
+        char *id;
+        VmSpec spec;
+        VmState state;
+        VmPhase phase;
+        bool has_phase;
+        char *ip, *mac;
+        uint32_t cid;
+        char machine_id[33];
+        bool booted;
+        char *status;
+        char *ssh_public_key;
+        bool att_required, att_released;
+        usec_t nonce_issued_at;
+        usec_t created_at, installed_at, booted_at, ready_at; /* CLOCK_REALTIME, 0 = unset */
+        char *last_error;
+        pid_t qemu_pid, swtpm_pid;
+
+        char *dir, *volume;
+
+        /* the processes and the start chain of the current run */
+        VmProcess *qemu, *swtpm, *vsockd;
+        QmpClient *qmp;
+        sd_event_source *phase_timer; /* install or boot timeout */
+        sd_event_source *probe_timer; /* start chain: swtpm and vhost-device-vsock readiness */
+        sd_event_source *stop_timer;  /* stop escalation */
+        int notify_fd;
+        sd_event_source *notify_source;
+        char *notify_path;
+        usec_t probe_deadline;
+        bool starting;
+        int start_step; /* START_* while starting */
+        bool install_timed_out;
+        int stop_step; /* 0: none, 1: powerdown sent, 2: SIGTERM sent, 3: SIGKILL sent */
+        Pending *pending;
+};
+
+static void vm_changed(Vm *v);
+static void vm_check_pending(Vm *v);
+static int vm_start_phase(Vm *v, VmPhase phase, ApiError *reterr);
+
+void vm_spec_done(VmSpec *s) {
+        free(s->name);
+        free(s->image);
+        free(s->kubernetes_version);
+        free(s->network);
+        strv_free(s->ssh_authorized_keys);
+        free(s->hostname);
+        json_decref(s->metadata);
+        free(s->region);
+        free(s->zone);
+        *s = (VmSpec){};
+}
+
+static void vm_stop_processes_now(Vm *v);
+
+static Vm *vm_free(Vm *v) {
+        vm_stop_processes_now(v);
+        while (v->pending) {
+                Pending *p = v->pending;
+                v->pending = p->next;
+                sd_event_source_disable_unref(p->deadline);
+                free(p);
+        }
+        free(v->id);
+        vm_spec_done(&v->spec);
+        free(v->ip);
+        free(v->mac);
+        free(v->status);
+        free(v->ssh_public_key);
+        free(v->last_error);
+        free(v->dir);
+        free(v->volume);
+        free(v->notify_path);
+        free(v);
+        return NULL;
+}
+
+Vm *vm_ref(Vm *v) {
+        if (v)
+                v->n_ref++;
+        return v;
+}
+
+Vm *vm_unref(Vm *v) {
+        if (!v)
+                return NULL;
+        assert(v->n_ref > 0);
+        if (--v->n_ref > 0)
+                return NULL;
+        return vm_free(v);
+}
+
+const char *vm_id(Vm *v) {
+        return v->id;
+}
+
+const char *vm_name(Vm *v) {
+        return v->spec.name;
+}
+
+const char *vm_network(Vm *v) {
+        return v->spec.network;
+}
+
+VmState vm_state(Vm *v) {
+        return v->state;
+}
+
+usec_t vm_created_at(Vm *v) {
+        return v->created_at;
+}
+
+static char *vm_path(Vm *v, const char *name) {
+        char *p = NULL;
+
+        if (asprintf(&p, "%s/%s", v->dir, name) < 0)
+                return NULL;
+        return p;
+}
+
+/* RFC 3339 in UTC with the fraction trimmed, as the API shows times. */
+static char *format_time(usec_t t, char buf[static 40]) {
+        time_t sec = (time_t) (t / USEC_PER_SEC);
+        unsigned frac = (unsigned) (t % USEC_PER_SEC);
+        struct tm tm;
+        size_t n;
+
+        (void) gmtime_r(&sec, &tm);
+        n = strftime(buf, 40, "%Y-%m-%dT%H:%M:%S", &tm);
+        if (frac > 0) {
+                char f[8];
+                snprintf(f, sizeof(f), "%06u", frac);
+                for (size_t k = strlen(f); k > 0 && f[k - 1] == '0'; k--)
+                        f[k - 1] = 0;
+                n += (size_t) snprintf(buf + n, 40 - n, ".%s", f);
+        }
+        snprintf(buf + n, 40 - n, "Z");
+        return buf;
+}
+
+static int parse_time(const char *s, usec_t *ret) {
+        struct tm tm = {};
+        const char *p;
+        usec_t frac = 0;
+
+        if (!s)
+                return -EINVAL;
+        p = strptime(s, "%Y-%m-%dT%H:%M:%S", &tm);
+        if (!p)
+                return -EINVAL;
+        if (*p == '.') {
+                usec_t scale = 100000;
+                for (p++; *p >= '0' && *p <= '9'; p++) {
+                        frac += (usec_t) (*p - '0') * scale;
+                        scale /= 10;
+                }
+        }
+        if (!streq(p, "Z"))
+                return -EINVAL;
+        *ret = (usec_t) timegm(&tm) * USEC_PER_SEC + frac;
+        return 0;
+}
+
+static int json_set_time(json_t *o, const char *key, usec_t t) {
+        char buf[40];
+
+        if (t == 0)
+                return 0;
+        return json_object_set_new(o, key, json_string(format_time(t, buf)));
+}
+
+static int json_set_str(json_t *o, const char *key, const char *s) {
+        if (!s || !*s)
+                return 0;
+        return json_object_set_new(o, key, json_string(s));
+}
+
+/* The record: what the API shows and what vm.json keeps (plus "processes" there). */
+static json_t *vm_record_json(Vm *v, bool for_disk) {
+        json_auto_t *o = json_object(), *att = NULL, *paths = NULL;
+        _cleanup_free_ char *console = vm_path(v, "console.log"), *tpm = vm_path(v, "tpm"),
+                            *vars = vm_path(v, "ovmf_vars.fd"), *qmp = vm_path(v, "qmp.sock"),
+                            *key = vm_path(v, "ssh_key"), *ud = vm_path(v, "user-data"),
+                            *report = vm_path(v, "report.json"), *qlog = vm_path(v, "qemu.log");
+
+        if (!o || !console || !tpm || !vars || !qmp || !key || !ud || !report || !qlog)
+                return NULL;
+
+        json_object_set_new(o, "id", json_string(v->id));
+        json_object_set_new(o, "name", json_string(v->spec.name));
+        json_object_set_new(o, "image", json_string(v->spec.image));
+        json_set_str(o, "kubernetesVersion", v->spec.kubernetes_version);
+        json_object_set_new(o, "cpus", json_integer(v->spec.cpus));
+        json_object_set_new(o, "memoryMiB", json_integer((json_int_t) v->spec.memory_mib));
+        json_object_set_new(o, "diskGiB", json_integer((json_int_t) v->spec.disk_gib));
+        json_object_set_new(o, "network", json_string(v->spec.network));
+        if (v->spec.ssh_authorized_keys && v->spec.ssh_authorized_keys[0]) {
+                json_t *a = json_array();
+                for (char **k = v->spec.ssh_authorized_keys; *k; k++)
+                        json_array_append_new(a, json_string(*k));
+                json_object_set_new(o, "sshAuthorizedKeys", a);
+        }
+        json_set_str(o, "hostname", v->spec.hostname);
+        if (v->spec.metadata && json_object_size(v->spec.metadata) > 0)
+                json_object_set(o, "metadata", v->spec.metadata);
+        json_set_str(o, "region", v->spec.region);
+        json_set_str(o, "zone", v->spec.zone);
+        json_object_set_new(o, "requireAttestation", json_boolean(v->spec.require_attestation));
+        json_object_set_new(o, "state", json_string(vm_state_to_string(v->state)));
+        if (v->has_phase)
+                json_object_set_new(o, "phase", json_string(v->phase == VM_PHASE_INSTALL ? "install" : "boot"));
+        if (for_disk && (v->qemu_pid > 0 || v->swtpm_pid > 0)) {
+                json_t *p = json_object();
+                if (v->qemu_pid > 0)
+                        json_object_set_new(p, "qemu", json_pack("{s:i}", "pid", (int) v->qemu_pid));
+                if (v->swtpm_pid > 0)
+                        json_object_set_new(p, "swtpm", json_pack("{s:i}", "pid", (int) v->swtpm_pid));
+                json_object_set_new(o, "processes", p);
+        }
+        json_set_str(o, "ip", v->ip);
+        json_set_str(o, "mac", v->mac);
+        json_object_set_new(o, "cid", json_integer(v->cid));
+        json_object_set_new(o, "machineID", json_string(v->machine_id));
+        json_object_set_new(o, "booted", json_boolean(v->booted));
+        json_set_str(o, "status", v->status);
+        json_object_set_new(o, "sshPublicKey", json_string(v->ssh_public_key ?: ""));
+
+        att = json_pack("{s:b,s:b}", "required", v->att_required, "userDataReleased", v->att_released);
+        if (!att)
+                return NULL;
+        json_set_time(att, "nonceIssuedAt", v->nonce_issued_at);
+        json_object_set(o, "attestation", att);
+
+        json_set_time(o, "createdAt", v->created_at);
+        json_set_time(o, "installedAt", v->installed_at);
+        json_set_time(o, "bootedAt", v->booted_at);
+        json_set_time(o, "readyAt", v->ready_at);
+        json_set_str(o, "lastError", v->last_error);
+
+        paths = json_pack(
+                "{s:s,s:s,s:s,s:s,s:s,s:s,s:s,s:s,s:s,s:s}",
+                "dir",
+                v->dir,
+                "volume",
+                v->volume ?: "",
+                "console",
+                console,
+                "tpmState",
+                tpm,
+                "ovmfVars",
+                vars,
+                "qmpSocket",
+                qmp,
+                "sshKey",
+                key,
+                "userData",
+                ud,
+                "report",
+                report,
+                "qemuLog",
+                qlog);
+        if (!paths || json_object_set(o, "paths", paths) < 0)
+                return NULL;
+        return TAKE_PTR(o);
+}
+
+json_t *vm_to_json(Vm *v) {
+        return vm_record_json(v, false);
+}
+
+static int vm_save(Vm *v) {
+        _cleanup_free_ char *path = vm_path(v, "vm.json"), *text = NULL;
+        json_auto_t *j = vm_record_json(v, true);
+        size_t n;
+        int r;
+
+        if (!path || !j)
+                return -ENOMEM;
+        text = json_dumps_pretty(j, &n);
+        if (!text)
+                return -ENOMEM;
+        r = write_file_atomic(path, text, n, 0600);
+        if (r < 0)
+                log_struct(
+                        LOG_ERR, LOG_FIELDS({ "VM_ID", v->id }), "Failed to save %s: %s", path, strerror(-r));
+        return r;
+}
+
+/* Every change goes to disk and bumps the records' generation; waiters look at it. */
+static void vm_changed(Vm *v) {
+        (void) vm_save(v);
+        manager_touch(v->manager);
+        vm_check_pending(v);
+}
+
+static void vm_set_state(Vm *v, VmState s) {
+        if (v->state == s)
+                return;
+        log_struct(
+                LOG_INFO,
+                LOG_FIELDS({ "VM_ID", v->id }, { "VM_STATE", vm_state_to_string(s) }),
+                "VM %s (%s): %s -> %s",
+                v->id,
+                v->spec.name,
+                vm_state_to_string(v->state),
+                vm_state_to_string(s));
+        v->state = s;
+}
+
+static void vm_set_error(Vm *v, const char *text) {
+        free(v->last_error);
+        v->last_error = text ? strdup(text) : NULL;
+}
+
+/* ---- the console ---- */
+
+/* The last n lines of console.log, from its final 64 KiB (a line cut there is dropped). */
+static char *console_tail(Vm *v, int64_t n) {
+        _cleanup_free_ char *path = vm_path(v, "console.log"), *buf = NULL;
+        _cleanup_close_ int fd = -EBADF;
+        struct stat st;
+        off_t off = 0;
+        ssize_t k;
+        char *start, *end;
+
+        if (!path)
+                return NULL;
+        fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0 || fstat(fd, &st) < 0)
+                return strdup("");
+        if (st.st_size > (off_t) VM_CONSOLE_TAIL_BYTES)
+                off = st.st_size - (off_t) VM_CONSOLE_TAIL_BYTES;
+        buf = malloc(VM_CONSOLE_TAIL_BYTES + 1);
+        if (!buf)
+                return NULL;
+        k = pread(fd, buf, VM_CONSOLE_TAIL_BYTES, off);
+        if (k < 0)
+                return strdup("");
+        buf[k] = 0;
+        start = buf;
+        if (off > 0) {
+                char *nl = strchr(buf, '\n');
+                start = nl ? nl + 1 : buf + k;
+        }
+        /* serial consoles write \r\n; keep \n */
+        end = buf + strlen(buf);
+        {
+                char *w = start;
+                for (char *r = start; r < end; r++)
+                        if (*r != '\r')
+                                *w++ = *r;
+                *w = 0;
+                end = w;
+        }
+        while (end > start && end[-1] == '\n')
+                *--end = 0;
+        for (char *p = end; p > start; p--)
+                if (p[-1] == '\n' && --n == 0) {
+                        start = p;
+                        break;
+                }
+        return strdup(start);
+}
+
+int vm_console_json(Vm *v, int64_t lines, json_t **ret, ApiError *reterr) {
+        _cleanup_free_ char *text = NULL;
+        int64_t n = lines <= 0 ? VM_CONSOLE_LINES_DEFAULT : lines;
+
+        text = console_tail(v, MIN(n, (int64_t) VM_CONSOLE_LINES_MAX));
+        if (!text)
+                return -ENOMEM;
+        *ret = json_pack("{s:s,s:I,s:s}", "id", v->id, "lines", (json_int_t) n, "console", text);
+        return *ret ? 0 : -ENOMEM;
+}
+
+/* "<what>\nconsole:\n<last 40 lines>" for lastError. */
+static char *error_with_console(Vm *v, const char *what) {
+        _cleanup_free_ char *tail = console_tail(v, VM_ERROR_CONSOLE_LINES);
+        char *s = NULL;
+
+        if (tail && *tail)
+                (void) asprintf(&s, "%s\nconsole:\n%s", what, tail);
+        else
+                s = strdup(what);
+        return s;
+}
+
+/* ---- waiters ---- */
+
+static void pending_complete(Vm *v, Pending *p, int r, const ApiError *e);
+
+static void pending_unlink(Vm *v, Pending *p) {
+        for (Pending **i = &v->pending; *i; i = &(*i)->next)
+                if (*i == p) {
+                        *i = p->next;
+                        break;
+                }
+        p->deadline = sd_event_source_disable_unref(p->deadline);
+}
+
+static int on_pending_deadline(sd_event_source *s, usec_t usec, void *userdata) {
+        Pending *p = userdata;
+        Vm *v = p->vm;
+        _cleanup_(api_error_done) ApiError e = API_ERROR_NULL;
+        char d[32];
+
+        format_duration(d, sizeof(d), p->timeout);
+        (void) api_error_set(
+                &e,
+                -ETIMEDOUT,
+                API_ERROR_TIMEOUT,
+                "vm %s did not reach %s within %s (state %s); vm %s is %s%s%s (follow it with get_vm %s, delete it with delete_vm)",
+                v->id,
+                vm_wait_for_to_string(p->milestone),
+                d,
+                vm_state_to_string(v->state),
+                v->id,
+                vm_state_to_string(v->state),
+                v->last_error ? ": " : "",
+                v->last_error ?: "",
+                v->id);
+        pending_complete(v, p, e.error, &e);
+        return 0;
+}
+
+static Pending *pending_add(Vm *v, PendingKind kind, VmDoneFunc done, void *userdata) {
+        Pending *p = calloc(1, sizeof(Pending));
+
+        if (!p)
+                return NULL;
+        p->kind = kind;
+        p->done = done;
+        p->userdata = userdata;
+        p->vm = v;
+        /* append: completions run in the order the operations arrived */
+        Pending **i = &v->pending;
+        while (*i)
+                i = &(*i)->next;
+        *i = p;
+        return p;
+}
+
+static int pending_set_deadline(Vm *v, Pending *p, usec_t timeout) {
+        p->timeout = timeout;
+        return sd_event_add_time_relative(
+                v->manager->event, &p->deadline, CLOCK_MONOTONIC, timeout, USEC_PER_MSEC, on_pending_deadline, p);
+}
+
+static void pending_complete(Vm *v, Pending *p, int r, const ApiError *e) {
+        _cleanup_(vm_unrefp) Vm *pin = vm_ref(v);
+        _cleanup_(api_error_done) ApiError e2 = API_ERROR_NULL;
+        json_auto_t *record = NULL;
+        VmDoneFunc done = p->done;
+        void *userdata = p->userdata;
+        int then = p->then;
+
+        pending_unlink(v, p);
+        free(p);
+
+        if (r >= 0 && then == THEN_START) {
+                /* reboot: the stop finished, now the start; its completion answers the caller */
+                if (vm_start(v, done, userdata, &e2) < 0 && done)
+                        done(e2.error, NULL, &e2, userdata);
+                return;
+        }
+        if (!done)
+                return;
+        if (r < 0) {
+                done(r, NULL, e, userdata);
+                return;
+        }
+        record = vm_to_json(v);
+        if (!record) {
+                (void) api_error_set(&e2, -ENOMEM, API_ERROR_INTERNAL, "out of memory");
+                done(e2.error, NULL, &e2, userdata);
+                return;
+        }
+        done(0, record, NULL, userdata);
+}
+
+static bool milestone_reached(Vm *v, VmWaitFor w) {
+        switch (w) {
+        case VM_WAIT_NONE:
+                return true;
+        case VM_WAIT_INSTALLED:
+                return v->installed_at != 0;
+        case VM_WAIT_ATTESTED:
+                return v->booted_at != 0 && v->att_released;
+        case VM_WAIT_READY:
+                return v->ready_at != 0;
+        default:
+                return false;
+        }
+}
+
+/* Settles whatever the current state decides: milestones reached or failed, stops finished. */
+static void vm_check_pending(Vm *v) {
+        _cleanup_(vm_unrefp) Vm *pin = vm_ref(v);
+        bool again = true;
+
+        while (again) {
+                again = false;
+                for (Pending *p = v->pending; p; p = p->next) {
+                        _cleanup_(api_error_done) ApiError e = API_ERROR_NULL;
+
+                        if (p->kind == PENDING_STOPPED && !v->qemu && !v->starting) {
+                                pending_complete(v, p, 0, NULL);
+                                again = true;
+                                break;
+                        }
+                        if (p->kind != PENDING_MILESTONE)
+                                continue;
+                        if (milestone_reached(v, p->milestone)) {
+                                pending_complete(v, p, 0, NULL);
+                                again = true;
+                                break;
+                        }
+                        if (v->state == VM_STATE_FAILED || v->state == VM_STATE_STOPPING ||
+                            v->state == VM_STATE_STOPPED || v->state == VM_STATE_DELETING) {
+                                if (v->state == VM_STATE_FAILED)
+                                        (void) api_error_set(
+                                                &e,
+                                                -EIO,
+                                                API_ERROR_VM_FAILED,
+                                                "%s; vm %s is failed (follow it with get_vm %s, delete it with delete_vm)",
+                                                v->last_error ?: "unknown error",
+                                                v->id,
+                                                v->id);
+                                else
+                                        (void) api_error_set(
+                                                &e,
+                                                -EIO,
+                                                API_ERROR_VM_FAILED,
+                                                "vm is %s; vm %s is %s (follow it with get_vm %s, delete it with delete_vm)",
+                                                vm_state_to_string(v->state),
+                                                v->id,
+                                                vm_state_to_string(v->state),
+                                                v->id);
+                                pending_complete(v, p, e.error, &e);
+                                again = true;
+                                break;
+                        }
+                }
+        }
+}
+
+static void start_finished(Vm *v, int r, const ApiError *e) {
+        _cleanup_(vm_unrefp) Vm *pin = vm_ref(v);
+
+        Pending *mine = NULL, **tail = &mine;
+
+        v->starting = false;
+        v->probe_timer = sd_event_source_disable_unref(v->probe_timer);
+        /* Take this chain's waiters out first: a completion may start another chain (reboot). */
+        for (Pending **i = &v->pending; *i;)
+                if ((*i)->kind == PENDING_STARTED) {
+                        Pending *p = *i;
+                        *i = p->next;
+                        p->next = NULL;
+                        *tail = p;
+                        tail = &p->next;
+                } else
+                        i = &(*i)->next;
+        while (mine) {
+                Pending *p = mine;
+                mine = p->next;
+                pending_complete(v, p, r, e);
+        }
+        vm_check_pending(v);
+}
+
+/* ---- processes ---- */
+
+static void notify_close(Vm *v) {
+        v->notify_source = sd_event_source_disable_unref(v->notify_source);
+        v->notify_fd = safe_close(v->notify_fd);
+        if (v->notify_path) {
+                (void) unlink(v->notify_path);
+                v->notify_path = mfree(v->notify_path);
+        }
+}
+
+static void vm_stop_processes_now(Vm *v) {
+        if (v->qmp) {
+                qmp_client_close(v->qmp);
+                v->qmp = qmp_client_unref(v->qmp);
+        }
+        if (v->qemu)
+                (void) vm_process_kill(v->qemu, SIGKILL);
+        if (v->swtpm)
+                (void) vm_process_kill(v->swtpm, SIGKILL);
+        if (v->vsockd)
+                (void) vm_process_kill(v->vsockd, SIGKILL);
+        v->qemu = vm_process_free(v->qemu);
+        v->swtpm = vm_process_free(v->swtpm);
+        v->vsockd = vm_process_free(v->vsockd);
+        v->phase_timer = sd_event_source_disable_unref(v->phase_timer);
+        v->probe_timer = sd_event_source_disable_unref(v->probe_timer);
+        v->stop_timer = sd_event_source_disable_unref(v->stop_timer);
+        notify_close(v);
+}
+
+/* The helpers end with QEMU: swtpm by itself (--terminate), asked again here; vhost-device-vsock
+ * would wait for the next frontend forever, and holds no state, so it is killed. */
+static void stop_helpers(Vm *v) {
+        if (v->swtpm)
+                (void) vm_process_kill(v->swtpm, SIGTERM);
+        v->vsockd = vm_process_free(v->vsockd);
+}
+
+static void on_helper_exit(VmProcess *p, int code, int status, void *userdata) {
+        Vm *v = userdata;
+        _cleanup_free_ char *st = vm_exit_status_to_string(code, status);
+
+        if (p == v->swtpm) {
+                log_struct(
+                        LOG_DEBUG, LOG_FIELDS({ "VM_ID", v->id }), "swtpm of %s exited: %s", v->id, st ?: "?");
+                v->swtpm = vm_process_free(v->swtpm);
+                v->swtpm_pid = 0;
+        } else if (p == v->vsockd) {
+                log_struct(
+                        LOG_DEBUG,
+                        LOG_FIELDS({ "VM_ID", v->id }),
+                        "vhost-device-vsock of %s exited: %s",
+                        v->id,
+                        st ?: "?");
+                v->vsockd = vm_process_free(v->vsockd);
+        }
+}
+
+static char *file_tail(const char *path, size_t max) {
+        _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
+        struct stat st;
+        char *buf;
+        ssize_t k;
+        off_t off = 0;
+
+        if (fd < 0 || fstat(fd, &st) < 0)
+                return strdup("");
+        if (st.st_size > (off_t) max)
+                off = st.st_size - (off_t) max;
+        buf = malloc(max + 1);
+        if (!buf)
+                return NULL;
+        k = pread(fd, buf, max, off);
+        buf[k > 0 ? k : 0] = 0;
+        for (size_t n = strlen(buf); n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == ' '); n--)
+                buf[n - 1] = 0;
+        return buf;
+}
+
+static void on_qemu_exit(VmProcess *p, int code, int status, void *userdata) {
+        _cleanup_(vm_unrefp) Vm *v = vm_ref(userdata);
+        _cleanup_free_ char *st = vm_exit_status_to_string(code, status), *msg = NULL;
+        bool ok = code == CLD_EXITED && status == 0;
+
+        if (v->qmp) {
+                qmp_client_close(v->qmp);
+                v->qmp = qmp_client_unref(v->qmp);
+        }
+        v->qemu = vm_process_free(v->qemu);
+        v->qemu_pid = 0;
+        v->phase_timer = sd_event_source_disable_unref(v->phase_timer);
+        v->stop_timer = sd_event_source_disable_unref(v->stop_timer);
+        v->stop_step = 0;
+        notify_close(v);
+        stop_helpers(v);
+
+        log_struct(LOG_INFO, LOG_FIELDS({ "VM_ID", v->id }), "QEMU of VM %s exited: %s", v->id, st ?: "?");
+
+        if (v->starting) {
+                _cleanup_(api_error_done) ApiError e = API_ERROR_NULL;
+                _cleanup_free_ char *qlog = vm_path(v, "qemu.log"),
+                                    *tail = qlog ? file_tail(qlog, 8192) : NULL;
+
+                (void) api_error_set(
+                        &e, -EIO, API_ERROR_INTERNAL, "qemu exited during start (%s): %s", st ?: "?", tail ?: "");
+                vm_set_state(v, VM_STATE_FAILED);
+                vm_set_error(v, e.message);
+                (void) vm_save(v);
+                manager_touch(v->manager);
+                start_finished(v, e.error, &e);
+                return;
+        }
+
+        switch (v->state) {
+        case VM_STATE_DELETING:
+                break;
+        case VM_STATE_STOPPING:
+                vm_set_state(v, VM_STATE_STOPPED);
+                break;
+        default:
+                if (v->has_phase && v->phase == VM_PHASE_INSTALL) {
+                        if (ok && !v->install_timed_out && v->state == VM_STATE_INSTALLING) {
+                                _cleanup_(api_error_done) ApiError e = API_ERROR_NULL;
+
+                                v->installed_at = now_usec(CLOCK_REALTIME);
+                                if (v->manager->shutting_down) {
+                                        vm_set_state(v, VM_STATE_STOPPED);
+                                        vm_set_error(
+                                                v,
+                                                "vm-manager shut down before the installed boot started; start the VM");
+                                        break;
+                                }
+                                if (vm_start_phase(v, VM_PHASE_BOOT, &e) < 0) {
+                                        _cleanup_free_ char *t = NULL;
+                                        (void) asprintf(&t, "start installed boot: %s", e.message ?: "error");
+                                        vm_set_state(v, VM_STATE_FAILED);
+                                        vm_set_error(v, t);
+                                }
+                                break;
+                        }
+                        if (v->install_timed_out) {
+                                char d[32];
+                                _cleanup_free_ char *w = NULL;
+                                format_duration(d, sizeof(d), v->manager->install_timeout);
+                                (void) asprintf(&w, "installer did not finish within %s", d);
+                                msg = w ? error_with_console(v, w) : NULL;
+                        } else {
+                                _cleanup_free_ char *w = NULL;
+                                (void) asprintf(&w, "installer exited: %s", st ?: "?");
+                                msg = w ? error_with_console(v, w) : NULL;
+                        }
+                        vm_set_state(v, VM_STATE_FAILED);
+                        vm_set_error(v, msg ?: "installer failed");
+                        break;
+                }
+                if (ok) {
+                        vm_set_state(v, VM_STATE_STOPPED);
+                        vm_set_error(v, "guest shut down");
+                } else {
+                        _cleanup_free_ char *w = NULL;
+                        (void) asprintf(&w, "qemu exited: %s", st ?: "?");
+                        msg = w ? error_with_console(v, w) : NULL;
+                        vm_set_state(v, VM_STATE_FAILED);
+                        vm_set_error(v, msg ?: "qemu failed");
+                }
+        }
+        v->install_timed_out = false;
+        vm_changed(v);
+}
+
+static int on_phase_timeout(sd_event_source *s, usec_t usec, void *userdata) {
+        Vm *v = userdata;
+        char d[32];
+
+        v->phase_timer = sd_event_source_disable_unref(v->phase_timer);
+        if (v->phase == VM_PHASE_INSTALL) {
+                log_struct(
+                        LOG_WARNING,
+                        LOG_FIELDS({ "VM_ID", v->id }),
+                        "Installer of VM %s overran, killing it.",
+                        v->id);
+                v->install_timed_out = true;
+                if (v->qemu)
+                        (void) vm_process_kill(v->qemu, SIGKILL);
+                return 0;
+        }
+        if (v->state == VM_STATE_BOOTING || v->state == VM_STATE_ATTESTING) {
+                _cleanup_free_ char *t = NULL;
+                format_duration(d, sizeof(d), v->manager->boot_timeout);
+                (void) asprintf(&t, "no READY=1 within %s; the guest is up but has not reported ready", d);
+                vm_set_state(v, VM_STATE_RUNNING);
+                vm_set_error(v, t);
+                vm_changed(v);
+        }
+        return 0;
+}
+
+static void on_ready_message(Vm *v, char *msg) {
+        bool ready = false;
+
+        for (char *line = strtok(msg, "\n"); line; line = strtok(NULL, "\n")) {
+                if (streq(line, "READY=1"))
+                        ready = true;
+                else if (strneq(line, "STATUS=", 7) && line[7]) {
+                        free(v->status);
+                        v->status = strdup(line + 7);
+                }
+        }
+        if (ready &&
+            (v->state == VM_STATE_BOOTING || v->state == VM_STATE_ATTESTING || v->state == VM_STATE_RUNNING)) {
+                v->ready_at = now_usec(CLOCK_REALTIME);
+                v->booted = true;
+                vm_set_error(v, NULL);
+                v->phase_timer = sd_event_source_disable_unref(v->phase_timer);
+                vm_set_state(v, VM_STATE_READY);
+        }
+        vm_changed(v);
+}
+
+typedef struct NotifyConn {
+        Vm *vm;
+        sd_event_source *source;
+        char buf[VM_NOTIFY_MESSAGE_MAX + 1];
+        size_t len;
+} NotifyConn;
+
+static int on_notify_data(sd_event_source *s, int fd, uint32_t revents, void *userdata) {
+        NotifyConn *c = userdata;
+        ssize_t k = read(fd, c->buf + c->len, VM_NOTIFY_MESSAGE_MAX - c->len);
+
+        if (k > 0)
+                c->len += (size_t) k;
+        if (k < 0 && (errno == EAGAIN || errno == EINTR))
+                return 0;
+        /* One message per connection: the sender waits for us to close, so take what came and close. */
+        c->buf[c->len] = 0;
+        if (c->len > 0 && c->vm)
+                on_ready_message(c->vm, c->buf);
+        vm_unref(c->vm);
+        sd_event_source_disable_unref(c->source);
+        free(c);
+        return 0;
+}
+
+static int on_notify_accept(sd_event_source *s, int fd, uint32_t revents, void *userdata) {
+        Vm *v = userdata;
+        _cleanup_close_ int cfd = accept4(fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        NotifyConn *c;
+        int r;
+
+        if (cfd < 0)
+                return 0;
+        c = calloc(1, sizeof(NotifyConn));
+        if (!c)
+                return 0;
+        c->vm = vm_ref(v);
+        r = sd_event_add_io(v->manager->event, &c->source, cfd, EPOLLIN, on_notify_data, c);
+        if (r < 0) {
+                vm_unref(c->vm);
+                free(c);
+                return 0;
+        }
+        (void) sd_event_source_set_io_fd_own(c->source, true);
+        TAKE_FD(cfd);
+        return 0;
+}
+
+/* vhost-device-vsock hands a guest connection to host port P to the unix socket <uds>_<P>. */
+static int notify_listen(Vm *v) {
+        _cleanup_close_ int fd = -EBADF;
+        struct sockaddr_un sa = { .sun_family = AF_UNIX };
+        int r;
+
+        notify_close(v);
+        if (asprintf(&v->notify_path, "%s/vsock_%u", v->dir, v->manager->notify_port) < 0) {
+                v->notify_path = NULL;
+                return -ENOMEM;
+        }
+        if (strlen(v->notify_path) >= sizeof(sa.sun_path))
+                return -ENAMETOOLONG;
+        strcpy(sa.sun_path, v->notify_path);
+        (void) unlink(v->notify_path);
+        fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (fd < 0)
+                return -errno;
+        if (bind(fd, (struct sockaddr *) &sa, sizeof(sa)) < 0 || listen(fd, 8) < 0)
+                return -errno;
+        r = sd_event_add_io(v->manager->event, &v->notify_source, fd, EPOLLIN, on_notify_accept, v);
+        if (r < 0)
+                return r;
+        v->notify_fd = TAKE_FD(fd);
+        return 0;
+}
+
+/* swtpm's control channel answers CMD_GET_CAPABILITY (00 00 00 01) with 8 bytes once it is up. */
+static bool swtpm_answers(const char *ctrl) {
+        _cleanup_close_ int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        struct sockaddr_un sa = { .sun_family = AF_UNIX };
+        static const uint8_t cmd[4] = { 0, 0, 0, 1 };
+        struct pollfd pfd;
+        uint8_t answer[8];
+
+        if (fd < 0 || strlen(ctrl) >= sizeof(sa.sun_path))
+                return false;
+        strcpy(sa.sun_path, ctrl);
+        if (connect(fd, (struct sockaddr *) &sa, sizeof(sa)) < 0)
+                return false;
+        if (write(fd, cmd, sizeof(cmd)) != sizeof(cmd))
+                return false;
+        pfd = (struct pollfd){ .fd = fd, .events = POLLIN };
+        if (poll(&pfd, 1, 200) <= 0)
+                return false;
+        return read(fd, answer, sizeof(answer)) == sizeof(answer);
+}
+
+/* ---- the start chain: swtpm, vhost-device-vsock, QEMU, QMP ---- */
+
+enum {
+        START_SWTPM,  /* waiting for swtpm's control socket to answer */
+        START_VSOCKD, /* waiting for vhost-device-vsock's socket */
+        START_QMP,    /* waiting for QEMU's monitor */
+};
+
+static void start_fail(Vm *v, int r, const char *what) {
+        _cleanup_(api_error_done) ApiError e = API_ERROR_NULL;
+
+        (void) api_error_set(&e, r < 0 ? r : -EIO, API_ERROR_INTERNAL, "%s", what);
+        vm_stop_processes_now(v);
+        v->qemu_pid = v->swtpm_pid = 0;
+        vm_set_state(v, VM_STATE_FAILED);
+        vm_set_error(v, e.message);
+        (void) vm_save(v);
+        manager_touch(v->manager);
+        start_finished(v, e.error, &e);
+}
+
+static int vm_spawn(Vm *v, char **argv, const char *log_name, bool qemu, VmProcess **ret) {
+        _cleanup_free_ char *log = vm_path(v, log_name);
+
+        if (!log)
+                return -ENOMEM;
+        return vm_process_spawn(
+                ret,
+                v->manager->event,
+                &(VmProcessOptions){
+                        .argv = argv,
+                        .log_file = log,
+                        .working_dir = v->dir,
+                        .block_io_uring = qemu,
+                },
+                qemu ? on_qemu_exit : on_helper_exit,
+                v);
+}
+
+static void on_qmp_event(QmpClient *c, const char *event, json_t *data, void *userdata) {
+        Vm *v = userdata;
+
+        if (event)
+                log_struct(
+                        LOG_DEBUG, LOG_FIELDS({ "VM_ID", v->id }, { "QMP_EVENT", event }), "QMP event %s", event);
+}
+
+static void on_qmp_disconnect(QmpClient *c, void *userdata) {
+        /* QEMU's exit is what counts; the pidfd reports it. */
+}
+
+static void on_qmp_ready(QmpClient *c, int error, void *userdata) {
+        _cleanup_(vm_unrefp) Vm *v = vm_ref(userdata);
+        usec_t timeout;
+        int r;
+
+        if (!v->starting)
+                return;
+        if (error < 0) {
+                _cleanup_free_ char *qlog = vm_path(v, "qemu.log"),
+                                    *tail = qlog ? file_tail(qlog, 8192) : NULL, *msg = NULL;
+                (void) asprintf(
+                        &msg, "qemu QMP did not answer within 10s: %s (%s)", strerror(-error), tail ?: "");
+                start_fail(v, error, msg ?: "qemu QMP did not answer");
+                return;
+        }
+
+        vm_set_state(v, v->phase == VM_PHASE_INSTALL ? VM_STATE_INSTALLING : VM_STATE_BOOTING);
+        timeout = v->phase == VM_PHASE_INSTALL ? v->manager->install_timeout : v->manager->boot_timeout;
+        r = sd_event_add_time_relative(
+                v->manager->event, &v->phase_timer, CLOCK_MONOTONIC, timeout, USEC_PER_SEC, on_phase_timeout, v);
+        if (r < 0)
+                log_struct(
+                        LOG_WARNING,
+                        LOG_FIELDS({ "VM_ID", v->id }),
+                        "No phase timer for %s: %s",
+                        v->id,
+                        strerror(-r));
+        (void) vm_save(v);
+        manager_touch(v->manager);
+        start_finished(v, 0, NULL);
+        vm_check_pending(v);
+}
+
+static int start_qemu(Vm *v) {
+        _cleanup_free_ char *vars = vm_path(v, "ovmf_vars.fd"), *net = vm_path(v, "net.sock"),
+                            *vhost = vm_path(v, "vhost-vsock.sock"), *tpm = vm_path(v, "tpm/swtpm.sock"),
+                            *qmp = vm_path(v, "qmp.sock"), *keys = NULL, *notify = NULL;
+        _cleanup_strv_free_ char **argv = NULL;
+        const Image *img = image_catalog_resolve(v->manager->images, v->spec.image);
+        VmCredential creds[5];
+        size_t n = 0;
+        int r;
+
+        if (!vars || !net || !vhost || !tpm || !qmp)
+                return -ENOMEM;
+        if (v->phase == VM_PHASE_INSTALL && (!img || !streq(img->ref, v->spec.image)))
+                return -ENOENT;
+
+        /* the per-VM key first, then the caller's, one per line */
+        {
+                size_t len = strlen(v->ssh_public_key) + 2;
+                for (char **k = v->spec.ssh_authorized_keys; k && *k; k++)
+                        len += strlen(*k) + 1;
+                keys = malloc(len);
+                if (!keys)
+                        return -ENOMEM;
+                strcpy(keys, v->ssh_public_key);
+                strcat(keys, "\n");
+                for (char **k = v->spec.ssh_authorized_keys; k && *k; k++) {
+                        strcat(keys, *k);
+                        strcat(keys, "\n");
+                }
+        }
+        if (asprintf(&notify, "vsock-stream:2:%u", v->manager->notify_port) < 0)
+                return -ENOMEM;
+
+        creds[n++] = (VmCredential){ "firstboot.hostname", v->spec.hostname };
+        creds[n++] = (VmCredential){ "ssh.authorized_keys.root", keys };
+        creds[n++] = (VmCredential){ "system.machine_id", v->machine_id };
+        if (v->phase == VM_PHASE_INSTALL)
+                creds[n++] = (VmCredential){ "vm.install-target", "/dev/disk/by-id/virtio-target" };
+        creds[n++] = (VmCredential){ "vmm.notify_socket", notify };
+
+        r = vm_cmdline_build(
+                &(VmCmdlineSpec){
+                        .qemu = "qemu-system-x86_64",
+                        .id = v->id,
+                        .dir = v->dir,
+                        .phase = v->phase,
+                        .accel = host_probe_accel(v->manager->host, NULL) == HOST_ACCEL_KVM ? VM_ACCEL_KVM :
+                                                                                              VM_ACCEL_TCG,
+                        .vsock = VM_VSOCK_VHOST_USER,
+                        .cpus = v->spec.cpus,
+                        .memory_mib = v->spec.memory_mib,
+                        .ovmf_code = v->manager->ovmf_code,
+                        .ovmf_vars = vars,
+                        .uki = img ? img->uki : NULL,
+                        .image_raw = img ? img->disk : NULL,
+                        .volume = v->volume,
+                        .net_socket = net,
+                        .mac = v->mac,
+                        .cid = v->cid,
+                        .vsock_socket = vhost,
+                        .tpm_socket = tpm,
+                        .credentials = creds,
+                        .n_credentials = n,
+                        .kernel_cmdline_extra = v->phase == VM_PHASE_BOOT && !v->booted ? "ignition.firstboot" :
+                                                                                          NULL,
+                },
+                &argv);
+        if (r < 0)
+                return r;
+        (void) unlink(qmp);
+        r = vm_spawn(v, argv, "qemu.log", true, &v->qemu);
+        if (r < 0)
+                return r;
+        v->qemu_pid = vm_process_pid(v->qemu);
+        v->start_step = START_QMP;
+        r = qmp_client_connect_retry(
+                &v->qmp,
+                v->manager->event,
+                qmp,
+                on_qmp_event,
+                on_qmp_disconnect,
+                v,
+                VM_QMP_START_TIMEOUT,
+                on_qmp_ready);
+        if (r < 0) {
+                (void) vm_process_kill(v->qemu, SIGKILL);
+                return r;
+        }
+        return 0;
+}
+
+static int start_vsockd(Vm *v) {
+        _cleanup_free_ char *vhost = vm_path(v, "vhost-vsock.sock"), *uds = vm_path(v, "vsock");
+        _cleanup_strv_free_ char **argv = NULL;
+        int r;
+
+        if (!vhost || !uds)
+                return -ENOMEM;
+        (void) unlink(vhost);
+        v->vsockd = vm_process_free(v->vsockd); /* a leftover of the previous run */
+        r = vm_vhost_user_vsock_cmdline_build("vhost-device-vsock", v->cid, vhost, uds, &argv);
+        if (r < 0)
+                return r;
+        r = vm_spawn(v, argv, "vsock.log", false, &v->vsockd);
+        if (r < 0)
+                return r;
+        v->start_step = START_VSOCKD;
+        v->probe_deadline = now_usec(CLOCK_MONOTONIC) + VM_VSOCKD_START_TIMEOUT;
+        return 0;
+}
+
+static int on_probe(sd_event_source *s, usec_t usec, void *userdata) {
+        _cleanup_(vm_unrefp) Vm *v = vm_ref(userdata);
+        int r;
+
+        if (!v->starting)
+                return 0;
+        if (v->start_step == START_SWTPM) {
+                _cleanup_free_ char *ctrl = vm_path(v, "tpm/swtpm.sock");
+                if (ctrl && swtpm_answers(ctrl)) {
+                        r = start_vsockd(v);
+                        if (r < 0) {
+                                start_fail(v, r, "failed to start vhost-device-vsock");
+                                return 0;
+                        }
+                } else if (!v->swtpm || usec >= v->probe_deadline) {
+                        _cleanup_free_ char *log = vm_path(v, "tpm/swtpm.log"),
+                                            *tail = log ? file_tail(log, 2048) : NULL, *msg = NULL;
+                        (void) asprintf(
+                                &msg,
+                                "vtpm not responding: swtpm control socket did not answer within 5s: %s",
+                                tail ?: "");
+                        start_fail(v, -ETIMEDOUT, msg ?: "vtpm not responding");
+                        return 0;
+                }
+        } else if (v->start_step == START_VSOCKD) {
+                _cleanup_free_ char *vhost = vm_path(v, "vhost-vsock.sock");
+                if (vhost && access(vhost, F_OK) >= 0) {
+                        if (v->phase == VM_PHASE_BOOT && (r = notify_listen(v)) < 0) {
+                                start_fail(v, r, "failed to listen for READY=1");
+                                return 0;
+                        }
+                        r = start_qemu(v);
+                        if (r < 0) {
+                                _cleanup_free_ char *msg = NULL;
+                                (void) asprintf(&msg, "failed to start qemu: %s", strerror(-r));
+                                start_fail(v, r, msg ?: "failed to start qemu");
+                        }
+                        return 0; /* QMP takes over */
+                }
+                if (!v->vsockd || usec >= v->probe_deadline) {
+                        _cleanup_free_ char *log = vm_path(v, "vsock.log"),
+                                            *tail = log ? file_tail(log, 2048) : NULL, *msg = NULL;
+                        (void) asprintf(&msg, "vhost-device-vsock did not come up within 5s: %s", tail ?: "");
+                        start_fail(v, -ETIMEDOUT, msg ?: "vhost-device-vsock did not come up");
+                        return 0;
+                }
+        } else
+                return 0;
+
+        (void) sd_event_source_set_time(s, usec + VM_PROBE_INTERVAL);
+        return sd_event_source_set_enabled(s, SD_EVENT_ONESHOT);
+}
+
+static int copy_file_excl(const char *from, const char *to, mode_t mode) {
+        _cleanup_free_ char *data = NULL;
+        _cleanup_close_ int fd = -EBADF;
+        size_t size;
+        int r;
+
+        r = read_full_file(from, 64U * 1024U * 1024U, &data, &size);
+        if (r < 0)
+                return r;
+        fd = open(to, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode);
+        if (fd < 0)
+                return errno == EEXIST ? 0 : -errno;
+        r = loop_write(fd, data, size);
+        if (r >= 0)
+                r = RET_NERRNO(fsync(fd));
+        if (r < 0)
+                (void) unlink(to);
+        return r;
+}
+
+static int vm_start_phase(Vm *v, VmPhase phase, ApiError *reterr) {
+        _cleanup_free_ char *tpm = vm_path(v, "tpm"), *ctrl = vm_path(v, "tpm/swtpm.sock"),
+                            *tlog = vm_path(v, "tpm/swtpm.log"), *tprev = vm_path(v, "tpm/swtpm.prev.log"),
+                            *vars = vm_path(v, "ovmf_vars.fd"), *console = vm_path(v, "console.log");
+        _cleanup_strv_free_ char **argv = NULL;
+        int r;
+
+        if (!tpm || !ctrl || !tlog || !tprev || !vars || !console)
+                return -ENOMEM;
+        if (v->manager->shutting_down)
+                return api_error_set(reterr, -ESHUTDOWN, API_ERROR_CONFLICT, "vm-manager is shutting down");
+
+        v->phase = phase;
+        v->has_phase = true;
+        v->starting = true;
+        v->install_timed_out = false;
+        if (phase == VM_PHASE_BOOT) {
+                /* every installed boot starts afresh: readiness, status, errors, attestation */
+                v->booted_at = now_usec(CLOCK_REALTIME);
+                v->ready_at = 0;
+                v->status = mfree(v->status);
+                vm_set_error(v, NULL);
+                v->att_required = v->spec.require_attestation;
+                v->att_released = !v->spec.require_attestation;
+                v->nonce_issued_at = 0;
+        }
+
+        r = mkdir_p(tpm, 0700);
+        if (r >= 0)
+                r = copy_file_excl(v->manager->ovmf_vars, vars, 0600);
+        if (r < 0) {
+                v->starting = false;
+                return api_error_set(reterr, r, API_ERROR_INTERNAL, "preparing %s: %s", v->dir, strerror(-r));
+        }
+        (void) unlink(ctrl);
+        (void) rename(tlog, tprev);
+
+        v->swtpm = vm_process_free(v->swtpm); /* a leftover of the previous run */
+        r = vm_swtpm_cmdline_build("swtpm", tpm, ctrl, tlog, &argv);
+        if (r >= 0)
+                r = vm_spawn(v, argv, "tpm/swtpm.out", false, &v->swtpm);
+        if (r < 0) {
+                v->starting = false;
+                return api_error_set(reterr, r, API_ERROR_INTERNAL, "starting swtpm: %s", strerror(-r));
+        }
+        v->swtpm_pid = vm_process_pid(v->swtpm);
+        v->start_step = START_SWTPM;
+        v->probe_deadline = now_usec(CLOCK_MONOTONIC) + VM_SWTPM_START_TIMEOUT;
+        r = sd_event_add_time_relative(
+                v->manager->event, &v->probe_timer, CLOCK_MONOTONIC, VM_PROBE_INTERVAL, 1, on_probe, v);
+        if (r < 0) {
+                vm_stop_processes_now(v);
+                v->starting = false;
+                return api_error_set(reterr, r, API_ERROR_INTERNAL, "starting %s: %s", v->id, strerror(-r));
+        }
+        (void) vm_save(v);
+        return 0;
+}
+
+/* ---- stopping ---- */
+
+static int on_stop_timer(sd_event_source *s, usec_t usec, void *userdata) {
+        Vm *v = userdata;
+
+        v->stop_timer = sd_event_source_disable_unref(v->stop_timer);
+        if (!v->qemu)
+                return 0;
+        if (v->stop_step < 2) {
+                v->stop_step = 2;
+                (void) vm_process_kill(v->qemu, SIGTERM);
+                return sd_event_add_time_relative(
+                        v->manager->event,
+                        &v->stop_timer,
+                        CLOCK_MONOTONIC,
+                        VM_STOP_GRACE,
+                        USEC_PER_MSEC,
+                        on_stop_timer,
+                        v);
+        }
+        v->stop_step = 3;
+        (void) vm_process_kill(v->qemu, SIGKILL);
+        return 0;
+}
+
+static void on_powerdown_reply(QmpClient *c, int error, json_t *result, const char *desc, void *userdata) {
+        Vm *v = userdata;
+
+        if (error < 0 && v->qemu && v->stop_step == 1) {
+                /* no ACPI path: go straight to SIGTERM */
+                v->stop_timer = sd_event_source_disable_unref(v->stop_timer);
+                (void) on_stop_timer(NULL, 0, v);
+        }
+}
+
+/* ACPI power-down, then SIGTERM at the stop timeout, then SIGKILL 5 s later. */
+static void vm_begin_stop(Vm *v) {
+        int r;
+
+        if (!v->qemu || v->stop_step > 0)
+                return;
+        v->stop_step = 1;
+        r = sd_event_add_time_relative(
+                v->manager->event,
+                &v->stop_timer,
+                CLOCK_MONOTONIC,
+                v->manager->stop_timeout,
+                USEC_PER_MSEC,
+                on_stop_timer,
+                v);
+        if (r < 0)
+                log_struct(
+                        LOG_WARNING,
+                        LOG_FIELDS({ "VM_ID", v->id }),
+                        "No stop timer for %s: %s",
+                        v->id,
+                        strerror(-r));
+        if (!v->qmp || qmp_client_execute(v->qmp, "system_powerdown", NULL, 0, on_powerdown_reply, v) < 0) {
+                v->stop_timer = sd_event_source_disable_unref(v->stop_timer);
+                (void) on_stop_timer(NULL, 0, v);
+        }
+}
+
+/* ---- operations ---- */
+
+static bool vm_has_process(Vm *v) {
+        return v->qemu || v->starting;
+}
+
+int vm_stop(Vm *v, VmDoneFunc done, void *userdata, ApiError *reterr) {
+        Pending *p;
+
+        if (v->state == VM_STATE_DELETING)
+                return api_error_set(reterr, -EBUSY, API_ERROR_CONFLICT, "vm %s is being deleted", v->id);
+        if (!vm_has_process(v))
+                return api_error_set(
+                        reterr,
+                        -EBUSY,
+                        API_ERROR_CONFLICT,
+                        "vm %s is not running (%s)",
+                        v->id,
+                        vm_state_to_string(v->state));
+        p = pending_add(v, PENDING_STOPPED, done, userdata);
+        if (!p)
+                return -ENOMEM;
+        if (v->starting) {
+                /* stopping a VM mid-start: end the chain, nothing to power down yet */
+                vm_set_state(v, VM_STATE_STOPPING);
+                start_fail(v, -ECANCELED, "stopped while starting");
+                vm_set_state(v, VM_STATE_STOPPED);
+                vm_changed(v);
+                return 0;
+        }
+        vm_set_state(v, VM_STATE_STOPPING);
+        vm_changed(v);
+        vm_begin_stop(v);
+        return 0;
+}
+
+int vm_start(Vm *v, VmDoneFunc done, void *userdata, ApiError *reterr) {
+        Pending *p;
+        int r;
+
+        if (v->manager->shutting_down)
+                return api_error_set(reterr, -ESHUTDOWN, API_ERROR_CONFLICT, "vm-manager is shutting down");
+        if (v->state == VM_STATE_DELETING)
+                return api_error_set(reterr, -EBUSY, API_ERROR_CONFLICT, "vm %s is being deleted", v->id);
+        if (vm_has_process(v))
+                return api_error_set(
+                        reterr, -EBUSY, API_ERROR_CONFLICT, "vm %s is %s", v->id, vm_state_to_string(v->state));
+        if (v->installed_at == 0)
+                return api_error_set(
+                        reterr,
+                        -EBUSY,
+                        API_ERROR_CONFLICT,
+                        "vm %s never finished installing; delete and recreate it",
+                        v->id);
+
+        p = pending_add(v, PENDING_STARTED, done, userdata);
+        if (!p)
+                return -ENOMEM;
+        r = vm_start_phase(v, VM_PHASE_BOOT, reterr);
+        if (r < 0) {
+                pending_unlink(v, p);
+                free(p);
+                vm_set_state(v, VM_STATE_FAILED);
+                vm_set_error(v, reterr && reterr->message ? reterr->message : "start failed");
+                vm_changed(v);
+                return r;
+        }
+        vm_changed(v);
+        return 0;
+}
+
+int vm_reboot(Vm *v, VmDoneFunc done, void *userdata, ApiError *reterr) {
+        int r;
+
+        if (v->manager->shutting_down)
+                return api_error_set(reterr, -ESHUTDOWN, API_ERROR_CONFLICT, "vm-manager is shutting down");
+        if (v->installed_at == 0)
+                return api_error_set(
+                        reterr,
+                        -EBUSY,
+                        API_ERROR_CONFLICT,
+                        "vm %s never finished installing; delete and recreate it",
+                        v->id);
+        r = vm_stop(v, done, userdata, reterr);
+        if (r < 0)
+                return r;
+        /* the stop's waiter is the last one added: chain the start to it */
+        for (Pending *p = v->pending; p; p = p->next)
+                if (!p->next)
+                        p->then = THEN_START;
+        vm_check_pending(v);
+        return 0;
+}
+
+static int release_resources(Vm *v) {
+        Network *n = network_registry_get(v->manager->networks, v->spec.network);
+        int r = 0;
+
+        if (n && network_lease_find(n, v->id))
+                r = network_lease_release(v->manager->networks, n, v->id);
+        if (v->volume)
+                (void) unlink(v->volume);
+        if (v->dir)
+                (void) rm_rf(v->dir); /* only our files live there */
+        return r;
+}
+
+static void delete_finish(int r, json_t *record, const ApiError *e, void *userdata);
+
+typedef struct DeleteCall {
+        Vm *vm;
+        VmDoneFunc done;
+        void *userdata;
+} DeleteCall;
+
+static void delete_finish(int r, json_t *record, const ApiError *e, void *userdata) {
+        DeleteCall *c = userdata;
+        _cleanup_(vm_unrefp) Vm *v = c->vm;
+        Manager *m = v->manager;
+        json_auto_t *gone = NULL;
+
+        (void) release_resources(v);
+        log_struct(LOG_INFO, LOG_FIELDS({ "VM_ID", v->id }), "VM %s (%s) deleted.", v->id, v->spec.name);
+        gone = json_pack("{s:s,s:b}", "id", v->id, "deleted", true);
+        manager_remove_vm(m, v);
+        manager_touch(m);
+        if (c->done)
+                c->done(0, gone, NULL, c->userdata);
+        free(c);
+}
+
+int vm_delete(Vm *v, VmDoneFunc done, void *userdata, ApiError *reterr) {
+        _cleanup_(vm_unrefp) Vm *pin = vm_ref(v); /* the deletion may complete before we return */
+        DeleteCall *c;
+        Pending *p;
+
+        if (v->state == VM_STATE_DELETING)
+                return api_error_set(
+                        reterr, -EBUSY, API_ERROR_CONFLICT, "vm %s is already being deleted", v->id);
+        c = calloc(1, sizeof(DeleteCall));
+        if (!c)
+                return -ENOMEM;
+        c->vm = vm_ref(v);
+        c->done = done;
+        c->userdata = userdata;
+
+        if (v->starting)
+                start_fail(v, -ECANCELED, "deleted while starting");
+        vm_set_state(v, VM_STATE_DELETING);
+        p = pending_add(v, PENDING_STOPPED, delete_finish, c);
+        if (!p) {
+                vm_unref(c->vm);
+                free(c);
+                return -ENOMEM;
+        }
+        vm_changed(v);
+        vm_begin_stop(v);
+        vm_check_pending(v);
+        return 0;
+}
+
+/* ---- create ---- */
+
+static bool is_dns_label(const char *s) {
+        size_t n = s ? strlen(s) : 0;
+
+        if (n == 0 || n > 63 || s[0] == '-' || s[n - 1] == '-')
+                return false;
+        for (size_t i = 0; i < n; i++)
+                if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= '0' && s[i] <= '9') || s[i] == '-'))
+                        return false;
+        return true;
+}
+
+typedef struct CreateRequest {
+        char *name, *image, *kubernetes_version, *network, *user_data, *hostname, *wait_for;
+        int64_t cpus, memory_mib, disk_gib;
+        char **ssh_authorized_keys;
+        json_t *metadata;
+        int require_attestation; /* -1: absent */
+} CreateRequest;
+
+static void create_request_done(CreateRequest *c) {
+        free(c->name);
+        free(c->image);
+        free(c->kubernetes_version);
+        free(c->network);
+        free(c->user_data);
+        free(c->hostname);
+        free(c->wait_for);
+        strv_free(c->ssh_authorized_keys);
+        json_decref(c->metadata);
+}
+
+static int dispatch_tristate(const char *name, json_t *v, void *dest, ApiError *reterr) {
+        if (!json_is_boolean(v))
+                return api_error_set(
+                        reterr,
+                        -EINVAL,
+                        API_ERROR_INVALID_REQUEST,
+                        "field \"%s\": expected a boolean, got %s",
+                        name,
+                        json_type_name(v));
+        *(int *) dest = json_is_true(v);
+        return 0;
+}
+
+/* Appends "; "-separated problems. */
+static void problem(char **acc, const char *fmt, ...) _printf_(2, 3);
+static void problem(char **acc, const char *fmt, ...) {
+        _cleanup_free_ char *p = NULL;
+        char *n = NULL;
+        va_list ap;
+
+        va_start(ap, fmt);
+        if (vasprintf(&p, fmt, ap) < 0)
+                p = NULL;
+        va_end(ap);
+        if (!p)
+                return;
+        if (asprintf(&n, "%s%s%s", *acc ?: "", *acc ? "; " : "", p) < 0)
+                return;
+        free(*acc);
+        *acc = n;
+}
+
+int vm_spec_from_request(
+        json_t *request, VmSpec *ret, char **ret_user_data, VmWaitFor *ret_wait_for, ApiError *reterr) {
+        static const JsonDispatch table[] = {
+                { "name", json_dispatch_string, offsetof(CreateRequest, name), JSON_NULLABLE },
+                { "image", json_dispatch_string, offsetof(CreateRequest, image), JSON_NULLABLE },
+                { "kubernetes_version",
+                  json_dispatch_string,
+                  offsetof(CreateRequest, kubernetes_version),
+                  JSON_NULLABLE },
+                { "cpus", json_dispatch_int64, offsetof(CreateRequest, cpus), JSON_NULLABLE },
+                { "memory_mib", json_dispatch_int64, offsetof(CreateRequest, memory_mib), JSON_NULLABLE },
+                { "disk_gib", json_dispatch_int64, offsetof(CreateRequest, disk_gib), JSON_NULLABLE },
+                { "network", json_dispatch_string, offsetof(CreateRequest, network), JSON_NULLABLE },
+                { "user_data", json_dispatch_string, offsetof(CreateRequest, user_data), JSON_NULLABLE },
+                { "ssh_authorized_keys",
+                  json_dispatch_strv,
+                  offsetof(CreateRequest, ssh_authorized_keys),
+                  JSON_NULLABLE },
+                { "hostname", json_dispatch_string, offsetof(CreateRequest, hostname), JSON_NULLABLE },
+                { "metadata", json_dispatch_object, offsetof(CreateRequest, metadata), JSON_NULLABLE },
+                { "require_attestation",
+                  dispatch_tristate,
+                  offsetof(CreateRequest, require_attestation),
+                  JSON_NULLABLE },
+                { "wait_for", json_dispatch_string, offsetof(CreateRequest, wait_for), JSON_NULLABLE },
+                {},
+        };
+        _cleanup_(create_request_done) CreateRequest c = { .require_attestation = -1 };
+        _cleanup_free_ char *problems = NULL;
+        VmWaitFor w;
+        const char *key;
+        json_t *val;
+        int r;
+
+        r = json_dispatch(request, table, &c, reterr);
+        if (r < 0)
+                return r;
+
+        /* defaults first, so 0 means the default while -1 is an error */
+        if (c.cpus == 0)
+                c.cpus = 2;
+        if (c.memory_mib == 0)
+                c.memory_mib = 2048;
+        if (c.disk_gib == 0)
+                c.disk_gib = 20;
+        if (!c.network || !*c.network) {
+                free(c.network);
+                c.network = strdup("default");
+        }
+        if ((!c.hostname || !*c.hostname) && c.name) {
+                free(c.hostname);
+                c.hostname = strdup(c.name);
+        }
+        if (!c.network || (c.name && !c.hostname))
+                return -ENOMEM;
+
+        if (!is_dns_label(c.name))
+                problem(&problems, "name must be a DNS label (lowercase letters, digits, dashes)");
+        if (!is_dns_label(c.hostname))
+                problem(&problems, "hostname must be a DNS label");
+        if (c.cpus < 1 || c.cpus > 256)
+                problem(&problems, "cpus must be 1..256");
+        if (c.memory_mib < 256 || c.memory_mib > 16 * 1024 * 1024)
+                problem(&problems, "memoryMiB must be at least 256");
+        if (c.disk_gib < 1 || c.disk_gib > 4096)
+                problem(&problems, "diskGiB must be 1..4096");
+        w = c.wait_for && *c.wait_for ? vm_wait_for_from_string(c.wait_for) : VM_WAIT_READY;
+        if (w < 0)
+                problem(&problems, "waitFor must be none, installed, attested or ready");
+        if (c.metadata)
+                json_object_foreach(c.metadata, key, val) {
+                        if (!*key || strpbrk(key, "/ \t\n\r"))
+                                problem(&problems,
+                                        "metadata key \"%s\" must not be empty or contain slashes or spaces",
+                                        key);
+                        else if (!json_is_string(val))
+                                problem(&problems, "metadata value of \"%s\" must be a string", key);
+                }
+        for (char **k = c.ssh_authorized_keys; k && *k; k++)
+                if (strpbrk(*k, "\r\n")) {
+                        problem(&problems, "ssh authorized keys must be single lines");
+                        break;
+                }
+        if (c.user_data && strlen(c.user_data) > VM_USER_DATA_MAX)
+                problem(&problems, "user_data must be at most %u bytes", VM_USER_DATA_MAX);
+        if (problems)
+                return api_error_set(reterr, -EINVAL, API_ERROR_INVALID_REQUEST, "%s", problems);
+
+        *ret = (VmSpec){
+                .name = TAKE_PTR(c.name),
+                .image = TAKE_PTR(c.image),
+                .kubernetes_version = TAKE_PTR(c.kubernetes_version),
+                .cpus = (unsigned) c.cpus,
+                .memory_mib = (uint64_t) c.memory_mib,
+                .disk_gib = (uint64_t) c.disk_gib,
+                .network = TAKE_PTR(c.network),
+                .ssh_authorized_keys = TAKE_PTR(c.ssh_authorized_keys),
+                .hostname = TAKE_PTR(c.hostname),
+                .metadata = TAKE_PTR(c.metadata),
+                .require_attestation = c.require_attestation != 0,
+        };
+        if (ret_user_data)
+                *ret_user_data = TAKE_PTR(c.user_data);
+        if (ret_wait_for)
+                *ret_wait_for = w;
+        return 0;
+}
+
+static uint32_t fnv1a(const char *s) {
+        uint32_t h = 2166136261U;
+        for (; *s; s++) {
+                h ^= (uint8_t) *s;
+                h *= 16777619U;
+        }
+        return h;
+}
+
+static int random_hex(char *buf, size_t bytes) {
+        uint8_t rnd[32];
+
+        assert(bytes <= sizeof(rnd));
+        if (getrandom(rnd, bytes, 0) != (ssize_t) bytes)
+                return -EIO;
+        for (size_t i = 0; i < bytes; i++)
+                snprintf(buf + 2 * i, 3, "%02x", rnd[i]);
+        return 0;
+}
+
+/* An ed25519 key: the private half as PEM (0600) at path, the public half as an OpenSSH line. */
+static int make_ssh_key(const char *path, const char *comment, char **ret_public) {
+        _cleanup_(EVP_PKEY_freep) EVP_PKEY *key = EVP_PKEY_Q_keygen(NULL, NULL, "ED25519");
+        _cleanup_free_ char *pem = NULL, *line = NULL;
+        uint8_t pub[32], blob[4 + 11 + 4 + 32];
+        size_t publen = sizeof(pub);
+        unsigned char b64[128];
+        BIO *bio;
+        long n;
+        char *data;
+        int r;
+
+        if (!key)
+                return -EIO;
+        bio = BIO_new(BIO_s_mem());
+        if (!bio)
+                return -ENOMEM;
+        if (PEM_write_bio_PrivateKey(bio, key, NULL, NULL, 0, NULL, NULL) != 1) {
+                BIO_free(bio);
+                return -EIO;
+        }
+        n = BIO_get_mem_data(bio, &data);
+        r = write_file_atomic(path, data, (size_t) n, 0600);
+        BIO_free(bio);
+        if (r < 0)
+                return r;
+
+        if (EVP_PKEY_get_raw_public_key(key, pub, &publen) != 1 || publen != 32)
+                return -EIO;
+        /* the wire form: string "ssh-ed25519", string key */
+        blob[0] = blob[1] = blob[2] = 0;
+        blob[3] = 11;
+        memcpy(blob + 4, "ssh-ed25519", 11);
+        blob[15] = blob[16] = blob[17] = 0;
+        blob[18] = 32;
+        memcpy(blob + 19, pub, 32);
+        EVP_EncodeBlock(b64, blob, sizeof(blob));
+        if (asprintf(&line, "ssh-ed25519 %s %s", b64, comment) < 0)
+                return -ENOMEM;
+        *ret_public = TAKE_PTR(line);
+        return 0;
+}
+
+static uint32_t allocate_cid(Manager *m) {
+        uint32_t base = 3 + (fnv1a(m->state_dir) % (1U << 20));
+
+        for (uint32_t cid = base;; cid = cid + 1 >= 0xFFFFFFFEU ? 3 : cid + 1) {
+                bool used = false;
+                for (size_t i = 0; i < m->n_vms && !used; i++)
+                        used = m->vms[i]->cid == cid;
+                if (!used)
+                        return cid;
+        }
+}
+
+typedef struct CreateCall {
+        Vm *vm;
+        VmWaitFor wait_for;
+        VmDoneFunc done;
+        void *userdata;
+} CreateCall;
+
+/* A create that fails before the installer runs leaves nothing behind. */
+static void create_discard(Vm *v) {
+        vm_stop_processes_now(v);
+        (void) release_resources(v);
+        manager_remove_vm(v->manager, v);
+        manager_touch(v->manager);
+}
+
+/* The installer is up (or could not start): answer now, or wait for the milestone. */
+static void create_started(int r, json_t *record, const ApiError *e, void *userdata) {
+        _cleanup_free_ CreateCall *c = userdata;
+        _cleanup_(vm_unrefp) Vm *v = c->vm;
+        _cleanup_(api_error_done) ApiError e2 = API_ERROR_NULL;
+        Pending *w;
+
+        if (r < 0) {
+                create_discard(v);
+                if (c->done)
+                        c->done(r, NULL, e, c->userdata);
+                return;
+        }
+        if (c->wait_for == VM_WAIT_NONE) {
+                if (c->done)
+                        c->done(0, record, NULL, c->userdata);
+                return;
+        }
+        /* From here on the VM exists whatever happens: a failed wait names it, it is not removed. */
+        w = pending_add(v, PENDING_MILESTONE, c->done, c->userdata);
+        if (!w ||
+            pending_set_deadline(
+                    v,
+                    w,
+                    v->manager->install_timeout + v->manager->stop_timeout +
+                            (c->wait_for == VM_WAIT_INSTALLED ? 0 : v->manager->boot_timeout)) < 0) {
+                if (w) {
+                        pending_unlink(v, w);
+                        free(w);
+                }
+                (void) api_error_set(&e2, -ENOMEM, API_ERROR_INTERNAL, "out of memory");
+                if (c->done)
+                        c->done(e2.error, NULL, &e2, c->userdata);
+                return;
+        }
+        w->milestone = c->wait_for;
+        vm_check_pending(v);
+}
+
+int vm_create(Manager *m, json_t *request, VmDoneFunc done, void *userdata, ApiError *reterr) {
+        _cleanup_(vm_spec_done) VmSpec spec = {};
+        _cleanup_free_ char *user_data = NULL, *key_path = NULL, *ud_path = NULL, *vols = NULL;
+        _cleanup_(vm_unrefp) Vm *v = NULL;
+        const Image *img;
+        Network *net;
+        const NetworkLease *lease;
+        char **kv;
+        VmWaitFor wait_for;
+        Vm *other;
+        Pending *p;
+        CreateCall *call;
+        int r;
+
+        r = vm_spec_from_request(request, &spec, &user_data, &wait_for, reterr);
+        if (r < 0)
+                return r;
+
+        /* image and Kubernetes version: 400, not 404, since they are arguments */
+        img = image_catalog_resolve(m->images, spec.image);
+        if (!img) {
+                if (!spec.image || !*spec.image)
+                        return api_error_set(
+                                reterr,
+                                -EINVAL,
+                                API_ERROR_INVALID_REQUEST,
+                                "image \"\": not found: no images in %s",
+                                m->image_dir);
+                return api_error_set(
+                        reterr,
+                        -EINVAL,
+                        API_ERROR_INVALID_REQUEST,
+                        "image \"%s\": not found: image \"%s\"",
+                        spec.image,
+                        spec.image);
+        }
+        free(spec.image);
+        spec.image = strdup(img->ref);
+        if (!spec.image)
+                return -ENOMEM;
+        kv = image_catalog_kubernetes_versions(m->images);
+        if (spec.kubernetes_version && *spec.kubernetes_version) {
+                bool found = false;
+                for (char **k = kv; k && *k && !found; k++)
+                        found = streq(*k, spec.kubernetes_version);
+                if (!found) {
+                        _cleanup_free_ char *avail = NULL;
+                        for (char **k = kv; k && *k; k++)
+                                problem(&avail, "%s", *k);
+                        if (avail)
+                                for (char *q = avail; (q = strstr(q, "; ")); q++)
+                                        q[0] = ',';
+                        return api_error_set(
+                                reterr,
+                                -EINVAL,
+                                API_ERROR_INVALID_REQUEST,
+                                "kubernetes version \"%s\" is not available for image %s (available: %s)",
+                                spec.kubernetes_version,
+                                img->ref,
+                                avail ?: "none");
+                }
+        } else {
+                free(spec.kubernetes_version);
+                spec.kubernetes_version = kv && kv[0] ? strdup(kv[0]) : NULL;
+        }
+        net = network_registry_get(m->networks, spec.network);
+        if (!net)
+                return api_error_set(
+                        reterr,
+                        -EINVAL,
+                        API_ERROR_INVALID_REQUEST,
+                        "network \"%s\": not found: network \"%s\"",
+                        spec.network,
+                        spec.network);
+
+        if (m->shutting_down)
+                return api_error_set(reterr, -ESHUTDOWN, API_ERROR_CONFLICT, "vm-manager is shutting down");
+        other = manager_find_vm_by_name(m, spec.name);
+        if (other)
+                return api_error_set(
+                        reterr,
+                        -EEXIST,
+                        API_ERROR_CONFLICT,
+                        "vm name \"%s\" is in use by %s",
+                        spec.name,
+                        vm_id(other));
+
+        v = calloc(1, sizeof(Vm));
+        if (!v)
+                return -ENOMEM;
+        v->n_ref = 1;
+        v->manager = m;
+        v->notify_fd = -EBADF;
+        v->id = calloc(1, 9);
+        if (!v->id)
+                return -ENOMEM;
+        do {
+                r = random_hex(v->id, 4);
+                if (r < 0)
+                        return r;
+        } while (manager_find_vm(m, v->id));
+        r = random_hex(v->machine_id, 16);
+        if (r < 0)
+                return r;
+        v->spec = spec;
+        spec = (VmSpec){};
+        if (!v->spec.region) {
+                char host[256] = "";
+                if (gethostname(host, sizeof(host)) >= 0 && *host)
+                        v->spec.region = strdup(host);
+        }
+        v->spec.zone = strdup(v->spec.network);
+        v->cid = allocate_cid(m);
+        v->state = VM_STATE_CREATING;
+        v->created_at = now_usec(CLOCK_REALTIME);
+        v->att_required = v->spec.require_attestation;
+        if (asprintf(&v->dir, "%s/vms/%s", m->state_dir, v->id) < 0 ||
+            asprintf(&vols, "%s/volumes", m->state_dir) < 0 ||
+            asprintf(&v->volume, "%s/volumes/vm-%s.volume", m->state_dir, v->id) < 0)
+                return -ENOMEM;
+
+        r = mkdir_p(v->dir, 0700);
+        if (r < 0)
+                return api_error_set(reterr, r, API_ERROR_INTERNAL, "creating %s: %s", v->dir, strerror(-r));
+        r = manager_add_vm(m, v);
+        if (r < 0) {
+                (void) rm_rf(v->dir);
+                return api_error_set(reterr, r, API_ERROR_CONFLICT, "too many VMs");
+        }
+        (void) vm_save(v);
+
+        /* provision: key, user-data, volume, lease; any failure discards it all */
+        key_path = vm_path(v, "ssh_key");
+        ud_path = vm_path(v, "user-data");
+        if (!key_path || !ud_path) {
+                create_discard(v);
+                return -ENOMEM;
+        }
+        r = make_ssh_key(key_path, "vm-manager", &v->ssh_public_key);
+        if (r >= 0) {
+                char *withid = NULL;
+                if (asprintf(&withid, "%s@%s", v->ssh_public_key, v->id) < 0)
+                        r = -ENOMEM;
+                else {
+                        free(v->ssh_public_key);
+                        v->ssh_public_key = withid;
+                }
+        }
+        if (r >= 0 && user_data)
+                r = write_file_atomic(ud_path, user_data, strlen(user_data), 0600);
+        if (r >= 0)
+                r = mkdir_p(vols, 0750);
+        if (r >= 0) {
+                _cleanup_close_ int fd = open(v->volume, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+                if (fd < 0)
+                        r = -errno;
+                else
+                        r = RET_NERRNO(ftruncate(fd, (off_t) (v->spec.disk_gib << 30)));
+        }
+        if (r < 0) {
+                create_discard(v);
+                return api_error_set(
+                        reterr, r, API_ERROR_INTERNAL, "provisioning vm %s: %s", v->id, strerror(-r));
+        }
+        r = network_lease_acquire(m->networks, net, v->id, &lease, reterr);
+        if (r < 0) {
+                api_error_prefix(reterr, "attach network");
+                create_discard(v);
+                return r;
+        }
+        {
+                char ip[INET_ADDRSTRLEN], mac[18];
+                inet_ntop(AF_INET, &lease->ip, ip, sizeof(ip));
+                snprintf(
+                        mac,
+                        sizeof(mac),
+                        "%02x:%02x:%02x:%02x:%02x:%02x",
+                        lease->mac[0],
+                        lease->mac[1],
+                        lease->mac[2],
+                        lease->mac[3],
+                        lease->mac[4],
+                        lease->mac[5]);
+                v->ip = strdup(ip);
+                v->mac = strdup(mac);
+                if (!v->ip || !v->mac) {
+                        create_discard(v);
+                        return -ENOMEM;
+                }
+        }
+
+        call = calloc(1, sizeof(CreateCall));
+        if (!call) {
+                create_discard(v);
+                return -ENOMEM;
+        }
+        call->vm = vm_ref(v);
+        call->wait_for = wait_for;
+        call->done = done;
+        call->userdata = userdata;
+        p = pending_add(v, PENDING_STARTED, create_started, call);
+        if (!p) {
+                vm_unref(call->vm);
+                free(call);
+                create_discard(v);
+                return -ENOMEM;
+        }
+        r = vm_start_phase(v, VM_PHASE_INSTALL, reterr);
+        if (r < 0) {
+                pending_unlink(v, p);
+                vm_unref(call->vm);
+                free(p);
+                free(call);
+                create_discard(v);
+                return r;
+        }
+        manager_touch(m);
+        log_struct(
+                LOG_INFO,
+                LOG_FIELDS({ "VM_ID", v->id }),
+                "Creating VM %s (%s) from %s.",
+                v->id,
+                v->spec.name,
+                v->spec.image);
+        return 0;
+}
+
+/* ---- start-up and shutdown ---- */
+
+static int vm_from_json(Manager *m, const char *id, json_t *j, Vm **ret) {
+        _cleanup_(vm_unrefp) Vm *v = NULL;
+        _cleanup_(api_error_done) ApiError e = API_ERROR_NULL;
+        json_auto_t *spec_req = NULL;
+        const char *s;
+        json_t *att;
+
+        if (!json_is_object(j) || !streq(json_string_value(json_object_get(j, "id")) ?: "", id))
+                return -EBADMSG;
+        v = calloc(1, sizeof(Vm));
+        if (!v)
+                return -ENOMEM;
+        v->n_ref = 1;
+        v->manager = m;
+        v->notify_fd = -EBADF;
+        v->id = strdup(id);
+
+        /* the spec part goes through the same validation as a request */
+        spec_req = json_pack(
+                "{s:O?,s:O?,s:O?,s:O?,s:O?,s:O?,s:O?,s:O?,s:O?,s:O?,s:O?,s:s}",
+                "name",
+                json_object_get(j, "name"),
+                "image",
+                json_object_get(j, "image"),
+                "kubernetes_version",
+                json_object_get(j, "kubernetesVersion"),
+                "cpus",
+                json_object_get(j, "cpus"),
+                "memory_mib",
+                json_object_get(j, "memoryMiB"),
+                "disk_gib",
+                json_object_get(j, "diskGiB"),
+                "network",
+                json_object_get(j, "network"),
+                "ssh_authorized_keys",
+                json_object_get(j, "sshAuthorizedKeys"),
+                "hostname",
+                json_object_get(j, "hostname"),
+                "metadata",
+                json_object_get(j, "metadata"),
+                "require_attestation",
+                json_object_get(j, "requireAttestation"),
+                "wait_for",
+                "none");
+        if (!spec_req || vm_spec_from_request(spec_req, &v->spec, NULL, NULL, &e) < 0)
+                return -EBADMSG;
+        v->spec.image = v->spec.image ?: strdup("");
+        if ((s = json_string_value(json_object_get(j, "region"))))
+                v->spec.region = strdup(s);
+        if ((s = json_string_value(json_object_get(j, "zone"))))
+                v->spec.zone = strdup(s);
+
+        v->state = vm_state_from_string(json_string_value(json_object_get(j, "state")));
+        if (v->state < 0)
+                return -EBADMSG;
+        s = json_string_value(json_object_get(j, "phase"));
+        if (s) {
+                v->has_phase = true;
+                v->phase = streq(s, "install") ? VM_PHASE_INSTALL : VM_PHASE_BOOT;
+        }
+        if ((s = json_string_value(json_object_get(j, "ip"))))
+                v->ip = strdup(s);
+        if ((s = json_string_value(json_object_get(j, "mac"))))
+                v->mac = strdup(s);
+        v->cid = (uint32_t) json_integer_value(json_object_get(j, "cid"));
+        s = json_string_value(json_object_get(j, "machineID"));
+        if (!s || strlen(s) != 32 || strspn(s, "0123456789abcdef") != 32)
+                return -EBADMSG;
+        memcpy(v->machine_id, s, 33);
+        v->booted = json_is_true(json_object_get(j, "booted"));
+        if ((s = json_string_value(json_object_get(j, "status"))))
+                v->status = strdup(s);
+        if ((s = json_string_value(json_object_get(j, "sshPublicKey"))))
+                v->ssh_public_key = strdup(s);
+        if ((s = json_string_value(json_object_get(j, "lastError"))))
+                v->last_error = strdup(s);
+        att = json_object_get(j, "attestation");
+        v->att_required = json_is_true(json_object_get(att, "required"));
+        v->att_released = json_is_true(json_object_get(att, "userDataReleased"));
+        (void) parse_time(json_string_value(json_object_get(att, "nonceIssuedAt")), &v->nonce_issued_at);
+        (void) parse_time(json_string_value(json_object_get(j, "createdAt")), &v->created_at);
+        (void) parse_time(json_string_value(json_object_get(j, "installedAt")), &v->installed_at);
+        (void) parse_time(json_string_value(json_object_get(j, "bootedAt")), &v->booted_at);
+        (void) parse_time(json_string_value(json_object_get(j, "readyAt")), &v->ready_at);
+        v->qemu_pid = (pid_t) json_integer_value(
+                json_object_get(json_object_get(json_object_get(j, "processes"), "qemu"), "pid"));
+        v->swtpm_pid = (pid_t) json_integer_value(
+                json_object_get(json_object_get(json_object_get(j, "processes"), "swtpm"), "pid"));
+        if (asprintf(&v->dir, "%s/vms/%s", m->state_dir, id) < 0 ||
+            asprintf(&v->volume, "%s/volumes/vm-%s.volume", m->state_dir, id) < 0)
+                return -ENOMEM;
+        *ret = TAKE_PTR(v);
+        return 0;
+}
+
+static int vm_cmp_created(const void *a, const void *b) {
+        Vm *x = *(Vm *const *) a, *y = *(Vm *const *) b;
+
+        if (x->created_at != y->created_at)
+                return x->created_at < y->created_at ? -1 : 1;
+        return strcmp(x->id, y->id);
+}
+
+int vm_load_all(Manager *m, ApiError *reterr) {
+        _cleanup_free_ char *dir = NULL;
+        _cleanup_(closedirp) DIR *d = NULL;
+        struct dirent *de;
+
+        if (asprintf(&dir, "%s/vms", m->state_dir) < 0)
+                return -ENOMEM;
+        d = opendir(dir);
+        if (!d)
+                return errno == ENOENT ? 0 : api_error_set(reterr, -errno, API_ERROR_INTERNAL, "%s: %m", dir);
+        while ((de = readdir(d))) {
+                _cleanup_free_ char *path = NULL, *text = NULL;
+                _cleanup_(vm_unrefp) Vm *v = NULL;
+                json_auto_t *j = NULL;
+                int r;
+
+                if (de->d_name[0] == '.')
+                        continue;
+                if (asprintf(&path, "%s/%s/vm.json", dir, de->d_name) < 0)
+                        return -ENOMEM;
+                (void) write_file_atomic_cleanup(path);
+                r = read_full_file(path, VM_RECORD_MAX, &text, NULL);
+                if (r >= 0) {
+                        j = json_loads(text, 0, NULL);
+                        r = j ? vm_from_json(m, de->d_name, j, &v) : -EBADMSG;
+                }
+                if (r < 0) {
+                        log_warning("Skipping VM record %s: %s", path, strerror(-r));
+                        continue;
+                }
+
+                /* plain child processes end with the daemon: nothing to reattach to */
+                if (v->state == VM_STATE_CREATING || v->state == VM_STATE_DELETING) {
+                        _cleanup_free_ char *t = NULL;
+                        (void) asprintf(
+                                &t,
+                                "vm-manager restarted while the VM was %s; delete it",
+                                vm_state_to_string(v->state));
+                        vm_set_state(v, VM_STATE_FAILED);
+                        vm_set_error(v, t);
+                } else if (vm_state_is_live(v->state)) {
+                        _cleanup_free_ char *t = NULL;
+                        (void) asprintf(
+                                &t,
+                                "vm-manager restarted while the VM was %s and could not reattach to its QEMU (the process launcher's VMs end with the daemon); start the VM again",
+                                vm_state_to_string(v->state));
+                        /* a leftover process from a daemon killed with SIGKILL must not keep the disk */
+                        if (v->qemu_pid > 0 && kill(v->qemu_pid, 0) >= 0)
+                                log_warning(
+                                        "VM %s: pid %d from the previous run still exists and is not ours to stop.",
+                                        v->id,
+                                        (int) v->qemu_pid);
+                        vm_set_state(v, VM_STATE_STOPPED);
+                        vm_set_error(v, t);
+                }
+                v->qemu_pid = v->swtpm_pid = 0;
+                (void) vm_save(v);
+                r = manager_add_vm(m, v);
+                if (r < 0)
+                        return api_error_set(reterr, r, API_ERROR_INTERNAL, "too many VM records");
+        }
+        qsort(m->vms, m->n_vms, sizeof(Vm *), vm_cmp_created);
+        return 0;
+}
+
+typedef struct StopAll {
+        unsigned left;
+        void (*done)(void *userdata);
+        void *userdata;
+} StopAll;
+
+static void stop_all_one(int r, json_t *record, const ApiError *e, void *userdata) {
+        StopAll *s = userdata;
+
+        if (--s->left == 0) {
+                if (s->done)
+                        s->done(s->userdata);
+                free(s);
+        }
+}
+
+void vm_stop_all(Manager *m, void (*done)(void *userdata), void *userdata) {
+        StopAll *s = calloc(1, sizeof(StopAll));
+
+        m->shutting_down = true;
+        if (!s) {
+                for (size_t i = 0; i < m->n_vms; i++)
+                        vm_stop_processes_now(m->vms[i]);
+                if (done)
+                        done(userdata);
+                return;
+        }
+        s->done = done;
+        s->userdata = userdata;
+        s->left = 1; /* held until every stop was issued */
+        for (size_t i = 0; i < m->n_vms; i++) {
+                Vm *v = m->vms[i];
+                if (!vm_has_process(v) || v->state == VM_STATE_DELETING)
+                        continue;
+                s->left++;
+                if (v->state == VM_STATE_STOPPING) {
+                        if (!pending_add(v, PENDING_STOPPED, stop_all_one, s))
+                                s->left--;
+                } else if (vm_stop(v, stop_all_one, s, NULL) < 0)
+                        s->left--;
+        }
+        stop_all_one(0, NULL, NULL, s);
+}

@@ -1,0 +1,103 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#pragma once
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "api-error.h"
+#include "cleanup.h"
+#include "time-util.h"
+
+typedef struct Manager Manager;
+typedef struct Vm Vm;
+
+typedef enum VmState {
+        VM_STATE_CREATING,
+        VM_STATE_INSTALLING,
+        VM_STATE_BOOTING,
+        VM_STATE_ATTESTING,
+        VM_STATE_READY,
+        VM_STATE_RUNNING,
+        VM_STATE_STOPPING,
+        VM_STATE_STOPPED,
+        VM_STATE_FAILED,
+        VM_STATE_DELETING,
+        _VM_STATE_MAX,
+        _VM_STATE_INVALID = -EINVAL,
+} VmState;
+
+const char *vm_state_to_string(VmState s) _const_;
+VmState vm_state_from_string(const char *s) _pure_;
+/* A QEMU process belongs to the VM in these states. */
+bool vm_state_is_live(VmState s) _const_;
+
+typedef enum VmWaitFor {
+        VM_WAIT_NONE,
+        VM_WAIT_INSTALLED,
+        VM_WAIT_ATTESTED,
+        VM_WAIT_READY,
+        _VM_WAIT_MAX,
+        _VM_WAIT_INVALID = -EINVAL,
+} VmWaitFor;
+
+const char *vm_wait_for_to_string(VmWaitFor w) _const_;
+VmWaitFor vm_wait_for_from_string(const char *s) _pure_;
+
+/* The what-to-build of a VM, as create_vm takes it (defaults applied). */
+typedef struct VmSpec {
+        char *name;
+        char *image; /* resolved "<id>_<version>" */
+        char *kubernetes_version;
+        unsigned cpus;
+        uint64_t memory_mib;
+        uint64_t disk_gib;
+        char *network;
+        char **ssh_authorized_keys;
+        char *hostname;
+        json_t *metadata; /* object of strings, or NULL */
+        char *region;
+        char *zone;
+        bool require_attestation;
+} VmSpec;
+
+void vm_spec_done(VmSpec *s);
+
+/* Decodes and validates a create_vm request, applying the API defaults first. Every problem is
+ * collected into one invalid_request message. ret_user_data and ret_wait_for are the parts that
+ * never enter the record. */
+int vm_spec_from_request(
+        json_t *request, VmSpec *ret, char **ret_user_data, VmWaitFor *ret_wait_for, ApiError *reterr);
+
+/* Completion of an asynchronous VM operation: r < 0 with e set, or the VM record JSON. */
+typedef void (*VmDoneFunc)(int r, json_t *record, const ApiError *e, void *userdata);
+
+Vm *vm_ref(Vm *v);
+Vm *vm_unref(Vm *v);
+DEFINE_TRIVIAL_CLEANUP_FUNC(Vm *, vm_unref);
+
+const char *vm_id(Vm *v);
+const char *vm_name(Vm *v);
+const char *vm_network(Vm *v);
+VmState vm_state(Vm *v);
+usec_t vm_created_at(Vm *v);
+
+/* The record as the API shows it (camelCase, the reference's key order); a new reference. */
+json_t *vm_to_json(Vm *v);
+
+/* Loads every <state>/vms/<id>/vm.json: VMs whose processes are gone become stopped with a note;
+ * creating/deleting become failed. */
+int vm_load_all(Manager *m, ApiError *reterr);
+
+/* create_vm: allocates and provisions, starts the installer, and calls done at the milestone. */
+int vm_create(Manager *m, json_t *request, VmDoneFunc done, void *userdata, ApiError *reterr);
+int vm_start(Vm *v, VmDoneFunc done, void *userdata, ApiError *reterr);
+int vm_stop(Vm *v, VmDoneFunc done, void *userdata, ApiError *reterr);
+int vm_reboot(Vm *v, VmDoneFunc done, void *userdata, ApiError *reterr);
+int vm_delete(Vm *v, VmDoneFunc done, void *userdata, ApiError *reterr);
+
+/* The console tail: the last lines (1..10000) of console.log, from its final 64 KiB. */
+int vm_console_json(Vm *v, int64_t lines, json_t **ret, ApiError *reterr);
+
+/* Stops every VM (shutdown); calls done when all have exited. */
+void vm_stop_all(Manager *m, void (*done)(void *userdata), void *userdata);

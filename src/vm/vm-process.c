@@ -1,0 +1,174 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#include <fcntl.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <signal.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "vm-process.h"
+
+#ifndef __NR_io_uring_setup
+#        define __NR_io_uring_setup 425
+#endif
+
+struct VmProcess {
+        sd_event_source *child;
+        pid_t pid;
+        bool exited;
+        VmProcessExitFunc on_exit;
+        void *userdata;
+};
+
+/* A classic BPF program: io_uring_setup fails with EPERM, everything else is allowed. QEMU then
+ * falls back to epoll, which does not lose TPM emulator commands. */
+static int block_io_uring(void) {
+        struct sock_filter filter[] = {
+                BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+                BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_io_uring_setup, 0, 1),
+                BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
+                BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+        };
+        struct sock_fprog prog = { .len = ELEMENTSOF(filter), .filter = filter };
+
+        if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
+                return -errno;
+        if (prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) < 0)
+                return -errno;
+        return 0;
+}
+
+static int on_child(sd_event_source *s, const siginfo_t *si, void *userdata) {
+        VmProcess *p = userdata;
+
+        p->exited = true;
+        if (p->on_exit)
+                p->on_exit(p, si->si_code, si->si_status, p->userdata);
+        return 0;
+}
+
+/* Only async-signal-safe calls between fork() and exec(). */
+_noreturn_ static void child_exec(const VmProcessOptions *o, int log_fd, const sigset_t *oldmask) {
+        int null_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
+
+        if (null_fd < 0 || dup2(null_fd, STDIN_FILENO) < 0)
+                _exit(127);
+        if (dup2(log_fd >= 0 ? log_fd : null_fd, STDOUT_FILENO) < 0 ||
+            dup2(log_fd >= 0 ? log_fd : null_fd, STDERR_FILENO) < 0)
+                _exit(127);
+        if (o->working_dir && chdir(o->working_dir) < 0)
+                _exit(127);
+        /* Our own session, so that a terminal's Ctrl-C goes to the daemon, which stops VMs its way. */
+        (void) setsid();
+        (void) prctl(PR_SET_PDEATHSIG, SIGKILL); /* plain children end with the daemon */
+        for (int sig = 1; sig < _NSIG; sig++)
+                (void) signal(sig, SIG_DFL);
+        (void) sigprocmask(SIG_SETMASK, oldmask, NULL);
+        if (o->block_io_uring && block_io_uring() < 0)
+                _exit(126);
+        execvp(o->argv[0], o->argv);
+        _exit(127);
+}
+
+int vm_process_spawn(
+        VmProcess **ret, sd_event *e, const VmProcessOptions *o, VmProcessExitFunc on_exit, void *userdata) {
+        _cleanup_(vm_process_freep) VmProcess *p = NULL;
+        _cleanup_close_ int log_fd = -EBADF;
+        sigset_t all, old;
+        pid_t pid;
+        int r;
+
+        assert_return(ret && e && o && o->argv && o->argv[0], -EINVAL);
+
+        p = calloc(1, sizeof(VmProcess));
+        if (!p)
+                return -ENOMEM;
+        p->on_exit = on_exit;
+        p->userdata = userdata;
+
+        if (o->log_file) {
+                log_fd = open(o->log_file, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOCTTY, 0600);
+                if (log_fd < 0)
+                        return -errno;
+        }
+
+        /* Signals stay blocked across fork so no handler of ours runs in the child. */
+        sigfillset(&all);
+        if (sigprocmask(SIG_SETMASK, &all, &old) < 0)
+                return -errno;
+        pid = fork();
+        if (pid == 0)
+                child_exec(o, log_fd, &old);
+        r = pid < 0 ? -errno : 0;
+        (void) sigprocmask(SIG_SETMASK, &old, NULL);
+        if (r < 0)
+                return r;
+        p->pid = pid;
+
+        r = sd_event_add_child(e, &p->child, pid, WEXITED, on_child, p);
+        if (r < 0) {
+                (void) kill(pid, SIGKILL);
+                (void) waitpid(pid, NULL, 0);
+                return r;
+        }
+        (void) sd_event_source_set_child_process_own(p->child, true);
+
+        *ret = TAKE_PTR(p);
+        return 0;
+}
+
+VmProcess *vm_process_free(VmProcess *p) {
+        if (!p)
+                return NULL;
+        /* The source owns the process: a process still running is killed with SIGKILL and reaped
+         * here, so that nothing we started outlives its owner or lingers as a zombie. */
+        sd_event_source_disable_unref(p->child);
+        free(p);
+        return NULL;
+}
+
+pid_t vm_process_pid(VmProcess *p) {
+        return p ? p->pid : 0;
+}
+
+bool vm_process_running(VmProcess *p) {
+        return p && !p->exited;
+}
+
+int vm_process_kill(VmProcess *p, int sig) {
+        assert_return(p, -EINVAL);
+        if (p->exited)
+                return -ESRCH;
+        return sd_event_source_send_child_signal(p->child, sig, NULL, 0);
+}
+
+char *vm_exit_status_to_string(int code, int status) {
+        char *s = NULL;
+
+        if (code == CLD_EXITED)
+                (void) asprintf(&s, "exit status %d", status);
+        else if (code == CLD_KILLED || code == CLD_DUMPED) {
+                const char *name = sigabbrev_np(status);
+                const char *desc = status == SIGKILL ? "killed" :
+                        status == SIGTERM            ? "terminated" :
+                                                       (strsignal(status) ?:
+                                                                name      ?:
+                                                                            "unknown");
+                char lower[64];
+                size_t i;
+
+                for (i = 0; desc[i] && i < sizeof(lower) - 1; i++)
+                        lower[i] = (char) (desc[i] >= 'A' && desc[i] <= 'Z' ? desc[i] + 32 : desc[i]);
+                lower[i] = 0;
+                (void) asprintf(&s, "signal: %s%s", lower, code == CLD_DUMPED ? " (core dumped)" : "");
+        } else
+                (void) asprintf(&s, "exit status unknown: si_code %d", code);
+        return s;
+}

@@ -1,0 +1,261 @@
+#!/usr/bin/env python3
+"""VMs on real boots: QEMU under TCG, OVMF, swtpm and vhost-device-vsock, driven through the API.
+
+The guest is the tiny test image of tests/image (a UKI whose init copies the installer disk onto
+the target in the installer boot, and sends READY=1 over vsock and powers off on ACPI in the
+installed boot), built into VM_MANAGER_TEST_IMAGE_DIR by tests/image/build.sh.
+
+  * create_vm (wait_for ready) -> get_vm_console -> stop_vm -> start_vm -> reboot_vm -> delete_vm,
+    with the states, the console text, and nothing left behind: no process, file, lease;
+  * the same chain over MCP for create and delete;
+  * an installer that never finishes: failed, with the console tail in lastError;
+  * kill -9 of the daemon while a VM runs: the VM's processes end with it, and the next start
+    finds the record stopped with a note; start_vm boots it again.
+
+Skips (exit 0, "1..0 # SKIP") when QEMU, swtpm, OVMF or vhost-device-vsock are missing.
+"""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from vmmtest import (BIN, Daemon, HOST, McpClient, base_env, free_port, http_request, run, tap,  # noqa: E402
+                     tool_json)
+
+IMAGE_DIR = os.environ.get("VM_MANAGER_TEST_IMAGE_DIR")
+SOURCE_ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+CREATE = {"memory_mib": 512, "disk_gib": 1, "require_attestation": False}
+
+
+def missing_tools():
+    missing = [t for t in ("qemu-system-x86_64", "swtpm", "vhost-device-vsock") if not shutil.which(t)]
+    if not os.path.exists("/usr/share/OVMF/OVMF_CODE_4M.fd"):
+        missing.append("ovmf")
+    return missing
+
+
+def api(port, method, path, body=None, timeout=600):
+    status, headers, data = http_request(port, method, "/api/v1" + path,
+                                         body=json.dumps(body).encode() if body is not None else None,
+                                         timeout=timeout)
+    return status, (json.loads(data) if data else None)
+
+
+def processes_under(path):
+    """Processes whose command line mentions path (QEMU, swtpm and vhost-device-vsock all name the
+    VM's directory)."""
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open("/proc/%s/cmdline" % pid, "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if path in cmd:
+            found.append("%s %s" % (pid, cmd[:120]))
+    return found
+
+
+def wait_state(port, vm_id, states, timeout):
+    deadline = time.monotonic() + timeout
+    vm = None
+    while time.monotonic() < deadline:
+        status, vm = api(port, "GET", "/vms/" + vm_id)
+        if status == 200 and vm["state"] in states:
+            return vm
+        time.sleep(0.5)
+    return vm
+
+
+def start_daemon(work, name, state, port, *extra):
+    d = Daemon(work, name, ["--listen", "%s:%d" % (HOST, port), "--state-dir", state, "--image-dir", IMAGE_DIR,
+                            "--log-level", "debug", *extra], env=base_env(work))
+    ok, why = d.wait_healthy(port, timeout=20)
+    tap.result(ok, "%s: serving" % name, why)
+    return d
+
+
+def test_lifecycle(work):
+    state = os.path.join(work, "s1")
+    port = free_port()
+    d = start_daemon(work, "lifecycle", state, port)
+
+    t0 = time.monotonic()
+    status, vm = api(port, "POST", "/vms", dict(CREATE, name="life"))
+    took = time.monotonic() - t0
+    tap.result(status == 201 and vm["state"] == "ready",
+               "create_vm (wait_for ready): 201 in state ready (%.1f s)" % took, "status %r: %r" % (status, vm))
+    if status != 201:
+        return
+    vm_id = vm["id"]
+    tap.result(vm.get("installedAt") and vm.get("readyAt") and vm["booted"] and vm["phase"] == "boot",
+               "... installedAt, readyAt, booted, phase boot", json.dumps(vm)[:400])
+    tap.result(vm["ip"] == "192.168.127.2" and vm["mac"] == "02:de:c0:a8:7f:02",
+               "... the first lease of the default network and its derived MAC", "%s %s" % (vm["ip"], vm["mac"]))
+    tap.result(len(processes_under(vm["paths"]["dir"])) == 3, "... QEMU, swtpm and vhost-device-vsock run",
+               "\n".join(processes_under(vm["paths"]["dir"])))
+    status, net = api(port, "GET", "/networks/default")
+    tap.result(any(l["vmID"] == vm_id for l in net["leases"]), "... the network lists its lease", json.dumps(net))
+
+    status, con = api(port, "GET", "/vms/%s/console?lines=1000" % vm_id)
+    tap.result(status == 200 and "READY=1" in con["console"],
+               "get_vm_console: the installed boot's console, READY=1 sent", con["console"][-500:] if con else "")
+    status, con5 = api(port, "GET", "/vms/%s/console?lines=2" % vm_id)
+    tap.result(status == 200 and con5["lines"] == 2 and con5["console"].count("\n") == 1,
+               "get_vm_console?lines=2: two lines", repr(con5))
+    status, err = api(port, "GET", "/vms/%s/console?lines=many" % vm_id)
+    tap.result(status == 400 and err["error"]["code"] == "invalid_request", "console?lines=many: 400", repr(err))
+
+    status, err = api(port, "POST", "/vms/%s/start" % vm_id)
+    tap.result(status == 409 and err["error"]["message"] == "conflict: vm %s is ready" % vm_id,
+               "start_vm while ready: 409 conflict", repr(err))
+
+    t0 = time.monotonic()
+    status, vm = api(port, "POST", "/vms/%s/stop" % vm_id)
+    tap.result(status == 200 and vm["state"] == "stopped",
+               "stop_vm: returns once stopped (ACPI honoured, %.2f s)" % (time.monotonic() - t0), repr(vm)[:300])
+    time.sleep(0.5)
+    tap.result(processes_under(vm["paths"]["dir"]) == [], "... no process of the VM is left",
+               "\n".join(processes_under(vm["paths"]["dir"])))
+    status, err = api(port, "POST", "/vms/%s/stop" % vm_id)
+    tap.result(status == 409 and err["error"]["message"] == "conflict: vm %s is not running (stopped)" % vm_id,
+               "stop_vm while stopped: 409", repr(err))
+
+    status, vm = api(port, "POST", "/vms/%s/start" % vm_id)
+    tap.result(status == 200 and vm["state"] == "booting" and "readyAt" not in vm, "start_vm: booting", repr(vm)[:300])
+    vm = wait_state(port, vm_id, ("ready", "failed"), 300)
+    tap.result(vm["state"] == "ready", "... and ready again", repr(vm)[:300])
+    status, con = api(port, "GET", "/vms/%s/console" % vm_id)
+    tap.result("install:" not in con["console"] and "READY=1" in con["console"],
+               "... the console holds this boot only", con["console"][-300:])
+
+    status, vm = api(port, "POST", "/vms/%s/reboot" % vm_id)
+    tap.result(status == 200 and vm["state"] == "booting", "reboot_vm: booting", repr(vm)[:300])
+    vm = wait_state(port, vm_id, ("ready", "failed"), 300)
+    tap.result(vm["state"] == "ready", "... and ready again", repr(vm)[:300])
+
+    paths = vm["paths"]
+    status, body = api(port, "DELETE", "/vms/" + vm_id)
+    tap.result(status == 204 and body is None, "delete_vm: 204", repr(body))
+    time.sleep(0.5)
+    tap.result(processes_under(paths["dir"]) == [], "... no process left", "\n".join(processes_under(paths["dir"])))
+    tap.result(not os.path.exists(paths["dir"]) and not os.path.exists(paths["volume"]),
+               "... no directory, no volume", "%s %s" % (os.path.exists(paths["dir"]), os.path.exists(paths["volume"])))
+    status, net = api(port, "GET", "/networks/default")
+    tap.result(net["leases"] == [], "... no lease", json.dumps(net))
+    status, err = api(port, "GET", "/vms/" + vm_id)
+    tap.result(status == 404, "... get_vm: 404", repr(err))
+    status, vms = api(port, "GET", "/vms")
+    tap.result(vms == [], "... list_vms: []", repr(vms))
+
+    rc, _ = d.stop(signal.SIGTERM, timeout=60)
+    tap.result(rc == 0, "SIGTERM: exit 0", "exit %r" % rc)
+
+
+def test_mcp_and_shutdown(work):
+    state = os.path.join(work, "s2")
+    port = free_port()
+    d = start_daemon(work, "mcp", state, port)
+    mcp = McpClient(port)
+    mcp.initialize()
+
+    result = mcp.call("create_vm", dict(CREATE, name="agent", wait_for="none"))
+    vm = tool_json(result)[0] if not result.get("isError") else None
+    tap.result(vm is not None and vm["state"] == "installing",
+               "MCP create_vm (wait_for none): answered while installing", repr(result)[:400])
+    if not vm:
+        return
+    vm_id = vm["id"]
+    result = mcp.call("get_vm", {"id": vm_id})
+    tap.result(tool_json(result)[0]["id"] == vm_id, "MCP get_vm finds it", repr(result)[:300])
+
+    # The daemon stops its plain-child VMs on SIGTERM, and leaves the record stopped.
+    vm = wait_state(port, vm_id, ("booting", "ready", "failed"), 300)
+    rc, _ = d.stop(signal.SIGTERM, timeout=90)
+    tap.result(rc == 0, "SIGTERM with a VM running: exit 0", "exit %r" % rc)
+    time.sleep(0.5)
+    tap.result(processes_under(os.path.join(state, "vms")) == [], "... and the VM's processes are gone",
+               "\n".join(processes_under(os.path.join(state, "vms"))))
+    with open(os.path.join(state, "vms", vm_id, "vm.json")) as f:
+        rec = json.load(f)
+    tap.result(rec["state"] in ("stopped", "failed"), "... the record says %s" % rec["state"], json.dumps(rec)[:300])
+
+    port = free_port()
+    d = start_daemon(work, "mcp-again", state, port)
+    mcp = McpClient(port)
+    mcp.initialize()
+    result = mcp.call("delete_vm", {"id": vm_id})
+    tap.result(tool_json(result)[0] == {"id": vm_id, "deleted": True}, "MCP delete_vm: {id, deleted}",
+               repr(result)[:300])
+    d.stop(signal.SIGTERM, timeout=60)
+
+
+def test_kill9(work):
+    state = os.path.join(work, "s3")
+    port = free_port()
+    d = start_daemon(work, "kill9", state, port)
+    status, vm = api(port, "POST", "/vms", dict(CREATE, name="orphan"))
+    tap.result(status == 201 and vm["state"] == "ready", "create_vm: ready", repr(vm)[:300])
+    if status != 201:
+        return
+    d.proc.kill()
+    d.proc.wait()
+    deadline = time.monotonic() + 10
+    while processes_under(vm["paths"]["dir"]) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    tap.result(processes_under(vm["paths"]["dir"]) == [], "kill -9 of the daemon: the VM's processes end with it",
+               "\n".join(processes_under(vm["paths"]["dir"])))
+
+    port = free_port()
+    d = start_daemon(work, "kill9-again", state, port)
+    status, again = api(port, "GET", "/vms/" + vm["id"])
+    tap.result(status == 200 and again["state"] == "stopped" and "could not reattach" in again.get("lastError", ""),
+               "after the restart: stopped, with a note in lastError", repr(again)[:400])
+    status, again = api(port, "POST", "/vms/%s/start" % vm["id"])
+    tap.result(status == 200 and again["state"] == "booting", "start_vm boots it again", repr(again)[:300])
+    again = wait_state(port, vm["id"], ("ready", "failed"), 300)
+    tap.result(again["state"] == "ready", "... to ready", repr(again)[:300])
+    d.stop(signal.SIGTERM, timeout=60)
+
+
+def test_install_failure(work):
+    # An "image" whose UKI is not one: OVMF never gets anywhere, the installer overruns.
+    images = os.path.join(work, "bad-images")
+    os.makedirs(images)
+    for ext in (".efi", ".raw"):
+        with open(os.path.join(images, "broken_1.0" + ext), "wb") as f:
+            f.write(b"\0" * 65536)
+    state = os.path.join(work, "s4")
+    port = free_port()
+    d = Daemon(work, "broken", ["--listen", "%s:%d" % (HOST, port), "--state-dir", state, "--image-dir", images,
+                                "--install-timeout", "15s"], env=base_env(work))
+    d.wait_healthy(port, timeout=20)
+    status, err = api(port, "POST", "/vms", dict(CREATE, name="doomed", wait_for="installed"))
+    msg = err["error"]["message"] if err and "error" in err else ""
+    tap.result(status == 500 and err["error"]["code"] == "vm_failed" and "installer did not finish within 15s" in msg,
+               "an installer that overruns: 500 vm_failed, with the VM id", repr(err)[:400])
+    status, vms = api(port, "GET", "/vms")
+    tap.result(len(vms) == 1 and vms[0]["state"] == "failed" and "\nconsole:\n" in vms[0].get("lastError", ""),
+               "... the VM is kept, failed, with the console tail in lastError", repr(vms)[:400])
+    d.stop(signal.SIGTERM, timeout=30)
+
+
+if __name__ == "__main__":
+    missing = missing_tools()
+    if missing or not IMAGE_DIR:
+        print("TAP version 13\n1..0 # SKIP needs %s" % (", ".join(missing) if missing else "VM_MANAGER_TEST_IMAGE_DIR"))
+        sys.exit(0)
+    build = subprocess.run(["bash", os.path.join(SOURCE_ROOT, "tests/image/build.sh"), IMAGE_DIR],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    if build.returncode != 0:
+        print("TAP version 13\nnot ok 1 - tests/image/build.sh\n# " +
+              build.stdout.decode(errors="replace").replace("\n", "\n# ") + "\n1..1")
+        sys.exit(1)
+    sys.exit(run([test_lifecycle, test_mcp_and_shutdown, test_kill9, test_install_failure], 1500, "vmm-vm-"))
