@@ -265,7 +265,7 @@ bool api_rest_handle(ApiRest *a, HttpRequest *req) {
                 c->req = http_request_ref(req);
                 c->op = op;
                 http_request_suspend(req);
-                r = operation_run_async(op, a->manager, args, rest_done, c, &e);
+                r = operation_run_async(op, a->manager, args, rest_done, /* progress= */ NULL, c, &e);
                 if (r < 0) {
                         http_request_unref(c->req);
                         free(c);

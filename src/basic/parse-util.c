@@ -252,3 +252,14 @@ char *format_duration(char *buf, size_t size, usec_t usec) {
                         buf + MIN(n, size), size - MIN(n, size), "%" PRIu64 ".%06" PRIu64 "s", sec, sub);
         return buf;
 }
+
+bool dns_label_is_valid(const char *s) {
+        size_t n = s ? strlen(s) : 0;
+
+        if (n == 0 || n > 63 || s[0] == '-' || s[n - 1] == '-')
+                return false;
+        for (size_t i = 0; i < n; i++)
+                if (!((s[i] >= 'a' && s[i] <= 'z') || is_digit(s[i]) || s[i] == '-'))
+                        return false;
+        return true;
+}

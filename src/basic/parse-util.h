@@ -27,5 +27,8 @@ int parse_duration(const char *s, usec_t *ret);
  * bytes ("4096B"). "8M" is 8388608; "8MB" is refused, as it is ambiguous. */
 int parse_size(const char *s, uint64_t *ret);
 
+/* A lower-case DNS label: 1-63 characters of a-z, 0-9 and '-', not starting or ending with '-'. */
+bool dns_label_is_valid(const char *s);
+
 /* Writes a duration back in the form parse_duration() reads ("5m", "1h30m", "250ms"). */
 char *format_duration(char *buf, size_t size, usec_t usec);

@@ -78,8 +78,15 @@ int manager_new(Manager **ret, sd_event *event, const ManagerConfig *cfg, ApiErr
                 });
         if (r < 0)
                 return api_error_set(reterr, r, API_ERROR_INTERNAL, "probing the host: %s", strerror(-r));
-        (void) host_probe_accel(m->host, &reason);
-        log_info("Accelerator: %s (%s).", host_accel_to_string(host_probe_accel(m->host, NULL)), reason ?: "");
+        if (cfg->accel == HOST_ACCEL_AUTO && host_probe_accel(m->host, &reason) == HOST_ACCEL_TCG)
+                log_warning("VMs run under TCG, much slower than KVM: %s", reason ?: "");
+        else {
+                (void) host_probe_accel(m->host, &reason);
+                log_info(
+                        "Accelerator: %s (%s).",
+                        host_accel_to_string(host_probe_accel(m->host, NULL)),
+                        reason ?: "");
+        }
         fw = host_probe_firmware_summary(m->host);
         if (fw)
                 log_info("Firmware VMs boot with: %s.", fw);

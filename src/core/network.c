@@ -10,6 +10,7 @@
 #include "json-util.h"
 #include "log.h"
 #include "network.h"
+#include "parse-util.h"
 
 /* <state_dir>/networks.json, written whole with write_file_atomic() after every change:
  *
@@ -36,7 +37,6 @@
 #define NETWORKS_FILE "networks.json"
 #define NETWORKS_FILE_VERSION 1U
 #define NETWORKS_FILE_SIZE_MAX (64U * 1024U * 1024U)
-#define NETWORK_NAME_MAX 63U
 #define DNS_NAME_MAX 253U
 #define DNS_LABEL_MAX 63U
 #define VM_ID_MAX 255U
@@ -135,16 +135,10 @@ static int parse_ipv4_strict(const char *s, size_t len, uint32_t *ret) {
 }
 
 int network_validate_name(const char *name, ApiError *reterr) {
-        size_t n;
-
         if (!name)
                 return api_error_set(reterr, -EINVAL, API_ERROR_INVALID_REQUEST, "field \"name\" is required");
 
-        n = strlen(name);
-        bool ok = n >= 1 && n <= NETWORK_NAME_MAX && name[0] != '-' && name[n - 1] != '-';
-        for (size_t i = 0; ok && i < n; i++)
-                ok = ascii_is_lower_alnum(name[i]) || name[i] == '-';
-        if (!ok)
+        if (!dns_label_is_valid(name))
                 return api_error_set(
                         reterr,
                         -EINVAL,

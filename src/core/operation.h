@@ -55,8 +55,9 @@ typedef void (*OperationDone)(int r, json_t *result, const ApiError *e, void *us
 
 /* An operation that waits (a VM starting, stopping, reaching a milestone): returns < 0 at once, or 0
  * and calls done exactly once, possibly before returning. args are checked as for handler. */
+typedef void (*OperationProgress)(const char *message, void *userdata);
 typedef int (*OperationAsyncHandler)(
-        Manager *m, json_t *args, OperationDone done, void *userdata, ApiError *reterr);
+        Manager *m, json_t *args, OperationDone done, OperationProgress progress, void *userdata, ApiError *reterr);
 
 typedef struct Operation {
         const char *name; /* the MCP tool name */
@@ -84,8 +85,15 @@ int operation_check_args(const Operation *op, json_t *args, ApiError *reterr);
 int operation_run(const Operation *op, Manager *m, json_t *args, json_t **ret, ApiError *reterr);
 
 /* operation_check_args(), then the asynchronous handler. */
+/* progress (optional) hears the state changes while the operation runs. */
 int operation_run_async(
-        const Operation *op, Manager *m, json_t *args, OperationDone done, void *userdata, ApiError *reterr);
+        const Operation *op,
+        Manager *m,
+        json_t *args,
+        OperationDone done,
+        OperationProgress progress,
+        void *userdata,
+        ApiError *reterr);
 
 /* The MCP tool description: {"name","description","inputSchema","annotations"}; a new reference. */
 json_t *operation_tool_json(const Operation *op);

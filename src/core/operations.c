@@ -142,36 +142,52 @@ static int op_get_vm_console(Manager *m, json_t *args, json_t **ret, ApiError *r
         return vm_console_json(v, lines ? (int64_t) json_integer_value(lines) : 0, ret, reterr);
 }
 
-static int op_create_vm(Manager *m, json_t *args, OperationDone done, void *userdata, ApiError *reterr) {
-        return vm_create(m, args, done, userdata, reterr);
+static int op_create_vm(
+        Manager *m, json_t *args, OperationDone done, OperationProgress progress, void *userdata, ApiError *reterr) {
+        return vm_create(m, args, done, progress, userdata, reterr);
 }
 
-static int op_start_vm(Manager *m, json_t *args, OperationDone done, void *userdata, ApiError *reterr) {
+/* The VM operations that wait: look the VM up (404 first), report its state changes to progress while
+ * the operation runs, and hand over to the lifecycle. */
+static int run_on_vm(
+        int (*fn)(Vm *v, VmDoneFunc done, void *userdata, ApiError *reterr),
+        Manager *m,
+        json_t *args,
+        OperationDone done,
+        OperationProgress progress,
+        void *userdata,
+        ApiError *reterr) {
         Vm *v = NULL;
         int r = lookup_vm(m, args, &v, reterr);
 
-        return r < 0 ? r : vm_start(v, done, userdata, reterr);
+        if (r < 0)
+                return r;
+        r = vm_observe(v, progress, userdata);
+        if (r >= 0)
+                r = fn(v, done, userdata, reterr);
+        if (r < 0)
+                vm_unobserve(v, userdata);
+        return r;
 }
 
-static int op_stop_vm(Manager *m, json_t *args, OperationDone done, void *userdata, ApiError *reterr) {
-        Vm *v = NULL;
-        int r = lookup_vm(m, args, &v, reterr);
-
-        return r < 0 ? r : vm_stop(v, done, userdata, reterr);
+static int op_start_vm(
+        Manager *m, json_t *args, OperationDone done, OperationProgress progress, void *userdata, ApiError *reterr) {
+        return run_on_vm(vm_start, m, args, done, progress, userdata, reterr);
 }
 
-static int op_reboot_vm(Manager *m, json_t *args, OperationDone done, void *userdata, ApiError *reterr) {
-        Vm *v = NULL;
-        int r = lookup_vm(m, args, &v, reterr);
-
-        return r < 0 ? r : vm_reboot(v, done, userdata, reterr);
+static int op_stop_vm(
+        Manager *m, json_t *args, OperationDone done, OperationProgress progress, void *userdata, ApiError *reterr) {
+        return run_on_vm(vm_stop, m, args, done, progress, userdata, reterr);
 }
 
-static int op_delete_vm(Manager *m, json_t *args, OperationDone done, void *userdata, ApiError *reterr) {
-        Vm *v = NULL;
-        int r = lookup_vm(m, args, &v, reterr);
+static int op_reboot_vm(
+        Manager *m, json_t *args, OperationDone done, OperationProgress progress, void *userdata, ApiError *reterr) {
+        return run_on_vm(vm_reboot, m, args, done, progress, userdata, reterr);
+}
 
-        return r < 0 ? r : vm_delete(v, done, userdata, reterr);
+static int op_delete_vm(
+        Manager *m, json_t *args, OperationDone done, OperationProgress progress, void *userdata, ApiError *reterr) {
+        return run_on_vm(vm_delete, m, args, done, progress, userdata, reterr);
 }
 
 static const OperationParam no_params[] = { { .name = NULL } };
@@ -625,14 +641,20 @@ int operation_check_args(const Operation *op, json_t *args, ApiError *reterr) {
 }
 
 int operation_run_async(
-        const Operation *op, Manager *m, json_t *args, OperationDone done, void *userdata, ApiError *reterr) {
+        const Operation *op,
+        Manager *m,
+        json_t *args,
+        OperationDone done,
+        OperationProgress progress,
+        void *userdata,
+        ApiError *reterr) {
         int r;
 
         assert_return(op->async_handler, -EINVAL);
         r = operation_check_args(op, args, reterr);
         if (r < 0)
                 return r;
-        r = op->async_handler(m, args, done, userdata, reterr);
+        r = op->async_handler(m, args, done, progress, userdata, reterr);
         if (r < 0) {
                 api_error_from_errno(reterr, r, op->name);
                 return r;

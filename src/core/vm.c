@@ -144,6 +144,11 @@ struct Vm {
         bool install_timed_out;
         int stop_step; /* 0: none, 1: powerdown sent, 2: SIGTERM sent, 3: SIGKILL sent */
         Pending *pending;
+        struct VmObserver {
+                VmProgressFunc fn;
+                void *userdata;
+                struct VmObserver *next;
+        } * observers;
 };
 
 static void vm_changed(Vm *v);
@@ -165,8 +170,38 @@ void vm_spec_done(VmSpec *s) {
 
 static void vm_stop_processes_now(Vm *v);
 
+void vm_unobserve(Vm *v, void *userdata) {
+        for (struct VmObserver **i = &v->observers; *i;)
+                if ((*i)->userdata == userdata) {
+                        struct VmObserver *o = *i;
+                        *i = o->next;
+                        free(o);
+                } else
+                        i = &(*i)->next;
+}
+
+int vm_observe(Vm *v, VmProgressFunc progress, void *userdata) {
+        struct VmObserver *o;
+
+        if (!progress)
+                return 0;
+        o = calloc(1, sizeof(*o));
+        if (!o)
+                return -ENOMEM;
+        o->fn = progress;
+        o->userdata = userdata;
+        o->next = v->observers;
+        v->observers = o;
+        return 0;
+}
+
 static Vm *vm_free(Vm *v) {
         vm_stop_processes_now(v);
+        while (v->observers) {
+                struct VmObserver *o = v->observers;
+                v->observers = o->next;
+                free(o);
+        }
         while (v->pending) {
                 Pending *p = v->pending;
                 v->pending = p->next;
@@ -417,6 +452,12 @@ static void vm_set_state(Vm *v, VmState s) {
                 vm_state_to_string(v->state),
                 vm_state_to_string(s));
         v->state = s;
+        if (v->observers) {
+                _cleanup_free_ char *msg = NULL;
+                if (asprintf(&msg, "vm %s is %s", v->id, vm_state_to_string(s)) >= 0)
+                        for (struct VmObserver *o = v->observers; o; o = o->next)
+                                o->fn(msg, o->userdata);
+        }
 }
 
 static void vm_set_error(Vm *v, const char *text) {
@@ -568,6 +609,8 @@ static void pending_complete(Vm *v, Pending *p, int r, const ApiError *e) {
 
         pending_unlink(v, p);
         free(p);
+        if (r < 0 || then != THEN_START)
+                vm_unobserve(v, userdata); /* the operation ends here: no more progress for it */
 
         if (r >= 0 && then == THEN_START) {
                 /* reboot: the stop finished, now the start; its completion answers the caller */
@@ -1508,6 +1551,7 @@ static void delete_finish(int r, json_t *record, const ApiError *e, void *userda
         Manager *m = v->manager;
         json_auto_t *gone = NULL;
 
+        vm_unobserve(v, c->userdata);
         (void) release_resources(v);
         log_struct(LOG_INFO, LOG_FIELDS({ "VM_ID", v->id }), "VM %s (%s) deleted.", v->id, v->spec.name);
         gone = json_pack("{s:s,s:b}", "id", v->id, "deleted", true);
@@ -1549,17 +1593,6 @@ int vm_delete(Vm *v, VmDoneFunc done, void *userdata, ApiError *reterr) {
 }
 
 /* ---- create ---- */
-
-static bool is_dns_label(const char *s) {
-        size_t n = s ? strlen(s) : 0;
-
-        if (n == 0 || n > 63 || s[0] == '-' || s[n - 1] == '-')
-                return false;
-        for (size_t i = 0; i < n; i++)
-                if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= '0' && s[i] <= '9') || s[i] == '-'))
-                        return false;
-        return true;
-}
 
 typedef struct CreateRequest {
         char *name, *image, *kubernetes_version, *network, *user_data, *hostname, *wait_for;
@@ -1669,9 +1702,9 @@ int vm_spec_from_request(
         if (!c.network || (c.name && !c.hostname))
                 return -ENOMEM;
 
-        if (!is_dns_label(c.name))
+        if (!dns_label_is_valid(c.name))
                 problem(&problems, "name must be a DNS label (lowercase letters, digits, dashes)");
-        if (!is_dns_label(c.hostname))
+        if (!dns_label_is_valid(c.hostname))
                 problem(&problems, "hostname must be a DNS label");
         if (c.cpus < 1 || c.cpus > 256)
                 problem(&problems, "cpus must be 1..256");
@@ -1818,6 +1851,8 @@ static void create_started(int r, json_t *record, const ApiError *e, void *userd
         _cleanup_(api_error_done) ApiError e2 = API_ERROR_NULL;
         Pending *w;
 
+        if (r < 0 || c->wait_for == VM_WAIT_NONE)
+                vm_unobserve(v, c->userdata);
         if (r < 0) {
                 create_discard(v);
                 if (c->done)
@@ -1850,7 +1885,8 @@ static void create_started(int r, json_t *record, const ApiError *e, void *userd
         vm_check_pending(v);
 }
 
-int vm_create(Manager *m, json_t *request, VmDoneFunc done, void *userdata, ApiError *reterr) {
+int vm_create(
+        Manager *m, json_t *request, VmDoneFunc done, VmProgressFunc progress, void *userdata, ApiError *reterr) {
         _cleanup_(vm_spec_done) VmSpec spec = {};
         _cleanup_free_ char *user_data = NULL, *key_path = NULL, *ud_path = NULL, *vols = NULL;
         _cleanup_(vm_unrefp) Vm *v = NULL;
@@ -2046,6 +2082,11 @@ int vm_create(Manager *m, json_t *request, VmDoneFunc done, void *userdata, ApiE
                 create_discard(v);
                 return -ENOMEM;
         }
+        if (vm_observe(v, progress, userdata) < 0) {
+                free(call);
+                create_discard(v);
+                return -ENOMEM;
+        }
         call->vm = vm_ref(v);
         call->wait_for = wait_for;
         call->done = done;
@@ -2059,6 +2100,7 @@ int vm_create(Manager *m, json_t *request, VmDoneFunc done, void *userdata, ApiE
         }
         r = vm_start_phase(v, VM_PHASE_INSTALL, reterr);
         if (r < 0) {
+                vm_unobserve(v, userdata);
                 pending_unlink(v, p);
                 vm_unref(call->vm);
                 free(p);

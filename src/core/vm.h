@@ -69,6 +69,9 @@ void vm_spec_done(VmSpec *s);
 int vm_spec_from_request(
         json_t *request, VmSpec *ret, char **ret_user_data, VmWaitFor *ret_wait_for, ApiError *reterr);
 
+/* Progress of an operation: a sentence such as "vm 1a2b3c4d is installing", per state change. */
+typedef void (*VmProgressFunc)(const char *message, void *userdata);
+
 /* Completion of an asynchronous VM operation: r < 0 with e set, or the VM record JSON. */
 typedef void (*VmDoneFunc)(int r, json_t *record, const ApiError *e, void *userdata);
 
@@ -89,8 +92,14 @@ json_t *vm_to_json(Vm *v);
  * creating/deleting become failed. */
 int vm_load_all(Manager *m, ApiError *reterr);
 
-/* create_vm: allocates and provisions, starts the installer, and calls done at the milestone. */
-int vm_create(Manager *m, json_t *request, VmDoneFunc done, void *userdata, ApiError *reterr);
+/* create_vm: allocates and provisions, starts the installer, and calls done at the milestone.
+ * progress (optional) hears every state change until then. */
+int vm_create(
+        Manager *m, json_t *request, VmDoneFunc done, VmProgressFunc progress, void *userdata, ApiError *reterr);
+
+/* Reports v's state changes to progress until the operation whose userdata this is completes. */
+int vm_observe(Vm *v, VmProgressFunc progress, void *userdata);
+void vm_unobserve(Vm *v, void *userdata);
 int vm_start(Vm *v, VmDoneFunc done, void *userdata, ApiError *reterr);
 int vm_stop(Vm *v, VmDoneFunc done, void *userdata, ApiError *reterr);
 int vm_reboot(Vm *v, VmDoneFunc done, void *userdata, ApiError *reterr);

@@ -947,6 +947,32 @@ static int build_json(HostProbe *p, json_t *o) {
             put(acc, "reason", json_string(accel.reason)) < 0 || put(o, "accelerator", json_incref(acc)) < 0)
                 return -ENOMEM;
 
+        /* READY=1 reaches the daemon through vhost-device-vsock (vhost-user-vsock); the kernel's
+         * vhost-vsock path is not used yet, even where /dev/vhost-vsock exists. */
+        {
+                _cleanup_free_ char *helper = NULL;
+                json_auto_t *notify = NULL;
+
+                r = find_executable(p->path, VHOST_DEVICE_VSOCK, &helper);
+                if (r == -ENOMEM)
+                        return r;
+                notify = r >= 0 ?
+                        json_pack(
+                                "{s:s,s:s}",
+                                "transport",
+                                "vhost-user-vsock",
+                                "reason",
+                                "READY=1 travels over vhost-user-vsock, served by vhost-device-vsock for each VM") :
+                        json_pack(
+                                "{s:s,s:s}",
+                                "transport",
+                                "none",
+                                "reason",
+                                "vhost-device-vsock is not installed: VMs cannot report READY=1 and end up running");
+                if (!notify || put(o, "notify", json_incref(notify)) < 0)
+                        return -ENOMEM;
+        }
+
         json_auto_t *missing = json_array();
         if (!missing)
                 return -ENOMEM;

@@ -334,9 +334,53 @@ typedef struct ToolCall {
         const Operation *op;
         HttpRequest *req; /* NULL without a connection (the fuzz target) */
         json_t *id;
-        bool in_call;   /* still inside the handler: completion is synchronous */
-        json_t *result; /* the tool result, when it completed synchronously */
+        json_t *progress_token; /* the client's, when it asked for progress */
+        unsigned progress;      /* notifications sent */
+        bool streaming;         /* the answer became an event stream */
+        bool in_call;           /* still inside the handler: completion is synchronous */
+        json_t *result;         /* the tool result, when it completed synchronously */
 } ToolCall;
+
+/* One server-sent event carrying a JSON-RPC message. */
+static int stream_message(HttpRequest *req, json_t *msg) {
+        _cleanup_free_ char *text = json_dumps(msg, JSON_COMPACT | JSON_PRESERVE_ORDER), *event = NULL;
+
+        if (!text || asprintf(&event, "event: message\ndata: %s\n\n", text) < 0)
+                return -ENOMEM;
+        return http_request_stream_write(req, event, strlen(event));
+}
+
+/* A state change while the tool runs: with a progressToken, the answer turns into an event stream
+ * whose events are notifications/progress, and whose last event is the result. */
+static void tool_call_progress(const char *message, void *userdata) {
+        ToolCall *c = userdata;
+        json_auto_t *note = NULL;
+
+        if (!c->progress_token || !c->req || c->in_call)
+                return;
+        if (!c->streaming) {
+                if (http_request_add_header(c->req, "Cache-Control", "no-cache") < 0 ||
+                    http_request_reply_stream(c->req, 200, "text/event-stream") < 0)
+                        return;
+                c->streaming = true;
+        }
+        c->progress++;
+        note = json_pack(
+                "{s:s,s:s,s:{s:O,s:I,s:s}}",
+                "jsonrpc",
+                "2.0",
+                "method",
+                "notifications/progress",
+                "params",
+                "progressToken",
+                c->progress_token,
+                "progress",
+                (json_int_t) c->progress,
+                "message",
+                message);
+        if (note)
+                (void) stream_message(c->req, note);
+}
 
 static void tool_call_done(int r, json_t *resource, const ApiError *e, void *userdata) {
         ToolCall *c = userdata;
@@ -357,11 +401,17 @@ static void tool_call_done(int r, json_t *resource, const ApiError *e, void *use
         if (c->req) {
                 json_auto_t *msg = result ? jsonrpc_result(c->id, result) :
                                             jsonrpc_error(c->id, JSONRPC_INTERNAL_ERROR, "out of memory");
-                reply_jsonrpc(c->req, 200, msg);
+                if (c->streaming) {
+                        if (msg)
+                                (void) stream_message(c->req, msg);
+                        (void) http_request_stream_end(c->req);
+                } else
+                        reply_jsonrpc(c->req, 200, msg);
                 http_request_unref(c->req);
         } else
                 json_decref(result);
         json_decref(c->id);
+        json_decref(c->progress_token);
         free(c);
 }
 
@@ -400,17 +450,21 @@ static json_t *handle_tools_call(
 
         if (op->async_handler) {
                 ToolCall *c = calloc(1, sizeof(ToolCall));
-                json_t *result;
+                json_t *result, *token;
 
                 if (!c)
                         return NULL;
                 c->op = op;
                 c->id = json_incref(id);
+                token = json_object_get(json_object_get(params, "_meta"), "progressToken");
+                if (json_is_string(token) || json_is_integer(token))
+                        c->progress_token = json_incref(token);
                 c->in_call = true;
-                r = operation_run_async(op, s->manager, args, tool_call_done, c, &e);
+                r = operation_run_async(op, s->manager, args, tool_call_done, tool_call_progress, c, &e);
                 c->in_call = false;
                 if (r < 0) {
                         json_decref(c->id);
+                        json_decref(c->progress_token);
                         free(c);
                         return tool_error(&e);
                 }
@@ -421,6 +475,7 @@ static json_t *handle_tools_call(
                                 c->req = NULL; /* a late completion only frees */
                         else {
                                 json_decref(c->id);
+                                json_decref(c->progress_token);
                                 free(c);
                         }
                         if (!result) {

@@ -159,12 +159,49 @@ def test_lifecycle(work):
     tap.result(rc == 0, "SIGTERM: exit 0", "exit %r" % rc)
 
 
+def sse_tool_call(port, session, name, arguments, token):
+    """tools/call with a progressToken: returns (content type, [messages]) from the event stream."""
+    import http.client
+    conn = http.client.HTTPConnection(HOST, port, timeout=600)
+    body = json.dumps({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+                       "params": {"name": name, "arguments": arguments, "_meta": {"progressToken": token}}})
+    conn.request("POST", "/mcp", body=body, headers={"Content-Type": "application/json",
+                                                      "Accept": "application/json, text/event-stream",
+                                                      "Mcp-Session-Id": session})
+    resp = conn.getresponse()
+    data = resp.read().decode()
+    conn.close()
+    ctype = resp.getheader("Content-Type")
+    if ctype == "text/event-stream":
+        msgs = [json.loads(line[6:]) for line in data.splitlines() if line.startswith("data: ")]
+    else:
+        msgs = [json.loads(data)]
+    return ctype, msgs
+
+
 def test_mcp_and_shutdown(work):
     state = os.path.join(work, "s2")
     port = free_port()
     d = start_daemon(work, "mcp", state, port)
     mcp = McpClient(port)
     mcp.initialize()
+
+    # With a progressToken, create_vm answers as an event stream: one notifications/progress per
+    # state change, then the result.
+    ctype, msgs = sse_tool_call(port, mcp.session, "create_vm", dict(CREATE, name="watched", wait_for="installed"),
+                                "tok-1")
+    notes = [m for m in msgs if m.get("method") == "notifications/progress"]
+    final = msgs[-1] if msgs else {}
+    tap.result(ctype == "text/event-stream" and notes and all(n["params"]["progressToken"] == "tok-1" for n in notes)
+               and [n["params"]["progress"] for n in notes] == list(range(1, len(notes) + 1))
+               and any(n["params"]["message"].endswith(" is installing") for n in notes),
+               "MCP create_vm with a progressToken: progress notifications per state, numbered",
+               "%s %r" % (ctype, msgs)[:600])
+    watched = tool_json(final.get("result", {}))[0] if "result" in final and not final["result"].get("isError") else None
+    tap.result(final.get("id") == 7 and watched and watched.get("installedAt"),
+               "... and the last event is the result, at the milestone", repr(final)[:400])
+    if watched:
+        mcp.call("delete_vm", {"id": watched["id"]})
 
     result = mcp.call("create_vm", dict(CREATE, name="agent", wait_for="none"))
     vm = tool_json(result)[0] if not result.get("isError") else None
@@ -235,7 +272,7 @@ def test_install_failure(work):
     state = os.path.join(work, "s4")
     port = free_port()
     d = Daemon(work, "broken", ["--listen", "%s:%d" % (HOST, port), "--state-dir", state, "--image-dir", images,
-                                "--install-timeout", "15s"], env=base_env(work))
+                                "--install-timeout", "15s", "--stop-timeout", "2s"], env=base_env(work))
     d.wait_healthy(port, timeout=20)
     status, err = api(port, "POST", "/vms", dict(CREATE, name="doomed", wait_for="installed"))
     msg = err["error"]["message"] if err and "error" in err else ""
@@ -244,6 +281,20 @@ def test_install_failure(work):
     status, vms = api(port, "GET", "/vms")
     tap.result(len(vms) == 1 and vms[0]["state"] == "failed" and "\nconsole:\n" in vms[0].get("lastError", ""),
                "... the VM is kept, failed, with the console tail in lastError", repr(vms)[:400])
+
+    # A guest that ignores ACPI (firmware with nothing to boot): stop_vm escalates to SIGTERM after
+    # --stop-timeout.
+    status, vm = api(port, "POST", "/vms", dict(CREATE, name="stubborn", wait_for="none"))
+    tap.result(status == 201 and vm["state"] == "installing", "create_vm (wait_for none): installing", repr(vm)[:300])
+    t0 = time.monotonic()
+    status, vm = api(port, "POST", "/vms/%s/stop" % vm["id"])
+    took = time.monotonic() - t0
+    tap.result(status == 200 and vm["state"] == "stopped" and 2.0 <= took < 10.0,
+               "stop_vm of a guest that ignores ACPI: SIGTERM after the 2s stop timeout (%.1f s)" % took,
+               repr(vm)[:300])
+    time.sleep(0.5)
+    tap.result(processes_under(vm["paths"]["dir"]) == [], "... and nothing of it runs",
+               "\n".join(processes_under(vm["paths"]["dir"])))
     d.stop(signal.SIGTERM, timeout=30)
 
 

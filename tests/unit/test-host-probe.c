@@ -232,7 +232,7 @@ static void test_ready_host(void **state) {
         assert_keys(
                 o,
                 "hostname,kernel,cpus,memoryBytes,kvm,vhostVsock,qemu,swtpm,systemd,ovmfCode,firmware,"
-                "storageProviders,accelerator,ready");
+                "storageProviders,accelerator,notify,ready");
         assert_ok(RET_NERRNO(uname(&u)));
         assert_string_equal(str(o, "hostname", NULL), u.nodename);
         assert_string_equal(str(o, "kernel", NULL), "6.1.0-99-amd64");
@@ -267,6 +267,7 @@ static void test_ready_host(void **state) {
         assert_string_equal(str(o, "accelerator", "selected"), "kvm");
         assert_string_equal(str(o, "accelerator", "requested"), "auto");
         assert_string_equal(str(o, "accelerator", "reason"), HOST_ACCEL_REASON_KVM_INTEL);
+        assert_keys(json_object_get(o, "notify"), "transport,reason");
         assert_int_equal(host_probe_accel(p, &reason), HOST_ACCEL_KVM);
         assert_string_equal(reason, HOST_ACCEL_REASON_KVM_INTEL);
 
@@ -383,7 +384,7 @@ static void test_missing_order(void **state) {
         assert_keys(
                 o,
                 "hostname,kernel,cpus,memoryBytes,kvm,vhostVsock,qemu,swtpm,systemd,storageProviders,accelerator,"
-                "ready,missing");
+                "notify,ready,missing");
         assert_string_equal(str(o, "kernel", NULL), "");
         assert_int_equal(json_integer_value(json_object_get(o, "memoryBytes")), 0);
         assert_string_equal(str(o, "kvm", "error"), "no such file or directory");
@@ -442,6 +443,7 @@ static void test_vhost_user_vsock_fallback(void **state) {
         json_auto_t *o = host_probe_to_json(p);
         assert_true(json_is_false(json_object_get(json_object_get(o, "vhostVsock"), "accessible")));
         assert_missing(o, HOST_PROBE_MISSING_VSOCK);
+        assert_string_equal(str(o, "notify", "transport"), "none");
 
         tool(f, "vhost-device-vsock", "exit 0\n");
         json_decref(o);
@@ -450,6 +452,8 @@ static void test_vhost_user_vsock_fallback(void **state) {
         assert_string_equal(str(o, "vhostVsock", "error"), "no such file or directory");
         assert_true(json_is_true(json_object_get(o, "ready")));
         assert_null(json_object_get(o, "missing"));
+        /* and READY=1 goes that way */
+        assert_string_equal(str(o, "notify", "transport"), "vhost-user-vsock");
 }
 
 static void test_tool_failures(void **state) {
