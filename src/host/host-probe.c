@@ -565,14 +565,67 @@ static int probe_firmware_package(HostProbe *p, const char *path) {
         return 0;
 }
 
+/* The SHA-256 of fd, in hex, computed by a child process: OpenSSL's digest machinery would leave a
+ * couple of MiB of libcrypto resident in the idle daemon, which needs it only for this. */
+static int sha256_fd_in_child(int fd, char hex[static 65]) {
+        _cleanup_close_ int rfd = -EBADF, wfd = -EBADF;
+        int pipefd[2], status;
+        size_t got = 0;
+        pid_t pid;
+
+        if (pipe2(pipefd, O_CLOEXEC) < 0)
+                return -errno;
+        rfd = pipefd[0];
+        wfd = pipefd[1];
+        pid = fork();
+        if (pid < 0)
+                return -errno;
+        if (pid == 0) {
+                EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+                unsigned char md[EVP_MAX_MD_SIZE], buf[64 * 1024];
+                unsigned md_len = 0;
+                char out[2 * EVP_MAX_MD_SIZE + 1];
+
+                if (!ctx || EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) != 1)
+                        _exit(1);
+                for (;;) {
+                        ssize_t k = read(fd, buf, sizeof(buf));
+                        if (k < 0 && errno == EINTR)
+                                continue;
+                        if (k < 0)
+                                _exit(1);
+                        if (k == 0)
+                                break;
+                        if (EVP_DigestUpdate(ctx, buf, (size_t) k) != 1)
+                                _exit(1);
+                }
+                if (EVP_DigestFinal_ex(ctx, md, &md_len) != 1 || md_len != 32)
+                        _exit(1);
+                for (unsigned i = 0; i < md_len; i++)
+                        (void) snprintf(out + 2 * i, 3, "%02x", md[i]);
+                _exit(loop_write(wfd, out, 64) < 0 ? 1 : 0);
+        }
+        wfd = safe_close(wfd);
+        while (got < 64) {
+                ssize_t k = read(rfd, hex + got, 64 - got);
+                if (k < 0 && errno == EINTR)
+                        continue;
+                if (k <= 0)
+                        break;
+                got += (size_t) k;
+        }
+        hex[got] = 0;
+        while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+                ;
+        if (got != 64 || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+                return -EIO;
+        return 0;
+}
+
 /* Hashes the firmware code image. A missing or unreadable image leaves p->fw_sha256 NULL (logged). */
 static int probe_firmware(HostProbe *p) {
-        _cleanup_(EVP_MD_CTX_freep) EVP_MD_CTX *ctx = NULL;
         _cleanup_close_ int fd = -EBADF;
-        _cleanup_free_ char *buf = NULL;
-        unsigned char md[EVP_MAX_MD_SIZE];
-        unsigned md_len = 0;
-        const size_t chunk = 64 * 1024;
+        char hex[65];
         struct stat st;
         int r;
 
@@ -590,33 +643,14 @@ static int probe_firmware(HostProbe *p) {
                 return 0;
         }
 
-        buf = malloc(chunk);
-        ctx = EVP_MD_CTX_new();
-        if (!buf || !ctx)
-                return -ENOMEM;
-        if (EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) != 1)
-                return log_error_errno(SYNTHETIC_ERRNO(EIO), "Host probe: cannot initialise SHA-256.");
-        for (;;) {
-                ssize_t k = read(fd, buf, chunk);
-                if (k < 0) {
-                        if (errno == EINTR)
-                                continue;
-                        (void) log_debug_errno(errno, "Host probe: reading %s: %m", p->ovmf_code_text);
-                        return 0;
-                }
-                if (k == 0)
-                        break;
-                if (EVP_DigestUpdate(ctx, buf, (size_t) k) != 1)
-                        return -EIO;
+        r = sha256_fd_in_child(fd, hex);
+        if (r < 0) {
+                (void) log_debug_errno(r, "Host probe: hashing %s: %m", p->ovmf_code_text);
+                return r == -ENOMEM ? r : 0;
         }
-        if (EVP_DigestFinal_ex(ctx, md, &md_len) != 1)
-                return -EIO;
-
-        p->fw_sha256 = malloc(md_len * 2 + 1);
+        p->fw_sha256 = strdup(hex);
         if (!p->fw_sha256)
                 return -ENOMEM;
-        for (unsigned i = 0; i < md_len; i++)
-                (void) snprintf(p->fw_sha256 + 2 * i, 3, "%02x", md[i]);
 
         r = probe_firmware_package(p, p->ovmf_code);
         if (r < 0)
