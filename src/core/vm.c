@@ -32,10 +32,9 @@
 #define VM_CONSOLE_LINES_MAX 10000
 #define VM_ERROR_CONSOLE_LINES 40
 #define VM_SWTPM_START_TIMEOUT (5 * USEC_PER_SEC)
-#define VM_VSOCKD_START_TIMEOUT (5 * USEC_PER_SEC)
 #define VM_QMP_START_TIMEOUT (10 * USEC_PER_SEC)
 #define VM_STOP_GRACE (5 * USEC_PER_SEC)
-#define VM_PROBE_INTERVAL (20 * USEC_PER_MSEC)
+#define VM_PROBE_INTERVAL (5 * USEC_PER_MSEC)
 #define VM_NOTIFY_MESSAGE_MAX (64U * 1024U)
 #define VM_RECORD_MAX (4U * 1024U * 1024U)
 #define VM_USER_DATA_MAX (1U * 1024U * 1024U)
@@ -141,6 +140,8 @@ struct Vm {
         usec_t probe_deadline;
         bool starting;
         int start_step; /* START_* while starting */
+        bool swtpm_up;
+        char *guest_exit_status; /* EXIT_STATUS= from the guest's PID 1, for lastError */
         bool install_timed_out;
         int stop_step; /* 0: none, 1: powerdown sent, 2: SIGTERM sent, 3: SIGKILL sent */
         Pending *pending;
@@ -218,6 +219,7 @@ static Vm *vm_free(Vm *v) {
         free(v->dir);
         free(v->volume);
         free(v->notify_path);
+        free(v->guest_exit_status);
         free(v);
         return NULL;
 }
@@ -881,8 +883,12 @@ static void on_qemu_exit(VmProcess *p, int code, int status, void *userdata) {
                         break;
                 }
                 if (ok) {
+                        _cleanup_free_ char *t = NULL;
+                        /* a guest whose PID 1 reported a failing exit status says so */
+                        if (v->guest_exit_status && !streq(v->guest_exit_status, "0"))
+                                (void) asprintf(&t, "guest shut down (EXIT_STATUS=%s)", v->guest_exit_status);
                         vm_set_state(v, VM_STATE_STOPPED);
-                        vm_set_error(v, "guest shut down");
+                        vm_set_error(v, t ?: "guest shut down");
                 } else {
                         _cleanup_free_ char *w = NULL;
                         (void) asprintf(&w, "qemu exited: %s", st ?: "?");
@@ -931,7 +937,16 @@ static void on_ready_message(Vm *v, char *msg) {
                 else if (strneq(line, "STATUS=", 7) && line[7]) {
                         free(v->status);
                         v->status = strdup(line + 7);
-                }
+                } else if (strneq(line, "EXIT_STATUS=", 12)) {
+                        free(v->guest_exit_status);
+                        v->guest_exit_status = strdup(line + 12);
+                } else if (strneq(line, "X_SYSTEMD_UNIT_ACTIVE=", 22))
+                        log_struct(
+                                LOG_INFO,
+                                LOG_FIELDS({ "VM_ID", v->id }, { "GUEST_UNIT", line + 22 }),
+                                "VM %s: guest unit %s is active",
+                                v->id,
+                                line + 22);
         }
         if (ready &&
             (v->state == VM_STATE_BOOTING || v->state == VM_STATE_ATTESTING || v->state == VM_STATE_RUNNING)) {
@@ -1043,9 +1058,8 @@ static bool swtpm_answers(const char *ctrl) {
 /* ---- the start chain: swtpm, vhost-device-vsock, QEMU, QMP ---- */
 
 enum {
-        START_SWTPM,  /* waiting for swtpm's control socket to answer */
-        START_VSOCKD, /* waiting for vhost-device-vsock's socket */
-        START_QMP,    /* waiting for QEMU's monitor */
+        START_SWTPM, /* waiting for swtpm's control socket and vhost-device-vsock's socket */
+        START_QMP,   /* waiting for QEMU's monitor */
 };
 
 static void start_fail(Vm *v, int r, const char *what) {
@@ -1230,59 +1244,53 @@ static int start_vsockd(Vm *v) {
         r = vm_spawn(v, argv, "vsock.log", false, &v->vsockd);
         if (r < 0)
                 return r;
-        v->start_step = START_VSOCKD;
-        v->probe_deadline = now_usec(CLOCK_MONOTONIC) + VM_VSOCKD_START_TIMEOUT;
         return 0;
 }
 
+/* swtpm and vhost-device-vsock start side by side; QEMU follows once both answer. */
 static int on_probe(sd_event_source *s, usec_t usec, void *userdata) {
         _cleanup_(vm_unrefp) Vm *v = vm_ref(userdata);
+        _cleanup_free_ char *ctrl = vm_path(v, "tpm/swtpm.sock"), *vhost = vm_path(v, "vhost-vsock.sock");
+        bool vsock_up;
         int r;
 
-        if (!v->starting)
+        if (!v->starting || v->start_step != START_SWTPM || !ctrl || !vhost)
                 return 0;
-        if (v->start_step == START_SWTPM) {
-                _cleanup_free_ char *ctrl = vm_path(v, "tpm/swtpm.sock");
-                if (ctrl && swtpm_answers(ctrl)) {
-                        r = start_vsockd(v);
-                        if (r < 0) {
-                                start_fail(v, r, "failed to start vhost-device-vsock");
-                                return 0;
-                        }
-                } else if (!v->swtpm || usec >= v->probe_deadline) {
-                        _cleanup_free_ char *log = vm_path(v, "tpm/swtpm.log"),
-                                            *tail = log ? file_tail(log, 2048) : NULL, *msg = NULL;
-                        (void) asprintf(
-                                &msg,
-                                "vtpm not responding: swtpm control socket did not answer within 5s: %s",
-                                tail ?: "");
-                        start_fail(v, -ETIMEDOUT, msg ?: "vtpm not responding");
+
+        if (!v->swtpm_up && swtpm_answers(ctrl))
+                v->swtpm_up = true;
+        if (!v->swtpm_up && (!v->swtpm || usec >= v->probe_deadline)) {
+                _cleanup_free_ char *log = vm_path(v, "tpm/swtpm.log"),
+                                    *tail = log ? file_tail(log, 2048) : NULL, *msg = NULL;
+                (void) asprintf(
+                        &msg,
+                        "vtpm not responding: swtpm control socket did not answer within 5s: %s",
+                        tail ?: "");
+                start_fail(v, -ETIMEDOUT, msg ?: "vtpm not responding");
+                return 0;
+        }
+        vsock_up = access(vhost, F_OK) >= 0;
+        if (!vsock_up && (!v->vsockd || usec >= v->probe_deadline)) {
+                _cleanup_free_ char *log = vm_path(v, "vsock.log"),
+                                    *tail = log ? file_tail(log, 2048) : NULL, *msg = NULL;
+                (void) asprintf(&msg, "vhost-device-vsock did not come up within 5s: %s", tail ?: "");
+                start_fail(v, -ETIMEDOUT, msg ?: "vhost-device-vsock did not come up");
+                return 0;
+        }
+
+        if (v->swtpm_up && vsock_up) {
+                if (v->phase == VM_PHASE_BOOT && (r = notify_listen(v)) < 0) {
+                        start_fail(v, r, "failed to listen for READY=1");
                         return 0;
                 }
-        } else if (v->start_step == START_VSOCKD) {
-                _cleanup_free_ char *vhost = vm_path(v, "vhost-vsock.sock");
-                if (vhost && access(vhost, F_OK) >= 0) {
-                        if (v->phase == VM_PHASE_BOOT && (r = notify_listen(v)) < 0) {
-                                start_fail(v, r, "failed to listen for READY=1");
-                                return 0;
-                        }
-                        r = start_qemu(v);
-                        if (r < 0) {
-                                _cleanup_free_ char *msg = NULL;
-                                (void) asprintf(&msg, "failed to start qemu: %s", strerror(-r));
-                                start_fail(v, r, msg ?: "failed to start qemu");
-                        }
-                        return 0; /* QMP takes over */
+                r = start_qemu(v);
+                if (r < 0) {
+                        _cleanup_free_ char *msg = NULL;
+                        (void) asprintf(&msg, "failed to start qemu: %s", strerror(-r));
+                        start_fail(v, r, msg ?: "failed to start qemu");
                 }
-                if (!v->vsockd || usec >= v->probe_deadline) {
-                        _cleanup_free_ char *log = vm_path(v, "vsock.log"),
-                                            *tail = log ? file_tail(log, 2048) : NULL, *msg = NULL;
-                        (void) asprintf(&msg, "vhost-device-vsock did not come up within 5s: %s", tail ?: "");
-                        start_fail(v, -ETIMEDOUT, msg ?: "vhost-device-vsock did not come up");
-                        return 0;
-                }
-        } else
-                return 0;
+                return 0; /* QMP takes over */
+        }
 
         (void) sd_event_source_set_time(s, usec + VM_PROBE_INTERVAL);
         return sd_event_source_set_enabled(s, SD_EVENT_ONESHOT);
@@ -1333,6 +1341,7 @@ static int vm_start_phase(Vm *v, VmPhase phase, ApiError *reterr) {
                 v->att_required = v->spec.require_attestation;
                 v->att_released = !v->spec.require_attestation;
                 v->nonce_issued_at = 0;
+                v->guest_exit_status = mfree(v->guest_exit_status);
         }
 
         r = mkdir_p(tpm, 0700);
@@ -1354,6 +1363,14 @@ static int vm_start_phase(Vm *v, VmPhase phase, ApiError *reterr) {
                 return api_error_set(reterr, r, API_ERROR_INTERNAL, "starting swtpm: %s", strerror(-r));
         }
         v->swtpm_pid = vm_process_pid(v->swtpm);
+        v->swtpm_up = false;
+        r = start_vsockd(v);
+        if (r < 0) {
+                vm_stop_processes_now(v);
+                v->starting = false;
+                return api_error_set(
+                        reterr, r, API_ERROR_INTERNAL, "starting vhost-device-vsock: %s", strerror(-r));
+        }
         v->start_step = START_SWTPM;
         v->probe_deadline = now_usec(CLOCK_MONOTONIC) + VM_SWTPM_START_TIMEOUT;
         r = sd_event_add_time_relative(

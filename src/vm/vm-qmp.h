@@ -15,10 +15,10 @@
  * matched to commands by "id", events delivered by name. Everything it touches belongs to the loop's
  * thread. The library logs at debug level only. */
 
-#define QMP_LINE_MAX ((size_t) 1024 * 1024)             /* longer input lines close the connection */
-#define QMP_PENDING_MAX 64U                             /* commands awaiting a reply, per client */
-#define QMP_TIMEOUT_DEFAULT (10 * USEC_PER_SEC)         /* for a timeout of 0 */
-#define QMP_CONNECT_RETRY_INTERVAL (20 * USEC_PER_MSEC) /* qmp_client_connect_retry() */
+#define QMP_LINE_MAX ((size_t) 1024 * 1024)            /* longer input lines close the connection */
+#define QMP_PENDING_MAX 64U                            /* commands awaiting a reply, per client */
+#define QMP_TIMEOUT_DEFAULT (10 * USEC_PER_SEC)        /* for a timeout of 0 */
+#define QMP_CONNECT_RETRY_INTERVAL (5 * USEC_PER_MSEC) /* qmp_client_connect_retry() */
 
 /* ---- Messages: the parser of the untrusted stream, one line at a time ---- */
 
