@@ -9,6 +9,23 @@
 #include "manager.h"
 #include "parse-util.h"
 
+static const char *const launcher_table[_VM_LAUNCHER_MAX] = {
+        [VM_LAUNCHER_AUTO] = "auto",
+        [VM_LAUNCHER_SYSTEMD] = "systemd",
+        [VM_LAUNCHER_PROCESS] = "process",
+};
+
+const char *vm_launcher_to_string(VmLauncherKind k) {
+        return k >= 0 && k < _VM_LAUNCHER_MAX ? launcher_table[k] : NULL;
+}
+
+VmLauncherKind vm_launcher_from_string(const char *s) {
+        for (int i = 0; s && i < _VM_LAUNCHER_MAX; i++)
+                if (streq(s, launcher_table[i]))
+                        return (VmLauncherKind) i;
+        return _VM_LAUNCHER_INVALID;
+}
+
 static void on_images_changed(ImageCatalog *c, void *userdata) {
         manager_touch(userdata);
 }
@@ -106,6 +123,29 @@ int manager_new(Manager **ret, sd_event *event, const ManagerConfig *cfg, ApiErr
         if (image_catalog_size(m->images) == 0)
                 log_warning("No images in '%s': create_vm needs one (see images/).", m->image_dir);
 
+        /* The launcher: VMs as transient units where a service manager is reachable. */
+        if (cfg->launcher != VM_LAUNCHER_PROCESS) {
+                const char *why = NULL;
+
+                r = vm_unit_manager_new(&m->units, event, VM_UNIT_SCOPE_AUTO, &why);
+                if (r < 0 && cfg->launcher == VM_LAUNCHER_SYSTEMD)
+                        return api_error_set(
+                                reterr,
+                                r,
+                                API_ERROR_UNSUPPORTED,
+                                "systemd launcher unavailable: %s",
+                                why ?: strerror(-r));
+                if (r < 0)
+                        log_notice(
+                                "VMs run as plain child processes and end with vm-manager: %s",
+                                why ?: strerror(-r));
+                else
+                        log_info(
+                                "VMs run as transient systemd units in vm-manager.slice%s.",
+                                cfg->detach_vms_on_exit ? " and keep running when vm-manager stops" : "");
+        }
+        m->detach_vms_on_exit = cfg->detach_vms_on_exit;
+
         r = notify_port_init(m, cfg->notify_port);
         if (r < 0)
                 return api_error_set(
@@ -129,6 +169,7 @@ Manager *manager_free(Manager *m) {
         while (m->n_vms > 0)
                 manager_remove_vm(m, m->vms[m->n_vms - 1]);
         free(m->vms);
+        vm_unit_manager_free(m->units);
         free(m->ovmf_code);
         free(m->ovmf_vars);
         image_catalog_free(m->images);

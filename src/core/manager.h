@@ -8,10 +8,22 @@
 #include "host-probe.h"
 #include "image-catalog.h"
 #include "network.h"
+#include "vm-unit.h"
 #include "vm.h"
 
 /* The service behind both surfaces: it owns the records (networks, images, host facts, and the VMs
  * of later parts) and runs every operation. REST and MCP only translate to and from it. */
+
+typedef enum VmLauncherKind {
+        VM_LAUNCHER_AUTO,    /* systemd where a service manager is reachable, else process */
+        VM_LAUNCHER_SYSTEMD, /* transient units; VMs survive the daemon */
+        VM_LAUNCHER_PROCESS, /* plain children; VMs end with the daemon */
+        _VM_LAUNCHER_MAX,
+        _VM_LAUNCHER_INVALID = -EINVAL,
+} VmLauncherKind;
+
+const char *vm_launcher_to_string(VmLauncherKind k) _const_;
+VmLauncherKind vm_launcher_from_string(const char *s) _pure_;
 
 typedef struct ManagerConfig {
         const char *state_dir;
@@ -25,6 +37,8 @@ typedef struct ManagerConfig {
         usec_t boot_timeout;
         usec_t stop_timeout;
         uint32_t notify_port; /* 0: the port recorded in the state dir, else a new one */
+        VmLauncherKind launcher;
+        bool detach_vms_on_exit;
         /* the build, for get_info */
         const char *version;
         const char *commit;
@@ -46,7 +60,10 @@ typedef struct Manager {
         char *ovmf_code, *ovmf_vars;
         usec_t install_timeout, boot_timeout, stop_timeout;
         uint32_t notify_port;
+        VmUnitManager *units; /* the systemd launcher's connection; NULL: plain children */
+        bool detach_vms_on_exit;
         bool shutting_down;
+        bool detaching; /* shutting down with VMs left running */
 
         /* Bumped on every change to a record, so that surfaces can cache what they rendered. */
         uint64_t generation;

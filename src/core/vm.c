@@ -23,7 +23,7 @@
 #include "openssl-util.h"
 #include "parse-util.h"
 #include "vm-cmdline.h"
-#include "vm-process.h"
+#include "vm-launch.h"
 #include "vm-qmp.h"
 #include "vm.h"
 
@@ -129,7 +129,7 @@ struct Vm {
         char *dir, *volume;
 
         /* the processes and the start chain of the current run */
-        VmProcess *qemu, *swtpm, *vsockd;
+        VmLaunched *qemu, *swtpm, *vsockd;
         QmpClient *qmp;
         sd_event_source *phase_timer; /* install or boot timeout */
         sd_event_source *probe_timer; /* start chain: swtpm and vhost-device-vsock readiness */
@@ -142,6 +142,8 @@ struct Vm {
         int start_step; /* START_* while starting */
         bool swtpm_up;
         char *guest_exit_status; /* EXIT_STATUS= from the guest's PID 1, for lastError */
+        char *rec_unit[3];       /* from vm.json at start-up: the units of qemu, swtpm, vsock */
+        pid_t rec_pid[3];
         bool install_timed_out;
         int stop_step; /* 0: none, 1: powerdown sent, 2: SIGTERM sent, 3: SIGKILL sent */
         Pending *pending;
@@ -196,8 +198,13 @@ int vm_observe(Vm *v, VmProgressFunc progress, void *userdata) {
         return 0;
 }
 
+static void vm_detach_processes(Vm *v);
+
 static Vm *vm_free(Vm *v) {
-        vm_stop_processes_now(v);
+        if (v->manager->detaching)
+                vm_detach_processes(v);
+        else
+                vm_stop_processes_now(v);
         while (v->observers) {
                 struct VmObserver *o = v->observers;
                 v->observers = o->next;
@@ -220,6 +227,8 @@ static Vm *vm_free(Vm *v) {
         free(v->volume);
         free(v->notify_path);
         free(v->guest_exit_status);
+        for (size_t i = 0; i < ELEMENTSOF(v->rec_unit); i++)
+                free(v->rec_unit[i]);
         free(v);
         return NULL;
 }
@@ -358,12 +367,22 @@ static json_t *vm_record_json(Vm *v, bool for_disk) {
         json_object_set_new(o, "state", json_string(vm_state_to_string(v->state)));
         if (v->has_phase)
                 json_object_set_new(o, "phase", json_string(v->phase == VM_PHASE_INSTALL ? "install" : "boot"));
-        if (for_disk && (v->qemu_pid > 0 || v->swtpm_pid > 0)) {
+        if (for_disk && (v->qemu || v->swtpm || v->vsockd)) {
+                /* what a successor needs to attach to them: units and pids */
                 json_t *p = json_object();
-                if (v->qemu_pid > 0)
-                        json_object_set_new(p, "qemu", json_pack("{s:i}", "pid", (int) v->qemu_pid));
-                if (v->swtpm_pid > 0)
-                        json_object_set_new(p, "swtpm", json_pack("{s:i}", "pid", (int) v->swtpm_pid));
+                struct {
+                        const char *key;
+                        VmLaunched *l;
+                } procs[] = { { "qemu", v->qemu }, { "swtpm", v->swtpm }, { "vsock", v->vsockd } };
+                for (size_t i = 0; i < ELEMENTSOF(procs); i++) {
+                        json_t *e;
+                        if (!procs[i].l)
+                                continue;
+                        e = json_pack("{s:i}", "pid", (int) vm_launched_pid(procs[i].l));
+                        if (e && vm_launched_unit(procs[i].l))
+                                json_object_set_new(e, "unit", json_string(vm_launched_unit(procs[i].l)));
+                        json_object_set_new(p, procs[i].key, e);
+                }
                 json_object_set_new(o, "processes", p);
         }
         json_set_str(o, "ip", v->ip);
@@ -743,36 +762,54 @@ static void vm_stop_processes_now(Vm *v) {
                 v->qmp = qmp_client_unref(v->qmp);
         }
         if (v->qemu)
-                (void) vm_process_kill(v->qemu, SIGKILL);
+                (void) vm_launched_kill(v->qemu, SIGKILL, true);
         if (v->swtpm)
-                (void) vm_process_kill(v->swtpm, SIGKILL);
+                (void) vm_launched_kill(v->swtpm, SIGKILL, true);
         if (v->vsockd)
-                (void) vm_process_kill(v->vsockd, SIGKILL);
-        v->qemu = vm_process_free(v->qemu);
-        v->swtpm = vm_process_free(v->swtpm);
-        v->vsockd = vm_process_free(v->vsockd);
+                (void) vm_launched_kill(v->vsockd, SIGKILL, true);
+        v->qemu = vm_launched_free(v->qemu);
+        v->swtpm = vm_launched_free(v->swtpm);
+        v->vsockd = vm_launched_free(v->vsockd);
         v->phase_timer = sd_event_source_disable_unref(v->phase_timer);
         v->probe_timer = sd_event_source_disable_unref(v->probe_timer);
         v->stop_timer = sd_event_source_disable_unref(v->stop_timer);
         notify_close(v);
 }
 
+/* The daemon goes, the VM stays: forget the units (they keep running) and close our ends. */
+static void vm_detach_processes(Vm *v) {
+        if (v->qmp) {
+                qmp_client_close(v->qmp);
+                v->qmp = qmp_client_unref(v->qmp);
+        }
+        v->qemu = vm_launched_detach(v->qemu);
+        v->swtpm = vm_launched_detach(v->swtpm);
+        v->vsockd = vm_launched_detach(v->vsockd);
+        v->phase_timer = sd_event_source_disable_unref(v->phase_timer);
+        v->probe_timer = sd_event_source_disable_unref(v->probe_timer);
+        v->stop_timer = sd_event_source_disable_unref(v->stop_timer);
+        /* the READY=1 socket goes with us; the next daemon listens again */
+        v->notify_source = sd_event_source_disable_unref(v->notify_source);
+        v->notify_fd = safe_close(v->notify_fd);
+        v->notify_path = mfree(v->notify_path);
+}
+
 /* The helpers end with QEMU: swtpm by itself (--terminate), asked again here; vhost-device-vsock
  * would wait for the next frontend forever, and holds no state, so it is killed. */
 static void stop_helpers(Vm *v) {
         if (v->swtpm)
-                (void) vm_process_kill(v->swtpm, SIGTERM);
-        v->vsockd = vm_process_free(v->vsockd);
+                (void) vm_launched_kill(v->swtpm, SIGTERM, false);
+        v->vsockd = vm_launched_free(v->vsockd);
 }
 
-static void on_helper_exit(VmProcess *p, int code, int status, void *userdata) {
+static void on_helper_exit(VmLaunched *p, int code, int status, void *userdata) {
         Vm *v = userdata;
         _cleanup_free_ char *st = vm_exit_status_to_string(code, status);
 
         if (p == v->swtpm) {
                 log_struct(
                         LOG_DEBUG, LOG_FIELDS({ "VM_ID", v->id }), "swtpm of %s exited: %s", v->id, st ?: "?");
-                v->swtpm = vm_process_free(v->swtpm);
+                v->swtpm = vm_launched_free(v->swtpm);
                 v->swtpm_pid = 0;
         } else if (p == v->vsockd) {
                 log_struct(
@@ -781,7 +818,7 @@ static void on_helper_exit(VmProcess *p, int code, int status, void *userdata) {
                         "vhost-device-vsock of %s exited: %s",
                         v->id,
                         st ?: "?");
-                v->vsockd = vm_process_free(v->vsockd);
+                v->vsockd = vm_launched_free(v->vsockd);
         }
 }
 
@@ -806,7 +843,7 @@ static char *file_tail(const char *path, size_t max) {
         return buf;
 }
 
-static void on_qemu_exit(VmProcess *p, int code, int status, void *userdata) {
+static void on_qemu_exit(VmLaunched *p, int code, int status, void *userdata) {
         _cleanup_(vm_unrefp) Vm *v = vm_ref(userdata);
         _cleanup_free_ char *st = vm_exit_status_to_string(code, status), *msg = NULL;
         bool ok = code == CLD_EXITED && status == 0;
@@ -815,7 +852,7 @@ static void on_qemu_exit(VmProcess *p, int code, int status, void *userdata) {
                 qmp_client_close(v->qmp);
                 v->qmp = qmp_client_unref(v->qmp);
         }
-        v->qemu = vm_process_free(v->qemu);
+        v->qemu = vm_launched_free(v->qemu);
         v->qemu_pid = 0;
         v->phase_timer = sd_event_source_disable_unref(v->phase_timer);
         v->stop_timer = sd_event_source_disable_unref(v->stop_timer);
@@ -914,7 +951,7 @@ static int on_phase_timeout(sd_event_source *s, usec_t usec, void *userdata) {
                         v->id);
                 v->install_timed_out = true;
                 if (v->qemu)
-                        (void) vm_process_kill(v->qemu, SIGKILL);
+                        (void) vm_launched_kill(v->qemu, SIGKILL, true);
                 return 0;
         }
         if (v->state == VM_STATE_BOOTING || v->state == VM_STATE_ATTESTING) {
@@ -1075,14 +1112,18 @@ static void start_fail(Vm *v, int r, const char *what) {
         start_finished(v, e.error, &e);
 }
 
-static int vm_spawn(Vm *v, char **argv, const char *log_name, bool qemu, VmProcess **ret) {
-        _cleanup_free_ char *log = vm_path(v, log_name);
+/* role names the unit (vm-manager-<id>-<role>.service) under the systemd launcher. */
+static int vm_spawn(Vm *v, char **argv, const char *log_name, const char *role, VmLaunched **ret) {
+        _cleanup_free_ char *log = vm_path(v, log_name), *unit = NULL;
+        bool qemu = streq(role, "qemu");
 
-        if (!log)
+        if (!log || asprintf(&unit, "vm-manager-%s-%s.service", v->id, role) < 0)
                 return -ENOMEM;
-        return vm_process_spawn(
+        return vm_launched_spawn(
                 ret,
                 v->manager->event,
+                v->manager->units,
+                unit,
                 &(VmProcessOptions){
                         .argv = argv,
                         .log_file = log,
@@ -1208,10 +1249,10 @@ static int start_qemu(Vm *v) {
         if (r < 0)
                 return r;
         (void) unlink(qmp);
-        r = vm_spawn(v, argv, "qemu.log", true, &v->qemu);
+        r = vm_spawn(v, argv, "qemu.log", "qemu", &v->qemu);
         if (r < 0)
                 return r;
-        v->qemu_pid = vm_process_pid(v->qemu);
+        v->qemu_pid = vm_launched_pid(v->qemu);
         v->start_step = START_QMP;
         r = qmp_client_connect_retry(
                 &v->qmp,
@@ -1223,7 +1264,7 @@ static int start_qemu(Vm *v) {
                 VM_QMP_START_TIMEOUT,
                 on_qmp_ready);
         if (r < 0) {
-                (void) vm_process_kill(v->qemu, SIGKILL);
+                (void) vm_launched_kill(v->qemu, SIGKILL, true);
                 return r;
         }
         return 0;
@@ -1237,11 +1278,11 @@ static int start_vsockd(Vm *v) {
         if (!vhost || !uds)
                 return -ENOMEM;
         (void) unlink(vhost);
-        v->vsockd = vm_process_free(v->vsockd); /* a leftover of the previous run */
+        v->vsockd = vm_launched_free(v->vsockd); /* a leftover of the previous run */
         r = vm_vhost_user_vsock_cmdline_build("vhost-device-vsock", v->cid, vhost, uds, &argv);
         if (r < 0)
                 return r;
-        r = vm_spawn(v, argv, "vsock.log", false, &v->vsockd);
+        r = vm_spawn(v, argv, "vsock.log", "vsock", &v->vsockd);
         if (r < 0)
                 return r;
         return 0;
@@ -1354,15 +1395,15 @@ static int vm_start_phase(Vm *v, VmPhase phase, ApiError *reterr) {
         (void) unlink(ctrl);
         (void) rename(tlog, tprev);
 
-        v->swtpm = vm_process_free(v->swtpm); /* a leftover of the previous run */
+        v->swtpm = vm_launched_free(v->swtpm); /* a leftover of the previous run */
         r = vm_swtpm_cmdline_build("swtpm", tpm, ctrl, tlog, &argv);
         if (r >= 0)
-                r = vm_spawn(v, argv, "tpm/swtpm.out", false, &v->swtpm);
+                r = vm_spawn(v, argv, "tpm/swtpm.out", "swtpm", &v->swtpm);
         if (r < 0) {
                 v->starting = false;
                 return api_error_set(reterr, r, API_ERROR_INTERNAL, "starting swtpm: %s", strerror(-r));
         }
-        v->swtpm_pid = vm_process_pid(v->swtpm);
+        v->swtpm_pid = vm_launched_pid(v->swtpm);
         v->swtpm_up = false;
         r = start_vsockd(v);
         if (r < 0) {
@@ -1394,7 +1435,7 @@ static int on_stop_timer(sd_event_source *s, usec_t usec, void *userdata) {
                 return 0;
         if (v->stop_step < 2) {
                 v->stop_step = 2;
-                (void) vm_process_kill(v->qemu, SIGTERM);
+                (void) vm_launched_kill(v->qemu, SIGTERM, false);
                 return sd_event_add_time_relative(
                         v->manager->event,
                         &v->stop_timer,
@@ -1405,7 +1446,7 @@ static int on_stop_timer(sd_event_source *s, usec_t usec, void *userdata) {
                         v);
         }
         v->stop_step = 3;
-        (void) vm_process_kill(v->qemu, SIGKILL);
+        (void) vm_launched_kill(v->qemu, SIGKILL, true);
         return 0;
 }
 
@@ -2222,10 +2263,18 @@ static int vm_from_json(Manager *m, const char *id, json_t *j, Vm **ret) {
         (void) parse_time(json_string_value(json_object_get(j, "installedAt")), &v->installed_at);
         (void) parse_time(json_string_value(json_object_get(j, "bootedAt")), &v->booted_at);
         (void) parse_time(json_string_value(json_object_get(j, "readyAt")), &v->ready_at);
-        v->qemu_pid = (pid_t) json_integer_value(
-                json_object_get(json_object_get(json_object_get(j, "processes"), "qemu"), "pid"));
-        v->swtpm_pid = (pid_t) json_integer_value(
-                json_object_get(json_object_get(json_object_get(j, "processes"), "swtpm"), "pid"));
+        {
+                static const char *const roles[] = { "qemu", "swtpm", "vsock" };
+                for (size_t i = 0; i < ELEMENTSOF(roles); i++) {
+                        json_t *proc = json_object_get(json_object_get(j, "processes"), roles[i]);
+                        const char *unit = json_string_value(json_object_get(proc, "unit"));
+                        v->rec_pid[i] = (pid_t) json_integer_value(json_object_get(proc, "pid"));
+                        if (unit && !(v->rec_unit[i] = strdup(unit)))
+                                return -ENOMEM;
+                }
+                v->qemu_pid = v->rec_pid[0];
+                v->swtpm_pid = v->rec_pid[1];
+        }
         if (asprintf(&v->dir, "%s/vms/%s", m->state_dir, id) < 0 ||
             asprintf(&v->volume, "%s/volumes/vm-%s.volume", m->state_dir, id) < 0)
                 return -ENOMEM;
@@ -2239,6 +2288,93 @@ static int vm_cmp_created(const void *a, const void *b) {
         if (x->created_at != y->created_at)
                 return x->created_at < y->created_at ? -1 : 1;
         return strcmp(x->id, y->id);
+}
+
+static void reattach_failed(Vm *v, const char *why) {
+        _cleanup_free_ char *t = NULL;
+
+        (void) asprintf(
+                &t,
+                "vm-manager restarted while the VM was %s and could not reattach to its QEMU (%s); start the VM again",
+                vm_state_to_string(v->state),
+                why);
+        vm_stop_processes_now(v);
+        v->qemu_pid = v->swtpm_pid = 0;
+        vm_set_state(v, VM_STATE_STOPPED);
+        vm_set_error(v, t);
+        vm_changed(v);
+}
+
+static void on_qmp_reattached(QmpClient *c, int error, void *userdata) {
+        _cleanup_(vm_unrefp) Vm *v = vm_ref(userdata);
+        usec_t timeout = 0;
+        int r;
+
+        if (!v->qemu)
+                return; /* it ended meanwhile; the exit settled the state */
+        if (error < 0) {
+                _cleanup_free_ char *why = NULL;
+                (void) asprintf(&why, "its QMP socket did not answer: %s", strerror(-error));
+                reattach_failed(v, why ?: "its QMP socket did not answer");
+                return;
+        }
+        log_struct(
+                LOG_INFO,
+                LOG_FIELDS({ "VM_ID", v->id }),
+                "Reattached to VM %s (%s), %s.",
+                v->id,
+                v->spec.name,
+                vm_state_to_string(v->state));
+        /* the phase's clock starts again from the reattach */
+        if (v->state == VM_STATE_INSTALLING)
+                timeout = v->manager->install_timeout;
+        else if (v->state == VM_STATE_BOOTING || v->state == VM_STATE_ATTESTING)
+                timeout = v->manager->boot_timeout;
+        if (timeout > 0) {
+                r = sd_event_add_time_relative(
+                        v->manager->event,
+                        &v->phase_timer,
+                        CLOCK_MONOTONIC,
+                        timeout,
+                        USEC_PER_SEC,
+                        on_phase_timeout,
+                        v);
+                if (r < 0)
+                        log_warning_errno(r, "No phase timer for %s, ignoring: %m", v->id);
+        }
+        if (v->state == VM_STATE_STOPPING)
+                vm_begin_stop(v); /* an interrupted stop goes on */
+        vm_changed(v);
+}
+
+/* Attaches to the units an earlier daemon left running: QEMU (required), swtpm and
+ * vhost-device-vsock (tolerated when gone), QMP, and the READY=1 listener. */
+static int vm_reattach(Vm *v) {
+        Manager *m = v->manager;
+        _cleanup_free_ char *qmp = vm_path(v, "qmp.sock");
+        int r;
+
+        if (!m->units)
+                return -EOPNOTSUPP;
+        if (!v->rec_unit[0])
+                return -ENOENT;
+        if (!qmp)
+                return -ENOMEM;
+        r = vm_launched_attach(&v->qemu, m->units, v->rec_unit[0], v->rec_pid[0], on_qemu_exit, v);
+        if (r < 0)
+                return r;
+        v->qemu_pid = vm_launched_pid(v->qemu);
+        if (v->rec_unit[1] &&
+            vm_launched_attach(&v->swtpm, m->units, v->rec_unit[1], v->rec_pid[1], on_helper_exit, v) < 0)
+                log_warning("VM %s: its swtpm unit is gone.", v->id);
+        if (v->rec_unit[2] &&
+            vm_launched_attach(&v->vsockd, m->units, v->rec_unit[2], v->rec_pid[2], on_helper_exit, v) < 0)
+                log_warning("VM %s: its vhost-device-vsock unit is gone.", v->id);
+        v->swtpm_pid = vm_launched_pid(v->swtpm);
+        if (v->has_phase && v->phase == VM_PHASE_BOOT && (r = notify_listen(v)) < 0)
+                log_warning_errno(r, "VM %s: cannot listen for READY=1 again, ignoring: %m", v->id);
+        return qmp_client_connect_retry(
+                &v->qmp, m->event, qmp, on_qmp_event, on_qmp_disconnect, v, VM_QMP_START_TIMEOUT, on_qmp_reattached);
 }
 
 int vm_load_all(Manager *m, ApiError *reterr) {
@@ -2272,7 +2408,6 @@ int vm_load_all(Manager *m, ApiError *reterr) {
                         continue;
                 }
 
-                /* plain child processes end with the daemon: nothing to reattach to */
                 if (v->state == VM_STATE_CREATING || v->state == VM_STATE_DELETING) {
                         _cleanup_free_ char *t = NULL;
                         (void) asprintf(
@@ -2281,29 +2416,53 @@ int vm_load_all(Manager *m, ApiError *reterr) {
                                 vm_state_to_string(v->state));
                         vm_set_state(v, VM_STATE_FAILED);
                         vm_set_error(v, t);
-                } else if (vm_state_is_live(v->state)) {
-                        _cleanup_free_ char *t = NULL;
-                        (void) asprintf(
-                                &t,
-                                "vm-manager restarted while the VM was %s and could not reattach to its QEMU (the process launcher's VMs end with the daemon); start the VM again",
-                                vm_state_to_string(v->state));
-                        /* a leftover process from a daemon killed with SIGKILL must not keep the disk */
-                        if (v->qemu_pid > 0 && kill(v->qemu_pid, 0) >= 0)
-                                log_warning(
-                                        "VM %s: pid %d from the previous run still exists and is not ours to stop.",
-                                        v->id,
-                                        (int) v->qemu_pid);
-                        vm_set_state(v, VM_STATE_STOPPED);
-                        vm_set_error(v, t);
                 }
-                v->qemu_pid = v->swtpm_pid = 0;
-                (void) vm_save(v);
+                if (!vm_state_is_live(v->state))
+                        v->qemu_pid = v->swtpm_pid = 0;
                 r = manager_add_vm(m, v);
                 if (r < 0)
                         return api_error_set(reterr, r, API_ERROR_INTERNAL, "too many VM records");
+                if (vm_state_is_live(v->state)) {
+                        r = vm_reattach(v);
+                        if (r < 0) {
+                                _cleanup_free_ char *why = NULL;
+                                if (r == -EOPNOTSUPP || r == -ENOENT)
+                                        why = strdup(
+                                                v->rec_unit[0] ?
+                                                        "no service manager to find its units in" :
+                                                        "it ran as a plain child process, which ends with the daemon");
+                                else
+                                        (void) asprintf(&why, "%s", strerror(-r));
+                                /* a leftover process from a daemon killed with SIGKILL must not keep the disk */
+                                if (!v->rec_unit[0] && v->qemu_pid > 0 && kill(v->qemu_pid, 0) >= 0)
+                                        log_warning(
+                                                "VM %s: pid %d from the previous run still exists and is not ours to stop.",
+                                                v->id,
+                                                (int) v->qemu_pid);
+                                reattach_failed(v, why ?: "out of memory");
+                        }
+                } else
+                        (void) vm_save(v);
         }
         qsort(m->vms, m->n_vms, sizeof(Vm *), vm_cmp_created);
         return 0;
+}
+
+void vm_detach_all(Manager *m) {
+        m->shutting_down = true;
+        m->detaching = true;
+        for (size_t i = 0; i < m->n_vms; i++) {
+                Vm *v = m->vms[i];
+                if (v->qemu)
+                        log_struct(
+                                LOG_INFO,
+                                LOG_FIELDS({ "VM_ID", v->id }),
+                                "VM %s (%s) left running in %s.",
+                                v->id,
+                                v->spec.name,
+                                vm_launched_unit(v->qemu) ?: "?");
+                (void) vm_save(v); /* its units and pids, for the next daemon */
+        }
 }
 
 typedef struct StopAll {

@@ -108,5 +108,9 @@ int vm_delete(Vm *v, VmDoneFunc done, void *userdata, ApiError *reterr);
 /* The console tail: the last lines (1..10000) of console.log, from its final 64 KiB. */
 int vm_console_json(Vm *v, int64_t lines, json_t **ret, ApiError *reterr);
 
+/* Shutdown leaving the VMs running (systemd launcher): their records keep what the next daemon
+ * needs to attach, and freeing the manager afterwards forgets the units without stopping them. */
+void vm_detach_all(Manager *m);
+
 /* Stops every VM (shutdown); calls done when all have exited. */
 void vm_stop_all(Manager *m, void (*done)(void *userdata), void *userdata);

@@ -42,6 +42,19 @@ static usec_t arg_install_timeout = 5 * USEC_PER_MINUTE;
 static usec_t arg_boot_timeout = 4 * USEC_PER_MINUTE;
 static usec_t arg_stop_timeout = 30 * USEC_PER_SEC;
 static uint32_t arg_notify_port = 0;
+static VmLauncherKind arg_launcher = VM_LAUNCHER_AUTO;
+static bool arg_detach_vms_on_exit = true;
+
+static int parse_launcher(const Flag *f, const char *value, const char **ret_reason) {
+        VmLauncherKind k = vm_launcher_from_string(value);
+
+        if (k < 0) {
+                *ret_reason = "want auto, systemd or process";
+                return -EINVAL;
+        }
+        *(VmLauncherKind *) f->dest = k;
+        return 0;
+}
 
 /* The firmware pairs looked for, in order, when --ovmf-code/--ovmf-vars are not given. */
 static const char *const ovmf_pairs[][2] = {
@@ -203,6 +216,25 @@ static const Flag serve_flags[] = {
                 .help = "vsock port guests send READY=1 to; 0 reuses the one recorded in the state dir, or picks one",
                 .parse = flag_parse_uint32,
                 .dest = &arg_notify_port,
+        },
+        {
+                .name = "launcher",
+                .env = "VM_MANAGER_LAUNCHER",
+                .default_value = "auto",
+                .metavar = "KIND",
+                .help = "systemd (VMs as transient units in vm-manager.slice, which survive a restart), process (plain "
+                        "children, which end with vm-manager), or auto (systemd where a service manager is reachable)",
+                .parse = parse_launcher,
+                .dest = &arg_launcher,
+        },
+        {
+                .name = "detach-vms-on-exit",
+                .env = "VM_MANAGER_DETACH_VMS_ON_EXIT",
+                .default_value = "true",
+                .help = "with the systemd launcher, leave VMs running when vm-manager stops and attach to them at the next start",
+                .parse = flag_parse_bool,
+                .dest = &arg_detach_vms_on_exit,
+                .is_bool = true,
         },
         {
                 .name = "log-level",
@@ -413,8 +445,12 @@ static int on_signal(sd_event_source *s, const struct signalfd_siginfo *si, void
         d->phase = DAEMON_STOPPING;
         (void) sd_notify(false, "STOPPING=1\nSTATUS=Shutting down");
         http_server_quiesce(d->http);
-        /* VMs are plain children of ours: power them down before we go */
-        if (d->manager)
+        /* VMs in units stay (--detach-vms-on-exit) for the next daemon; plain children are powered
+         * down before we go */
+        if (d->manager && d->manager->units && d->manager->detach_vms_on_exit) {
+                vm_detach_all(d->manager);
+                d->vms_stopped = true;
+        } else if (d->manager)
                 vm_stop_all(d->manager, on_vms_stopped, d);
         else
                 d->vms_stopped = true;
@@ -515,6 +551,8 @@ static int run(void) {
                         .boot_timeout = arg_boot_timeout,
                         .stop_timeout = arg_stop_timeout,
                         .notify_port = arg_notify_port,
+                        .launcher = arg_launcher,
+                        .detach_vms_on_exit = arg_detach_vms_on_exit,
                         .version = vmm_version,
                         .commit = vmm_commit,
                         .built = vmm_build_time,
