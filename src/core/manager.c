@@ -146,6 +146,11 @@ int manager_new(Manager **ret, sd_event *event, const ManagerConfig *cfg, ApiErr
         }
         m->detach_vms_on_exit = cfg->detach_vms_on_exit;
 
+        r = storage_new(&m->storage, m->state_dir, /* provider_socket= */ NULL);
+        if (r < 0)
+                return api_error_set(reterr, r, API_ERROR_INTERNAL, "setting up VM disks: %s", strerror(-r));
+        log_info("VM disks: %s.", storage_description(m->storage));
+
         r = notify_port_init(m, cfg->notify_port);
         if (r < 0)
                 return api_error_set(
@@ -170,6 +175,7 @@ Manager *manager_free(Manager *m) {
                 manager_remove_vm(m, m->vms[m->n_vms - 1]);
         free(m->vms);
         vm_unit_manager_free(m->units);
+        storage_free(m->storage);
         free(m->ovmf_code);
         free(m->ovmf_vars);
         image_catalog_free(m->images);

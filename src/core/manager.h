@@ -8,6 +8,7 @@
 #include "host-probe.h"
 #include "image-catalog.h"
 #include "network.h"
+#include "storage.h"
 #include "vm-unit.h"
 #include "vm.h"
 
@@ -61,6 +62,7 @@ typedef struct Manager {
         usec_t install_timeout, boot_timeout, stop_timeout;
         uint32_t notify_port;
         VmUnitManager *units; /* the systemd launcher's connection; NULL: plain children */
+        Storage *storage;     /* where VM disks come from */
         bool detach_vms_on_exit;
         bool shutting_down;
         bool detaching; /* shutting down with VMs left running */

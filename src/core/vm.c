@@ -22,6 +22,7 @@
 #include "manager.h"
 #include "openssl-util.h"
 #include "parse-util.h"
+#include "storage.h"
 #include "vm-cmdline.h"
 #include "vm-launch.h"
 #include "vm-qmp.h"
@@ -127,6 +128,7 @@ struct Vm {
         pid_t qemu_pid, swtpm_pid;
 
         char *dir, *volume;
+        int volume_fd; /* the storage lease, held while the VM exists in this daemon */
 
         /* the processes and the start chain of the current run */
         VmLaunched *qemu, *swtpm, *vsockd;
@@ -157,6 +159,7 @@ struct Vm {
 static void vm_changed(Vm *v);
 static void vm_check_pending(Vm *v);
 static int vm_start_phase(Vm *v, VmPhase phase, ApiError *reterr);
+static int vm_acquire_volume(Vm *v, VolumeCreate mode, ApiError *reterr);
 
 void vm_spec_done(VmSpec *s) {
         free(s->name);
@@ -225,6 +228,7 @@ static Vm *vm_free(Vm *v) {
         free(v->last_error);
         free(v->dir);
         free(v->volume);
+        safe_close(v->volume_fd);
         free(v->notify_path);
         free(v->guest_exit_status);
         for (size_t i = 0; i < ELEMENTSOF(v->rec_unit); i++)
@@ -1543,6 +1547,12 @@ int vm_start(Vm *v, VmDoneFunc done, void *userdata, ApiError *reterr) {
                         "vm %s never finished installing; delete and recreate it",
                         v->id);
 
+        if (v->volume_fd < 0) {
+                /* first start since the daemon did: take the disk's lease again */
+                r = vm_acquire_volume(v, VOLUME_OPEN, reterr);
+                if (r < 0)
+                        return api_error_prefix(reterr, "disk of vm %s", v->id);
+        }
         p = pending_add(v, PENDING_STARTED, done, userdata);
         if (!p)
                 return -ENOMEM;
@@ -1588,8 +1598,12 @@ static int release_resources(Vm *v) {
 
         if (n && network_lease_find(n, v->id))
                 r = network_lease_release(v->manager->networks, n, v->id);
-        if (v->volume)
-                (void) unlink(v->volume);
+        v->volume_fd = safe_close(v->volume_fd);
+        if (v->volume) {
+                _cleanup_free_ char *name = NULL;
+                if (asprintf(&name, "vm-%s", v->id) >= 0)
+                        (void) storage_delete(v->manager->storage, name, NULL);
+        }
         if (v->dir)
                 (void) rm_rf(v->dir); /* only our files live there */
         return r;
@@ -1651,6 +1665,32 @@ int vm_delete(Vm *v, VmDoneFunc done, void *userdata, ApiError *reterr) {
 }
 
 /* ---- create ---- */
+
+/* The VM's disk volume "vm-<id>": created at create_vm, reopened by the first start after a daemon
+ * restart. The fd is the lease; QEMU gets the path (or, for a provider volume without a name in
+ * the file system, our /proc fd link). */
+static int vm_acquire_volume(Vm *v, VolumeCreate mode, ApiError *reterr) {
+        _cleanup_(volume_done) Volume vol = VOLUME_NULL;
+        _cleanup_free_ char *name = NULL, *path = NULL;
+        int r;
+
+        if (asprintf(&name, "vm-%s", v->id) < 0)
+                return -ENOMEM;
+        r = storage_acquire(v->manager->storage, name, v->spec.disk_gib << 30, mode, &vol, reterr);
+        if (r < 0)
+                return r;
+        if (vol.path)
+                path = strdup(vol.path);
+        else if (asprintf(&path, "/proc/%d/fd/%d", (int) getpid(), vol.fd) < 0)
+                path = NULL;
+        if (!path)
+                return -ENOMEM;
+        safe_close(v->volume_fd);
+        v->volume_fd = TAKE_FD(vol.fd);
+        free(v->volume);
+        v->volume = TAKE_PTR(path);
+        return 0;
+}
 
 typedef struct CreateRequest {
         char *name, *image, *kubernetes_version, *network, *user_data, *hostname, *wait_for;
@@ -1946,7 +1986,7 @@ static void create_started(int r, json_t *record, const ApiError *e, void *userd
 int vm_create(
         Manager *m, json_t *request, VmDoneFunc done, VmProgressFunc progress, void *userdata, ApiError *reterr) {
         _cleanup_(vm_spec_done) VmSpec spec = {};
-        _cleanup_free_ char *user_data = NULL, *key_path = NULL, *ud_path = NULL, *vols = NULL;
+        _cleanup_free_ char *user_data = NULL, *key_path = NULL, *ud_path = NULL;
         _cleanup_(vm_unrefp) Vm *v = NULL;
         const Image *img;
         Network *net;
@@ -2037,6 +2077,7 @@ int vm_create(
         v->n_ref = 1;
         v->manager = m;
         v->notify_fd = -EBADF;
+        v->volume_fd = -EBADF;
         v->id = calloc(1, 9);
         if (!v->id)
                 return -ENOMEM;
@@ -2060,9 +2101,7 @@ int vm_create(
         v->state = VM_STATE_CREATING;
         v->created_at = now_usec(CLOCK_REALTIME);
         v->att_required = v->spec.require_attestation;
-        if (asprintf(&v->dir, "%s/vms/%s", m->state_dir, v->id) < 0 ||
-            asprintf(&vols, "%s/volumes", m->state_dir) < 0 ||
-            asprintf(&v->volume, "%s/volumes/vm-%s.volume", m->state_dir, v->id) < 0)
+        if (asprintf(&v->dir, "%s/vms/%s", m->state_dir, v->id) < 0)
                 return -ENOMEM;
 
         r = mkdir_p(v->dir, 0700);
@@ -2094,19 +2133,17 @@ int vm_create(
         }
         if (r >= 0 && user_data)
                 r = write_file_atomic(ud_path, user_data, strlen(user_data), 0600);
-        if (r >= 0)
-                r = mkdir_p(vols, 0750);
-        if (r >= 0) {
-                _cleanup_close_ int fd = open(v->volume, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-                if (fd < 0)
-                        r = -errno;
-                else
-                        r = RET_NERRNO(ftruncate(fd, (off_t) (v->spec.disk_gib << 30)));
-        }
         if (r < 0) {
                 create_discard(v);
                 return api_error_set(
                         reterr, r, API_ERROR_INTERNAL, "provisioning vm %s: %s", v->id, strerror(-r));
+        }
+        /* the disk: from the systemd storage provider where one answers, else a sparse file */
+        r = vm_acquire_volume(v, VOLUME_NEW, reterr);
+        if (r < 0) {
+                api_error_prefix(reterr, "disk of vm %s", v->id);
+                create_discard(v);
+                return r;
         }
         r = network_lease_acquire(m->networks, net, v->id, &lease, reterr);
         if (r < 0) {
@@ -2194,6 +2231,7 @@ static int vm_from_json(Manager *m, const char *id, json_t *j, Vm **ret) {
         v->n_ref = 1;
         v->manager = m;
         v->notify_fd = -EBADF;
+        v->volume_fd = -EBADF;
         v->id = strdup(id);
 
         /* the spec part goes through the same validation as a request */
@@ -2275,8 +2313,10 @@ static int vm_from_json(Manager *m, const char *id, json_t *j, Vm **ret) {
                 v->qemu_pid = v->rec_pid[0];
                 v->swtpm_pid = v->rec_pid[1];
         }
-        if (asprintf(&v->dir, "%s/vms/%s", m->state_dir, id) < 0 ||
-            asprintf(&v->volume, "%s/volumes/vm-%s.volume", m->state_dir, id) < 0)
+        if (asprintf(&v->dir, "%s/vms/%s", m->state_dir, id) < 0)
+                return -ENOMEM;
+        s = json_string_value(json_object_get(json_object_get(j, "paths"), "volume"));
+        if (s && *s && !(v->volume = strdup(s)))
                 return -ENOMEM;
         *ret = TAKE_PTR(v);
         return 0;
