@@ -1330,8 +1330,15 @@ static int on_probe(sd_event_source *s, usec_t usec, void *userdata) {
                 }
                 r = start_qemu(v);
                 if (r < 0) {
-                        _cleanup_free_ char *msg = NULL;
-                        (void) asprintf(&msg, "failed to start qemu: %s", strerror(-r));
+                        /* under systemd a QEMU that dies at once fails the start job: its log says why */
+                        _cleanup_free_ char *qlog = vm_path(v, "qemu.log"),
+                                            *tail = qlog ? file_tail(qlog, 2048) : NULL, *msg = NULL;
+                        (void) asprintf(
+                                &msg,
+                                "failed to start qemu: %s%s%s",
+                                strerror(-r),
+                                tail && *tail ? ": " : "",
+                                tail ?: "");
                         start_fail(v, r, msg ?: "failed to start qemu");
                 }
                 return 0; /* QMP takes over */

@@ -55,7 +55,7 @@ static int on_child(sd_event_source *s, const siginfo_t *si, void *userdata) {
 }
 
 /* Only async-signal-safe calls between fork() and exec(). */
-_noreturn_ static void child_exec(const VmProcessOptions *o, int log_fd, const sigset_t *oldmask) {
+_noreturn_ static void child_exec(const VmProcessOptions *o, int log_fd) {
         int null_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
 
         if (null_fd < 0 || dup2(null_fd, STDIN_FILENO) < 0)
@@ -70,7 +70,13 @@ _noreturn_ static void child_exec(const VmProcessOptions *o, int log_fd, const s
         (void) prctl(PR_SET_PDEATHSIG, SIGKILL); /* plain children end with the daemon */
         for (int sig = 1; sig < _NSIG; sig++)
                 (void) signal(sig, SIG_DFL);
-        (void) sigprocmask(SIG_SETMASK, oldmask, NULL);
+        /* Nothing blocked: the daemon blocks SIGTERM, SIGINT and SIGCHLD for its signalfd, and a
+         * child inheriting that mask would ignore the SIGTERM of a stop. */
+        {
+                sigset_t none;
+                sigemptyset(&none);
+                (void) sigprocmask(SIG_SETMASK, &none, NULL);
+        }
         if (o->block_io_uring && block_io_uring() < 0)
                 _exit(126);
         execvp(o->argv[0], o->argv);
@@ -105,7 +111,7 @@ int vm_process_spawn(
                 return -errno;
         pid = fork();
         if (pid == 0)
-                child_exec(o, log_fd, &old);
+                child_exec(o, log_fd);
         r = pid < 0 ? -errno : 0;
         (void) sigprocmask(SIG_SETMASK, &old, NULL);
         if (r < 0)

@@ -173,7 +173,9 @@ static void test_exit_status_log(void **state) {
         Fixture *f = *state;
         _cleanup_free_ char *log_file = path_join(f->dir, "exit.log"), *wd = path_join(f->dir, "wd");
         _cleanup_free_ char *content = NULL, *expected = NULL;
-        char *argv[] = { (char *) "sh", (char *) "-c", (char *) "echo hi; pwd; echo err >&2; exit 3", NULL };
+        char *argv[] = {
+                (char *) "sh", (char *) "-c", (char *) "sleep 0.5; echo hi; pwd; echo err >&2; exit 3", NULL
+        };
         VmUnit *u = NULL;
         ExitRecord x = {};
         struct stat st;
@@ -328,7 +330,9 @@ static void test_attach_exited(void **state) {
  * next start of that name, which then succeeds. */
 static void test_restart_stale(void **state) {
         Fixture *f = *state;
-        char *dead[] = { (char *) "sh", (char *) "-c", (char *) "exit 5", NULL };
+        /* the sleep lets the start job finish first: a process that fails before systemd reports
+         * the exec fails the job itself (-EIO), which is test_exec_failure's case, not this one */
+        char *dead[] = { (char *) "sh", (char *) "-c", (char *) "sleep 0.5; exit 5", NULL };
         char *argv[] = { (char *) "sleep", (char *) "30", NULL };
         VmUnit *u = NULL;
         ExitRecord x = {};

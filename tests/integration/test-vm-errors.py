@@ -1,0 +1,105 @@
+#!/usr/bin/env python3
+"""The VM lifecycle's error paths, against stand-ins for QEMU, swtpm and vhost-device-vsock
+(tests/integration/fakes: a fake QEMU that serves QMP and misbehaves as told), so each path takes
+seconds instead of a TCG boot:
+
+  * an installer that exits non-zero: failed, "installer exited: exit status 3" and the console;
+  * a QEMU whose monitor never answers: create_vm fails after 10 s and leaves nothing behind;
+  * system_powerdown answered with an error: stop_vm goes straight to SIGTERM;
+  * a QEMU that ignores ACPI and SIGTERM: SIGTERM after --stop-timeout, SIGKILL 5 s later.
+"""
+
+import os
+import signal
+import sys
+import tempfile
+import time
+
+here = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, here)
+from vmmtest import Daemon, HOST, base_env, free_port, http_request, run, tap  # noqa: E402
+import json  # noqa: E402
+
+FAKES = os.path.join(here, "fakes")
+CREATE = {"memory_mib": 512, "disk_gib": 1, "require_attestation": False}
+
+
+def api(port, method, path, body=None, timeout=120):
+    status, headers, data = http_request(port, method, "/api/v1" + path,
+                                         body=json.dumps(body).encode() if body is not None else None,
+                                         timeout=timeout)
+    return status, (json.loads(data) if data else None)
+
+
+def daemon(work, name, mode, *extra):
+    images = os.path.join(work, "images-" + name)
+    os.makedirs(images)
+    for ext in (".efi", ".raw"):
+        with open(os.path.join(images, "fake_1.0" + ext), "wb") as f:
+            f.write(b"\0" * 4096)
+    vars_ = os.path.join(work, "vars-" + name)
+    with open(vars_, "wb") as f:
+        f.write(b"\0" * 4096)
+    env = base_env(work, FAKE_QEMU=mode)
+    env["PATH"] = FAKES + ":" + env.get("PATH", "/usr/bin:/bin")
+    port = free_port()
+    d = Daemon(work, name, ["--listen", "%s:%d" % (HOST, port), "--state-dir", os.path.join(work, "s-" + name),
+                            "--image-dir", images, "--ovmf-code", vars_, "--ovmf-vars", vars_,
+                            "--launcher", "process", "--log-level", "debug", *extra], env=env)
+    ok, why = d.wait_healthy(port, timeout=20)
+    tap.result(ok, "%s: serving with the fake QEMU (%s)" % (name, mode or "default"), why)
+    return d, port
+
+
+def test_installer_fails(work):
+    d, port = daemon(work, "exit3", "install-exit:3")
+    status, err = api(port, "POST", "/vms", dict(CREATE, name="bad", wait_for="installed"))
+    msg = (err or {}).get("error", {}).get("message", "")
+    tap.result(status == 500 and err["error"]["code"] == "vm_failed" and "installer exited: exit status 3" in msg,
+               "an installer exiting 3: 500 vm_failed, installer exited: exit status 3", repr(err)[:300])
+    status, vms = api(port, "GET", "/vms")
+    last = vms[0].get("lastError", "") if vms else ""
+    tap.result(vms and vms[0]["state"] == "failed" and "fake guest: installer boot" in last,
+               "... the VM is failed with the console tail in lastError", repr(vms)[:300])
+    d.stop(signal.SIGTERM, timeout=30)
+
+
+def test_qmp_silent(work):
+    d, port = daemon(work, "silent", "silent")
+    t0 = time.monotonic()
+    status, err = api(port, "POST", "/vms", dict(CREATE, name="mute", wait_for="none"))
+    took = time.monotonic() - t0
+    msg = (err or {}).get("error", {}).get("message", "")
+    tap.result(status == 500 and "QMP did not answer" in msg and 9 <= took < 20,
+               "a QEMU whose monitor never answers: create_vm fails after 10 s (%.1f s)" % took, repr(err)[:300])
+    status, vms = api(port, "GET", "/vms")
+    status, net = api(port, "GET", "/networks/default")
+    tap.result(vms == [] and net["leases"] == [] and os.listdir(os.path.join(work, "s-silent", "vms")) == [],
+               "... and leaves nothing behind: no record, no lease, no directory", "%r %r" % (vms, net))
+    d.stop(signal.SIGTERM, timeout=30)
+
+
+def stop_case(work, name, mode, stop_timeout, low, high, what):
+    d, port = daemon(work, name, mode, "--stop-timeout", stop_timeout)
+    status, vm = api(port, "POST", "/vms", dict(CREATE, name=name, wait_for="none"))
+    tap.result(status == 201 and vm["state"] == "installing", "%s: create_vm (wait_for none)" % name, repr(vm)[:200])
+    if status != 201:
+        return
+    t0 = time.monotonic()
+    status, vm = api(port, "POST", "/vms/%s/stop" % vm["id"])
+    took = time.monotonic() - t0
+    tap.result(status == 200 and vm["state"] == "stopped" and low <= took < high,
+               "%s (%.1f s)" % (what, took), repr(vm)[:200])
+    d.stop(signal.SIGTERM, timeout=30)
+
+
+def test_stop_paths(work):
+    stop_case(work, "acpi", "", "10s", 0, 3, "a guest that honours ACPI stops at once")
+    stop_case(work, "acpi-error", "powerdown-error", "10s", 0, 3,
+              "system_powerdown refused: SIGTERM at once, not after the 10s stop timeout")
+    stop_case(work, "stubborn", "stubborn", "1s", 5.5, 12,
+              "a guest that ignores ACPI and SIGTERM: SIGKILL 5 s after the 1s stop timeout")
+
+
+if __name__ == "__main__":
+    sys.exit(run([test_installer_fails, test_qmp_silent, test_stop_paths], 300, "vmm-err-"))
