@@ -159,11 +159,14 @@ int manager_new(Manager **ret, sd_event *event, const ManagerConfig *cfg, ApiErr
         r = vm_load_all(m, reterr);
         if (r < 0)
                 return r;
+        /* From here on a failed start-up must not take the VMs just attached to down with it. */
+        m->detaching = m->units && m->detach_vms_on_exit;
 
         r = network_ensure_default(m->networks, cfg->default_network, cfg->network_subnet, reterr);
         if (r < 0)
                 return r;
 
+        m->detaching = false;
         *ret = TAKE_PTR(m);
         return 0;
 }

@@ -204,7 +204,8 @@ int vm_observe(Vm *v, VmProgressFunc progress, void *userdata) {
 static void vm_detach_processes(Vm *v);
 
 static Vm *vm_free(Vm *v) {
-        if (v->manager->detaching)
+        /* a VM caught mid-start cannot be handed over: its chain would have no one to finish it */
+        if (v->manager->detaching && !v->starting)
                 vm_detach_processes(v);
         else
                 vm_stop_processes_now(v);
@@ -639,8 +640,11 @@ static void pending_complete(Vm *v, Pending *p, int r, const ApiError *e) {
 
         if (r >= 0 && then == THEN_START) {
                 /* reboot: the stop finished, now the start; its completion answers the caller */
-                if (vm_start(v, done, userdata, &e2) < 0 && done)
-                        done(e2.error, NULL, &e2, userdata);
+                if (vm_start(v, done, userdata, &e2) < 0) {
+                        vm_unobserve(v, userdata);
+                        if (done)
+                                done(e2.error, NULL, &e2, userdata);
+                }
                 return;
         }
         if (!done)
@@ -690,7 +694,7 @@ static void vm_check_pending(Vm *v) {
                         }
                         if (p->kind != PENDING_MILESTONE)
                                 continue;
-                        if (milestone_reached(v, p->milestone)) {
+                        if (v->state != VM_STATE_FAILED && milestone_reached(v, p->milestone)) {
                                 pending_complete(v, p, 0, NULL);
                                 again = true;
                                 break;
@@ -760,11 +764,19 @@ static void notify_close(Vm *v) {
         }
 }
 
+/* Closes the QMP connection. It is detached from v first: closing calls the client's callbacks
+ * (a pending readiness one among them), which must find it is no longer ours. */
+static void vm_qmp_drop(Vm *v) {
+        QmpClient *q = TAKE_PTR(v->qmp);
+
+        if (!q)
+                return;
+        qmp_client_close(q);
+        qmp_client_unref(q);
+}
+
 static void vm_stop_processes_now(Vm *v) {
-        if (v->qmp) {
-                qmp_client_close(v->qmp);
-                v->qmp = qmp_client_unref(v->qmp);
-        }
+        vm_qmp_drop(v);
         if (v->qemu)
                 (void) vm_launched_kill(v->qemu, SIGKILL, true);
         if (v->swtpm)
@@ -777,15 +789,13 @@ static void vm_stop_processes_now(Vm *v) {
         v->phase_timer = sd_event_source_disable_unref(v->phase_timer);
         v->probe_timer = sd_event_source_disable_unref(v->probe_timer);
         v->stop_timer = sd_event_source_disable_unref(v->stop_timer);
+        v->stop_step = 0;
         notify_close(v);
 }
 
 /* The daemon goes, the VM stays: forget the units (they keep running) and close our ends. */
 static void vm_detach_processes(Vm *v) {
-        if (v->qmp) {
-                qmp_client_close(v->qmp);
-                v->qmp = qmp_client_unref(v->qmp);
-        }
+        vm_qmp_drop(v);
         v->qemu = vm_launched_detach(v->qemu);
         v->swtpm = vm_launched_detach(v->swtpm);
         v->vsockd = vm_launched_detach(v->vsockd);
@@ -852,10 +862,7 @@ static void on_qemu_exit(VmLaunched *p, int code, int status, void *userdata) {
         _cleanup_free_ char *st = vm_exit_status_to_string(code, status), *msg = NULL;
         bool ok = code == CLD_EXITED && status == 0;
 
-        if (v->qmp) {
-                qmp_client_close(v->qmp);
-                v->qmp = qmp_client_unref(v->qmp);
-        }
+        vm_qmp_drop(v);
         v->qemu = vm_launched_free(v->qemu);
         v->qemu_pid = 0;
         v->phase_timer = sd_event_source_disable_unref(v->phase_timer);
@@ -1151,6 +1158,8 @@ static void on_qmp_disconnect(QmpClient *c, void *userdata) {
 }
 
 static void on_qmp_ready(QmpClient *c, int error, void *userdata) {
+        if (c != ((Vm *) userdata)->qmp)
+                return; /* a connection we dropped: whoever dropped it settles the state */
         _cleanup_(vm_unrefp) Vm *v = vm_ref(userdata);
         usec_t timeout;
         int r;
@@ -1506,10 +1515,20 @@ static bool vm_has_process(Vm *v) {
 }
 
 int vm_stop(Vm *v, VmDoneFunc done, void *userdata, ApiError *reterr) {
+        _cleanup_(vm_unrefp) Vm *pin = vm_ref(v);
         Pending *p;
 
         if (v->state == VM_STATE_DELETING)
                 return api_error_set(reterr, -EBUSY, API_ERROR_CONFLICT, "vm %s is being deleted", v->id);
+        /* A start chain (swtpm, vsock, QEMU, QMP) takes a moment: stop once it stands. */
+        if (v->starting)
+                return api_error_set(
+                        reterr,
+                        -EBUSY,
+                        API_ERROR_CONFLICT,
+                        "vm %s is %s and still starting; try again in a moment",
+                        v->id,
+                        vm_state_to_string(v->state));
         if (!vm_has_process(v))
                 return api_error_set(
                         reterr,
@@ -1521,14 +1540,6 @@ int vm_stop(Vm *v, VmDoneFunc done, void *userdata, ApiError *reterr) {
         p = pending_add(v, PENDING_STOPPED, done, userdata);
         if (!p)
                 return -ENOMEM;
-        if (v->starting) {
-                /* stopping a VM mid-start: end the chain, nothing to power down yet */
-                vm_set_state(v, VM_STATE_STOPPING);
-                start_fail(v, -ECANCELED, "stopped while starting");
-                vm_set_state(v, VM_STATE_STOPPED);
-                vm_changed(v);
-                return 0;
-        }
         vm_set_state(v, VM_STATE_STOPPING);
         vm_changed(v);
         vm_begin_stop(v);
@@ -2353,6 +2364,8 @@ static void reattach_failed(Vm *v, const char *why) {
 }
 
 static void on_qmp_reattached(QmpClient *c, int error, void *userdata) {
+        if (c != ((Vm *) userdata)->qmp)
+                return; /* a connection we dropped: whoever dropped it settles the state */
         _cleanup_(vm_unrefp) Vm *v = vm_ref(userdata);
         usec_t timeout = 0;
         int r;
@@ -2542,10 +2555,21 @@ void vm_stop_all(Manager *m, void (*done)(void *userdata), void *userdata) {
         s->done = done;
         s->userdata = userdata;
         s->left = 1; /* held until every stop was issued */
-        for (size_t i = 0; i < m->n_vms; i++) {
-                Vm *v = m->vms[i];
+        /* a snapshot: stopping may remove records (a create in flight is discarded) */
+        _cleanup_free_ Vm **snapshot = calloc(m->n_vms + 1, sizeof(Vm *));
+        size_t n = m->n_vms;
+        if (snapshot)
+                for (size_t i = 0; i < n; i++)
+                        snapshot[i] = vm_ref(m->vms[i]);
+        for (size_t i = 0; snapshot && i < n; i++) {
+                _cleanup_(vm_unrefp) Vm *v = snapshot[i];
                 if (!vm_has_process(v) || v->state == VM_STATE_DELETING)
                         continue;
+                if (v->starting) {
+                        /* nothing to power down yet: end the chain (a create is discarded) */
+                        start_fail(v, -ESHUTDOWN, "vm-manager is shutting down");
+                        continue;
+                }
                 s->left++;
                 if (v->state == VM_STATE_STOPPING) {
                         if (!pending_add(v, PENDING_STOPPED, stop_all_one, s))

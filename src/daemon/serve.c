@@ -561,6 +561,8 @@ static int run(void) {
         if (r < 0)
                 return log_error_errno(r, "%s", e.message ?: "Failed to load the state: %m");
 
+        /* a failed start-up from here on leaves the VMs of units running */
+        d.manager->detaching = d.manager->units && d.manager->detach_vms_on_exit;
         r = api_rest_new(&d.rest, d.manager);
         if (r < 0)
                 return log_error_errno(r, "Failed to set up the REST API: %m");
@@ -574,6 +576,8 @@ static int run(void) {
                 });
         if (r < 0)
                 return log_error_errno(r, "Failed to set up MCP: %m");
+
+        d.manager->detaching = false;
 
         r = sd_event_add_defer(d.event, &d.ready_defer, on_started, &d);
         if (r < 0)
