@@ -2423,6 +2423,9 @@ static int vm_reattach(Vm *v) {
         r = vm_launched_attach(&v->qemu, m->units, v->rec_unit[0], v->rec_pid[0], on_qemu_exit, v);
         if (r < 0)
                 return r;
+        /* the disk's lease, as the daemon that started it held it */
+        if (vm_acquire_volume(v, VOLUME_OPEN, NULL) < 0)
+                log_warning("VM %s: cannot take the lease on its disk again, ignoring.", v->id);
         v->qemu_pid = vm_launched_pid(v->qemu);
         if (v->rec_unit[1] &&
             vm_launched_attach(&v->swtpm, m->units, v->rec_unit[1], v->rec_pid[1], on_helper_exit, v) < 0)
