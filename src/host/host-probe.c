@@ -982,15 +982,15 @@ static int build_json(HostProbe *p, json_t *o) {
                 return -ENOMEM;
 
         /* READY=1 reaches the daemon through vhost-device-vsock (vhost-user-vsock); the kernel's
-         * vhost-vsock path is not used yet, even where /dev/vhost-vsock exists. */
+         * vhost-vsock path is not used yet, even where /dev/vhost-vsock exists. One PATH lookup
+         * answers both that and whether a missing /dev/vhost-vsock matters. */
+        _cleanup_free_ char *vsock_helper = NULL;
+        r = find_executable(p->path, VHOST_DEVICE_VSOCK, &vsock_helper);
+        if (r == -ENOMEM)
+                return r;
+        bool have_vsock_helper = r >= 0;
         {
-                _cleanup_free_ char *helper = NULL;
-                json_auto_t *notify = NULL;
-
-                r = find_executable(p->path, VHOST_DEVICE_VSOCK, &helper);
-                if (r == -ENOMEM)
-                        return r;
-                notify = r >= 0 ?
+                json_auto_t *notify = have_vsock_helper ?
                         json_pack(
                                 "{s:s,s:s}",
                                 "transport",
@@ -1015,15 +1015,9 @@ static int build_json(HostProbe *p, json_t *o) {
                 return -ENOMEM;
         if (accel.pvm_fallback && add_missing(missing, HOST_PROBE_MISSING_KVM_PVM) < 0)
                 return -ENOMEM;
-        if (!vsock.accessible) {
-                /* With vhost-device-vsock, VMs get vsock through vhost-user instead (DESIGN §2). */
-                _cleanup_free_ char *helper = NULL;
-                r = find_executable(p->path, VHOST_DEVICE_VSOCK, &helper);
-                if (r == -ENOMEM)
-                        return r;
-                if (r < 0 && add_missing(missing, HOST_PROBE_MISSING_VSOCK) < 0)
-                        return -ENOMEM;
-        }
+        /* With vhost-device-vsock, VMs get vsock through vhost-user instead (DESIGN §2). */
+        if (!vsock.accessible && !have_vsock_helper && add_missing(missing, HOST_PROBE_MISSING_VSOCK) < 0)
+                return -ENOMEM;
         if (!p->tools[HOST_TOOL_QEMU].found && add_missing(missing, host_tools[HOST_TOOL_QEMU].binary) < 0)
                 return -ENOMEM;
         if (!p->tools[HOST_TOOL_SWTPM].found && add_missing(missing, host_tools[HOST_TOOL_SWTPM].binary) < 0)
