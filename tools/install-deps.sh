@@ -8,7 +8,8 @@
 set -euo pipefail
 
 build=(meson ninja-build pkgconf gcc libc6-dev
-       libsystemd-dev libmicrohttpd-dev libjansson-dev libssl-dev)
+       libsystemd-dev libmicrohttpd-dev libjansson-dev libssl-dev
+       libslirp-dev libglib2.0-dev libssh-dev)
 check=(libcmocka-dev clang-format-14 curl python3 procps)
 # tests/integration/test-mcp-sdk.py runs the MCP TypeScript SDK: node (>= 18) and npm. Debian's
 # packages only when a command is missing: a node from elsewhere (NodeSource's nodejs, which
@@ -22,7 +23,9 @@ run=("${vms[@]}")
 # tests/image/build.sh: the test guest (kernel, systemd stub, a static init, a GPT disk with an ESP)
 image=(linux-image-cloud-amd64 systemd-boot-efi binutils cpio gzip dosfstools mtools fdisk)
 check+=("${vms[@]}" "${image[@]}")
-bench=(wrk curl procps)
+# bench/: load generators, and the peers measured side by side (libvirt, slirp4netns, pasta).
+bench=(wrk curl procps time iperf3 iproute2 slirp4netns passt libvirt-daemon-system libvirt-clients
+       "${vms[@]}" "${image[@]}")
 fuzz=(clang-14 libclang-rt-14-dev)
 
 groups=("$@")
