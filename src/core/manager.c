@@ -75,6 +75,7 @@ int manager_new(Manager **ret, sd_event *event, const ManagerConfig *cfg, ApiErr
         m = calloc(1, sizeof(Manager));
         if (!m)
                 return -ENOMEM;
+        m->vsock_fd = -EBADF;
         m->event = sd_event_ref(event);
         if (strdup_to(&m->state_dir, cfg->state_dir) < 0 || strdup_to(&m->image_dir, cfg->image_dir) < 0 ||
             strdup_to(&m->version, cfg->version) < 0 || strdup_to(&m->commit, cfg->commit) < 0 ||
@@ -92,6 +93,7 @@ int manager_new(Manager **ret, sd_event *event, const ManagerConfig *cfg, ApiErr
                 &(HostProbeConfig){
                         .ovmf_code = cfg->ovmf_code,
                         .accel = cfg->accel,
+                        .notify = cfg->vsock,
                 });
         if (r < 0)
                 return api_error_set(reterr, r, API_ERROR_INTERNAL, "probing the host: %s", strerror(-r));
@@ -103,6 +105,13 @@ int manager_new(Manager **ret, sd_event *event, const ManagerConfig *cfg, ApiErr
                         "Accelerator: %s (%s).",
                         host_accel_to_string(host_probe_accel(m->host, NULL)),
                         reason ?: "");
+        }
+        {
+                HostNotify n = host_probe_notify(m->host, &reason);
+                if (n == HOST_NOTIFY_NONE)
+                        log_warning("VMs cannot report READY=1: %s", reason ?: "");
+                else
+                        log_info("READY=1 transport: %s (%s)", host_notify_transport_name(n), reason ?: "");
         }
         fw = host_probe_firmware_summary(m->host);
         if (fw)
@@ -177,6 +186,8 @@ Manager *manager_free(Manager *m) {
         while (m->n_vms > 0)
                 manager_remove_vm(m, m->vms[m->n_vms - 1]);
         free(m->vms);
+        sd_event_source_disable_unref(m->vsock_source);
+        safe_close(m->vsock_fd);
         vm_unit_manager_free(m->units);
         storage_free(m->storage);
         free(m->ovmf_code);

@@ -34,6 +34,7 @@ typedef struct ManagerConfig {
         const char *ovmf_code;
         const char *ovmf_vars;
         HostAccel accel;
+        HostNotify vsock;
         usec_t install_timeout;
         usec_t boot_timeout;
         usec_t stop_timeout;
@@ -61,6 +62,9 @@ typedef struct Manager {
         char *ovmf_code, *ovmf_vars;
         usec_t install_timeout, boot_timeout, stop_timeout;
         uint32_t notify_port;
+        /* the AF_VSOCK listener for guests on the kernel's vhost-vsock, opened on first use */
+        int vsock_fd;
+        sd_event_source *vsock_source;
         VmUnitManager *units; /* the systemd launcher's connection; NULL: plain children */
         Storage *storage;     /* where VM disks come from */
         bool detach_vms_on_exit;

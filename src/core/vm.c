@@ -12,6 +12,7 @@
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <linux/vm_sockets.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
@@ -117,6 +118,7 @@ struct Vm {
         bool has_phase;
         char *ip, *mac;
         uint32_t cid;
+        VmVsock vsock; /* the READY=1 transport of the current run */
         char machine_id[33];
         bool booted;
         char *status;
@@ -372,6 +374,8 @@ static json_t *vm_record_json(Vm *v, bool for_disk) {
         json_object_set_new(o, "state", json_string(vm_state_to_string(v->state)));
         if (v->has_phase)
                 json_object_set_new(o, "phase", json_string(v->phase == VM_PHASE_INSTALL ? "install" : "boot"));
+        if (v->has_phase)
+                json_object_set_new(o, "vsock", json_string(vm_vsock_to_string(v->vsock)));
         if (for_disk && (v->qemu || v->swtpm || v->vsockd)) {
                 /* what a successor needs to attach to them: units and pids */
                 json_t *p = json_object();
@@ -1032,26 +1036,32 @@ static int on_notify_data(sd_event_source *s, int fd, uint32_t revents, void *us
         return 0;
 }
 
-static int on_notify_accept(sd_event_source *s, int fd, uint32_t revents, void *userdata) {
-        Vm *v = userdata;
-        _cleanup_close_ int cfd = accept4(fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+/* Takes the connection, whatever happens. */
+static int notify_conn_new(Vm *v, int fd) {
+        _cleanup_close_ int cfd = fd;
         NotifyConn *c;
         int r;
 
-        if (cfd < 0)
-                return 0;
         c = calloc(1, sizeof(NotifyConn));
         if (!c)
-                return 0;
+                return -ENOMEM;
         c->vm = vm_ref(v);
         r = sd_event_add_io(v->manager->event, &c->source, cfd, EPOLLIN, on_notify_data, c);
         if (r < 0) {
                 vm_unref(c->vm);
                 free(c);
-                return 0;
+                return r;
         }
         (void) sd_event_source_set_io_fd_own(c->source, true);
         TAKE_FD(cfd);
+        return 0;
+}
+
+static int on_notify_accept(sd_event_source *s, int fd, uint32_t revents, void *userdata) {
+        int cfd = accept4(fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+
+        if (cfd >= 0)
+                (void) notify_conn_new(userdata, cfd);
         return 0;
 }
 
@@ -1080,6 +1090,82 @@ static int notify_listen(Vm *v) {
                 return r;
         v->notify_fd = TAKE_FD(fd);
         return 0;
+}
+
+/* The kernel's vhost-vsock: one AF_VSOCK listener on the notify port for every VM, a guest known by
+ * the CID its connection comes from. */
+static Vm *vm_by_cid(Manager *m, uint32_t cid) {
+        for (size_t i = 0; i < m->n_vms; i++)
+                if (m->vms[i]->vsock == VM_VSOCK_VHOST && m->vms[i]->cid == cid && m->vms[i]->has_phase)
+                        return m->vms[i];
+        return NULL;
+}
+
+static int on_vsock_accept(sd_event_source *s, int fd, uint32_t revents, void *userdata) {
+        Manager *m = userdata;
+        struct sockaddr_vm peer = {};
+        socklen_t len = sizeof(peer);
+        _cleanup_close_ int cfd = accept4(fd, (struct sockaddr *) &peer, &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        Vm *v;
+
+        if (cfd < 0)
+                return 0;
+        v = len >= sizeof(peer) && peer.svm_family == AF_VSOCK ? vm_by_cid(m, peer.svm_cid) : NULL;
+        if (!v) {
+                log_debug("READY=1 connection from unknown CID %u, closed.", (unsigned) peer.svm_cid);
+                return 0;
+        }
+        (void) notify_conn_new(v, TAKE_FD(cfd));
+        return 0;
+}
+
+static int vsock_listen(Manager *m) {
+        _cleanup_close_ int fd = -EBADF;
+        struct sockaddr_vm sa = {
+                .svm_family = AF_VSOCK,
+                .svm_cid = VMADDR_CID_ANY,
+                .svm_port = m->notify_port,
+        };
+        int r;
+
+        if (m->vsock_source)
+                return 0;
+        fd = socket(AF_VSOCK, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (fd < 0)
+                return -errno;
+        if (bind(fd, (struct sockaddr *) &sa, sizeof(sa)) < 0 || listen(fd, 64) < 0)
+                return -errno;
+        r = sd_event_add_io(m->event, &m->vsock_source, fd, EPOLLIN, on_vsock_accept, m);
+        if (r < 0)
+                return r;
+        m->vsock_fd = TAKE_FD(fd);
+        log_debug("Listening for READY=1 on vsock port %u.", (unsigned) m->notify_port);
+        return 0;
+}
+
+/* The transport of a VM's next run: the host's choice; a kernel vhost-vsock whose listener cannot be
+ * opened leaves the VM without READY=1 rather than without a start. */
+static VmVsock vm_pick_vsock(Vm *v) {
+        int r;
+
+        switch (host_probe_notify(v->manager->host, NULL)) {
+        case HOST_NOTIFY_VHOST:
+                r = vsock_listen(v->manager);
+                if (r >= 0)
+                        return VM_VSOCK_VHOST;
+                log_struct(
+                        LOG_WARNING,
+                        LOG_FIELDS({ "VM_ID", v->id }),
+                        "VM %s starts without READY=1: no AF_VSOCK listener on port %u: %s",
+                        v->id,
+                        (unsigned) v->manager->notify_port,
+                        strerror(-r));
+                return VM_VSOCK_NONE;
+        case HOST_NOTIFY_VHOST_USER:
+                return VM_VSOCK_VHOST_USER;
+        default:
+                return VM_VSOCK_NONE;
+        }
 }
 
 /* swtpm's control channel answers CMD_GET_CAPABILITY (00 00 00 01) with 8 bytes once it is up. */
@@ -1240,7 +1326,7 @@ static int start_qemu(Vm *v) {
                         .phase = v->phase,
                         .accel = host_probe_accel(v->manager->host, NULL) == HOST_ACCEL_KVM ? VM_ACCEL_KVM :
                                                                                               VM_ACCEL_TCG,
-                        .vsock = VM_VSOCK_VHOST_USER,
+                        .vsock = v->vsock,
                         .cpus = v->spec.cpus,
                         .memory_mib = v->spec.memory_mib,
                         .ovmf_code = v->manager->ovmf_code,
@@ -1323,7 +1409,7 @@ static int on_probe(sd_event_source *s, usec_t usec, void *userdata) {
                 start_fail(v, -ETIMEDOUT, msg ?: "vtpm not responding");
                 return 0;
         }
-        vsock_up = access(vhost, F_OK) >= 0;
+        vsock_up = v->vsock != VM_VSOCK_VHOST_USER || access(vhost, F_OK) >= 0;
         if (!vsock_up && (!v->vsockd || usec >= v->probe_deadline)) {
                 _cleanup_free_ char *log = vm_path(v, "vsock.log"),
                                     *tail = log ? file_tail(log, 2048) : NULL, *msg = NULL;
@@ -1333,7 +1419,7 @@ static int on_probe(sd_event_source *s, usec_t usec, void *userdata) {
         }
 
         if (v->swtpm_up && vsock_up) {
-                if (v->phase == VM_PHASE_BOOT && (r = notify_listen(v)) < 0) {
+                if (v->phase == VM_PHASE_BOOT && v->vsock == VM_VSOCK_VHOST_USER && (r = notify_listen(v)) < 0) {
                         start_fail(v, r, "failed to listen for READY=1");
                         return 0;
                 }
@@ -1425,7 +1511,9 @@ static int vm_start_phase(Vm *v, VmPhase phase, ApiError *reterr) {
         }
         v->swtpm_pid = vm_launched_pid(v->swtpm);
         v->swtpm_up = false;
-        r = start_vsockd(v);
+        v->vsock = vm_pick_vsock(v);
+        v->vsockd = vm_launched_free(v->vsockd); /* a leftover of the previous run */
+        r = v->vsock == VM_VSOCK_VHOST_USER ? start_vsockd(v) : 0;
         if (r < 0) {
                 vm_stop_processes_now(v);
                 v->starting = false;
@@ -2295,6 +2383,11 @@ static int vm_from_json(Manager *m, const char *id, json_t *j, Vm **ret) {
                 v->has_phase = true;
                 v->phase = streq(s, "install") ? VM_PHASE_INSTALL : VM_PHASE_BOOT;
         }
+        /* records written before the kernel's vhost-vsock was supported: vhost-user */
+        s = json_string_value(json_object_get(j, "vsock"));
+        v->vsock = s ? vm_vsock_from_string(s) : VM_VSOCK_VHOST_USER;
+        if (v->vsock < 0)
+                return -EBADMSG;
         if ((s = json_string_value(json_object_get(j, "ip"))))
                 v->ip = strdup(s);
         if ((s = json_string_value(json_object_get(j, "mac"))))
@@ -2434,8 +2527,13 @@ static int vm_reattach(Vm *v) {
             vm_launched_attach(&v->vsockd, m->units, v->rec_unit[2], v->rec_pid[2], on_helper_exit, v) < 0)
                 log_warning("VM %s: its vhost-device-vsock unit is gone.", v->id);
         v->swtpm_pid = vm_launched_pid(v->swtpm);
-        if (v->has_phase && v->phase == VM_PHASE_BOOT && (r = notify_listen(v)) < 0)
-                log_warning_errno(r, "VM %s: cannot listen for READY=1 again, ignoring: %m", v->id);
+        if (v->has_phase && v->phase == VM_PHASE_BOOT) {
+                r = v->vsock == VM_VSOCK_VHOST_USER ? notify_listen(v) :
+                        v->vsock == VM_VSOCK_VHOST  ? vsock_listen(m) :
+                                                      0;
+                if (r < 0)
+                        log_warning_errno(r, "VM %s: cannot listen for READY=1 again, ignoring: %m", v->id);
+        }
         return qmp_client_connect_retry(
                 &v->qmp, m->event, qmp, on_qmp_event, on_qmp_disconnect, v, VM_QMP_START_TIMEOUT, on_qmp_reattached);
 }

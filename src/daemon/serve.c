@@ -38,6 +38,7 @@ static char *arg_default_network = NULL;
 static char *arg_ovmf_code = NULL;
 static char *arg_ovmf_vars = NULL;
 static HostAccel arg_accel = HOST_ACCEL_AUTO;
+static HostNotify arg_vsock = HOST_NOTIFY_AUTO;
 static usec_t arg_install_timeout = 5 * USEC_PER_MINUTE;
 static usec_t arg_boot_timeout = 4 * USEC_PER_MINUTE;
 static usec_t arg_stop_timeout = 30 * USEC_PER_SEC;
@@ -94,6 +95,17 @@ static int parse_accel(const Flag *f, const char *value, const char **ret_reason
                 return -EINVAL;
         }
         *(HostAccel *) f->dest = a;
+        return 0;
+}
+
+static int parse_vsock(const Flag *f, const char *value, const char **ret_reason) {
+        HostNotify n = host_notify_from_string(value);
+
+        if (n < 0) {
+                *ret_reason = "want auto, vhost, vhost-user or none";
+                return -EINVAL;
+        }
+        *(HostNotify *) f->dest = n;
         return 0;
 }
 
@@ -180,6 +192,15 @@ static const Flag serve_flags[] = {
                 .help = "auto, kvm or tcg; auto uses KVM only where it can run a standard guest, else TCG (get_host says why)",
                 .parse = parse_accel,
                 .dest = &arg_accel,
+        },
+        {
+                .name = "vsock",
+                .env = "VM_MANAGER_VSOCK",
+                .default_value = "auto",
+                .metavar = "MODE",
+                .help = "how guests report READY=1: auto, vhost (/dev/vhost-vsock), vhost-user (vhost-device-vsock) or none",
+                .parse = parse_vsock,
+                .dest = &arg_vsock,
         },
         {
                 .name = "install-timeout",
@@ -547,6 +568,7 @@ static int run(void) {
                         .ovmf_code = arg_ovmf_code,
                         .ovmf_vars = arg_ovmf_vars,
                         .accel = arg_accel,
+                        .vsock = arg_vsock,
                         .install_timeout = arg_install_timeout,
                         .boot_timeout = arg_boot_timeout,
                         .stop_timeout = arg_stop_timeout,

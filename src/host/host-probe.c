@@ -51,6 +51,36 @@ HostAccel host_accel_from_string(const char *s) {
         return _HOST_ACCEL_INVALID;
 }
 
+static const char *const notify_names[_HOST_NOTIFY_MAX] = {
+        [HOST_NOTIFY_AUTO] = "auto",
+        [HOST_NOTIFY_VHOST] = "vhost",
+        [HOST_NOTIFY_VHOST_USER] = "vhost-user",
+        [HOST_NOTIFY_NONE] = "none",
+};
+
+static const char *const notify_transport_names[_HOST_NOTIFY_MAX] = {
+        [HOST_NOTIFY_VHOST] = "vhost-vsock",
+        [HOST_NOTIFY_VHOST_USER] = "vhost-user-vsock",
+        [HOST_NOTIFY_NONE] = "none",
+};
+
+const char *host_notify_to_string(HostNotify n) {
+        return n >= 0 && n < _HOST_NOTIFY_MAX ? notify_names[n] : NULL;
+}
+
+HostNotify host_notify_from_string(const char *s) {
+        if (!s)
+                return _HOST_NOTIFY_INVALID;
+        for (int i = 0; i < _HOST_NOTIFY_MAX; i++)
+                if (streq(s, notify_names[i]))
+                        return (HostNotify) i;
+        return _HOST_NOTIFY_INVALID;
+}
+
+const char *host_notify_transport_name(HostNotify n) {
+        return n >= 0 && n < _HOST_NOTIFY_MAX ? notify_transport_names[n] : NULL;
+}
+
 /* The files and directories probed on every call, below cfg->root. */
 typedef enum HostFile {
         HOST_FILE_KVM,
@@ -108,6 +138,7 @@ struct HostProbe {
         char *ovmf_code;             /* as configured; NULL when none */
         char *ovmf_code_text;        /* the same, made valid UTF-8 for JSON and messages */
         HostAccel accel;
+        HostNotify notify;
 
         ToolState tools[_HOST_TOOL_MAX];
 
@@ -696,11 +727,13 @@ int host_probe_new(HostProbe **ret, const HostProbeConfig *cfg) {
         assert_return(ret, -EINVAL);
         assert_return(cfg, -EINVAL);
         assert_return(cfg->accel >= 0 && cfg->accel < _HOST_ACCEL_MAX, -EINVAL);
+        assert_return(cfg->notify >= 0 && cfg->notify < _HOST_NOTIFY_MAX, -EINVAL);
 
         p = calloc(1, sizeof(*p));
         if (!p)
                 return -ENOMEM;
         p->accel = cfg->accel;
+        p->notify = cfg->notify;
 
         if (cfg->root) {
                 root_len = strlen(cfg->root);
@@ -797,6 +830,62 @@ HostAccel host_probe_accel(HostProbe *p, const char **ret_reason) {
 
         DeviceState kvm = probe_device(p, HOST_FILE_KVM);
         AccelDecision d = decide_accel(p, &kvm);
+        if (ret_reason)
+                *ret_reason = d.reason;
+        return d.selected;
+}
+
+typedef struct NotifyDecision {
+        HostNotify selected;
+        const char *reason;
+        bool have_device, have_helper;
+} NotifyDecision;
+
+static int decide_notify(const HostProbe *p, const DeviceState *vsock, NotifyDecision *ret) {
+        _cleanup_free_ char *helper = NULL;
+        int r;
+
+        /* one PATH lookup answers both which transport auto takes and whether a requested one is there */
+        r = find_executable(p->path, VHOST_DEVICE_VSOCK, &helper);
+        if (r == -ENOMEM)
+                return r;
+        *ret = (NotifyDecision){ .have_device = vsock->accessible, .have_helper = r >= 0 };
+        switch (p->notify) {
+        case HOST_NOTIFY_VHOST:
+                ret->selected = HOST_NOTIFY_VHOST;
+                ret->reason = HOST_NOTIFY_REASON_REQUESTED_VHOST;
+                break;
+        case HOST_NOTIFY_VHOST_USER:
+                ret->selected = HOST_NOTIFY_VHOST_USER;
+                ret->reason = HOST_NOTIFY_REASON_REQUESTED_VHOST_USER;
+                break;
+        case HOST_NOTIFY_NONE:
+                ret->selected = HOST_NOTIFY_NONE;
+                ret->reason = HOST_NOTIFY_REASON_REQUESTED_NONE;
+                break;
+        default:
+                ret->selected = ret->have_device ? HOST_NOTIFY_VHOST :
+                        ret->have_helper         ? HOST_NOTIFY_VHOST_USER :
+                                                   HOST_NOTIFY_NONE;
+                ret->reason = ret->have_device ? HOST_NOTIFY_REASON_VHOST :
+                        ret->have_helper       ? HOST_NOTIFY_REASON_VHOST_USER :
+                                                 HOST_NOTIFY_REASON_NONE;
+        }
+        return 0;
+}
+
+HostNotify host_probe_notify(HostProbe *p, const char **ret_reason) {
+        NotifyDecision d;
+
+        assert_return(p, _HOST_NOTIFY_INVALID);
+
+        DeviceState vsock = probe_device(p, HOST_FILE_VSOCK);
+        if (decide_notify(p, &vsock, &d) < 0) {
+                /* out of memory for a path: the transport that needs no lookup */
+                d.selected = p->notify == HOST_NOTIFY_AUTO ? (vsock.accessible ? HOST_NOTIFY_VHOST : HOST_NOTIFY_NONE) :
+                                                             p->notify;
+                d.reason = HOST_NOTIFY_REASON_NONE;
+        }
         if (ret_reason)
                 *ret_reason = d.reason;
         return d.selected;
@@ -981,29 +1070,20 @@ static int build_json(HostProbe *p, json_t *o) {
             put(acc, "reason", json_string(accel.reason)) < 0 || put(o, "accelerator", json_incref(acc)) < 0)
                 return -ENOMEM;
 
-        /* READY=1 reaches the daemon through vhost-device-vsock (vhost-user-vsock); the kernel's
-         * vhost-vsock path is not used yet, even where /dev/vhost-vsock exists. One PATH lookup
-         * answers both that and whether a missing /dev/vhost-vsock matters. */
-        _cleanup_free_ char *vsock_helper = NULL;
-        r = find_executable(p->path, VHOST_DEVICE_VSOCK, &vsock_helper);
-        if (r == -ENOMEM)
+        NotifyDecision notify;
+        r = decide_notify(p, &vsock, &notify);
+        if (r < 0)
                 return r;
-        bool have_vsock_helper = r >= 0;
         {
-                json_auto_t *notify = have_vsock_helper ?
-                        json_pack(
-                                "{s:s,s:s}",
-                                "transport",
-                                "vhost-user-vsock",
-                                "reason",
-                                "READY=1 travels over vhost-user-vsock, served by vhost-device-vsock for each VM") :
-                        json_pack(
-                                "{s:s,s:s}",
-                                "transport",
-                                "none",
-                                "reason",
-                                "vhost-device-vsock is not installed: VMs cannot report READY=1 and end up running");
-                if (!notify || put(o, "notify", json_incref(notify)) < 0)
+                json_auto_t *n = json_pack(
+                        "{s:s,s:s,s:s}",
+                        "transport",
+                        host_notify_transport_name(notify.selected),
+                        "requested",
+                        host_notify_to_string(p->notify),
+                        "reason",
+                        notify.reason);
+                if (!n || put(o, "notify", json_incref(n)) < 0)
                         return -ENOMEM;
         }
 
@@ -1016,7 +1096,14 @@ static int build_json(HostProbe *p, json_t *o) {
         if (accel.pvm_fallback && add_missing(missing, HOST_PROBE_MISSING_KVM_PVM) < 0)
                 return -ENOMEM;
         /* With vhost-device-vsock, VMs get vsock through vhost-user instead (DESIGN §2). */
-        if (!vsock.accessible && !have_vsock_helper && add_missing(missing, HOST_PROBE_MISSING_VSOCK) < 0)
+        if (p->notify == HOST_NOTIFY_AUTO && !notify.have_device && !notify.have_helper &&
+            add_missing(missing, HOST_PROBE_MISSING_VSOCK) < 0)
+                return -ENOMEM;
+        if (p->notify == HOST_NOTIFY_VHOST && !notify.have_device &&
+            add_missing(missing, HOST_PROBE_MISSING_VHOST_VSOCK) < 0)
+                return -ENOMEM;
+        if (p->notify == HOST_NOTIFY_VHOST_USER && !notify.have_helper &&
+            add_missing(missing, HOST_PROBE_MISSING_VSOCK_HELPER) < 0)
                 return -ENOMEM;
         if (!p->tools[HOST_TOOL_QEMU].found && add_missing(missing, host_tools[HOST_TOOL_QEMU].binary) < 0)
                 return -ENOMEM;

@@ -33,9 +33,28 @@ typedef enum HostAccel {
 const char *host_accel_to_string(HostAccel a) _const_;
 HostAccel host_accel_from_string(const char *s) _pure_;
 
+/* How a guest's READY=1 reaches the daemon (DESIGN §2 "READY=1"): the kernel's vhost-vsock with one
+ * AF_VSOCK listener routing by CID, vhost-user-vsock served by one vhost-device-vsock per VM, or not
+ * at all (VMs then end up running, never ready). */
+typedef enum HostNotify {
+        HOST_NOTIFY_AUTO,
+        HOST_NOTIFY_VHOST,
+        HOST_NOTIFY_VHOST_USER,
+        HOST_NOTIFY_NONE,
+        _HOST_NOTIFY_MAX,
+        _HOST_NOTIFY_INVALID = -EINVAL,
+} HostNotify;
+
+/* The --vsock values: "auto", "vhost", "vhost-user", "none". */
+const char *host_notify_to_string(HostNotify n) _const_;
+HostNotify host_notify_from_string(const char *s) _pure_;
+/* The transport as get_host names it: "vhost-vsock", "vhost-user-vsock", "none". */
+const char *host_notify_transport_name(HostNotify n) _const_;
+
 typedef struct HostProbeConfig {
         const char *ovmf_code; /* configured firmware code image (may not exist); used as is, not under root */
         HostAccel accel;       /* the --accel flag */
+        HostNotify notify;     /* the --vsock flag */
         const char *root;      /* test hook: prefix for /dev, /proc, /sys, /run paths; NULL = "/" */
         const char *path; /* test hook: $PATH to find the tools in; NULL = the process's, else a default */
 } HostProbeConfig;
@@ -60,7 +79,7 @@ DEFINE_TRIVIAL_CLEANUP_FUNC(HostProbe *, host_probe_free);
  *   ovmfCode? (only when it was a readable regular file at start-up),
  *   firmware? {sha256, package?, version?, error?} (present exactly when ovmfCode is),
  *   storageProviders [..] (non-directory entries of /run/systemd/io.systemd.StorageProvider, sorted),
- *   accelerator {selected, requested, reason}, ready, missing? [..].
+ *   accelerator {selected, requested, reason}, notify {transport, requested, reason}, ready, missing? [..].
  * Devices (opened O_RDWR, then closed), /proc and /sys facts are re-read on every call; tool versions
  * and the firmware are the start-up probe's.
  *
@@ -75,7 +94,9 @@ DEFINE_TRIVIAL_CLEANUP_FUNC(HostProbe *, host_probe_free);
  * count):
  *   HOST_PROBE_MISSING_KVM        the selected accelerator is kvm and /dev/kvm cannot be opened
  *   HOST_PROBE_MISSING_KVM_PVM    --accel=auto fell back to TCG because /dev/kvm is PVM (kvm_pvm)
- *   HOST_PROBE_MISSING_VSOCK      /dev/vhost-vsock cannot be opened and vhost-device-vsock is not on
+ *   HOST_PROBE_MISSING_VHOST_VSOCK   --vsock=vhost and /dev/vhost-vsock cannot be opened
+ *   HOST_PROBE_MISSING_VSOCK_HELPER  --vsock=vhost-user and vhost-device-vsock is not on $PATH
+ *   HOST_PROBE_MISSING_VSOCK      --vsock=auto, /dev/vhost-vsock cannot be opened and vhost-device-vsock is not on
  *                                 $PATH (with it on $PATH, the vhost-user-vsock fallback covers the need,
  *                                 and vhostVsock still says accessible=false)
  *   "qemu-system-x86_64"          not found (see above)
@@ -87,6 +108,8 @@ json_t *host_probe_to_json(HostProbe *p);
 #define HOST_PROBE_MISSING_KVM "/dev/kvm"
 #define HOST_PROBE_MISSING_KVM_PVM "/dev/kvm: KVM cannot run standard guests here (PVM); VMs use TCG"
 #define HOST_PROBE_MISSING_VSOCK "/dev/vhost-vsock: vhost-user-vsock fallback needs vhost-device-vsock"
+#define HOST_PROBE_MISSING_VHOST_VSOCK "/dev/vhost-vsock (requested with --vsock=vhost)"
+#define HOST_PROBE_MISSING_VSOCK_HELPER "vhost-device-vsock (requested with --vsock=vhost-user)"
 
 /* The accelerator VMs will use, and why, as a static sentence (*ret_reason, optional):
  *   --accel=kvm: HOST_ACCEL_KVM, always (a /dev/kvm that cannot be opened shows up in "missing");
@@ -117,6 +140,24 @@ json_t *host_probe_to_json(HostProbe *p);
         "/dev/kvm has no hardware backend (neither kvm_intel nor kvm_amd is loaded), so VMs run under TCG, " \
         "much slower."
 HostAccel host_probe_accel(HostProbe *p, const char **ret_reason);
+
+/* The READY=1 transport the next VM start uses, and why, as a static sentence (*ret_reason, optional):
+ *   --vsock=vhost, vhost-user or none: that one (a missing device or helper shows up in "missing");
+ *   --vsock=auto: vhost where /dev/vhost-vsock opens, else vhost-user where vhost-device-vsock is on
+ *                 $PATH, else none.
+ * Never returns HOST_NOTIFY_AUTO. Re-reads /dev and $PATH on every call. */
+#define HOST_NOTIFY_REASON_VHOST "READY=1 travels over the kernel's vhost-vsock (/dev/vhost-vsock), routed by CID."
+#define HOST_NOTIFY_REASON_VHOST_USER \
+        "READY=1 travels over vhost-user-vsock, served by vhost-device-vsock for each VM."
+#define HOST_NOTIFY_REASON_NONE \
+        "Neither /dev/vhost-vsock nor vhost-device-vsock is available: VMs cannot report READY=1 and end up running."
+#define HOST_NOTIFY_REASON_REQUESTED_VHOST \
+        "vhost-vsock was requested with --vsock=vhost; READY=1 travels over /dev/vhost-vsock, routed by CID."
+#define HOST_NOTIFY_REASON_REQUESTED_VHOST_USER \
+        "vhost-user-vsock was requested with --vsock=vhost-user; vhost-device-vsock serves each VM."
+#define HOST_NOTIFY_REASON_REQUESTED_NONE \
+        "READY=1 is off (--vsock=none): VMs get no vsock device and end up running, never ready."
+HostNotify host_probe_notify(HostProbe *p, const char **ret_reason);
 
 /* The firmware build line for logs, borrowed (valid until host_probe_free()):
  *   "sha256 <hex> (package <pkg> <version>)", or, when dpkg does not know the file,

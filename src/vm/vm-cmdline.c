@@ -21,6 +21,7 @@ static const char *const accel_names[_VM_ACCEL_MAX] = {
 static const char *const vsock_names[_VM_VSOCK_MAX] = {
         [VM_VSOCK_VHOST] = "vhost",
         [VM_VSOCK_VHOST_USER] = "vhost-user",
+        [VM_VSOCK_NONE] = "none",
 };
 
 static int table_lookup(const char *const *table, int n, const char *s) {
@@ -495,6 +496,8 @@ static int build_network(Argv *a, const VmCmdlineSpec *spec) {
 static int build_vsock(Argv *a, const VmCmdlineSpec *spec) {
         int r;
 
+        if (spec->vsock == VM_VSOCK_NONE)
+                return 0;
         if (spec->vsock == VM_VSOCK_VHOST)
                 return argv_optionf(a, "-device", "vhost-vsock-pci,id=vsock0,guest-cid=%" PRIu32, spec->cid);
 

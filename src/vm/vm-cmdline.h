@@ -42,6 +42,7 @@ typedef enum VmAccel {
 typedef enum VmVsock {
         VM_VSOCK_VHOST,      /* vhost-vsock-pci with guest-cid=<cid>; needs /dev/vhost-vsock */
         VM_VSOCK_VHOST_USER, /* vhost-user-vsock-pci on vhost-device-vsock's socket; needs shared memfd RAM */
+        VM_VSOCK_NONE,       /* no vsock device: the guest cannot report READY=1 */
         _VM_VSOCK_MAX,
         _VM_VSOCK_INVALID = -EINVAL,
 } VmVsock;

@@ -6,7 +6,8 @@ seconds instead of a TCG boot:
   * an installer that exits non-zero: failed, "installer exited: exit status 3" and the console;
   * a QEMU whose monitor never answers: create_vm fails after 10 s and leaves nothing behind;
   * system_powerdown answered with an error: stop_vm goes straight to SIGTERM;
-  * a QEMU that ignores ACPI and SIGTERM: SIGTERM after --stop-timeout, SIGKILL 5 s later.
+  * a QEMU that ignores ACPI and SIGTERM: SIGTERM after --stop-timeout, SIGKILL 5 s later;
+  * --vsock vhost and none: the device QEMU gets, and no vhost-device-vsock.
 """
 
 import os
@@ -101,5 +102,38 @@ def test_stop_paths(work):
               "a guest that ignores ACPI and SIGTERM: SIGKILL 5 s after the 1s stop timeout")
 
 
+def vsock_case(work, mode, want_device):
+    d, port = daemon(work, "vsock-" + mode, "", "--vsock", mode)
+    status, host = api(port, "GET", "/host")
+    transport = {"vhost": "vhost-vsock", "none": "none"}[mode]
+    tap.result(status == 200 and host["notify"]["transport"] == transport and host["notify"]["requested"] == mode,
+               "--vsock %s: get_host says the transport is %s" % (mode, transport), repr(host.get("notify")))
+    status, vm = api(port, "POST", "/vms", dict(CREATE, name="v-" + mode, wait_for="none"))
+    if status != 201:
+        tap.result(False, "--vsock %s: create_vm" % mode, repr(vm)[:300])
+        d.stop(signal.SIGTERM, timeout=30)
+        return
+    vmdir = os.path.join(work, "s-vsock-" + mode, "vms", vm["id"])
+    with open(os.path.join(vmdir, "qemu.argv.json")) as f:
+        argv = json.load(f)
+    with open(os.path.join(vmdir, "vm.json")) as f:
+        rec = json.load(f)
+    devices = [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "-device"]
+    vsock = [x for x in devices if "vsock" in x]
+    want = [want_device % rec["cid"]] if want_device else []
+    tap.result(vsock == want and not any("memory-backend-memfd" in a for a in argv),
+               "--vsock %s: QEMU gets %s and plain guest RAM" % (mode, want or "no vsock device"), repr(vsock))
+    tap.result(rec.get("vsock") == mode and "vsock" not in rec.get("processes", {})
+               and not os.path.exists(os.path.join(vmdir, "vsock.log")),
+               "--vsock %s: no vhost-device-vsock, and vm.json records the transport" % mode,
+               repr({k: rec.get(k) for k in ("vsock", "processes")}))
+    d.stop(signal.SIGTERM, timeout=30)
+
+
+def test_vsock_modes(work):
+    vsock_case(work, "vhost", "vhost-vsock-pci,id=vsock0,guest-cid=%d")
+    vsock_case(work, "none", None)
+
+
 if __name__ == "__main__":
-    sys.exit(run([test_installer_fails, test_qmp_silent, test_stop_paths], 300, "vmm-err-"))
+    sys.exit(run([test_installer_fails, test_qmp_silent, test_stop_paths, test_vsock_modes], 300, "vmm-err-"))

@@ -125,11 +125,12 @@ static void good_host(Fixture *f) {
         put(f->base, "OVMF_CODE.fd", "abc", 0644);
 }
 
-static HostProbe *probe(Fixture *f, HostAccel accel) {
+static HostProbe *probe_notify(Fixture *f, HostAccel accel, HostNotify notify) {
         HostProbe *p = NULL;
         HostProbeConfig cfg = {
                 .ovmf_code = f->fw,
                 .accel = accel,
+                .notify = notify,
                 .root = f->root,
                 .path = f->bin,
         };
@@ -137,6 +138,10 @@ static HostProbe *probe(Fixture *f, HostAccel accel) {
         assert_ok(host_probe_new(&p, &cfg));
         assert_non_null(p);
         return p;
+}
+
+static HostProbe *probe(Fixture *f, HostAccel accel) {
+        return probe_notify(f, accel, HOST_NOTIFY_AUTO);
 }
 
 /* The keys of o, comma-separated, in order. */
@@ -267,7 +272,12 @@ static void test_ready_host(void **state) {
         assert_string_equal(str(o, "accelerator", "selected"), "kvm");
         assert_string_equal(str(o, "accelerator", "requested"), "auto");
         assert_string_equal(str(o, "accelerator", "reason"), HOST_ACCEL_REASON_KVM_INTEL);
-        assert_keys(json_object_get(o, "notify"), "transport,reason");
+        assert_keys(json_object_get(o, "notify"), "transport,requested,reason");
+        /* /dev/vhost-vsock opens: the kernel's transport, routed by CID */
+        assert_string_equal(str(o, "notify", "transport"), "vhost-vsock");
+        assert_string_equal(str(o, "notify", "requested"), "auto");
+        assert_int_equal(host_probe_notify(p, &reason), HOST_NOTIFY_VHOST);
+        assert_string_equal(reason, HOST_NOTIFY_REASON_VHOST);
         assert_int_equal(host_probe_accel(p, &reason), HOST_ACCEL_KVM);
         assert_string_equal(reason, HOST_ACCEL_REASON_KVM_INTEL);
 
@@ -456,6 +466,43 @@ static void test_vhost_user_vsock_fallback(void **state) {
         assert_string_equal(str(o, "notify", "transport"), "vhost-user-vsock");
 }
 
+/* --vsock forces a transport; one that cannot work here is named in "missing". */
+static void test_forced_notify(void **state) {
+        Fixture *f = *state;
+        const char *reason = NULL;
+
+        good_host(f);
+        rm_in(f->root, "dev/vhost-vsock");
+        {
+                _cleanup_(host_probe_freep) HostProbe *p = probe_notify(f, HOST_ACCEL_AUTO, HOST_NOTIFY_VHOST);
+                json_auto_t *o = host_probe_to_json(p);
+                assert_string_equal(str(o, "notify", "transport"), "vhost-vsock");
+                assert_string_equal(str(o, "notify", "requested"), "vhost");
+                assert_missing(o, HOST_PROBE_MISSING_VHOST_VSOCK);
+                assert_int_equal(host_probe_notify(p, &reason), HOST_NOTIFY_VHOST);
+                assert_string_equal(reason, HOST_NOTIFY_REASON_REQUESTED_VHOST);
+        }
+        {
+                _cleanup_(host_probe_freep) HostProbe *p = probe_notify(f, HOST_ACCEL_AUTO, HOST_NOTIFY_VHOST_USER);
+                json_auto_t *o = host_probe_to_json(p);
+                assert_string_equal(str(o, "notify", "transport"), "vhost-user-vsock");
+                assert_missing(o, HOST_PROBE_MISSING_VSOCK_HELPER);
+        }
+        {
+                /* none is never missing anything: the VMs just end up running */
+                _cleanup_(host_probe_freep) HostProbe *p = probe_notify(f, HOST_ACCEL_AUTO, HOST_NOTIFY_NONE);
+                json_auto_t *o = host_probe_to_json(p);
+                assert_string_equal(str(o, "notify", "transport"), "none");
+                assert_string_equal(str(o, "notify", "reason"), HOST_NOTIFY_REASON_REQUESTED_NONE);
+                assert_true(json_is_true(json_object_get(o, "ready")));
+        }
+
+        assert_int_equal(host_notify_from_string("vhost-user"), HOST_NOTIFY_VHOST_USER);
+        assert_int_equal(host_notify_from_string("vsock"), _HOST_NOTIFY_INVALID);
+        assert_string_equal(host_notify_transport_name(HOST_NOTIFY_VHOST), "vhost-vsock");
+        assert_null(host_notify_to_string(_HOST_NOTIFY_MAX));
+}
+
 static void test_tool_failures(void **state) {
         Fixture *f = *state;
 
@@ -605,6 +652,7 @@ int main(void) {
                 cmocka_unit_test_setup_teardown(test_missing_order, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_no_firmware_configured, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_vhost_user_vsock_fallback, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_forced_notify, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_tool_failures, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_tool_large_output, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_tool_timeout, setup, teardown),

@@ -203,6 +203,20 @@ static void test_golden_boot_kvm_vhost(void **state) {
         check_spec_golden("boot-kvm-vhost", &spec);
 }
 
+/* The kernel's vhost-vsock under TCG: a CID, and plain guest RAM (no shared memfd backend). */
+static void test_golden_boot_tcg_vhost(void **state) {
+        VmCmdlineSpec spec = spec_new(VM_PHASE_BOOT, VM_ACCEL_TCG, VM_VSOCK_VHOST);
+
+        check_spec_golden("boot-tcg-vhost", &spec);
+}
+
+/* --vsock=none: no vsock device at all, plain guest RAM. */
+static void test_golden_boot_tcg_no_vsock(void **state) {
+        VmCmdlineSpec spec = spec_new(VM_PHASE_BOOT, VM_ACCEL_TCG, VM_VSOCK_NONE);
+
+        check_spec_golden("boot-tcg-no-vsock", &spec);
+}
+
 static void test_golden_commas(void **state) {
         static const VmCredential credentials[] = {
                 { "firstboot.hostname", "node-1" },
@@ -279,6 +293,7 @@ static void test_enum_strings(void **state) {
         assert_string_equal(vm_phase_to_string(VM_PHASE_INSTALL), "install");
         assert_string_equal(vm_accel_to_string(VM_ACCEL_TCG), "tcg");
         assert_string_equal(vm_vsock_to_string(VM_VSOCK_VHOST_USER), "vhost-user");
+        assert_string_equal(vm_vsock_to_string(VM_VSOCK_NONE), "none");
 
         assert_int_equal(vm_phase_from_string("installed"), _VM_PHASE_INVALID);
         assert_int_equal(vm_accel_from_string("auto"), _VM_ACCEL_INVALID);
@@ -633,6 +648,8 @@ int main(void) {
                 cmocka_unit_test(test_golden_install_tcg_vhost_user),
                 cmocka_unit_test(test_golden_boot_tcg_vhost_user_firstboot),
                 cmocka_unit_test(test_golden_boot_kvm_vhost),
+                cmocka_unit_test(test_golden_boot_tcg_vhost),
+                cmocka_unit_test(test_golden_boot_tcg_no_vsock),
                 cmocka_unit_test(test_golden_commas),
                 cmocka_unit_test(test_golden_swtpm),
                 cmocka_unit_test(test_golden_vhost_device_vsock),
