@@ -2,6 +2,7 @@
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <fcntl.h>
+#include <linux/vm_sockets.h>
 #include <openssl/evp.h>
 #include <openssl/pem.h>
 #include <poll.h>
@@ -12,7 +13,6 @@
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <linux/vm_sockets.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
@@ -1419,7 +1419,8 @@ static int on_probe(sd_event_source *s, usec_t usec, void *userdata) {
         }
 
         if (v->swtpm_up && vsock_up) {
-                if (v->phase == VM_PHASE_BOOT && v->vsock == VM_VSOCK_VHOST_USER && (r = notify_listen(v)) < 0) {
+                if (v->phase == VM_PHASE_BOOT && v->vsock == VM_VSOCK_VHOST_USER &&
+                    (r = notify_listen(v)) < 0) {
                         start_fail(v, r, "failed to listen for READY=1");
                         return 0;
                 }

@@ -882,8 +882,9 @@ HostNotify host_probe_notify(HostProbe *p, const char **ret_reason) {
         DeviceState vsock = probe_device(p, HOST_FILE_VSOCK);
         if (decide_notify(p, &vsock, &d) < 0) {
                 /* out of memory for a path: the transport that needs no lookup */
-                d.selected = p->notify == HOST_NOTIFY_AUTO ? (vsock.accessible ? HOST_NOTIFY_VHOST : HOST_NOTIFY_NONE) :
-                                                             p->notify;
+                d.selected = p->notify == HOST_NOTIFY_AUTO ?
+                        (vsock.accessible ? HOST_NOTIFY_VHOST : HOST_NOTIFY_NONE) :
+                        p->notify;
                 d.reason = HOST_NOTIFY_REASON_NONE;
         }
         if (ret_reason)

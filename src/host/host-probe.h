@@ -96,12 +96,10 @@ DEFINE_TRIVIAL_CLEANUP_FUNC(HostProbe *, host_probe_free);
  *   HOST_PROBE_MISSING_KVM_PVM    --accel=auto fell back to TCG because /dev/kvm is PVM (kvm_pvm)
  *   HOST_PROBE_MISSING_VHOST_VSOCK   --vsock=vhost and /dev/vhost-vsock cannot be opened
  *   HOST_PROBE_MISSING_VSOCK_HELPER  --vsock=vhost-user and vhost-device-vsock is not on $PATH
- *   HOST_PROBE_MISSING_VSOCK      --vsock=auto, /dev/vhost-vsock cannot be opened and vhost-device-vsock is not on
- *                                 $PATH (with it on $PATH, the vhost-user-vsock fallback covers the need,
- *                                 and vhostVsock still says accessible=false)
- *   "qemu-system-x86_64"          not found (see above)
- *   "swtpm"                       not found
- *   "OVMF code image <path>"      the firmware code image was not a readable regular file at start-up
+ *   HOST_PROBE_MISSING_VSOCK      --vsock=auto, /dev/vhost-vsock cannot be opened and vhost-device-vsock is
+ * not on $PATH (with it on $PATH, the vhost-user-vsock fallback covers the need, and vhostVsock still says
+ * accessible=false) "qemu-system-x86_64"          not found (see above) "swtpm"                       not
+ * found "OVMF code image <path>"      the firmware code image was not a readable regular file at start-up
  *                                 ("OVMF code image" alone when none is configured) */
 json_t *host_probe_to_json(HostProbe *p);
 
@@ -146,7 +144,8 @@ HostAccel host_probe_accel(HostProbe *p, const char **ret_reason);
  *   --vsock=auto: vhost where /dev/vhost-vsock opens, else vhost-user where vhost-device-vsock is on
  *                 $PATH, else none.
  * Never returns HOST_NOTIFY_AUTO. Re-reads /dev and $PATH on every call. */
-#define HOST_NOTIFY_REASON_VHOST "READY=1 travels over the kernel's vhost-vsock (/dev/vhost-vsock), routed by CID."
+#define HOST_NOTIFY_REASON_VHOST \
+        "READY=1 travels over the kernel's vhost-vsock (/dev/vhost-vsock), routed by CID."
 #define HOST_NOTIFY_REASON_VHOST_USER \
         "READY=1 travels over vhost-user-vsock, served by vhost-device-vsock for each VM."
 #define HOST_NOTIFY_REASON_NONE \

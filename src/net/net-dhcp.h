@@ -5,9 +5,9 @@
  * to port 67) in, the reply payload out. Leases are static, looked up by MAC: a MAC without a lease
  * gets no answer at all. No I/O and no state: the switch wraps the reply into UDP/IPv4/Ethernet. */
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <stdbool.h>
 #include <sys/types.h>
 
 #include "net-packet.h"
@@ -15,10 +15,10 @@
 #define NET_DHCP_REPLY_MAX 576 /* every reply fits in the minimum datagram a client must accept */
 
 typedef struct NetDhcpConfig {
-        uint32_t server;  /* the gateway: server identifier (54), router (3) and DNS server (6) */
-        uint32_t netmask; /* option 1 */
-        uint16_t mtu;     /* option 26 */
-        uint32_t lease_seconds; /* option 51; renewal (58) at 1/2, rebinding (59) at 7/8 */
+        uint32_t server;           /* the gateway: server identifier (54), router (3) and DNS server (6) */
+        uint32_t netmask;          /* option 1 */
+        uint16_t mtu;              /* option 26 */
+        uint32_t lease_seconds;    /* option 51; renewal (58) at 1/2, rebinding (59) at 7/8 */
         const char *search_domain; /* option 119 (RFC 3397 encoding, uncompressed), NULL or "" for none */
 } NetDhcpConfig;
 
@@ -52,11 +52,11 @@ typedef struct NetDhcpReply {
  * that are not a well-formed DHCP message (short, no magic cookie, an option running past the end,
  * no message type). -ENOBUFS when reply_size < NET_DHCP_REPLY_MAX. */
 ssize_t net_dhcp_handle(
-                const NetDhcpConfig *config,
-                NetDhcpLookup lookup,
-                void *userdata,
-                const uint8_t *request,
-                size_t len,
-                uint8_t *reply,
-                size_t reply_size,
-                NetDhcpReply *info);
+        const NetDhcpConfig *config,
+        NetDhcpLookup lookup,
+        void *userdata,
+        const uint8_t *request,
+        size_t len,
+        uint8_t *reply,
+        size_t reply_size,
+        NetDhcpReply *info);

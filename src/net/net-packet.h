@@ -41,10 +41,10 @@ typedef struct NetFrame {
         bool is_ipv4;
         uint32_t ip_src, ip_dst;
         uint8_t ip_proto;
-        bool ip_fragment;  /* MF set or a non-zero offset: L4 fields are unset on every fragment */
-        size_t l3_offset;  /* offset of the IPv4 header in the frame */
-        size_t l4_offset;  /* offset of the L4 header */
-        size_t l4_length;  /* from the IPv4 total length, not the frame size (padding ignored) */
+        bool ip_fragment; /* MF set or a non-zero offset: L4 fields are unset on every fragment */
+        size_t l3_offset; /* offset of the IPv4 header in the frame */
+        size_t l4_offset; /* offset of the L4 header */
+        size_t l4_length; /* from the IPv4 total length, not the frame size (padding ignored) */
 
         /* UDP or TCP on an unfragmented datagram whose L4 header fits, else zero; host byte order */
         bool has_ports;
@@ -59,7 +59,7 @@ int net_frame_parse(const uint8_t *frame, size_t len, NetFrame *ret);
 
 /* The facts the ingress filter needs, per network and per port. */
 typedef struct NetNetworkPolicy {
-        uint32_t network;    /* network address, the IMDS proxy address guests must never reach */
+        uint32_t network; /* network address, the IMDS proxy address guests must never reach */
         uint32_t netmask;
         uint32_t gateway;
         uint32_t host_alias; /* broadcast - 1 */
@@ -75,14 +75,14 @@ typedef struct NetPortPolicy {
 typedef enum NetVerdict {
         NET_PASS,
         NET_DROP_MALFORMED,
-        NET_DROP_SPOOFED_MAC,     /* Ethernet source (or ARP sender hardware address) not the port's */
-        NET_DROP_SPOOFED_IP,      /* IPv4/ARP source not the lease (0.0.0.0 only for DHCP to port 67) */
+        NET_DROP_SPOOFED_MAC, /* Ethernet source (or ARP sender hardware address) not the port's */
+        NET_DROP_SPOOFED_IP,  /* IPv4/ARP source not the lease (0.0.0.0 only for DHCP to port 67) */
         NET_DROP_IPV6,
-        NET_DROP_ETHERTYPE,       /* neither IPv4 nor ARP */
-        NET_DROP_FORBIDDEN_DEST,  /* 127/8, 0/8, 224/4, 240/4 (but the limited broadcast for DHCP),
-                                   * the network address, 169.254/16 but the IMDS */
-        NET_DROP_IMDS_DISABLED,   /* 169.254.169.254 on a network without IMDS */
-        NET_DROP_HOST_ALIAS,      /* the host alias while it is not enabled */
+        NET_DROP_ETHERTYPE,      /* neither IPv4 nor ARP */
+        NET_DROP_FORBIDDEN_DEST, /* 127/8, 0/8, 224/4, 240/4 (but the limited broadcast for DHCP),
+                                  * the network address, 169.254/16 but the IMDS */
+        NET_DROP_IMDS_DISABLED,  /* 169.254.169.254 on a network without IMDS */
+        NET_DROP_HOST_ALIAS,     /* the host alias while it is not enabled */
         _NET_VERDICT_MAX,
 } NetVerdict;
 
@@ -102,27 +102,27 @@ bool net_imds_rewrite_to_guest(uint8_t *frame, size_t len, const NetFrame *f, ui
 /* Builds an ARP frame (NET_ARP_FRAME_LEN bytes) into out. A reply goes from sha/spa to tha/tpa;
  * a request is broadcast, asking who has tpa. */
 void net_arp_build_reply(
-                uint8_t out[NET_ARP_FRAME_LEN],
-                const uint8_t sha[NET_ETH_ALEN],
-                uint32_t spa,
-                const uint8_t tha[NET_ETH_ALEN],
-                uint32_t tpa);
+        uint8_t out[NET_ARP_FRAME_LEN],
+        const uint8_t sha[NET_ETH_ALEN],
+        uint32_t spa,
+        const uint8_t tha[NET_ETH_ALEN],
+        uint32_t tpa);
 void net_arp_build_request(
-                uint8_t out[NET_ARP_FRAME_LEN], const uint8_t sha[NET_ETH_ALEN], uint32_t spa, uint32_t tpa);
+        uint8_t out[NET_ARP_FRAME_LEN], const uint8_t sha[NET_ETH_ALEN], uint32_t spa, uint32_t tpa);
 
 /* Builds Ethernet + IPv4 (TTL 64, DF clear, no options) + UDP around payload, both checksums set.
  * Returns the frame length, or -ENOBUFS when out is too small. */
 int net_udp_build(
-                uint8_t *out,
-                size_t size,
-                const uint8_t dst_mac[NET_ETH_ALEN],
-                const uint8_t src_mac[NET_ETH_ALEN],
-                uint32_t src_ip,
-                uint32_t dst_ip,
-                uint16_t sport,
-                uint16_t dport,
-                const uint8_t *payload,
-                size_t payload_len);
+        uint8_t *out,
+        size_t size,
+        const uint8_t dst_mac[NET_ETH_ALEN],
+        const uint8_t src_mac[NET_ETH_ALEN],
+        uint32_t src_ip,
+        uint32_t dst_ip,
+        uint16_t sport,
+        uint16_t dport,
+        const uint8_t *payload,
+        size_t payload_len);
 
 /* The Internet checksum (RFC 1071) of data, folded, not inverted, starting from sum. */
 uint32_t net_checksum_add(uint32_t sum, const void *data, size_t len);

@@ -26,7 +26,8 @@ typedef struct NetSlirpConfig {
  * call back into this NetSlirp synchronously: use net_slirp_input_later() for that. */
 typedef void (*NetSlirpOutput)(const uint8_t *frame, size_t len, void *userdata);
 
-int net_slirp_new(sd_event *e, const NetSlirpConfig *config, NetSlirpOutput output, void *userdata, NetSlirp **ret);
+int net_slirp_new(
+        sd_event *e, const NetSlirpConfig *config, NetSlirpOutput output, void *userdata, NetSlirp **ret);
 NetSlirp *net_slirp_free(NetSlirp *s);
 
 /* Hands a frame to slirp at once. */

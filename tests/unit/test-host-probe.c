@@ -483,7 +483,8 @@ static void test_forced_notify(void **state) {
                 assert_string_equal(reason, HOST_NOTIFY_REASON_REQUESTED_VHOST);
         }
         {
-                _cleanup_(host_probe_freep) HostProbe *p = probe_notify(f, HOST_ACCEL_AUTO, HOST_NOTIFY_VHOST_USER);
+                _cleanup_(host_probe_freep)
+                        HostProbe *p = probe_notify(f, HOST_ACCEL_AUTO, HOST_NOTIFY_VHOST_USER);
                 json_auto_t *o = host_probe_to_json(p);
                 assert_string_equal(str(o, "notify", "transport"), "vhost-user-vsock");
                 assert_missing(o, HOST_PROBE_MISSING_VSOCK_HELPER);
