@@ -106,6 +106,8 @@ typedef struct TestPacket {
         uint8_t proto; /* 0: TCP */
         uint16_t sport, dport;
         uint8_t tcp_flags;
+        uint16_t tcp_urgent;
+        uint16_t ip_id;
         uint16_t frag;      /* flags and fragment offset */
         size_t ip_options;  /* bytes, a multiple of 4 */
         size_t tcp_options; /* bytes, a multiple of 4 */
@@ -155,7 +157,7 @@ static size_t build_packet(uint8_t *buf, size_t size, const TestPacket *p) {
 
         ip[0] = (uint8_t) (0x40 | hlen / 4);
         put16(ip + 2, (uint16_t) total);
-        put16(ip + 4, 0x1234);
+        put16(ip + 4, p->ip_id);
         put16(ip + 6, p->frag);
         ip[8] = 64;
         ip[9] = proto;
@@ -179,6 +181,7 @@ static size_t build_packet(uint8_t *buf, size_t size, const TestPacket *p) {
                 l4[12] = (uint8_t) (l4hlen / 4 << 4);
                 l4[13] = p->tcp_flags;
                 put16(l4 + 14, 0xfaf0);
+                put16(l4 + 18, p->tcp_urgent);
                 for (size_t i = 20; i < l4hlen; i++)
                         l4[i] = 1;
                 put16(l4 + 16,
@@ -854,6 +857,62 @@ static void test_imds_rewrite_to_guest(void **state) {
         assert_memory_equal(frame, expected, len);
 }
 
+static void test_imds_rewrite_zero_checksums(void **state) {
+        /* Where a full computation gives a checksum of 0x0000, the incremental update must too, not
+         * its one's complement twin 0xffff (RFC 1624 section 3, why eqn. 3 and not eqn. 2). The IP
+         * ID and the TCP urgent pointer are chosen to bring both sums of the result to 0xffff. */
+        TestPacket proxied = {
+                .src = GUEST,
+                .dst = NETWORK,
+                .sport = 40000,
+                .dport = IMDS_PROXY_PORT,
+                .tcp_flags = TCP_ACK,
+                .payload_len = 3,
+        };
+        TestPacket request;
+        uint8_t frame[128], expected[128];
+        size_t len;
+        NetFrame f;
+
+        len = build_packet(expected, sizeof(expected), &proxied);
+        proxied.ip_id = (uint16_t) (0xffff - (uint16_t) ~be16_at(expected + 24));
+        proxied.tcp_urgent = (uint16_t) (0xffff - (uint16_t) ~be16_at(expected + 50));
+        build_packet(expected, sizeof(expected), &proxied);
+        assert_int_equal(be16_at(expected + 24), 0);
+        assert_int_equal(be16_at(expected + 50), 0);
+
+        request = proxied;
+        request.dst = NET_IMDS_ADDRESS;
+        request.dport = NET_IMDS_PORT;
+        build_packet(frame, sizeof(frame), &request);
+        assert_ok(net_frame_parse(frame, len, &f));
+        assert_true(net_imds_rewrite_to_gateway(frame, len, &f, NETWORK, IMDS_PROXY_PORT));
+        assert_memory_equal(frame, expected, len);
+
+        /* And the reply that comes out with both checksums 0x0000 on the guest's side. */
+        TestPacket reply = {
+                .src = NET_IMDS_ADDRESS,
+                .dst = GUEST,
+                .sport = NET_IMDS_PORT,
+                .dport = 40000,
+                .tcp_flags = TCP_ACK,
+                .payload_len = 6,
+        };
+        len = build_packet(expected, sizeof(expected), &reply);
+        reply.ip_id = (uint16_t) (0xffff - (uint16_t) ~be16_at(expected + 24));
+        reply.tcp_urgent = (uint16_t) (0xffff - (uint16_t) ~be16_at(expected + 50));
+        build_packet(expected, sizeof(expected), &reply);
+        assert_int_equal(be16_at(expected + 24), 0);
+        assert_int_equal(be16_at(expected + 50), 0);
+
+        reply.src = NETWORK;
+        reply.sport = IMDS_PROXY_PORT;
+        build_packet(frame, sizeof(frame), &reply);
+        assert_ok(net_frame_parse(frame, len, &f));
+        assert_true(net_imds_rewrite_to_guest(frame, len, &f, NETWORK, IMDS_PROXY_PORT));
+        assert_memory_equal(frame, expected, len);
+}
+
 static void test_imds_rewrite_not_applicable(void **state) {
         /* Frames the rewrite leaves alone, byte for byte. */
         const TestPacket to_gateway_not[] = {
@@ -1050,6 +1109,7 @@ int main(void) {
                 cmocka_unit_test(test_verdict_to_string),
                 cmocka_unit_test(test_imds_rewrite_round_trip),
                 cmocka_unit_test(test_imds_rewrite_to_guest),
+                cmocka_unit_test(test_imds_rewrite_zero_checksums),
                 cmocka_unit_test(test_imds_rewrite_not_applicable),
                 cmocka_unit_test(test_arp_build),
                 cmocka_unit_test(test_udp_build),
