@@ -43,6 +43,19 @@
         } while (false)
 
 /* Converts a libc "-1 and errno" result into a negative errno. */
+/* The rest of s after prefix, or NULL when s does not start with it. */
+static inline const char *startswith(const char *s, const char *prefix) {
+        size_t n = strlen(prefix);
+        return strncmp(s, prefix, n) == 0 ? s + n : NULL;
+}
+
+static inline size_t strv_length(char *const *l) {
+        size_t n = 0;
+        while (l && l[n])
+                n++;
+        return n;
+}
+
 static inline int negative_errno(void) {
         return errno > 0 ? -errno : -EIO;
 }

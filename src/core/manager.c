@@ -65,6 +65,8 @@ static int notify_port_init(Manager *m, uint32_t wanted) {
         return r;
 }
 
+static int manager_switches_start(Manager *m, ApiError *reterr);
+
 int manager_new(Manager **ret, sd_event *event, const ManagerConfig *cfg, ApiError *reterr) {
         _cleanup_(manager_freep) Manager *m = NULL;
         const char *reason = NULL, *fw;
@@ -124,6 +126,10 @@ int manager_new(Manager **ret, sd_event *event, const ManagerConfig *cfg, ApiErr
         r = network_registry_load(&m->networks, m->state_dir, reterr);
         if (r < 0)
                 return r;
+        /* before the VMs: those still running get their ports back */
+        r = manager_switches_start(m, reterr);
+        if (r < 0)
+                return r;
 
         r = image_catalog_new(&m->images, event, m->image_dir, reterr);
         if (r < 0)
@@ -174,9 +180,74 @@ int manager_new(Manager **ret, sd_event *event, const ManagerConfig *cfg, ApiErr
         r = network_ensure_default(m->networks, cfg->default_network, cfg->network_subnet, reterr);
         if (r < 0)
                 return r;
+        r = manager_switches_start(m, reterr);
+        if (r < 0)
+                return r;
 
         m->detaching = false;
         *ret = TAKE_PTR(m);
+        return 0;
+}
+
+NetSwitch *manager_switch_get(Manager *m, const char *name) {
+        for (size_t i = 0; name && i < m->n_switches; i++)
+                if (streq(m->switches[i].name, name))
+                        return m->switches[i].sw;
+        return NULL;
+}
+
+int manager_switch_start(Manager *m, const Network *n) {
+        _cleanup_(net_switch_freep) NetSwitch *sw = NULL;
+        _cleanup_free_ char *name = NULL;
+        struct ManagerSwitch *a;
+        NetSwitchConfig c = {
+                .network = n->prefix,
+                .netmask = { htonl(n->prefixlen == 0 ? 0 : UINT32_MAX << (32 - n->prefixlen)) },
+                .gateway = network_gateway(n),
+                .host_alias = network_host_alias(n),
+                .host_alias_enabled = n->enable_host_alias,
+                .imds_enabled = n->enable_imds,
+                .search_domain = n->dns_search_domain,
+                .mtu = n->mtu,
+        };
+        int r;
+
+        if (manager_switch_get(m, n->name))
+                return 0;
+        network_mac_for(n->name, c.gateway, c.gateway_mac);
+        r = net_switch_new(m->event, &c, &sw);
+        if (r < 0)
+                return r;
+        name = strdup(n->name);
+        if (!name)
+                return -ENOMEM;
+        a = reallocarray(m->switches, m->n_switches + 1, sizeof(*a));
+        if (!a)
+                return -ENOMEM;
+        m->switches = a;
+        m->switches[m->n_switches++] = (struct ManagerSwitch){ TAKE_PTR(name), TAKE_PTR(sw) };
+        log_debug("Network %s: switch and gateway up.", n->name);
+        return 0;
+}
+
+void manager_switch_stop(Manager *m, const char *name) {
+        for (size_t i = 0; i < m->n_switches; i++)
+                if (streq(m->switches[i].name, name)) {
+                        net_switch_free(m->switches[i].sw);
+                        free(m->switches[i].name);
+                        m->switches[i] = m->switches[--m->n_switches];
+                        return;
+                }
+}
+
+static int manager_switches_start(Manager *m, ApiError *reterr) {
+        for (size_t i = 0; i < network_registry_size(m->networks); i++) {
+                Network *n = network_registry_at(m->networks, i);
+                int r = manager_switch_start(m, n);
+                if (r < 0)
+                        return api_error_set(
+                                reterr, r, API_ERROR_INTERNAL, "starting network %s: %s", n->name, strerror(-r));
+        }
         return 0;
 }
 
@@ -186,6 +257,9 @@ Manager *manager_free(Manager *m) {
         while (m->n_vms > 0)
                 manager_remove_vm(m, m->vms[m->n_vms - 1]);
         free(m->vms);
+        while (m->n_switches > 0)
+                manager_switch_stop(m, m->switches[0].name);
+        free(m->switches);
         sd_event_source_disable_unref(m->vsock_source);
         safe_close(m->vsock_fd);
         vm_unit_manager_free(m->units);

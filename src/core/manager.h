@@ -7,6 +7,7 @@
 #include "cleanup.h"
 #include "host-probe.h"
 #include "image-catalog.h"
+#include "net-switch.h"
 #include "network.h"
 #include "storage.h"
 #include "vm-unit.h"
@@ -71,6 +72,17 @@ typedef struct Manager {
         bool shutting_down;
         bool detaching; /* shutting down with VMs left running */
 
+        /* the metadata server, set by the daemon: takes a connection a VM's guest opened to the IMDS */
+        void (*imds_accept)(void *userdata, Vm *v, int fd);
+        void *imds_userdata;
+
+        /* the data plane: one switch per network record, in no particular order */
+        struct ManagerSwitch {
+                char *name;
+                NetSwitch *sw;
+        } * switches;
+        size_t n_switches;
+
         /* Bumped on every change to a record, so that surfaces can cache what they rendered. */
         uint64_t generation;
 } Manager;
@@ -89,6 +101,12 @@ static inline void manager_touch(Manager *m) {
 const char *manager_vm_name(const char *vm_id, void *userdata);
 
 #define MANAGER_VMS_MAX 1024U
+
+/* The switch of a network record: started when the network is loaded or created, stopped when it is
+ * deleted. */
+int manager_switch_start(Manager *m, const Network *n);
+void manager_switch_stop(Manager *m, const char *name);
+NetSwitch *manager_switch_get(Manager *m, const char *name);
 
 Vm *manager_find_vm(Manager *m, const char *id);
 Vm *manager_find_vm_by_name(Manager *m, const char *name);

@@ -370,6 +370,7 @@ static int network_new(
         const char *dns_search_domain,
         bool enable_imds,
         bool enable_host_alias,
+        unsigned mtu,
         Network **ret,
         ApiError *reterr) {
 
@@ -399,6 +400,18 @@ static int network_new(
                 }
         }
 
+        if (mtu == 0)
+                mtu = NETWORK_MTU_DEFAULT;
+        if (mtu < NETWORK_MTU_MIN || mtu > NETWORK_MTU_MAX)
+                return api_error_set(
+                        reterr,
+                        -EINVAL,
+                        API_ERROR_INVALID_REQUEST,
+                        "mtu %u must be between %u and %u",
+                        mtu,
+                        NETWORK_MTU_MIN,
+                        NETWORK_MTU_MAX);
+
         r = check_socket_path(state_dir, name, reterr);
         if (r < 0)
                 return r;
@@ -416,6 +429,7 @@ static int network_new(
         n->prefixlen = prefixlen;
         n->enable_imds = enable_imds;
         n->enable_host_alias = enable_host_alias;
+        n->mtu = mtu;
 
         *ret = TAKE_PTR(n);
         return 0;
@@ -565,7 +579,8 @@ json_t *network_to_json(const Network *n) {
             (n->dns_search_domain &&
              json_object_set_new(spec, "dnsSearchDomain", json_string(n->dns_search_domain)) < 0) ||
             json_object_set_new(spec, "enableIMDS", json_boolean(n->enable_imds)) < 0 ||
-            (n->enable_host_alias && json_object_set_new(spec, "enableHostAlias", json_true()) < 0))
+            (n->enable_host_alias && json_object_set_new(spec, "enableHostAlias", json_true()) < 0) ||
+            json_object_set_new(spec, "mtu", json_integer(n->mtu)) < 0)
                 return NULL;
 
         v = json_object();
@@ -600,6 +615,7 @@ static json_t *network_record_to_json(const Network *n) {
              json_object_set_new(o, "dnsSearchDomain", json_string(n->dns_search_domain)) < 0) ||
             json_object_set_new(o, "enableIMDS", json_boolean(n->enable_imds)) < 0 ||
             json_object_set_new(o, "enableHostAlias", json_boolean(n->enable_host_alias)) < 0 ||
+            json_object_set_new(o, "mtu", json_integer(n->mtu)) < 0 ||
             json_object_set_new(o, "leases", leases_to_json(n)) < 0)
                 return NULL;
         return TAKE_PTR(o);
@@ -654,6 +670,7 @@ static int registry_add(
         const char *name,
         const char *cidr,
         const char *dns_search_domain,
+        unsigned mtu,
         Network **ret,
         ApiError *reterr) {
 
@@ -668,6 +685,7 @@ static int registry_add(
                 dns_search_domain,
                 /* enable_imds= */ true,
                 /* enable_host_alias= */ false,
+                mtu,
                 &n,
                 reterr);
         if (r < 0)
@@ -708,6 +726,7 @@ typedef struct CreateNetworkRequest {
         char *name;
         char *cidr;
         char *dns_search_domain;
+        uint32_t mtu;
 } CreateNetworkRequest;
 
 static void create_network_request_done(CreateNetworkRequest *req) {
@@ -724,6 +743,7 @@ int network_create(NetworkRegistry *reg, json_t *request, Network **ret, ApiErro
                   json_dispatch_string,
                   offsetof(CreateNetworkRequest, dns_search_domain),
                   JSON_NULLABLE },
+                { "mtu", json_dispatch_uint32, offsetof(CreateNetworkRequest, mtu), 0 },
                 {},
         };
         _cleanup_(create_network_request_done) CreateNetworkRequest req = {};
@@ -735,7 +755,15 @@ int network_create(NetworkRegistry *reg, json_t *request, Network **ret, ApiErro
         if (r < 0)
                 return r;
 
-        return registry_add(reg, req.name, req.cidr, req.dns_search_domain, ret, reterr);
+        if (json_object_get(request, "mtu") && req.mtu == 0)
+                return api_error_set(
+                        reterr,
+                        -EINVAL,
+                        API_ERROR_INVALID_REQUEST,
+                        "mtu 0 must be between %u and %u",
+                        NETWORK_MTU_MIN,
+                        NETWORK_MTU_MAX);
+        return registry_add(reg, req.name, req.cidr, req.dns_search_domain, req.mtu, ret, reterr);
 }
 
 static int strcmp_ptr(const void *a, const void *b) {
@@ -809,7 +837,8 @@ int network_ensure_default(NetworkRegistry *reg, const char *name, const char *c
 
         n = network_registry_get(reg, name);
         if (!n) {
-                r = registry_add(reg, name, cidr, /* dns_search_domain= */ NULL, /* ret= */ NULL, reterr);
+                r = registry_add(
+                        reg, name, cidr, /* dns_search_domain= */ NULL, NETWORK_MTU_DEFAULT, /* ret= */ NULL, reterr);
                 return r < 0 ? r : 1;
         }
 
@@ -1113,6 +1142,7 @@ typedef struct NetworkRecord {
         char *dns_search_domain;
         bool enable_imds;
         bool enable_host_alias;
+        uint32_t mtu;
         json_t *leases;
 } NetworkRecord;
 
@@ -1133,6 +1163,7 @@ static int network_load(NetworkRegistry *reg, size_t index, json_t *v, Network *
                   json_dispatch_bool,
                   offsetof(NetworkRecord, enable_host_alias),
                   JSON_MANDATORY },
+                { "mtu", json_dispatch_uint32, offsetof(NetworkRecord, mtu), 0 }, /* older files: 1500 */
                 { "leases", json_dispatch_variant, offsetof(NetworkRecord, leases), JSON_MANDATORY },
                 {},
         };
@@ -1152,6 +1183,7 @@ static int network_load(NetworkRegistry *reg, size_t index, json_t *v, Network *
                 rec.dns_search_domain,
                 rec.enable_imds,
                 rec.enable_host_alias,
+                rec.mtu,
                 &n,
                 &e);
         if (r < 0)

@@ -18,6 +18,9 @@
 #define NETWORKS_MAX 256U
 #define NETWORK_PREFIXLEN_MIN 16U
 #define NETWORK_PREFIXLEN_MAX 29U
+#define NETWORK_MTU_DEFAULT 1500U
+#define NETWORK_MTU_MIN 576U
+#define NETWORK_MTU_MAX 65520U
 
 typedef struct NetworkLease {
         char *vm_id;
@@ -33,6 +36,7 @@ typedef struct Network {
         char *dns_search_domain; /* NULL when none */
         bool enable_imds;        /* always true for now */
         bool enable_host_alias;  /* false by default */
+        unsigned mtu;            /* NETWORK_MTU_MIN..NETWORK_MTU_MAX, NETWORK_MTU_DEFAULT when not given */
         NetworkLease *leases;    /* sorted by IP */
         size_t n_leases;
 } Network;

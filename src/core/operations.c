@@ -82,6 +82,15 @@ static int op_create_network(Manager *m, json_t *args, json_t **ret, ApiError *r
         r = network_create(m->networks, args, &n, reterr);
         if (r < 0)
                 return r;
+        r = manager_switch_start(m, n);
+        if (r < 0) {
+                /* a record nothing switches is worse than none */
+                _cleanup_free_ char *name = strdup(n->name);
+                if (name)
+                        (void) network_delete(m->networks, name, manager_vm_name, m, NULL);
+                return api_error_set(
+                        reterr, r, API_ERROR_INTERNAL, "starting the switch of network: %s", strerror(-r));
+        }
         *ret = network_to_json(n);
         return *ret ? 0 : -ENOMEM;
 }
@@ -93,6 +102,7 @@ static int op_delete_network(Manager *m, json_t *args, json_t **ret, ApiError *r
         r = network_delete(m->networks, name, manager_vm_name, m, reterr);
         if (r < 0)
                 return r;
+        manager_switch_stop(m, name);
         /* REST answers 204; MCP gets this record of what was removed. */
         *ret = json_pack("{s:s,s:b}", "id", name, "deleted", true);
         return *ret ? 0 : -ENOMEM;
@@ -224,6 +234,11 @@ static const OperationParam create_network_params[] = {
           .type = PARAM_STRING,
           .flags = 0,
           .description = "DNS search domain handed to guests by DHCP, e.g. lab.internal (optional)" },
+        { .name = "mtu",
+          .type = PARAM_INTEGER,
+          .flags = 0,
+          .description =
+                  "MTU of the network, 576 to 65520, default 1500; guests learn it from DHCP and their NIC. Large MTUs make guest traffic through the gateway several times faster" },
         { .name = NULL },
 };
 

@@ -140,6 +140,7 @@ struct Vm {
         sd_event_source *stop_timer;  /* stop escalation */
         int notify_fd;
         sd_event_source *notify_source;
+        sd_event_source *imds_source; /* <vm>/imds.sock: whoever connects there is this VM */
         char *notify_path;
         usec_t probe_deadline;
         bool starting;
@@ -177,6 +178,7 @@ void vm_spec_done(VmSpec *s) {
 }
 
 static void vm_stop_processes_now(Vm *v);
+static void vm_net_detach(Vm *v, bool remove);
 
 void vm_unobserve(Vm *v, void *userdata) {
         for (struct VmObserver **i = &v->observers; *i;)
@@ -232,6 +234,7 @@ static Vm *vm_free(Vm *v) {
         free(v->dir);
         free(v->volume);
         safe_close(v->volume_fd);
+        sd_event_source_disable_unref(v->imds_source);
         free(v->notify_path);
         free(v->guest_exit_status);
         for (size_t i = 0; i < ELEMENTSOF(v->rec_unit); i++)
@@ -275,7 +278,19 @@ usec_t vm_created_at(Vm *v) {
         return v->created_at;
 }
 
-static char *vm_path(Vm *v, const char *name) {
+const VmSpec *vm_spec(Vm *v) {
+        return &v->spec;
+}
+
+const char *vm_ssh_public_key(Vm *v) {
+        return v->ssh_public_key;
+}
+
+bool vm_user_data_released(Vm *v) {
+        return v->att_released;
+}
+
+char *vm_path(Vm *v, const char *name) {
         char *p = NULL;
 
         if (asprintf(&p, "%s/%s", v->dir, name) < 0)
@@ -867,6 +882,7 @@ static void on_qemu_exit(VmLaunched *p, int code, int status, void *userdata) {
         bool ok = code == CLD_EXITED && status == 0;
 
         vm_qmp_drop(v);
+        vm_net_detach(v, false);
         v->qemu = vm_launched_free(v->qemu);
         v->qemu_pid = 0;
         v->phase_timer = sd_event_source_disable_unref(v->phase_timer);
@@ -1168,6 +1184,109 @@ static VmVsock vm_pick_vsock(Vm *v) {
         }
 }
 
+/* ---- the network ---- */
+
+/* The VM's port on its network's switch, added on first use: the lease is the port's identity. */
+static NetPort *vm_port(Vm *v, bool create) {
+        NetSwitch *sw = manager_switch_get(v->manager, v->spec.network);
+        Network *n = network_registry_get(v->manager->networks, v->spec.network);
+        const NetworkLease *l = n ? network_lease_find(n, v->id) : NULL;
+        NetPort *p;
+
+        if (!sw)
+                return NULL;
+        p = net_switch_find_port(sw, v->id);
+        if (p || !create || !l)
+                return p;
+        if (net_switch_add_port(sw, v->id, l->mac, l->ip, &p) < 0)
+                return NULL;
+        return p;
+}
+
+static int on_imds_accept(sd_event_source *s, int fd, uint32_t revents, void *userdata) {
+        Vm *v = userdata;
+        int cfd = accept4(fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+
+        if (cfd < 0)
+                return 0;
+        if (!v->manager->imds_accept || v->state == VM_STATE_DELETING) {
+                (void) close(cfd);
+                return 0;
+        }
+        v->manager->imds_accept(v->manager->imds_userdata, v, cfd);
+        return 0;
+}
+
+/* The VM's metadata listener, which the gateway connects the guest's IMDS requests to. The listener
+ * is the identity: nothing but this VM's port reaches it. */
+static int vm_imds_listen(Vm *v, NetPort *p) {
+        _cleanup_free_ char *path = vm_path(v, "imds.sock");
+        _cleanup_close_ int fd = -EBADF;
+        struct sockaddr_un sa = { .sun_family = AF_UNIX };
+        int r;
+
+        if (!path)
+                return -ENOMEM;
+        if (!v->imds_source) {
+                if (strlen(path) >= sizeof(sa.sun_path))
+                        return -ENAMETOOLONG;
+                strcpy(sa.sun_path, path);
+                (void) unlink(path);
+                fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+                if (fd < 0)
+                        return -errno;
+                if (bind(fd, (struct sockaddr *) &sa, sizeof(sa)) < 0 || listen(fd, 64) < 0)
+                        return -errno;
+                r = sd_event_add_io(v->manager->event, &v->imds_source, fd, EPOLLIN, on_imds_accept, v);
+                if (r < 0)
+                        return r;
+                (void) sd_event_source_set_io_fd_own(v->imds_source, true);
+                TAKE_FD(fd);
+        }
+        return net_port_set_imds(p, path);
+}
+
+/* QEMU listens on <vm>/net.sock; the switch dials it once QEMU's monitor answers, and again after a
+ * daemon restart. A VM whose NIC cannot be linked still runs, without a network, and says so. */
+static void vm_net_attach(Vm *v) {
+        _cleanup_free_ char *path = vm_path(v, "net.sock");
+        NetPort *p = vm_port(v, true);
+        int r;
+
+        if (!path)
+                return;
+        r = p ? net_port_dial(p, path) : -ENOENT;
+        if (r >= 0) {
+                Network *n = network_registry_get(v->manager->networks, v->spec.network);
+                int k = n && n->enable_imds ? vm_imds_listen(v, p) : 0;
+                if (k < 0)
+                        log_struct(
+                                LOG_WARNING,
+                                LOG_FIELDS({ "VM_ID", v->id }),
+                                "VM %s has no metadata service: %s",
+                                v->id,
+                                strerror(-k));
+        }
+        if (r < 0)
+                log_struct(
+                        LOG_WARNING,
+                        LOG_FIELDS({ "VM_ID", v->id }),
+                        "VM %s has no network: linking its NIC to network %s failed: %s",
+                        v->id,
+                        v->spec.network,
+                        strerror(-r));
+}
+
+static void vm_net_detach(Vm *v, bool remove) {
+        NetPort *p = vm_port(v, false);
+
+        if (remove) {
+                net_port_remove(p);
+                v->imds_source = sd_event_source_disable_unref(v->imds_source);
+        } else
+                net_port_disconnect(p);
+}
+
 /* swtpm's control channel answers CMD_GET_CAPABILITY (00 00 00 01) with 8 bytes once it is up. */
 static bool swtpm_answers(const char *ctrl) {
         _cleanup_close_ int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -1262,6 +1381,7 @@ static void on_qmp_ready(QmpClient *c, int error, void *userdata) {
         }
 
         vm_set_state(v, v->phase == VM_PHASE_INSTALL ? VM_STATE_INSTALLING : VM_STATE_BOOTING);
+        vm_net_attach(v);
         timeout = v->phase == VM_PHASE_INSTALL ? v->manager->install_timeout : v->manager->boot_timeout;
         r = sd_event_add_time_relative(
                 v->manager->event, &v->phase_timer, CLOCK_MONOTONIC, timeout, USEC_PER_SEC, on_phase_timeout, v);
@@ -1284,6 +1404,7 @@ static int start_qemu(Vm *v) {
                             *qmp = vm_path(v, "qmp.sock"), *keys = NULL, *notify = NULL;
         _cleanup_strv_free_ char **argv = NULL;
         const Image *img = image_catalog_resolve(v->manager->images, v->spec.image);
+        const Network *net_rec = network_registry_get(v->manager->networks, v->spec.network);
         VmCredential creds[5];
         size_t n = 0;
         int r;
@@ -1335,6 +1456,7 @@ static int start_qemu(Vm *v) {
                         .image_raw = img ? img->disk : NULL,
                         .volume = v->volume,
                         .net_socket = net,
+                        .mtu = net_rec ? net_rec->mtu : 0,
                         .mac = v->mac,
                         .cid = v->cid,
                         .vsock_socket = vhost,
@@ -1703,6 +1825,7 @@ static int release_resources(Vm *v) {
         Network *n = network_registry_get(v->manager->networks, v->spec.network);
         int r = 0;
 
+        vm_net_detach(v, true);
         if (n && network_lease_find(n, v->id))
                 r = network_lease_release(v->manager->networks, n, v->id);
         v->volume_fd = safe_close(v->volume_fd);
@@ -2479,6 +2602,7 @@ static void on_qmp_reattached(QmpClient *c, int error, void *userdata) {
                 v->id,
                 v->spec.name,
                 vm_state_to_string(v->state));
+        vm_net_attach(v);
         /* the phase's clock starts again from the reattach */
         if (v->state == VM_STATE_INSTALLING)
                 timeout = v->manager->install_timeout;

@@ -82,6 +82,13 @@ DEFINE_TRIVIAL_CLEANUP_FUNC(Vm *, vm_unref);
 const char *vm_id(Vm *v);
 const char *vm_name(Vm *v);
 const char *vm_network(Vm *v);
+const VmSpec *vm_spec(Vm *v);
+const char *vm_ssh_public_key(Vm *v);
+/* A file of the VM's directory; NULL on OOM. */
+char *vm_path(Vm *v, const char *name);
+/* Whether the IMDS serves user-data: a verified initrd quote, or at boot when no attestation is
+ * required. */
+bool vm_user_data_released(Vm *v);
 VmState vm_state(Vm *v);
 usec_t vm_created_at(Vm *v);
 

@@ -2,6 +2,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "cleanup.h"
+#include "imds-keys.h"
 #include "macro.h"
 #include "serve.h"
 #include "version.h"
@@ -13,6 +15,7 @@ static void main_help(void) {
                "Commands:\n"
                "  serve      run the daemon in the foreground\n"
                "  version    print the release version, commit and build time\n"
+               "  imds-hwdb  print the guest image's systemd-imdsd hwdb record\n"
                "  help       show this help, or a command's: vm-manager help serve\n\n"
                "Every command takes --help.\n");
 }
@@ -37,6 +40,32 @@ static int version_main(int argc, char **argv) {
         return EXIT_SUCCESS;
 }
 
+static void imds_hwdb_help(void) {
+        printf("Usage: vm-manager imds-hwdb\n\n"
+               "Prints the hwdb record that tells a guest's systemd-imdsd where vm-manager's metadata\n"
+               "service is and which keys it serves, generated from the daemon's own key table.\n");
+}
+
+static int imds_hwdb_main(int argc, char **argv) {
+        _cleanup_free_ char *record = NULL;
+
+        if (argc > 0) {
+                if (streq(argv[0], "--help") || streq(argv[0], "-h")) {
+                        imds_hwdb_help();
+                        return EXIT_SUCCESS;
+                }
+                fprintf(stderr, "Error: imds-hwdb: unexpected argument '%s'\n", argv[0]);
+                return EXIT_FAILURE;
+        }
+        record = imds_hwdb_record();
+        if (!record) {
+                fprintf(stderr, "Error: imds-hwdb: out of memory\n");
+                return EXIT_FAILURE;
+        }
+        fputs(record, stdout);
+        return EXIT_SUCCESS;
+}
+
 static int help_main(int argc, char **argv) {
         if (argc == 0 || streq(argv[0], "--help") || streq(argv[0], "-h")) {
                 main_help();
@@ -50,6 +79,8 @@ static int help_main(int argc, char **argv) {
                 serve_help();
         else if (streq(argv[0], "version"))
                 version_help();
+        else if (streq(argv[0], "imds-hwdb"))
+                imds_hwdb_help();
         else if (streq(argv[0], "help"))
                 main_help();
         else {
@@ -66,6 +97,7 @@ int main(int argc, char **argv) {
         } commands[] = {
                 { "serve", serve_main },
                 { "version", version_main },
+                { "imds-hwdb", imds_hwdb_main },
                 { "help", help_main },
         };
         const char *cmd;

@@ -17,6 +17,7 @@
 #include "fs-util.h"
 #include "host-probe.h"
 #include "http-server.h"
+#include "imds.h"
 #include "log.h"
 #include "manager.h"
 #include "mcp-server.h"
@@ -308,6 +309,7 @@ typedef struct Daemon {
         Manager *manager;
         ApiRest *rest;
         McpServer *mcp;
+        ImdsServer *imds;
         HttpServer *http;
         sd_event_source *sigterm, *sigint, *drain_timer, *ready_defer;
         DaemonPhase phase;
@@ -320,6 +322,7 @@ static void daemon_done(Daemon *d) {
         d->http = http_server_free(d->http);
         d->mcp = mcp_server_free(d->mcp);
         d->rest = api_rest_free(d->rest);
+        d->imds = imds_server_free(d->imds);
         d->manager = manager_free(d->manager);
         d->sigterm = sd_event_source_disable_unref(d->sigterm);
         d->sigint = sd_event_source_disable_unref(d->sigint);
@@ -585,6 +588,9 @@ static int run(void) {
 
         /* a failed start-up from here on leaves the VMs of units running */
         d.manager->detaching = d.manager->units && d.manager->detach_vms_on_exit;
+        r = imds_server_new(d.manager, &d.imds);
+        if (r < 0)
+                return log_error_errno(r, "Failed to set up the metadata service: %m");
         r = api_rest_new(&d.rest, d.manager);
         if (r < 0)
                 return log_error_errno(r, "Failed to set up the REST API: %m");

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 
 #include "cleanup.h"
 #include "http-server.h"
@@ -63,12 +64,20 @@ struct HttpServer {
         HttpRequest *requests;
         bool quiesced;
         bool kicked; /* server_kick() since the last MHD_run(): run again at once */
+        /* connections handed in with http_server_add_connection(), by fd */
+        struct ConnectionTag {
+                int fd;
+                char *tag;
+        } * tags;
+        size_t n_tags;
 };
 
 #define HTTP_FREE_FLUSH_TIMEOUT (1 * USEC_PER_SEC)
 
 static void server_arm(HttpServer *s);
 static void server_kick(HttpServer *s);
+static void on_connection(
+        void *cls, struct MHD_Connection *c, void **socket_context, enum MHD_ConnectionNotificationCode code);
 
 HttpRequest *http_request_ref(HttpRequest *r) {
         if (r)
@@ -217,6 +226,21 @@ int http_request_reply(HttpRequest *r, unsigned status, const char *content_type
         resp = MHD_create_response_from_buffer(size, (void *) (data ?: ""), MHD_RESPMEM_MUST_COPY);
         if (!resp)
                 return -ENOMEM;
+        return request_set_response(r, status, content_type, resp);
+}
+
+int http_request_reply_fd(HttpRequest *r, unsigned status, const char *content_type, int fd, uint64_t size) {
+        _cleanup_close_ int ffd = fd;
+        struct MHD_Response *resp;
+        int k;
+
+        k = request_can_reply(r);
+        if (k < 0)
+                return k;
+        resp = MHD_create_response_from_fd64(size, ffd);
+        if (!resp)
+                return -ENOMEM;
+        TAKE_FD(ffd); /* MHD closes it with the response */
         return request_set_response(r, status, content_type, resp);
 }
 
@@ -722,19 +746,22 @@ int http_server_new(HttpServer **ret, sd_event *event, const HttpServerOptions *
         if (s->options.idle_timeout == 0)
                 s->options.idle_timeout = 120 * USEC_PER_SEC;
 
-        if (o->listen_fd >= 0)
+        if (o->no_listen)
+                fd = -EBADF;
+        else if (o->listen_fd >= 0)
                 fd = o->listen_fd;
         else {
                 r = listen_on(o->listen, &fd, reterr);
                 if (r < 0)
                         return r;
         }
-        s->address = format_sockname(fd);
+        s->address = fd >= 0 ? format_sockname(fd) : strdup("(connections handed in)");
         if (!s->address)
                 return -ENOMEM;
 
         s->daemon = MHD_start_daemon(
-                MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG,
+                MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG |
+                        (fd < 0 ? MHD_USE_NO_LISTEN_SOCKET : 0),
                 0,
                 NULL,
                 NULL,
@@ -743,8 +770,12 @@ int http_server_new(HttpServer **ret, sd_event *event, const HttpServerOptions *
                 MHD_OPTION_EXTERNAL_LOGGER, /* first, so that no message bypasses it */
                 on_mhd_log,
                 s,
-                MHD_OPTION_LISTEN_SOCKET,
-                fd,
+                /* without a socket of its own, the listen option is a repeat of the connection limit */
+                fd >= 0 ? MHD_OPTION_LISTEN_SOCKET : MHD_OPTION_CONNECTION_LIMIT,
+                fd >= 0 ? (unsigned) fd : s->options.max_connections,
+                MHD_OPTION_NOTIFY_CONNECTION,
+                on_connection,
+                s,
                 MHD_OPTION_NOTIFY_COMPLETED,
                 on_completed,
                 s,
@@ -803,6 +834,74 @@ unsigned http_server_active_requests(HttpServer *s) {
         return s ? s->active : 0;
 }
 
+static struct ConnectionTag *tag_find(HttpServer *s, int fd) {
+        for (size_t i = 0; i < s->n_tags; i++)
+                if (s->tags[i].fd == fd)
+                        return &s->tags[i];
+        return NULL;
+}
+
+static void on_connection(
+        void *cls, struct MHD_Connection *c, void **socket_context, enum MHD_ConnectionNotificationCode code) {
+        HttpServer *s = cls;
+        const union MHD_ConnectionInfo *info;
+        struct ConnectionTag *t;
+
+        if (code != MHD_CONNECTION_NOTIFY_CLOSED)
+                return;
+        info = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+        t = info ? tag_find(s, info->connect_fd) : NULL;
+        if (t) {
+                free(t->tag);
+                *t = s->tags[--s->n_tags];
+        }
+}
+
+int http_server_add_connection(HttpServer *s, int fd, const char *tag) {
+        _cleanup_close_ int cfd = fd;
+        struct sockaddr_un sa = { .sun_family = AF_UNIX };
+        struct ConnectionTag *a;
+        _cleanup_free_ char *copy = NULL;
+
+        if (!s || fd < 0 || !s->daemon || s->quiesced)
+                return -EINVAL;
+        copy = tag ? strdup(tag) : NULL;
+        if (tag && !copy)
+                return -ENOMEM;
+        a = reallocarray(s->tags, s->n_tags + 1, sizeof(*a));
+        if (!a)
+                return -ENOMEM;
+        s->tags = a;
+        /* a stale entry for a reused fd number would lend it the wrong identity */
+        struct ConnectionTag *old = tag_find(s, fd);
+        if (old) {
+                free(old->tag);
+                *old = s->tags[--s->n_tags];
+        }
+        s->tags[s->n_tags++] = (struct ConnectionTag){ fd, TAKE_PTR(copy) };
+        if (MHD_add_connection(s->daemon, fd, (const struct sockaddr *) &sa, sizeof(sa)) != MHD_YES) {
+                /* MHD closed it */
+                TAKE_FD(cfd);
+                free(s->tags[s->n_tags - 1].tag);
+                s->n_tags--;
+                return -EIO;
+        }
+        TAKE_FD(cfd);
+        server_kick(s);
+        return 0;
+}
+
+const char *http_request_connection_tag(HttpRequest *r) {
+        const union MHD_ConnectionInfo *info;
+        struct ConnectionTag *t;
+
+        if (!r || !r->connection)
+                return NULL;
+        info = MHD_get_connection_info(r->connection, MHD_CONNECTION_INFO_CONNECTION_FD);
+        t = info ? tag_find(r->server, info->connect_fd) : NULL;
+        return t ? t->tag : NULL;
+}
+
 HttpServer *http_server_free(HttpServer *s) {
         if (!s)
                 return NULL;
@@ -825,6 +924,9 @@ HttpServer *http_server_free(HttpServer *s) {
         }
         sd_event_unref(s->event);
         free(s->address);
+        for (size_t i = 0; i < s->n_tags; i++)
+                free(s->tags[i].tag);
+        free(s->tags);
         free(s);
         return NULL;
 }

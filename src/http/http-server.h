@@ -2,6 +2,7 @@
 #pragma once
 
 #include <jansson.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <systemd/sd-event.h>
 
@@ -23,6 +24,7 @@ typedef void (*HttpHandler)(HttpRequest *req, void *userdata);
 typedef struct HttpServerOptions {
         const char *listen; /* "host:port", "[v6]:port" or ":port"; ignored when listen_fd >= 0 */
         int listen_fd;      /* an already listening socket (socket activation), or -EBADF */
+        bool no_listen;     /* no socket of its own: connections come from http_server_add_connection() */
         size_t max_body;    /* bytes; larger bodies get 413 */
         unsigned max_connections;
         usec_t idle_timeout; /* closes idle keep-alive connections */
@@ -35,6 +37,13 @@ typedef struct HttpServerOptions {
 int http_server_new(HttpServer **ret, sd_event *event, const HttpServerOptions *o, ApiError *reterr);
 HttpServer *http_server_free(HttpServer *s);
 DEFINE_TRIVIAL_CLEANUP_FUNC(HttpServer *, http_server_free);
+
+/* Serves a connection accepted elsewhere, say on a listener that is itself an identity (one per VM).
+ * Takes fd, whatever happens. tag (copied) is what http_request_connection_tag() returns for every
+ * request on that connection. */
+int http_server_add_connection(HttpServer *s, int fd, const char *tag);
+/* The tag of the request's connection; NULL for a connection the server accepted itself. */
+const char *http_request_connection_tag(HttpRequest *r);
 
 /* The local address actually bound ("127.0.0.1:43817"), for logs and tests. Borrowed. */
 const char *http_server_address(HttpServer *s);
@@ -67,6 +76,8 @@ bool http_request_is_connected(HttpRequest *r);
 
 /* Sends the answer. data is copied. Only the first reply of a request counts (-EALREADY after). */
 int http_request_reply(HttpRequest *r, unsigned status, const char *content_type, const void *data, size_t size);
+/* Sends size bytes of a file; takes fd, whatever happens. */
+int http_request_reply_fd(HttpRequest *r, unsigned status, const char *content_type, int fd, uint64_t size);
 int http_request_reply_json(HttpRequest *r, unsigned status, const json_t *v);
 int http_request_reply_error(HttpRequest *r, const ApiError *e);
 int http_request_reply_text(HttpRequest *r, unsigned status, const char *text);

@@ -23,7 +23,11 @@
 #define NET_IPPROTO_UDP 17
 
 /* 169.254.169.254, in network byte order. */
-#define NET_IMDS_ADDRESS __builtin_bswap32(0xa9fea9feU)
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+#        define NET_IMDS_ADDRESS __builtin_bswap32(0xa9fea9feU)
+#else
+#        define NET_IMDS_ADDRESS 0xa9fea9feU
+#endif
 #define NET_IMDS_PORT 80
 
 typedef struct NetFrame {

@@ -490,6 +490,13 @@ static int build_network(Argv *a, const VmCmdlineSpec *spec) {
 
         /* romfile= (empty) leaves out iPXE's option ROM: VMs boot from their disk, never from the
          * network, and under TCG initialising iPXE costs seconds of every boot. */
+        if (spec->mtu != 0 && spec->mtu != 1500)
+                return argv_optionf(
+                        a,
+                        "-device",
+                        "virtio-net-pci,netdev=net0,mac=%s,host_mtu=%u,romfile=",
+                        spec->mac,
+                        spec->mtu);
         return argv_optionf(a, "-device", "virtio-net-pci,netdev=net0,mac=%s,romfile=", spec->mac);
 }
 

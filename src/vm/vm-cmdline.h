@@ -84,6 +84,7 @@ typedef struct VmCmdlineSpec {
         const char *volume;    /* the target disk */
 
         const char *net_socket; /* QEMU listens here (-netdev stream,server=on) and the daemon dials */
+        unsigned mtu;           /* the network's; other than 1500 it becomes the NIC's host_mtu */
         const char *mac;        /* "xx:xx:xx:xx:xx:xx", unicast */
 
         uint32_t cid;             /* VM_VSOCK_VHOST: the guest CID, VM_CID_MIN..VM_CID_MAX */

@@ -249,7 +249,8 @@ def test_parity(work):
     def created():
         body = json.loads(c_data)
         want = {
-            "spec": {"name": "par", "cidr": "10.20.0.5/24", "dnsSearchDomain": "par.internal", "enableIMDS": True},
+            "spec": {"name": "par", "cidr": "10.20.0.5/24", "dnsSearchDomain": "par.internal", "enableIMDS": True,
+                     "mtu": 1500},
             "gateway": "10.20.0.1",
             "leases": [],
         }
@@ -1017,7 +1018,7 @@ def test_mcp_protocol(work):
     def expected_schemas():
         by = {t["name"]: t for t in tools}
         cn = by["create_network"]["inputSchema"]
-        ok = (cn["required"] == ["name", "cidr"] and set(cn["properties"]) == {"name", "cidr", "dns_search_domain"}
+        ok = (cn["required"] == ["name", "cidr"] and set(cn["properties"]) == {"name", "cidr", "dns_search_domain", "mtu"}
               and by["get_image"]["inputSchema"]["required"] == ["ref"]
               and by["delete_network"]["inputSchema"]["required"] == ["name"]
               and by["delete_network"]["annotations"]["destructiveHint"] is True
@@ -1281,11 +1282,11 @@ def network_problems(n, expected):
     except (KeyError, TypeError):
         return "not a network: %r" % n
     if name == "default":
-        want_spec = {"name": "default", "cidr": "192.168.127.0/24", "enableIMDS": True}
+        want_spec = {"name": "default", "cidr": "192.168.127.0/24", "enableIMDS": True, "mtu": 1500}
         want_gw = "192.168.127.1"
     elif name in expected:
         cidr, dns = expected[name]
-        want_spec = {"name": name, "cidr": cidr, "enableIMDS": True}
+        want_spec = {"name": name, "cidr": cidr, "enableIMDS": True, "mtu": 1500}
         if dns:
             want_spec["dnsSearchDomain"] = dns
         want_gw = cidr.rsplit(".", 1)[0] + ".1"

@@ -94,6 +94,11 @@ class Tap:
                 self.diag(line if len(line) <= 200 else line[:200] + "...")
         return ok
 
+    def skip(self, name, why):
+        """A check that cannot run on this host, with the reason in the TAP output."""
+        self.n += 1
+        print("ok %d - %s # SKIP %s" % (self.n, _tap_name(name), " ".join(str(why).split())), flush=True)
+
     def check(self, name, fn, *args, todo=None):
         """fn returns (ok, diag) or a bool; an exception is a failure carrying its traceback."""
         try:

@@ -210,9 +210,9 @@ static void test_create_get_list(void **state) {
         list = registry_dump(reg);
         assert_string_equal(
                 list,
-                "[{\"spec\":{\"name\":\"alpha\",\"cidr\":\"10.1.0.0/24\",\"dnsSearchDomain\":\"corp.example\",\"enableIMDS\":true},\"gateway\":\"10.1.0.1\",\"leases\":[]},"
-                "{\"spec\":{\"name\":\"mid\",\"cidr\":\"192.168.5.7/29\",\"enableIMDS\":true},\"gateway\":\"192.168.5.1\",\"leases\":[]},"
-                "{\"spec\":{\"name\":\"zeta\",\"cidr\":\"10.3.0.0/24\",\"enableIMDS\":true},\"gateway\":\"10.3.0.1\",\"leases\":[]}]");
+                "[{\"spec\":{\"name\":\"alpha\",\"cidr\":\"10.1.0.0/24\",\"dnsSearchDomain\":\"corp.example\",\"enableIMDS\":true,\"mtu\":1500},\"gateway\":\"10.1.0.1\",\"leases\":[]},"
+                "{\"spec\":{\"name\":\"mid\",\"cidr\":\"192.168.5.7/29\",\"enableIMDS\":true,\"mtu\":1500},\"gateway\":\"192.168.5.1\",\"leases\":[]},"
+                "{\"spec\":{\"name\":\"zeta\",\"cidr\":\"10.3.0.0/24\",\"enableIMDS\":true,\"mtu\":1500},\"gateway\":\"10.3.0.1\",\"leases\":[]}]");
 
         /* Persisted, readable by the group only. */
         assert_ok(RET_NERRNO(stat(f->file, &st)));
@@ -270,7 +270,6 @@ static const InvalidCase invalid_cases[] = {
         { "{\"name\":\"x\",\"cidr\":\"10.0.0.0/24\",\"dns_search_domain\":5}",
           "\"dns_search_domain\"",
           "expected a string" },
-        { "{\"name\":\"x\",\"cidr\":\"10.0.0.0/24\",\"mtu\":1500}", "\"mtu\"", "unknown field" },
         { "{\"name\":\"x\",\"cidr\":\"10.0.0.0/24\",\"enableHostAlias\":true}",
           "\"enableHostAlias\"",
           "unknown field" },
@@ -378,6 +377,10 @@ static const InvalidCase invalid_cases[] = {
         { "{\"name\":\"x\",\"cidr\":\"10.0.0.0/24\",\"dns_search_domain\":\"abcdefghij-abcdefghij-abcdefghij-abcdefghij-abcdefghij-abcdefghi.example\"}",
           "dns_search_domain",
           "longer than 63" },
+        { "{\"name\":\"x\",\"cidr\":\"10.0.0.0/24\",\"mtu\":575}", "mtu 575", "between 576 and 65520" },
+        { "{\"name\":\"x\",\"cidr\":\"10.0.0.0/24\",\"mtu\":65521}", "mtu 65521", "between 576 and 65520" },
+        { "{\"name\":\"x\",\"cidr\":\"10.0.0.0/24\",\"mtu\":0}", "mtu 0", "between 576 and 65520" },
+        { "{\"name\":\"x\",\"cidr\":\"10.0.0.0/24\",\"mtu\":\"9000\"}", "mtu", NULL },
 };
 
 /* Runs one refused create_network request and checks what a user sees: invalid_request naming the
@@ -581,7 +584,7 @@ static void test_lease_allocation(void **state) {
         json = network_dump(n);
         assert_string_equal(
                 json,
-                "{\"spec\":{\"name\":\"lan\",\"cidr\":\"10.0.0.0/24\",\"enableIMDS\":true},\"gateway\":\"10.0.0.1\",\"leases\":["
+                "{\"spec\":{\"name\":\"lan\",\"cidr\":\"10.0.0.0/24\",\"enableIMDS\":true,\"mtu\":1500},\"gateway\":\"10.0.0.1\",\"leases\":["
                 "{\"vmID\":\"aaaa0001\",\"mac\":\"02:10:0a:00:00:02\",\"ip\":\"10.0.0.2\"},"
                 "{\"vmID\":\"bbbb0001\",\"mac\":\"02:10:0a:00:00:03\",\"ip\":\"10.0.0.3\"},"
                 "{\"vmID\":\"bbbb0002\",\"mac\":\"02:10:0a:00:00:04\",\"ip\":\"10.0.0.4\"},"
@@ -994,7 +997,7 @@ static void test_json_key_order(void **state) {
         a = network_dump(n);
         assert_string_equal(
                 a,
-                "{\"spec\":{\"name\":\"lan\",\"cidr\":\"10.1.2.3/24\",\"dnsSearchDomain\":\"example.com\",\"enableIMDS\":true},"
+                "{\"spec\":{\"name\":\"lan\",\"cidr\":\"10.1.2.3/24\",\"dnsSearchDomain\":\"example.com\",\"enableIMDS\":true,\"mtu\":1500},"
                 "\"gateway\":\"10.1.2.1\",\"leases\":[]}");
 
         m = create(reg, "{\"name\":\"dmz\",\"cidr\":\"172.16.0.0/16\"}");
@@ -1003,7 +1006,7 @@ static void test_json_key_order(void **state) {
         b = network_dump(m);
         assert_string_equal(
                 b,
-                "{\"spec\":{\"name\":\"dmz\",\"cidr\":\"172.16.0.0/16\",\"enableIMDS\":true,\"enableHostAlias\":true},"
+                "{\"spec\":{\"name\":\"dmz\",\"cidr\":\"172.16.0.0/16\",\"enableIMDS\":true,\"enableHostAlias\":true,\"mtu\":1500},"
                 "\"gateway\":\"172.16.0.1\",\"leases\":[{\"vmID\":\"0a1b2c3d\",\"mac\":\"02:c0:ac:10:00:02\",\"ip\":\"172.16.0.2\"}]}");
         assert_int_equal(fnv1a_low_byte("dmz"), 0xc0);
 
@@ -1020,6 +1023,7 @@ static void test_json_key_order(void **state) {
                 "      \"cidr\": \"172.16.0.0/16\",\n"
                 "      \"enableIMDS\": true,\n"
                 "      \"enableHostAlias\": false,\n"
+                "      \"mtu\": 1500,\n"
                 "      \"leases\": [\n"
                 "        {\n"
                 "          \"vmID\": \"0a1b2c3d\",\n"
@@ -1034,10 +1038,28 @@ static void test_json_key_order(void **state) {
                 "      \"dnsSearchDomain\": \"example.com\",\n"
                 "      \"enableIMDS\": true,\n"
                 "      \"enableHostAlias\": false,\n"
+                "      \"mtu\": 1500,\n"
                 "      \"leases\": []\n"
                 "    }\n"
                 "  ]\n"
                 "}\n");
+}
+
+/* A network's MTU: given, kept across a restart, defaulted for records written before it existed. */
+static void test_mtu(void **state) {
+        Fixture *f = *state;
+        {
+                _cleanup_(network_registry_freep) NetworkRegistry *reg = load(f);
+                Network *n = create(reg, "{\"name\":\"jumbo\",\"cidr\":\"10.9.0.0/24\",\"mtu\":65520}");
+                assert_int_equal(n->mtu, 65520);
+                n = create(reg, "{\"name\":\"plain\",\"cidr\":\"10.8.0.0/24\"}");
+                assert_int_equal(n->mtu, NETWORK_MTU_DEFAULT);
+        }
+        {
+                _cleanup_(network_registry_freep) NetworkRegistry *reg = load(f);
+                assert_int_equal(network_registry_get(reg, "jumbo")->mtu, 65520);
+                assert_int_equal(network_registry_get(reg, "plain")->mtu, 1500);
+        }
 }
 
 static void test_validators(void **state) {
@@ -1110,6 +1132,7 @@ int main(void) {
                 cmocka_unit_test_setup_teardown(test_save_failure_changes_nothing, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_ensure_default, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_json_key_order, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_mtu, setup, teardown),
                 cmocka_unit_test(test_validators),
         };
 

@@ -137,7 +137,7 @@ static void test_check_args(void **state) {
         const Operation *op = operation_find("create_network");
         _cleanup_(api_error_done) ApiError e = API_ERROR_NULL;
         json_auto_t *ok = json_pack("{s:s,s:s}", "name", "a", "cidr", "10.0.0.0/24");
-        json_auto_t *unknown = json_pack("{s:s,s:s,s:i}", "name", "a", "cidr", "10.0.0.0/24", "mtu", 9000);
+        json_auto_t *unknown = json_pack("{s:s,s:s,s:i}", "name", "a", "cidr", "10.0.0.0/24", "jumbo", 9000);
         json_auto_t *wrong = json_pack("{s:i,s:s}", "name", 5, "cidr", "10.0.0.0/24");
         json_auto_t *missing = json_pack("{s:s}", "name", "a");
         json_auto_t *null_required = json_pack("{s:n,s:s}", "name", "cidr", "10.0.0.0/24");
@@ -151,7 +151,7 @@ static void test_check_args(void **state) {
 
         assert_errno(operation_check_args(op, unknown, &e), -EINVAL);
         assert_int_equal(e.code, API_ERROR_INVALID_REQUEST);
-        assert_string_equal(e.message, "invalid request: unknown field \"mtu\"");
+        assert_string_equal(e.message, "invalid request: unknown field \"jumbo\"");
 
         assert_errno(operation_check_args(op, wrong, &e), -EINVAL);
         assert_string_equal(e.message, "invalid request: field \"name\": expected a string, got integer");

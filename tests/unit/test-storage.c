@@ -46,10 +46,6 @@ static char *join(const char *a, const char *b) {
         return s;
 }
 
-static bool startswith(const char *s, const char *prefix) {
-        return strneq(s, prefix, strlen(prefix));
-}
-
 /* Sends buf; the fd (if any) goes with the first byte; split sends in two parts with a pause between,
  * so that the client has to read twice. */
 static void fake_send(int conn, const char *buf, size_t size, int fd, bool split) {

@@ -210,6 +210,22 @@ static void test_golden_boot_tcg_vhost(void **state) {
         check_spec_golden("boot-tcg-vhost", &spec);
 }
 
+/* A network with a large MTU: the NIC learns it as host_mtu. */
+static void test_nic_mtu(void **state) {
+        VmCmdlineSpec spec = spec_new(VM_PHASE_BOOT, VM_ACCEL_TCG, VM_VSOCK_VHOST_USER);
+        _cleanup_strv_free_ char **argv = NULL;
+        bool found = false;
+
+        spec.mtu = 65520;
+        assert_ok(vm_cmdline_build(&spec, &argv));
+        for (char **a = argv; *a; a++)
+                if (strstr(*a, "virtio-net-pci")) {
+                        assert_non_null(strstr(*a, ",host_mtu=65520,"));
+                        found = true;
+                }
+        assert_true(found);
+}
+
 /* --vsock=none: no vsock device at all, plain guest RAM. */
 static void test_golden_boot_tcg_no_vsock(void **state) {
         VmCmdlineSpec spec = spec_new(VM_PHASE_BOOT, VM_ACCEL_TCG, VM_VSOCK_NONE);
@@ -650,6 +666,7 @@ int main(void) {
                 cmocka_unit_test(test_golden_boot_kvm_vhost),
                 cmocka_unit_test(test_golden_boot_tcg_vhost),
                 cmocka_unit_test(test_golden_boot_tcg_no_vsock),
+                cmocka_unit_test(test_nic_mtu),
                 cmocka_unit_test(test_golden_commas),
                 cmocka_unit_test(test_golden_swtpm),
                 cmocka_unit_test(test_golden_vhost_device_vsock),

@@ -1,0 +1,300 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "fs-util.h"
+#include "http-server.h"
+#include "imds-keys.h"
+#include "imds.h"
+#include "json-util.h"
+#include "log.h"
+#include "parse-util.h"
+
+struct ImdsServer {
+        Manager *manager;
+        HttpServer *http;
+};
+
+#define TEXT "text/plain; charset=utf-8"
+
+static void reply_text(HttpRequest *req, unsigned status, const char *text) {
+        (void) http_request_reply(req, status, TEXT, text, strlen(text));
+}
+
+/* systemd-imdsd treats a >= 300 answer with a body as an error of its own; only a bodyless 404 is
+ * "no such key". */
+static void reply_no_key(HttpRequest *req) {
+        (void) http_request_reply(req, 404, TEXT, "", 0);
+}
+
+static void reply_value(HttpRequest *req, const char *value) {
+        if (!value || !value[0])
+                reply_no_key(req);
+        else
+                reply_text(req, 200, value);
+}
+
+/* A single path segment: no slash, not "." or "..", not empty. */
+static bool segment_ok(const char *s) {
+        return s && s[0] && !strchr(s, '/') && !streq(s, ".") && !streq(s, "..");
+}
+
+static void serve_public_keys(HttpRequest *req, Vm *v, const char *rest) {
+        const VmSpec *spec = vm_spec(v);
+        size_t n = 1 + strv_length(spec->ssh_authorized_keys);
+        uint32_t i;
+
+        if (rest[0] == 0) {
+                /* the indexes, one per line, no trailing newline */
+                _cleanup_free_ char *buf = NULL;
+                size_t size = 0;
+                FILE *f = open_memstream(&buf, &size);
+                if (!f) {
+                        reply_text(req, 500, "out of memory");
+                        return;
+                }
+                for (size_t k = 0; k < n; k++)
+                        fprintf(f, k ? "\n%zu" : "%zu", k);
+                if (fclose(f) != 0) {
+                        reply_text(req, 500, "out of memory");
+                        return;
+                }
+                reply_text(req, 200, buf ?: "");
+                return;
+        }
+        if (safe_atou32(rest, &i) < 0 || i >= n) {
+                reply_no_key(req);
+                return;
+        }
+        reply_value(req, i == 0 ? vm_ssh_public_key(v) : spec->ssh_authorized_keys[i - 1]);
+}
+
+static void serve_user_data(HttpRequest *req, Vm *v) {
+        _cleanup_free_ char *path = vm_path(v, "user-data"), *data = NULL;
+        size_t size = 0;
+        int r;
+
+        if (!path) {
+                reply_text(req, 500, "out of memory");
+                return;
+        }
+        if (!vm_user_data_released(v)) {
+                (void) http_request_add_header(req, "Retry-After", IMDS_RETRY_AFTER);
+                reply_text(req, 503, IMDS_USER_DATA_GATED);
+                return;
+        }
+        r = read_full_file(path, (size_t) 64 << 20, &data, &size);
+        if (r == -ENOENT || (r >= 0 && size == 0)) {
+                (void) http_request_reply(req, 204, TEXT, "", 0);
+                return;
+        }
+        if (r < 0) {
+                reply_text(req, 500, "user-data unavailable");
+                return;
+        }
+        (void) http_request_reply(req, 200, TEXT, data, size);
+}
+
+static void serve_report(HttpRequest *req, Vm *v) {
+        _cleanup_free_ char *path = vm_path(v, "report.json");
+        json_auto_t *j = NULL;
+        json_error_t e;
+        const void *body;
+        size_t size;
+        int r;
+
+        body = http_request_body(req, &size);
+        if (!path) {
+                reply_text(req, 500, "report not stored");
+                return;
+        }
+        j = json_loadb(body ?: "", size, JSON_DECODE_ANY, &e);
+        if (!j) {
+                reply_text(req, 400, "report is not valid JSON");
+                return;
+        }
+        r = write_file_atomic(path, body, size, 0600);
+        if (r < 0) {
+                log_debug("VM %s: storing its report failed: %s", vm_id(v), strerror(-r));
+                reply_text(req, 500, "report not stored");
+                return;
+        }
+        (void) http_request_reply(req, 204, NULL, "", 0);
+}
+
+static void serve_sysupdate(HttpRequest *req, Manager *m, const char *rest) {
+        _cleanup_free_ char *component = NULL, *path = NULL;
+        _cleanup_close_ int fd = -EBADF;
+        const char *slash = strchr(rest, '/');
+        struct stat st;
+
+        if (!slash)
+                goto not_found;
+        component = strndup(rest, (size_t) (slash - rest));
+        if (!component)
+                goto fail;
+        if (!segment_ok(component) || !segment_ok(slash + 1))
+                goto not_found;
+        if (asprintf(&path, "%s/sysupdate/%s/%s", m->image_dir, component, slash + 1) < 0) {
+                path = NULL;
+                goto fail;
+        }
+        fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+        if (fd < 0) {
+                if (errno == ENOENT || errno == ELOOP || errno == ENOTDIR)
+                        goto not_found;
+                goto fail;
+        }
+        if (fstat(fd, &st) < 0)
+                goto fail;
+        if (!S_ISREG(st.st_mode))
+                goto not_found;
+        (void) http_request_reply_fd(req, 200, "application/octet-stream", TAKE_FD(fd), (uint64_t) st.st_size);
+        return;
+
+not_found:
+        reply_text(req, 404, "404 page not found\n");
+        return;
+fail:
+        reply_text(req, 500, "artifact unavailable");
+}
+
+/* A path outside the table: the answer Go's ServeMux gives. */
+static void reply_unknown(HttpRequest *req) {
+        reply_text(req, 404, "404 page not found\n");
+}
+
+void imds_handle(HttpRequest *req, void *userdata) {
+        ImdsServer *s = userdata;
+        Manager *m = s->manager;
+        const char *tag = http_request_connection_tag(req), *path = http_request_path(req),
+                   *method = http_request_method(req), *rest;
+        bool get = streq(method, "GET") || streq(method, "HEAD"), post = streq(method, "POST");
+        Vm *v;
+
+        /* identity before routing: every path, known or not */
+        v = tag ? manager_find_vm(m, tag) : NULL;
+        if (!v || vm_state(v) == VM_STATE_DELETING) {
+                reply_text(req, 403, IMDS_FORBIDDEN);
+                return;
+        }
+        if (!startswith(path, IMDS_BASE_PATH "/")) {
+                reply_unknown(req);
+                return;
+        }
+        path += strlen(IMDS_BASE_PATH);
+
+        if ((rest = startswith(path, "/sysupdate/"))) {
+                if (!get)
+                        goto method;
+                serve_sysupdate(req, m, rest);
+                return;
+        }
+        if ((rest = startswith(path, "/public-keys/"))) {
+                if (!get)
+                        goto method;
+                serve_public_keys(req, v, rest);
+                return;
+        }
+        if ((rest = startswith(path, "/metadata/")) && segment_ok(rest)) {
+                json_t *value = json_object_get(vm_spec(v)->metadata, rest);
+                if (!get)
+                        goto method;
+                if (!json_is_string(value))
+                        reply_no_key(req);
+                else
+                        reply_text(req, 200, json_string_value(value)); /* an empty value is a 200 */
+                return;
+        }
+        if (streq(path, "/hostname")) {
+                if (!get)
+                        goto method;
+                reply_value(
+                        req,
+                        vm_spec(v)->hostname && vm_spec(v)->hostname[0] ? vm_spec(v)->hostname : vm_name(v));
+        } else if (streq(path, "/region")) {
+                if (!get)
+                        goto method;
+                reply_value(req, vm_spec(v)->region);
+        } else if (streq(path, "/zone")) {
+                if (!get)
+                        goto method;
+                reply_value(req, vm_spec(v)->zone);
+        } else if (streq(path, "/instance-id")) {
+                if (!get)
+                        goto method;
+                reply_value(req, vm_id(v));
+        } else if (streq(path, "/kubernetes-version")) {
+                if (!get)
+                        goto method;
+                reply_value(req, vm_spec(v)->kubernetes_version);
+        } else if (streq(path, "/user-data")) {
+                if (!get)
+                        goto method;
+                serve_user_data(req, v);
+        } else if (streq(path, "/report")) {
+                if (!post)
+                        goto method;
+                serve_report(req, v);
+        } else
+                reply_unknown(req);
+        return;
+
+method:
+        reply_text(req, 405, "Method Not Allowed\n");
+}
+
+static void on_accept(void *userdata, Vm *v, int fd) {
+        ImdsServer *s = userdata;
+        int r = http_server_add_connection(s->http, fd, vm_id(v));
+
+        if (r < 0)
+                log_debug("VM %s: metadata connection dropped: %s", vm_id(v), strerror(-r));
+}
+
+int imds_server_new(Manager *m, ImdsServer **ret) {
+        _cleanup_(imds_server_freep) ImdsServer *s = NULL;
+        _cleanup_(api_error_done) ApiError e = API_ERROR_NULL;
+        int r;
+
+        s = calloc(1, sizeof(ImdsServer));
+        if (!s)
+                return -ENOMEM;
+        s->manager = m;
+        r = http_server_new(
+                &s->http,
+                m->event,
+                &(HttpServerOptions){
+                        .listen_fd = -EBADF,
+                        .no_listen = true,
+                        .max_body = IMDS_REPORT_MAX,
+                        .max_connections = 4096,
+                        .idle_timeout = 60 * USEC_PER_SEC,
+                        .handler = imds_handle,
+                        .userdata = s,
+                },
+                &e);
+        if (r < 0)
+                return r;
+        m->imds_accept = on_accept;
+        m->imds_userdata = s;
+        *ret = TAKE_PTR(s);
+        return 0;
+}
+
+ImdsServer *imds_server_free(ImdsServer *s) {
+        if (!s)
+                return NULL;
+        if (s->manager && s->manager->imds_userdata == s) {
+                s->manager->imds_accept = NULL;
+                s->manager->imds_userdata = NULL;
+        }
+        http_server_free(s->http);
+        free(s);
+        return NULL;
+}

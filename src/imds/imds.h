@@ -1,0 +1,25 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#pragma once
+
+#include "cleanup.h"
+#include "manager.h"
+
+/* The instance metadata service (reference/network-imds-attest.md §2): HTTP below /giantswarm/v1,
+ * served on connections the gateway hands to each VM's own unix listener (<vm>/imds.sock). The
+ * listener a connection came in on is the caller's identity; nothing in the request is believed. */
+
+typedef struct ImdsServer ImdsServer;
+
+/* Registers itself with the manager (m->imds_accept) and serves from then on. */
+int imds_server_new(Manager *m, ImdsServer **ret);
+ImdsServer *imds_server_free(ImdsServer *s);
+DEFINE_TRIVIAL_CLEANUP_FUNC(ImdsServer *, imds_server_free);
+
+/* Answers every request as the IMDS would for its caller, the VM named by the connection's tag
+ * (NULL or unknown: 403). For tests, which hand in connections with http_server_add_connection(). */
+void imds_handle(HttpRequest *req, void *userdata);
+
+#define IMDS_FORBIDDEN "forbidden: client address is not a managed VM"
+#define IMDS_USER_DATA_GATED "user-data is released after the initrd-stage attestation verifies"
+#define IMDS_RETRY_AFTER "2"
+#define IMDS_REPORT_MAX ((size_t) 8 << 20)

@@ -1,0 +1,264 @@
+#!/usr/bin/env python3
+"""The network data plane through the daemon: VMs whose NIC is played by tests/net/fake-guest (a
+small guest with its own IPv4 stack, listening on the VM's -netdev stream socket as QEMU does),
+started by the fake QEMU of tests/integration/fakes. Two networks with the same CIDR, three guests:
+
+  a (net1)  DHCP with the network's options, the IMDS through 169.254.169.254, a guest on the same
+            network, NAT to a host address; and what must fail: host loopback, the host alias,
+            link-local, the IMDS proxy address itself;
+  b (net1)  serves TCP for a;
+  c (net2)  same addresses as net1, and must not reach b;
+  p (net2)  holds net2's .2 with no guest on its NIC;
+
+The IMDS itself is also asked directly on a VM's listener (<vm>/imds.sock), as the gateway does.
+"""
+
+import json
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+
+here = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, here)
+from vmmtest import Daemon, HOST, base_env, free_port, http_request, run, tap  # noqa: E402
+
+FAKES = os.path.join(here, "fakes")
+CREATE = {"memory_mib": 512, "disk_gib": 1, "require_attestation": False, "wait_for": "none"}
+
+
+def api(port, method, path, body=None, timeout=60):
+    status, headers, data = http_request(port, method, "/api/v1" + path,
+                                         body=json.dumps(body).encode() if body is not None else None,
+                                         timeout=timeout)
+    return status, (json.loads(data) if data else None)
+
+
+def host_address():
+    """A non-loopback IPv4 address of this host, for the NAT check; None when there is none."""
+    try:
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s.connect(("192.0.2.1", 9))  # no packet leaves: this only picks the route's source
+        addr = s.getsockname()[0]
+        s.close()
+        return None if addr.startswith("127.") else addr
+    except OSError:
+        return None
+
+
+def listener(addr):
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind((addr, 0))
+    s.listen(16)
+    hits = []
+
+    def loop():
+        while True:
+            try:
+                c, peer = s.accept()
+            except OSError:
+                return
+            hits.append(peer)
+            c.close()
+    threading.Thread(target=loop, daemon=True).start()
+    return s.getsockname()[1], hits
+
+
+def imds_get(sock_path, path, method="GET", body=None):
+    s = socket.socket(socket.AF_UNIX)
+    s.settimeout(5)
+    s.connect(sock_path)
+    req = "%s %s HTTP/1.1\r\nHost: 169.254.169.254\r\nConnection: close\r\n" % (method, path)
+    if body is not None:
+        req += "Content-Length: %d\r\n" % len(body)
+    s.sendall(req.encode() + b"\r\n" + (body or b""))
+    data = b""
+    while True:
+        chunk = s.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    s.close()
+    head, _, payload = data.partition(b"\r\n\r\n")
+    lines = head.decode().split("\r\n")
+    headers = {k.lower(): v.strip() for k, _, v in (x.partition(":") for x in lines[1:])}
+    return int(lines[0].split()[1]), headers, payload
+
+
+def wait_guest(vmdir, timeout=60):
+    path = os.path.join(vmdir, "fake-guest.out")
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with open(path) as f:
+                text = f.read()
+            if "\nexit " in "\n" + text:
+                return text
+        except OSError:
+            pass
+        time.sleep(0.2)
+    try:
+        with open(path) as f:
+            return f.read() + "\n(timed out)"
+    except OSError:
+        return "(no output)"
+
+
+def check(out, expect, what):
+    """expect: a substring of the line the action printed, e.g. 'ok http 169.254.169.254:80'"""
+    found = [l for l in out.splitlines() if l.startswith(expect)]
+    tap.result(bool(found), what, found[0] if found else "want %r in:\n%s" % (expect, out))
+    return found[0] if found else ""
+
+
+def test_network(work):
+    guest = os.environ.get("FAKE_GUEST")
+    if not guest or not os.access(guest, os.X_OK):
+        tap.skip("network", "FAKE_GUEST (tests/net/fake-guest) not built")
+        return
+    images = os.path.join(work, "images")
+    os.makedirs(os.path.join(images, "sysupdate", "kubernetes"))
+    for ext in (".efi", ".raw"):
+        with open(os.path.join(images, "fake_1.0" + ext), "wb") as f:
+            f.write(b"\0" * 4096)
+    with open(os.path.join(images, "sysupdate", "kubernetes", "kubernetes_1.31.raw"), "wb") as f:
+        f.write(b"sysext bytes")
+    vars_ = os.path.join(work, "vars")
+    with open(vars_, "wb") as f:
+        f.write(b"\0" * 4096)
+
+    hostip = host_address()
+    loop_port, loop_hits = listener("127.0.0.1")
+    nat_port, nat_hits = listener(hostip) if hostip else (None, [])
+    api_port = free_port()
+
+    plan = {
+        "guest-b": ["--timeout-ms", "20000", "dhcp", "serve", "8080"],
+        "guest-a": ["--timeout-ms", "4000", "dhcp", "arp", "10.50.0.1",
+                    "http", "169.254.169.254:80", "/giantswarm/v1/hostname",
+                    "http", "169.254.169.254:80", "/giantswarm/v1/instance-id",
+                    "sleep", "1000",
+                    "tcp", "10.50.0.2:8080",
+                    "tcp-fail", "127.0.0.1:%d" % loop_port,
+                    "tcp-fail", "127.0.0.1:%d" % api_port,
+                    "tcp-fail", "10.50.0.254:%d" % loop_port,
+                    "tcp-fail", "169.254.1.1:80",
+                    "tcp-fail", "10.50.0.0:2"]
+        + (["tcp", "%s:%d" % (hostip, nat_port)] if hostip else []),
+        "guest-c": ["--timeout-ms", "4000", "dhcp", "sleep", "1500", "tcp-fail", "10.50.0.2:8080"],
+    }
+    plan_file = os.path.join(work, "plan.json")
+    with open(plan_file, "w") as f:
+        json.dump(plan, f)
+
+    env = base_env(work, FAKE_QEMU="", FAKE_GUEST=guest, FAKE_GUEST_PLAN=plan_file)
+    env["PATH"] = FAKES + ":" + env.get("PATH", "/usr/bin:/bin")
+    state = os.path.join(work, "state")
+    d = Daemon(work, "net", ["--listen", "%s:%d" % (HOST, api_port), "--state-dir", state,
+                             "--image-dir", images, "--ovmf-code", vars_, "--ovmf-vars", vars_,
+                             "--launcher", "process", "--log-level", "debug"], env=env)
+    ok, why = d.wait_healthy(api_port, timeout=20)
+    tap.result(ok, "serving with the fake QEMU and fake guests", why)
+    if not ok:
+        return
+
+    for name in ("net1", "net2"):
+        status, n = api(api_port, "POST", "/networks",
+                        {"name": name, "cidr": "10.50.0.0/24", "dns_search_domain": "corp.example.com"})
+        tap.result(status == 201, "create_network %s 10.50.0.0/24 (the same CIDR twice)" % name, repr(n)[:200])
+
+    vms = {}
+    # net2's .2 is held by a VM without a guest on its NIC, so that c (.3) asks for .2, which is b on net1
+    for host, net in (("guest-b", "net1"), ("guest-a", "net1"), ("guest-p", "net2"), ("guest-c", "net2")):
+        status, vm = api(api_port, "POST", "/vms", dict(CREATE, name=host, hostname=host, network=net,
+                                                         metadata={"role": "worker"}))
+        tap.result(status == 201, "create_vm %s on %s" % (host, net), repr(vm)[:300])
+        if status != 201:
+            d.stop(signal.SIGTERM, timeout=30)
+            return
+        vms[host] = vm
+    ips = {h: v["ip"] for h, v in vms.items()}
+    tap.result(ips == {"guest-b": "10.50.0.2", "guest-a": "10.50.0.3", "guest-p": "10.50.0.2", "guest-c": "10.50.0.3"},
+               "leases: the lowest free address on each network, the same addresses on both", repr(ips))
+    vmdir = {h: os.path.join(state, "vms", v["id"]) for h, v in vms.items()}
+
+    out_a = wait_guest(vmdir["guest-a"])
+    out_b = wait_guest(vmdir["guest-b"], timeout=30)
+    out_c = wait_guest(vmdir["guest-c"])
+
+    check(out_a, "ok dhcp ip=%s router=10.50.0.1 dns=10.50.0.1 mask=255.255.255.0 mtu=1500" % ips["guest-a"],
+          "a: DHCP gives the static lease, router, DNS, mask and MTU")
+    l = check(out_a, "ok dhcp", "a: DHCP lease time and search domain")
+    tap.result("search=corp.example.com" in l and "lease=" in l, "a: ... option 119 carries corp.example.com", l)
+    check(out_a, "ok arp 10.50.0.1 is-at", "a: the gateway answers ARP")
+    check(out_a, "ok http 169.254.169.254:80 /giantswarm/v1/hostname status=200 body=guest-a",
+          "a: the IMDS at 169.254.169.254 answers its hostname")
+    check(out_a, "ok http 169.254.169.254:80 /giantswarm/v1/instance-id status=200 body=%s" % vms["guest-a"]["id"],
+          "a: ... and its instance id: the listener is the identity")
+    check(out_a, "ok tcp 10.50.0.2:8080", "a: reaches b on the same network")
+    check(out_a, "ok tcp-fail 127.0.0.1:%d" % loop_port, "a: cannot reach a host loopback listener")
+    check(out_a, "ok tcp-fail 127.0.0.1:%d" % api_port, "a: cannot reach the daemon's own API on loopback")
+    check(out_a, "ok tcp-fail 10.50.0.254:%d" % loop_port, "a: the host alias is off by default")
+    check(out_a, "ok tcp-fail 169.254.1.1:80", "a: link-local addresses other than the IMDS are dropped")
+    check(out_a, "ok tcp-fail 10.50.0.0:2", "a: the IMDS proxy address cannot be reached directly")
+    tap.result(loop_hits == [], "the loopback listener saw no connection", repr(loop_hits))
+    if hostip:
+        check(out_a, "ok tcp %s:%d" % (hostip, nat_port), "a: NAT to a host address works")
+    else:
+        tap.skip("a: NAT to a host address", "this host has no non-loopback IPv4 address")
+    check(out_c, "ok dhcp ip=10.50.0.3", "c: DHCP on the second network, the same address as a")
+    check(out_c, "ok tcp-fail 10.50.0.2:8080", "c: cannot reach b, whose address is on the first network")
+    check(out_b, "ok dhcp", "b: DHCP")
+
+    # the IMDS on a VM's own listener, as the gateway reaches it
+    sock = os.path.join(vmdir["guest-a"], "imds.sock")
+    st, h, body = imds_get(sock, "/giantswarm/v1/hostname")
+    tap.result(st == 200 and body == b"guest-a" and h.get("content-type") == "text/plain; charset=utf-8",
+               "imds: /hostname is the VM's hostname, text/plain, no newline added", "%d %r %r" % (st, h, body))
+    st, h, body = imds_get(sock, "/giantswarm/v1/region")
+    tap.result(st == 200 and body == socket.gethostname().encode(), "imds: /region is the host's name",
+               "%d %r" % (st, body))
+    st, h, body = imds_get(sock, "/giantswarm/v1/zone")
+    tap.result(st == 200 and body == b"net1", "imds: /zone is the network", "%d %r" % (st, body))
+    st, h, body = imds_get(sock, "/giantswarm/v1/public-keys/")
+    tap.result(st == 200 and body == b"0", "imds: /public-keys/ lists index 0", "%d %r" % (st, body))
+    st, h, body = imds_get(sock, "/giantswarm/v1/public-keys/0")
+    tap.result(st == 200 and body.startswith(b"ssh-ed25519 ") and body.endswith(b"vm-manager@" + vms["guest-a"]["id"].encode()),
+               "imds: /public-keys/0 is the VM's own key", "%d %r" % (st, body[:80]))
+    st, h, body = imds_get(sock, "/giantswarm/v1/public-keys/7")
+    tap.result(st == 404 and body == b"", "imds: a missing key is a 404 with an empty body", "%d %r" % (st, body))
+    st, h, body = imds_get(sock, "/giantswarm/v1/metadata/role")
+    tap.result(st == 200 and body == b"worker", "imds: /metadata/role", "%d %r" % (st, body))
+    st, h, body = imds_get(sock, "/giantswarm/v1/user-data")
+    tap.result(st == 503 and h.get("retry-after") == "2"
+               and body == b"user-data is released after the initrd-stage attestation verifies",
+               "imds: user-data is gated (503, Retry-After) until the installed boot", "%d %r %r" % (st, h, body))
+    st, h, body = imds_get(sock, "/giantswarm/v1/sysupdate/kubernetes/kubernetes_1.31.raw")
+    tap.result(st == 200 and body == b"sysext bytes", "imds: a sysupdate file from the image directory", "%d %r" % (st, body))
+    st, h, body = imds_get(sock, "/giantswarm/v1/sysupdate/kubernetes/../../fake_1.0.raw")
+    tap.result(st != 200, "imds: no way out of the sysupdate tree", "%d" % st)
+    st, h, body = imds_get(sock, "/giantswarm/v1/report", "POST", b'{"ok": true}')
+    tap.result(st == 204 and os.path.exists(os.path.join(vmdir["guest-a"], "report.json")),
+               "imds: a report upload is stored, 204", "%d %r" % (st, body))
+    st, h, body = imds_get(sock, "/giantswarm/v1/report", "POST", b'not json')
+    tap.result(st == 400 and body == b"report is not valid JSON", "imds: a report that is not JSON is a 400", "%d %r" % (st, body))
+    st, h, body = imds_get(sock, "/giantswarm/v1/hostname", "POST", b"")
+    tap.result(st == 405, "imds: the wrong method is a 405", "%d" % st)
+
+    # the network records show the leases
+    status, n = api(api_port, "GET", "/networks/net1")
+    tap.result(status == 200 and sorted(l["ip"] for l in n["leases"]) == ["10.50.0.2", "10.50.0.3"],
+               "get_network lists the leases", repr(n)[:300])
+
+    # deleting a VM: its listener answers no more
+    status, _ = api(api_port, "DELETE", "/vms/" + vms["guest-c"]["id"], timeout=60)
+    tap.result(status in (200, 204) and not os.path.exists(vmdir["guest-c"]),
+               "delete_vm removes the VM with its metadata listener", "%d" % status)
+    d.stop(signal.SIGTERM, timeout=30)
+
+
+if __name__ == "__main__":
+    sys.exit(run([test_network], 240, "vmm-net-"))
