@@ -200,6 +200,59 @@ static int op_delete_vm(
         return run_on_vm(vm_delete, m, args, done, progress, userdata, reterr);
 }
 
+/* exec checks the command, forward the port, before looking the VM up */
+static int op_exec_vm(
+        Manager *m, json_t *args, OperationDone done, OperationProgress progress, void *userdata, ApiError *reterr) {
+        json_t *cmd = json_object_get(args, "command"), *t = json_object_get(args, "timeout_seconds");
+        _cleanup_free_ char **argv = NULL;
+        usec_t timeout = VM_EXEC_TIMEOUT_DEFAULT;
+        size_t i;
+        json_t *w;
+        Vm *v;
+        int r;
+
+        if (json_array_size(cmd) == 0)
+                return api_error_set(reterr, -EINVAL, API_ERROR_INVALID_REQUEST, "command is empty");
+        if (t) {
+                json_int_t s = json_integer_value(t);
+                if (s < 1 || (usec_t) s > VM_EXEC_TIMEOUT_MAX / USEC_PER_SEC)
+                        return api_error_set(
+                                reterr,
+                                -EINVAL,
+                                API_ERROR_INVALID_REQUEST,
+                                "timeout_seconds %" JSON_INTEGER_FORMAT " must be between 1 and %llu",
+                                s,
+                                (unsigned long long) (VM_EXEC_TIMEOUT_MAX / USEC_PER_SEC));
+                timeout = (usec_t) s * USEC_PER_SEC;
+        }
+        argv = calloc(json_array_size(cmd) + 1, sizeof(char *));
+        if (!argv)
+                return -ENOMEM;
+        json_array_foreach(cmd, i, w) argv[i] = (char *) json_string_value(w);
+        r = lookup_vm(m, args, &v, reterr);
+        if (r < 0)
+                return r;
+        return vm_exec(v, argv, timeout, done, userdata, reterr);
+}
+
+static int op_forward_port(Manager *m, json_t *args, json_t **ret, ApiError *reterr) {
+        json_int_t port = json_integer_value(json_object_get(args, "port"));
+        Vm *v;
+        int r;
+
+        if (port < 1 || port > 65535)
+                return api_error_set(
+                        reterr,
+                        -EINVAL,
+                        API_ERROR_INVALID_REQUEST,
+                        "port %" JSON_INTEGER_FORMAT " out of range",
+                        port);
+        r = lookup_vm(m, args, &v, reterr);
+        if (r < 0)
+                return r;
+        return vm_forward_port(v, port, ret, reterr);
+}
+
 static const OperationParam no_params[] = { { .name = NULL } };
 
 static const OperationParam image_ref_params[] = {
@@ -259,6 +312,34 @@ static const OperationParam vm_console_params[] = {
           .type = PARAM_INTEGER,
           .flags = PARAM_IN_QUERY,
           .description = "How many of the last lines to return, default 100, at most 10000" },
+        { .name = NULL },
+};
+
+static const OperationParam exec_vm_params[] = {
+        { .name = "id",
+          .type = PARAM_STRING,
+          .flags = PARAM_REQUIRED | PARAM_IN_PATH,
+          .description = "VM id as returned by create_vm or list_vms" },
+        { .name = "command",
+          .type = PARAM_STRING_ARRAY,
+          .flags = PARAM_REQUIRED,
+          .description = "The program and its arguments, e.g. [\"systemctl\", \"is-system-running\"]; each word is "
+                         "quoted for the guest's shell, nothing is expanded" },
+        { .name = "timeout_seconds",
+          .type = PARAM_INTEGER,
+          .description = "Give up on the command after this long, 1 to 3600, default 300" },
+        { .name = NULL },
+};
+
+static const OperationParam forward_port_params[] = {
+        { .name = "id",
+          .type = PARAM_STRING,
+          .flags = PARAM_REQUIRED | PARAM_IN_PATH,
+          .description = "VM id as returned by create_vm or list_vms" },
+        { .name = "port",
+          .type = PARAM_INTEGER,
+          .flags = PARAM_REQUIRED,
+          .description = "Guest TCP port, 1-65535" },
         { .name = NULL },
 };
 
@@ -506,6 +587,36 @@ static const Operation operations[] = {
                 .success_status = 204,
                 .params = vm_id_params,
                 .async_handler = op_delete_vm,
+        },
+        {
+                .name = "exec_vm",
+                .description =
+                        "WRITES (destructive): run a command in the guest as root over ssh with the VM's own key (the "
+                        "guest's host key is pinned on first use) and return {stdout, stderr, exitCode}; a non-zero "
+                        "exit is a result, not an error. Each stream keeps its first MiB (stdoutTruncated/stderrTruncated "
+                        "say when more was dropped); a command still running after timeout_seconds (default 300) "
+                        "is abandoned with a timeout error. Needs a running VM whose sshd is up: call get_vm first.",
+                .hints = OP_HINTS_EXEC,
+                .method = "POST",
+                .path = "/vms/{id}/exec",
+                .success_status = 200,
+                .rest_body = true,
+                .params = exec_vm_params,
+                .async_handler = op_exec_vm,
+        },
+        {
+                .name = "forward_port",
+                .description =
+                        "WRITES: expose a guest TCP port (e.g. 22 or 6443) on a new listener at 127.0.0.1 and "
+                        "return its address; every call adds one, and they last until the VM is deleted or "
+                        "vm-manager stops. The VM needs an address, not a running guest.",
+                .hints = OP_HINTS_IDEMPOTENT,
+                .method = "POST",
+                .path = "/vms/{id}/forward",
+                .success_status = 200,
+                .rest_body = true,
+                .params = forward_port_params,
+                .handler = op_forward_port,
         },
 };
 

@@ -1186,8 +1186,16 @@ static VmVsock vm_pick_vsock(Vm *v) {
 
 /* ---- the network ---- */
 
+Manager *vm_manager(Vm *v) {
+        return v->manager;
+}
+
+const char *vm_ip(Vm *v) {
+        return v->ip;
+}
+
 /* The VM's port on its network's switch, added on first use: the lease is the port's identity. */
-static NetPort *vm_port(Vm *v, bool create) {
+NetPort *vm_port(Vm *v, bool create) {
         NetSwitch *sw = manager_switch_get(v->manager, v->spec.network);
         Network *n = network_registry_get(v->manager->networks, v->spec.network);
         const NetworkLease *l = n ? network_lease_find(n, v->id) : NULL;
@@ -1721,7 +1729,7 @@ static void vm_begin_stop(Vm *v) {
 
 /* ---- operations ---- */
 
-static bool vm_has_process(Vm *v) {
+bool vm_has_process(Vm *v) {
         return v->qemu || v->starting;
 }
 

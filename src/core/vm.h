@@ -7,6 +7,7 @@
 
 #include "api-error.h"
 #include "cleanup.h"
+#include "net-switch.h"
 #include "time-util.h"
 
 typedef struct Manager Manager;
@@ -89,6 +90,26 @@ char *vm_path(Vm *v, const char *name);
 /* Whether the IMDS serves user-data: a verified initrd quote, or at boot when no attestation is
  * required. */
 bool vm_user_data_released(Vm *v);
+const char *vm_ip(Vm *v); /* the lease, NULL while it has none */
+Manager *vm_manager(Vm *v);
+bool vm_has_process(Vm *v); /* QEMU runs, or its start chain does */
+/* The VM's port on its network's switch; created (unconnected) on first use when create is set. NULL
+ * when the VM holds no lease or the network has no switch. */
+NetPort *vm_port(Vm *v, bool create);
+
+/* forward_port: a listener on 127.0.0.1 whose connections reach the guest's port, until the VM is
+ * deleted. {"id","port","address"}. */
+int vm_forward_port(Vm *v, int64_t port, json_t **ret, ApiError *reterr);
+
+/* exec_vm: runs command (argv) in the guest as root over ssh with the VM's own key, the guest's host
+ * key pinned on first use. Output beyond VM_EXEC_OUTPUT_MAX per stream is dropped (and flagged), and
+ * a command still running after timeout is abandoned with a timeout error. done gets
+ * {"stdout","stderr","exitCode"} (a non-zero exit is a result). */
+#define VM_EXEC_OUTPUT_MAX ((size_t) 1 << 20)
+#define VM_EXEC_TIMEOUT_DEFAULT (300 * USEC_PER_SEC)
+#define VM_EXEC_TIMEOUT_MAX (3600 * USEC_PER_SEC)
+#define VM_EXEC_HANDSHAKE_TIMEOUT_SEC 15
+int vm_exec(Vm *v, char **command, usec_t timeout, VmDoneFunc done, void *userdata, ApiError *reterr);
 VmState vm_state(Vm *v);
 usec_t vm_created_at(Vm *v);
 

@@ -1,4 +1,5 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
+#include <fcntl.h>
 #include <libslirp.h>
 #include <net/ethernet.h>
 #include <stdlib.h>
@@ -25,14 +26,18 @@
  *    otherwise its answer cannot have changed. add_poll creates or updates one io source per fd
  *    and returns the fd itself as the index, so indexes stay valid across fills; fds slirp did
  *    not ask for this time are disabled (not set to no events: epoll reports HUP and ERR
- *    regardless, and slirp ignores a socket it did not ask about). Event masks are only changed
- *    when they differ, so a busy connection costs no epoll_ctl().
+ *    regardless, and slirp ignores a socket it did not ask about). Masks are only touched when
+ *    they change, so a steady connection costs no epoll_ctl().
  *  - an io source records its revents on the fd and schedules a poll pass: a oneshot defer source
- *    at the io sources' priority, so it runs after the io sources that were already pending
- *    (their events join the same pass) and before the same fds fire again.
- *  - the timeout source, armed from fill's timeout, runs a pass itself when it expires: that is
- *    what drives slirp's TCP timers (delayed ACKs, retransmits, keepalive). Its deadline only
- *    moves earlier between expiries; an early expiry just costs one idle pass.
+ *    at the io sources' priority. Older than an fd that fires again, it runs first; io sources
+ *    pending from the same epoll_wait() usually join the same pass. A pass can leave an fd it
+ *    read pending in sd-event with readiness that is gone: that dispatch is skipped (see
+ *    net_slirp_poll()), and the fds are made non-blocking as a second line of defence.
+ *  - the timeout source (always on: it carries the prepare callback), armed from fill's timeout,
+ *    runs a pass itself when it expires: that is what drives slirp's TCP timers (delayed ACKs,
+ *    retransmits, keepalive). Its deadline only moves earlier between expiries; an early expiry
+ *    just costs one idle pass. slirp never asks for more than a second, so an idle instance
+ *    wakes up once a second.
  *  - slirp's own timers (only the IPv6 RA timer in 4.7, never armed without IPv6) are oneshot
  *    time sources.
  *
@@ -62,6 +67,7 @@ typedef struct NetSlirpFd {
         uint32_t events; /* EPOLL* the source is set to */
         bool enabled;
         int revents;       /* SLIRP_POLL_* seen since the last poll pass */
+        bool stale;        /* the pending event predates a pass that read the fd: skip it */
         uint64_t fill_gen; /* the last fill that asked for this fd */
 } NetSlirpFd;
 
@@ -176,8 +182,17 @@ static void net_slirp_poll(NetSlirp *s) {
         slirp_pollfds_poll(s->slirp, /* select_error= */ 0, cb_get_revents, s);
         s->fill_needed = true;
 
-        for (size_t i = 0; i < s->n_fds; i++)
-                s->fds[i]->revents = 0;
+        /* An fd slirp may have read in this pass can still be pending in sd-event from an epoll_wait()
+         * before it, and that readiness may be gone: handing it to slirp next time could make it
+         * block in accept() or recvfrom() (its listening, UDP and ICMP sockets are blocking).
+         * Skip that dispatch; if the fd is still ready, level-triggered epoll reports it again. */
+        for (size_t i = 0; i < s->n_fds; i++) {
+                NetSlirpFd *f = s->fds[i];
+
+                if (f->revents != 0 && f->source && sd_event_source_get_pending(f->source) != 0)
+                        f->stale = true;
+                f->revents = 0;
+        }
 }
 
 static int on_poll(sd_event_source *source, void *userdata) {
@@ -188,11 +203,7 @@ static int on_poll(sd_event_source *source, void *userdata) {
 static int on_timeout(sd_event_source *source, uint64_t usec, void *userdata) {
         NetSlirp *s = userdata;
 
-        /* A time source is oneshot: it would be off from here on, and with it the prepare callback
-         * that runs fill. Parked at infinity and on, it keeps preparing and fires when fill arms it. */
         s->timeout_deadline = USEC_INFINITY;
-        (void) sd_event_source_set_time(source, USEC_INFINITY);
-        (void) sd_event_source_set_enabled(source, SD_EVENT_ON);
         net_slirp_poll(s);
         return 0;
 }
@@ -200,6 +211,10 @@ static int on_timeout(sd_event_source *source, uint64_t usec, void *userdata) {
 static int on_io(sd_event_source *source, int fd, uint32_t revents, void *userdata) {
         NetSlirpFd *f = userdata;
 
+        if (f->stale) {
+                f->stale = false;
+                return 0;
+        }
         f->revents |= epoll_to_poll(revents);
         net_slirp_schedule_poll(f->slirp);
         return 0;
@@ -213,6 +228,7 @@ static NetSlirpFd *fd_get(NetSlirp *s, int fd) {
 
 static int fd_add(NetSlirp *s, int fd, NetSlirpFd **ret) {
         _cleanup_free_ NetSlirpFd *f = NULL;
+        int flags;
 
         assert(fd >= 0);
         assert(!fd_get(s, fd));
@@ -242,6 +258,13 @@ static int fd_add(NetSlirp *s, int fd, NetSlirpFd **ret) {
         f->slirp = s;
         f->fd = fd;
         f->pos = s->n_fds;
+
+        /* slirp leaves listening, UDP and ICMP sockets blocking. Nothing here should let it see
+         * readiness that is gone, but if it ever did, a spurious EAGAIN beats a stuck loop (and a
+         * full UDP send buffer then drops a datagram instead of blocking the loop). */
+        flags = fcntl(fd, F_GETFL);
+        if (flags < 0 || (!(flags & O_NONBLOCK) && fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0))
+                log_debug_errno(errno, "slirp: cannot make fd %d non-blocking, ignoring: %m", fd);
 
         s->fds[s->n_fds++] = f;
         s->by_fd[fd] = f;
@@ -287,6 +310,7 @@ static int fd_watch(NetSlirp *s, NetSlirpFd *f, uint32_t events) {
                 log_debug_errno(r, "slirp: cannot update the io source of fd %d, recreating it: %m", f->fd);
                 f->source = sd_event_source_disable_unref(f->source);
                 f->enabled = false;
+                f->stale = false;
         }
 
         r = sd_event_add_io(s->event, &f->source, f->fd, events, on_io, f);
@@ -772,6 +796,74 @@ int net_slirp_remove_host_forward(NetSlirp *s, const char *path) {
         return 0;
 }
 
+/* A free loopback port, by binding port 0 and letting it go: slirp cannot say which port it took for
+ * 0 itself. Another process may grab it in between; the caller tries again. */
+static int pick_loopback_port(uint16_t *ret) {
+        struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr = { htonl(INADDR_LOOPBACK) } };
+        socklen_t len = sizeof(sa);
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), r = 0;
+
+        if (fd < 0)
+                return -errno;
+        if (bind(fd, (struct sockaddr *) &sa, sizeof(sa)) < 0 ||
+            getsockname(fd, (struct sockaddr *) &sa, &len) < 0)
+                r = -errno;
+        (void) close(fd);
+        if (r < 0)
+                return r;
+        *ret = ntohs(sa.sin_port);
+        return 0;
+}
+
+int net_slirp_add_loopback_forward(NetSlirp *s, struct in_addr guest, uint16_t port, uint16_t *ret_host_port) {
+        struct sockaddr_in ga = { .sin_family = AF_INET, .sin_addr = guest, .sin_port = htons(port) };
+        int r = -EADDRINUSE;
+
+        assert_return(s, -EINVAL);
+        assert_return(port > 0, -EINVAL);
+        assert_return(ret_host_port, -EINVAL);
+
+        if (!net_slirp_is_guest_address(s, guest))
+                return -EINVAL;
+        for (unsigned attempt = 0; attempt < 8; attempt++) {
+                struct sockaddr_in ha = { .sin_family = AF_INET, .sin_addr = { htonl(INADDR_LOOPBACK) } };
+                uint16_t host_port = 0;
+
+                r = pick_loopback_port(&host_port);
+                if (r < 0)
+                        return r;
+                ha.sin_port = htons(host_port);
+                errno = 0;
+                if (slirp_add_hostxfwd(
+                            s->slirp,
+                            (const struct sockaddr *) &ha,
+                            sizeof(ha),
+                            (const struct sockaddr *) &ga,
+                            sizeof(ga),
+                            /* flags= */ 0) >= 0) {
+                        s->fill_needed = true;
+                        *ret_host_port = host_port;
+                        return 0;
+                }
+                r = errno > 0 ? -errno : -EADDRINUSE;
+        }
+        return r;
+}
+
+int net_slirp_remove_loopback_forward(NetSlirp *s, uint16_t host_port) {
+        struct sockaddr_in ha = {
+                .sin_family = AF_INET,
+                .sin_addr = { htonl(INADDR_LOOPBACK) },
+                .sin_port = htons(host_port),
+        };
+
+        assert_return(s, -EINVAL);
+        if (slirp_remove_hostxfwd(s->slirp, (const struct sockaddr *) &ha, sizeof(ha), /* flags= */ 0) < 0)
+                return -ENOENT;
+        s->fill_needed = true;
+        return 0;
+}
+
 /* Life cycle */
 
 int net_slirp_new(
@@ -809,6 +901,11 @@ int net_slirp_new(
 
         r = sd_event_add_time(
                 e, &s->timeout_source, CLOCK_MONOTONIC, USEC_INFINITY, NET_SLIRP_TIMER_ACCURACY, on_timeout, s);
+        if (r < 0)
+                return r;
+        /* Time sources start out oneshot: this one must stay on, or its prepare callback (the
+         * fill) would stop running after the first expiry. */
+        r = sd_event_source_set_enabled(s->timeout_source, SD_EVENT_ON);
         if (r < 0)
                 return r;
         r = sd_event_source_set_prepare(s->timeout_source, on_prepare);

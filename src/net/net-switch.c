@@ -30,7 +30,8 @@ typedef struct QueuedFrame {
 
 typedef struct HostForward {
         struct HostForward *next;
-        char *path;
+        char *path;         /* a unix listener, or NULL for: */
+        uint16_t host_port; /* a TCP listener on 127.0.0.1 */
 } HostForward;
 
 struct NetPort {
@@ -584,8 +585,11 @@ static void port_free(NetPort *p) {
         while (p->forwards) {
                 HostForward *f = p->forwards;
                 p->forwards = f->next;
-                (void) net_slirp_remove_host_forward(p->sw->slirp, f->path);
-                (void) unlink(f->path);
+                if (f->path) {
+                        (void) net_slirp_remove_host_forward(p->sw->slirp, f->path);
+                        (void) unlink(f->path);
+                } else
+                        (void) net_slirp_remove_loopback_forward(p->sw->slirp, f->host_port);
                 free(f->path);
                 free(f);
         }
@@ -734,4 +738,25 @@ NetSwitch *net_switch_free(NetSwitch *s) {
 
 void net_switch_get_stats(NetSwitch *s, NetStats *ret) {
         *ret = s->stats;
+}
+
+int net_port_add_loopback_forward(NetPort *p, uint16_t guest_port, uint16_t *ret_host_port) {
+        HostForward *f;
+        int r;
+
+        if (!p || guest_port == 0 || !ret_host_port)
+                return -EINVAL;
+        f = calloc(1, sizeof(HostForward));
+        if (!f)
+                return -ENOMEM;
+        r = net_slirp_add_loopback_forward(
+                p->sw->slirp, (struct in_addr){ p->policy.ip }, guest_port, &f->host_port);
+        if (r < 0) {
+                free(f);
+                return r;
+        }
+        f->next = p->forwards;
+        p->forwards = f;
+        *ret_host_port = f->host_port;
+        return 0;
 }

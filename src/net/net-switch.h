@@ -86,3 +86,7 @@ int net_port_set_imds(NetPort *p, const char *path);
 /* Host → guest: the gateway listens on the unix socket at path; each connection there becomes a TCP
  * connection from the host alias to the guest's port. Removed with the port. */
 int net_port_add_host_forward(NetPort *p, const char *path, uint16_t guest_port);
+
+/* Host → guest over TCP: a listener on 127.0.0.1:<*ret_host_port> whose connections reach the guest's
+ * port. Removed with the port. */
+int net_port_add_loopback_forward(NetPort *p, uint16_t guest_port, uint16_t *ret_host_port);

@@ -85,6 +85,8 @@ VM_ROUTES = [
     ("stop_vm", "POST", "/vms/{id}/stop"),
     ("reboot_vm", "POST", "/vms/{id}/reboot"),
     ("get_vm_console", "GET", "/vms/{id}/console"),
+    ("exec_vm", "POST", "/vms/{id}/exec"),
+    ("forward_port", "POST", "/vms/{id}/forward"),
 ]
 # The relative registration order of these tools (get_info lists every tool in that order).
 REGISTRATION_ORDER = [
