@@ -123,6 +123,7 @@ static void output_add(ExecOutput *o, const char *buf, size_t n) {
 /* The child's whole life: one session, one JSON object on fd 3, exit. */
 _noreturn_ static void exec_child(
         const char *sock,
+        const char *host,
         const char *addr,
         const char *vm_id,
         const char *key_path,
@@ -157,7 +158,7 @@ _noreturn_ static void exec_child(
                 FAIL("ssh %s: out of memory", addr);
         if (ssh_options_set(session, SSH_OPTIONS_FD, &fd) < 0 ||
             ssh_options_set(session, SSH_OPTIONS_USER, "root") < 0 ||
-            ssh_options_set(session, SSH_OPTIONS_HOST, addr) < 0 ||
+            ssh_options_set(session, SSH_OPTIONS_HOST, host) < 0 ||
             ssh_options_set(session, SSH_OPTIONS_TIMEOUT, &timeout) < 0 ||
             ssh_options_set(session, SSH_OPTIONS_KNOWNHOSTS, "/dev/null") < 0 ||
             ssh_options_set(session, SSH_OPTIONS_GLOBAL_KNOWNHOSTS, "/dev/null") < 0)
@@ -285,7 +286,7 @@ static void exec_finish(ExecCall *c) {
                 format_duration(d, sizeof(d), c->timeout);
                 r = api_error_set(
                         &e, -ETIMEDOUT, API_ERROR_TIMEOUT, "ssh run: the command did not finish within %s", d);
-        } else if (!(result = c->len > 0 ? json_loadb(c->buf, c->len, 0, NULL) : NULL))
+        } else if (!(result = c->len > 0 ? json_loadb(c->buf, c->len, JSON_ALLOW_NUL, NULL) : NULL))
                 r = api_error_set(&e, -EIO, API_ERROR_INTERNAL, "ssh: the session ended without a result");
         else if ((error = json_string_value(json_object_get(result, "error"))))
                 r = api_error_set(&e, -EIO, API_ERROR_INTERNAL, "%s", error);
@@ -405,7 +406,7 @@ int vm_exec(Vm *v, char **command, usec_t timeout, VmDoneFunc done, void *userda
                 if (dup2(wfd, 3) < 0)
                         _exit(1);
                 (void) close_range(4, ~0U, 0);
-                exec_child(sock, addr, vm_id(v), key, pin, cmd);
+                exec_child(sock, vm_ip(v), addr, vm_id(v), key, pin, cmd);
         }
         wfd = safe_close(wfd);
         (void) fcntl(rfd, F_SETFL, O_NONBLOCK);

@@ -2,9 +2,8 @@
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <fcntl.h>
+#include <libssh/libssh.h>
 #include <linux/vm_sockets.h>
-#include <openssl/evp.h>
-#include <openssl/pem.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -21,7 +20,6 @@
 #include "json-util.h"
 #include "log.h"
 #include "manager.h"
-#include "openssl-util.h"
 #include "parse-util.h"
 #include "storage.h"
 #include "vm-cmdline.h"
@@ -2111,46 +2109,34 @@ static int random_hex(char *buf, size_t bytes) {
 }
 
 /* An ed25519 key: the private half as PEM (0600) at path, the public half as an OpenSSH line. */
+/* An ed25519 pair: the private key in OpenSSH's format (0600), which ssh and libssh both read, and
+ * the public line "ssh-ed25519 <base64> <comment>". */
 static int make_ssh_key(const char *path, const char *comment, char **ret_public) {
-        _cleanup_(EVP_PKEY_freep) EVP_PKEY *key = EVP_PKEY_Q_keygen(NULL, NULL, "ED25519");
-        _cleanup_free_ char *pem = NULL, *line = NULL;
-        uint8_t pub[32], blob[4 + 11 + 4 + 32];
-        size_t publen = sizeof(pub);
-        unsigned char b64[128];
-        BIO *bio;
-        long n;
-        char *data;
-        int r;
+        ssh_key key = NULL;
+        char *priv = NULL, *pub = NULL, *line = NULL;
+        int r = -EIO;
 
-        if (!key)
+        if (ssh_pki_generate(SSH_KEYTYPE_ED25519, 0, &key) != SSH_OK)
                 return -EIO;
-        bio = BIO_new(BIO_s_mem());
-        if (!bio)
-                return -ENOMEM;
-        if (PEM_write_bio_PrivateKey(bio, key, NULL, NULL, 0, NULL, NULL) != 1) {
-                BIO_free(bio);
-                return -EIO;
-        }
-        n = BIO_get_mem_data(bio, &data);
-        r = write_file_atomic(path, data, (size_t) n, 0600);
-        BIO_free(bio);
+        if (ssh_pki_export_privkey_base64(key, NULL, NULL, NULL, &priv) != SSH_OK ||
+            ssh_pki_export_pubkey_base64(key, &pub) != SSH_OK)
+                goto finish;
+        r = write_file_atomic(path, priv, strlen(priv), 0600);
         if (r < 0)
-                return r;
-
-        if (EVP_PKEY_get_raw_public_key(key, pub, &publen) != 1 || publen != 32)
-                return -EIO;
-        /* the wire form: string "ssh-ed25519", string key */
-        blob[0] = blob[1] = blob[2] = 0;
-        blob[3] = 11;
-        memcpy(blob + 4, "ssh-ed25519", 11);
-        blob[15] = blob[16] = blob[17] = 0;
-        blob[18] = 32;
-        memcpy(blob + 19, pub, 32);
-        EVP_EncodeBlock(b64, blob, sizeof(blob));
-        if (asprintf(&line, "ssh-ed25519 %s %s", b64, comment) < 0)
-                return -ENOMEM;
-        *ret_public = TAKE_PTR(line);
-        return 0;
+                goto finish;
+        if (asprintf(&line, "ssh-ed25519 %s %s", pub, comment) < 0) {
+                r = -ENOMEM;
+                goto finish;
+        }
+        *ret_public = line;
+        r = 0;
+finish:
+        if (priv)
+                explicit_bzero(priv, strlen(priv));
+        ssh_string_free_char(priv);
+        ssh_string_free_char(pub);
+        ssh_key_free(key);
+        return r;
 }
 
 static uint32_t allocate_cid(Manager *m) {

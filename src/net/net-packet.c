@@ -237,7 +237,11 @@ static NetVerdict filter_destination(const NetNetworkPolicy *net, const NetFrame
         if (f->ip_dst == (net->network | ~net->netmask))
                 return NET_PASS;
 
-        if (f->ip_dst == net->host_alias && !net->host_alias_enabled)
+        /* While the alias is off, a guest may not open anything there. It still answers what the host
+         * opened towards it: forward_port and exec_vm connections come from the alias, and slirp takes
+         * nothing at that address but segments of the connections it made itself. */
+        if (f->ip_dst == net->host_alias && !net->host_alias_enabled &&
+            !(f->has_ports && f->ip_proto == NET_IPPROTO_TCP && (f->tcp_flags & 0x10 /* ACK */)))
                 return NET_DROP_HOST_ALIAS;
 
         return NET_PASS;

@@ -341,7 +341,7 @@ static void port_input(NetPort *p, uint8_t *frame, size_t len) {
                 if (f.arp_op == 1 &&
                     (f.arp_tpa == s->config.gateway.s_addr ||
                      (s->config.imds_enabled && f.arp_tpa == NET_IMDS_ADDRESS) ||
-                     (s->config.host_alias_enabled && f.arp_tpa == s->config.host_alias.s_addr))) {
+                     f.arp_tpa == s->config.host_alias.s_addr)) {
                         uint8_t reply[NET_ARP_FRAME_LEN];
                         net_arp_build_reply(reply, s->config.gateway_mac, f.arp_tpa, f.arp_sha, f.arp_spa);
                         port_send(p, reply, sizeof(reply));

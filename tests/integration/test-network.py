@@ -15,8 +15,10 @@ The IMDS itself is also asked directly on a VM's listener (<vm>/imds.sock), as t
 
 import json
 import os
+import shutil
 import signal
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -260,5 +262,152 @@ def test_network(work):
     d.stop(signal.SIGTERM, timeout=30)
 
 
+def sh(*args, **kw):
+    return subprocess.run(list(args), check=True, capture_output=True, text=True, **kw)
+
+
+def test_exec_forward(work):
+    """exec_vm and forward_port against a real sshd: the VM's NIC is a tap in a network namespace
+    (the fake QEMU's tap mode), where sshd trusts the VM's own key."""
+    sshd = shutil.which("sshd") or ("/usr/sbin/sshd" if os.access("/usr/sbin/sshd", os.X_OK) else None)
+    if os.geteuid() != 0 or not sshd or not os.path.exists("/dev/net/tun") or not shutil.which("ip"):
+        tap.skip("exec_vm and forward_port against sshd", "needs root, /dev/net/tun, ip and sshd (openssh-server)")
+        return
+    ns = "vmm-exec-%d" % os.getpid()
+    sh("ip", "netns", "add", ns)
+    procs = []
+    try:
+        run_exec_forward(work, ns, sshd, procs)
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+        subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+
+
+def start_sshd(work, ns, sshd, ip, pubkey, name):
+    key = os.path.join(work, "host-" + name)
+    if not os.path.exists(key):
+        sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", key)
+    auth = os.path.join(work, "authorized_keys")
+    with open(auth, "w") as f:
+        f.write(pubkey + "\n")
+    os.chmod(auth, 0o600)
+    conf = os.path.join(work, "sshd_config-" + name)
+    with open(conf, "w") as f:
+        f.write("Port 22\nListenAddress %s\nHostKey %s\nAuthorizedKeysFile %s\nPermitRootLogin prohibit-password\n"
+                "PasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\n"
+                "PidFile none\n" % (ip, key, auth))
+    os.makedirs("/run/sshd", exist_ok=True)
+    p = subprocess.Popen(["ip", "netns", "exec", ns, sshd, "-D", "-e", "-f", conf],
+                         stdout=subprocess.DEVNULL, stderr=open(os.path.join(work, "sshd-%s.log" % name), "w"))
+    for _ in range(50):
+        if subprocess.run(["ip", "netns", "exec", ns, "sh", "-c", "exec 3<>/dev/tcp/%s/22" % ip],
+                          capture_output=True).returncode == 0 or p.poll() is not None:
+            break
+        time.sleep(0.1)
+    return p
+
+
+def run_exec_forward(work, ns, sshd, procs):
+    images = os.path.join(work, "images-x")
+    os.makedirs(images)
+    for ext in (".efi", ".raw"):
+        with open(os.path.join(images, "fake_1.0" + ext), "wb") as f:
+            f.write(b"\0" * 4096)
+    vars_ = os.path.join(work, "vars-x")
+    with open(vars_, "wb") as f:
+        f.write(b"\0" * 4096)
+    tapname = "vmmx%d" % (os.getpid() % 100000)
+    plan_file = os.path.join(work, "plan-x.json")
+    with open(plan_file, "w") as f:
+        json.dump({"sshguest": {"netns": ns, "tap": tapname}}, f)
+    env = base_env(work, FAKE_QEMU="", FAKE_GUEST=os.environ.get("FAKE_GUEST", ""), FAKE_GUEST_PLAN=plan_file)
+    env["PATH"] = FAKES + ":" + env.get("PATH", "/usr/bin:/bin")
+    port = free_port()
+    d = Daemon(work, "exec", ["--listen", "%s:%d" % (HOST, port), "--state-dir", os.path.join(work, "state-x"),
+                              "--image-dir", images, "--ovmf-code", vars_, "--ovmf-vars", vars_,
+                              "--launcher", "process", "--log-level", "debug"], env=env)
+    ok, why = d.wait_healthy(port, timeout=20)
+    tap.result(ok, "exec: serving", why)
+    if not ok:
+        return
+    try:
+        status, vm = api(port, "POST", "/vms", dict(CREATE, name="sshguest", hostname="sshguest"))
+        tap.result(status == 201, "exec: create_vm whose NIC is a tap with an sshd behind it", repr(vm)[:300])
+        if status != 201:
+            return
+        vid, ip, mac = vm["id"], vm["ip"], vm["mac"]
+        gw = ip.rsplit(".", 1)[0] + ".1"
+        for _ in range(50):
+            if subprocess.run(["ip", "-n", ns, "link", "show", tapname], capture_output=True).returncode == 0:
+                break
+            time.sleep(0.1)
+        sh("ip", "-n", ns, "link", "set", tapname, "address", mac)
+        sh("ip", "-n", ns, "link", "set", tapname, "up")
+        sh("ip", "-n", ns, "link", "set", "lo", "up")
+        sh("ip", "-n", ns, "addr", "add", ip + "/24", "dev", tapname)
+        sh("ip", "-n", ns, "route", "add", "default", "via", gw)
+        procs.append(start_sshd(work, ns, sshd, ip, vm["sshPublicKey"], "a"))
+
+        status, r = api(port, "POST", "/vms/%s/exec" % vid, {"command": ["echo", "hello", "it's"]}, timeout=60)
+        tap.result(status == 200 and r == {"stdout": "hello it's\n", "stderr": "", "exitCode": 0},
+                   "exec_vm runs the command as root over ssh, words quoted for the shell", repr(r)[:300])
+        status, r = api(port, "POST", "/vms/%s/exec" % vid, {"command": ["sh", "-c", "echo oops >&2; exit 3"]})
+        tap.result(status == 200 and r == {"stdout": "", "stderr": "oops\n", "exitCode": 3},
+                   "exec_vm: a non-zero exit is a result with stderr", repr(r)[:300])
+        status, r = api(port, "POST", "/vms/%s/exec" % vid, {"command": ["id", "-u"]})
+        tap.result(status == 200 and r.get("stdout") == "0\n", "exec_vm: as root", repr(r)[:300])
+        pin = os.path.join(work, "state-x", "vms", vid, "ssh_host_key")
+        pinned = open(pin).read() if os.path.exists(pin) else ""
+        tap.result(pinned.startswith("ssh-ed25519 ") and oct(os.stat(pin).st_mode & 0o777) == "0o600",
+                   "exec_vm pins the host key on first use (ssh_host_key, 0600)", pinned[:80])
+        status, r = api(port, "POST", "/vms/%s/exec" % vid, {"command": ["head", "-c", "1500000", "/dev/zero"]})
+        tap.result(status == 200 and len(r.get("stdout", "")) == 1 << 20 and r.get("stdoutTruncated") is True,
+                   "exec_vm keeps the first MiB of output and says it dropped the rest",
+                   "%d %d bytes" % (status, len((r or {}).get("stdout", ""))))
+        status, r = api(port, "POST", "/vms/%s/exec" % vid, {"command": ["sleep", "30"], "timeout_seconds": 1})
+        tap.result(status == 504 and r["error"]["code"] == "timeout", "exec_vm gives up after timeout_seconds",
+                   repr(r)[:300])
+        status, r = api(port, "POST", "/vms/%s/exec" % vid, {"command": []})
+        tap.result(status == 400 and r["error"]["message"] == "invalid request: command is empty",
+                   "exec_vm: an empty command is a 400", repr(r)[:300])
+
+        status, fw = api(port, "POST", "/vms/%s/forward" % vid, {"port": 22})
+        banner = b""
+        if status == 200:
+            h, p = fw["address"].rsplit(":", 1)
+            s = socket.create_connection((h, int(p)), timeout=10)
+            s.settimeout(10)
+            banner = s.recv(64)
+            s.close()
+        tap.result(status == 200 and fw["id"] == vid and fw["port"] == 22 and fw["address"].startswith("127.0.0.1:")
+                   and banner.startswith(b"SSH-2.0"), "forward_port 22: a loopback address that shows sshd's banner",
+                   "%r %r" % (fw, banner))
+        status, r = api(port, "POST", "/vms/%s/forward" % vid, {"port": 0})
+        tap.result(status == 400 and r["error"]["message"] == "invalid request: port 0 out of range",
+                   "forward_port: port 0 is out of range", repr(r)[:200])
+
+        # another host key: the pin holds
+        procs.pop().kill()
+        time.sleep(0.3)
+        procs.append(start_sshd(work, ns, sshd, ip, vm["sshPublicKey"], "b"))
+        status, r = api(port, "POST", "/vms/%s/exec" % vid, {"command": ["true"]})
+        tap.result(status == 500 and r["error"]["message"].endswith("host key of vm %s changed" % vid),
+                   "exec_vm refuses a guest whose host key changed", repr(r)[:300])
+
+        status, _ = api(port, "DELETE", "/vms/" + vid, timeout=60)
+        refused = False
+        if fw and status in (200, 204):
+            h, p = fw["address"].rsplit(":", 1)
+            try:
+                socket.create_connection((h, int(p)), timeout=3).close()
+            except OSError:
+                refused = True
+        tap.result(refused, "delete_vm closes its forwards", fw and fw.get("address"))
+    finally:
+        d.stop(signal.SIGTERM, timeout=30)
+
+
 if __name__ == "__main__":
-    sys.exit(run([test_network], 240, "vmm-net-"))
+    sys.exit(run([test_network, test_exec_forward], 300, "vmm-net-"))

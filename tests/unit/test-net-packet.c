@@ -684,8 +684,14 @@ static void test_filter_ingress(void **state) {
 
                 /* The host alias. */
                 { "the host alias is dropped while disabled",
-                  { .src = GUEST, .dst = HOST_ALIAS, .sport = 40000, .dport = 22 },
+                  { .src = GUEST, .dst = HOST_ALIAS, .sport = 40000, .dport = 22, .tcp_flags = TCP_SYN },
                   .expected = NET_DROP_HOST_ALIAS },
+                { "UDP to the host alias is dropped while disabled",
+                  { .src = GUEST, .dst = HOST_ALIAS, .proto = NET_IPPROTO_UDP, .sport = 40000, .dport = 53 },
+                  .expected = NET_DROP_HOST_ALIAS },
+                { "a guest answers a connection the host opened from the alias (forward_port, exec_vm)",
+                  { .src = GUEST, .dst = HOST_ALIAS, .sport = 22, .dport = 40000, .tcp_flags = TCP_SYN | 0x10 },
+                  .expected = NET_PASS },
                 { "the host alias passes once enabled",
                   { .src = GUEST, .dst = HOST_ALIAS, .sport = 40000, .dport = 22 },
                   .host_alias_enabled = true,
