@@ -43,6 +43,14 @@
         } while (false)
 
 /* Converts a libc "-1 and errno" result into a negative errno. */
+/* asprintf() that leaves NULL behind when it fails (the pointer is undefined otherwise), for
+ * messages whose absence is handled. */
+#define asprintf_or_null(p, ...)                    \
+        do {                                        \
+                if (asprintf((p), __VA_ARGS__) < 0) \
+                        *(p) = NULL;                \
+        } while (0)
+
 /* The rest of s after prefix, or NULL when s does not start with it. */
 static inline const char *startswith(const char *s, const char *prefix) {
         size_t n = strlen(prefix);

@@ -208,7 +208,7 @@ static int op_exec_vm(
         usec_t timeout = VM_EXEC_TIMEOUT_DEFAULT;
         size_t i;
         json_t *w;
-        Vm *v;
+        Vm *v = NULL;
         int r;
 
         if (json_array_size(cmd) == 0)
@@ -237,7 +237,7 @@ static int op_exec_vm(
 
 static int op_forward_port(Manager *m, json_t *args, json_t **ret, ApiError *reterr) {
         json_int_t port = json_integer_value(json_object_get(args, "port"));
-        Vm *v;
+        Vm *v = NULL;
         int r;
 
         if (port < 1 || port > 65535)

@@ -575,7 +575,7 @@ static char *error_with_console(Vm *v, const char *what) {
         char *s = NULL;
 
         if (tail && *tail)
-                (void) asprintf(&s, "%s\nconsole:\n%s", what, tail);
+                asprintf_or_null(&s, "%s\nconsole:\n%s", what, tail);
         else
                 s = strdup(what);
         return s;
@@ -927,7 +927,7 @@ static void on_qemu_exit(VmLaunched *p, int code, int status, void *userdata) {
                                 }
                                 if (vm_start_phase(v, VM_PHASE_BOOT, &e) < 0) {
                                         _cleanup_free_ char *t = NULL;
-                                        (void) asprintf(&t, "start installed boot: %s", e.message ?: "error");
+                                        asprintf_or_null(&t, "start installed boot: %s", e.message ?: "error");
                                         vm_set_state(v, VM_STATE_FAILED);
                                         vm_set_error(v, t);
                                 }
@@ -937,11 +937,11 @@ static void on_qemu_exit(VmLaunched *p, int code, int status, void *userdata) {
                                 char d[32];
                                 _cleanup_free_ char *w = NULL;
                                 format_duration(d, sizeof(d), v->manager->install_timeout);
-                                (void) asprintf(&w, "installer did not finish within %s", d);
+                                asprintf_or_null(&w, "installer did not finish within %s", d);
                                 msg = w ? error_with_console(v, w) : NULL;
                         } else {
                                 _cleanup_free_ char *w = NULL;
-                                (void) asprintf(&w, "installer exited: %s", st ?: "?");
+                                asprintf_or_null(&w, "installer exited: %s", st ?: "?");
                                 msg = w ? error_with_console(v, w) : NULL;
                         }
                         vm_set_state(v, VM_STATE_FAILED);
@@ -952,12 +952,12 @@ static void on_qemu_exit(VmLaunched *p, int code, int status, void *userdata) {
                         _cleanup_free_ char *t = NULL;
                         /* a guest whose PID 1 reported a failing exit status says so */
                         if (v->guest_exit_status && !streq(v->guest_exit_status, "0"))
-                                (void) asprintf(&t, "guest shut down (EXIT_STATUS=%s)", v->guest_exit_status);
+                                asprintf_or_null(&t, "guest shut down (EXIT_STATUS=%s)", v->guest_exit_status);
                         vm_set_state(v, VM_STATE_STOPPED);
                         vm_set_error(v, t ?: "guest shut down");
                 } else {
                         _cleanup_free_ char *w = NULL;
-                        (void) asprintf(&w, "qemu exited: %s", st ?: "?");
+                        asprintf_or_null(&w, "qemu exited: %s", st ?: "?");
                         msg = w ? error_with_console(v, w) : NULL;
                         vm_set_state(v, VM_STATE_FAILED);
                         vm_set_error(v, msg ?: "qemu failed");
@@ -986,7 +986,7 @@ static int on_phase_timeout(sd_event_source *s, usec_t usec, void *userdata) {
         if (v->state == VM_STATE_BOOTING || v->state == VM_STATE_ATTESTING) {
                 _cleanup_free_ char *t = NULL;
                 format_duration(d, sizeof(d), v->manager->boot_timeout);
-                (void) asprintf(&t, "no READY=1 within %s; the guest is up but has not reported ready", d);
+                asprintf_or_null(&t, "no READY=1 within %s; the guest is up but has not reported ready", d);
                 vm_set_state(v, VM_STATE_RUNNING);
                 vm_set_error(v, t);
                 vm_changed(v);
@@ -1380,7 +1380,7 @@ static void on_qmp_ready(QmpClient *c, int error, void *userdata) {
         if (error < 0) {
                 _cleanup_free_ char *qlog = vm_path(v, "qemu.log"),
                                     *tail = qlog ? file_tail(qlog, 8192) : NULL, *msg = NULL;
-                (void) asprintf(
+                asprintf_or_null(
                         &msg, "qemu QMP did not answer within 10s: %s (%s)", strerror(-error), tail ?: "");
                 start_fail(v, error, msg ?: "qemu QMP did not answer");
                 return;
@@ -1530,7 +1530,7 @@ static int on_probe(sd_event_source *s, usec_t usec, void *userdata) {
         if (!v->swtpm_up && (!v->swtpm || usec >= v->probe_deadline)) {
                 _cleanup_free_ char *log = vm_path(v, "tpm/swtpm.log"),
                                     *tail = log ? file_tail(log, 2048) : NULL, *msg = NULL;
-                (void) asprintf(
+                asprintf_or_null(
                         &msg,
                         "vtpm not responding: swtpm control socket did not answer within 5s: %s",
                         tail ?: "");
@@ -1541,7 +1541,7 @@ static int on_probe(sd_event_source *s, usec_t usec, void *userdata) {
         if (!vsock_up && (!v->vsockd || usec >= v->probe_deadline)) {
                 _cleanup_free_ char *log = vm_path(v, "vsock.log"),
                                     *tail = log ? file_tail(log, 2048) : NULL, *msg = NULL;
-                (void) asprintf(&msg, "vhost-device-vsock did not come up within 5s: %s", tail ?: "");
+                asprintf_or_null(&msg, "vhost-device-vsock did not come up within 5s: %s", tail ?: "");
                 start_fail(v, -ETIMEDOUT, msg ?: "vhost-device-vsock did not come up");
                 return 0;
         }
@@ -1557,7 +1557,7 @@ static int on_probe(sd_event_source *s, usec_t usec, void *userdata) {
                         /* under systemd a QEMU that dies at once fails the start job: its log says why */
                         _cleanup_free_ char *qlog = vm_path(v, "qemu.log"),
                                             *tail = qlog ? file_tail(qlog, 2048) : NULL, *msg = NULL;
-                        (void) asprintf(
+                        asprintf_or_null(
                                 &msg,
                                 "failed to start qemu: %s%s%s",
                                 strerror(-r),
@@ -2562,7 +2562,7 @@ static int vm_cmp_created(const void *a, const void *b) {
 static void reattach_failed(Vm *v, const char *why) {
         _cleanup_free_ char *t = NULL;
 
-        (void) asprintf(
+        asprintf_or_null(
                 &t,
                 "vm-manager restarted while the VM was %s and could not reattach to its QEMU (%s); start the VM again",
                 vm_state_to_string(v->state),
@@ -2585,7 +2585,7 @@ static void on_qmp_reattached(QmpClient *c, int error, void *userdata) {
                 return; /* it ended meanwhile; the exit settled the state */
         if (error < 0) {
                 _cleanup_free_ char *why = NULL;
-                (void) asprintf(&why, "its QMP socket did not answer: %s", strerror(-error));
+                asprintf_or_null(&why, "its QMP socket did not answer: %s", strerror(-error));
                 reattach_failed(v, why ?: "its QMP socket did not answer");
                 return;
         }
@@ -2690,7 +2690,7 @@ int vm_load_all(Manager *m, ApiError *reterr) {
 
                 if (v->state == VM_STATE_CREATING || v->state == VM_STATE_DELETING) {
                         _cleanup_free_ char *t = NULL;
-                        (void) asprintf(
+                        asprintf_or_null(
                                 &t,
                                 "vm-manager restarted while the VM was %s; delete it",
                                 vm_state_to_string(v->state));
@@ -2712,7 +2712,7 @@ int vm_load_all(Manager *m, ApiError *reterr) {
                                                         "no service manager to find its units in" :
                                                         "it ran as a plain child process, which ends with the daemon");
                                 else
-                                        (void) asprintf(&why, "%s", strerror(-r));
+                                        asprintf_or_null(&why, "%s", strerror(-r));
                                 /* a leftover process from a daemon killed with SIGKILL must not keep the disk */
                                 if (!v->rec_unit[0] && v->qemu_pid > 0 && kill(v->qemu_pid, 0) >= 0)
                                         log_warning(

@@ -159,7 +159,7 @@ char *vm_exit_status_to_string(int code, int status) {
         char *s = NULL;
 
         if (code == CLD_EXITED)
-                (void) asprintf(&s, "exit status %d", status);
+                asprintf_or_null(&s, "exit status %d", status);
         else if (code == CLD_KILLED || code == CLD_DUMPED) {
                 const char *name = sigabbrev_np(status);
                 const char *desc = status == SIGKILL ? "killed" :
@@ -173,8 +173,8 @@ char *vm_exit_status_to_string(int code, int status) {
                 for (i = 0; desc[i] && i < sizeof(lower) - 1; i++)
                         lower[i] = (char) (desc[i] >= 'A' && desc[i] <= 'Z' ? desc[i] + 32 : desc[i]);
                 lower[i] = 0;
-                (void) asprintf(&s, "signal: %s%s", lower, code == CLD_DUMPED ? " (core dumped)" : "");
+                asprintf_or_null(&s, "signal: %s%s", lower, code == CLD_DUMPED ? " (core dumped)" : "");
         } else
-                (void) asprintf(&s, "exit status unknown: si_code %d", code);
+                asprintf_or_null(&s, "exit status unknown: si_code %d", code);
         return s;
 }
