@@ -12,7 +12,7 @@
 Prints one line per milestone with seconds since the QEMU process was started, and the two
 QEMU command lines. Exit status 0 when every step passed.
 
-usage: tests/image/boot-test.py IMAGE_DIR [--work DIR] [--keep] [--tpm] [--port N] [--smm on|off]
+usage: tests/image/boot-test.py IMAGE_DIR [--work DIR] [--keep] [--tpm] [--nic] [--port N] [--smm on|off]
 """
 import argparse
 import base64
@@ -204,6 +204,9 @@ def main():
     ap.add_argument("--smm", choices=["on", "off"], default=None)
     ap.add_argument("--timeout", type=int, default=300)
     ap.add_argument("--target-mib", type=int, default=0, help="target size (default: the .raw's)")
+    ap.add_argument("--nic", action="store_true",
+                    help="give the installed boot a virtio-net NIC on a socket nobody dials (vm-manager's "
+                         "NIC without its switch): DHCP must give up and READY=1 still come")
     args = ap.parse_args()
 
     efi = os.path.abspath(os.path.join(args.image_dir, NAME + ".efi"))
@@ -288,6 +291,11 @@ def main():
             swtpm = start_swtpm(work)
             procs.append(swtpm)
             argv += tpm_args(work)
+        if args.nic:
+            argv += [
+                "-netdev", f"stream,id=net0,server=on,addr.type=unix,addr.path={work}/net.sock",
+                "-device", "virtio-net-pci,netdev=net0,mac=02:de:c0:a8:7f:02,romfile=",
+            ]
         argv += smbios_args(args.port, install=False)
         print_argv("installed boot", argv)
         q = Qemu(argv, f"{work}/console-boot.log")

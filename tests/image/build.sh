@@ -40,8 +40,10 @@ FAT_VOLID=7E570001
 # Modules test-init needs; their dependencies are added from modules.dep. virtio-pci and
 # virtio-blk for the disks; vsock over virtio (vhost-vsock-pci and vhost-user-vsock-pci both
 # show up as a virtio-vsock device); button + evdev for the ACPI power button as
-# /dev/input/event*.
-MODULES=(virtio_pci virtio_blk vmw_vsock_virtio_transport button evdev)
+# /dev/input/event*; virtio_net (with net_failover and failover, from modules.dep) for the NIC
+# the installed boot takes its DHCP lease and its IMDS answers on. In the bookworm cloud kernel
+# all of these are modules (=m); PACKET, INET and UNIX are built in.
+MODULES=(virtio_pci virtio_blk vmw_vsock_virtio_transport button evdev virtio_net)
 
 die() {
         echo "build.sh: $*" >&2

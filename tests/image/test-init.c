@@ -6,20 +6,27 @@
  * - installer boot (a credential vm.install-target, the kernel command line test_vm.phase=install,
  *   or both virtio disks "installer" and "target" present): copies the installer disk onto the
  *   target, prints "install: copied N bytes" and powers off (QEMU runs with -no-reboot).
- * - installed boot (anything else): sends READY=1 to the host over AF_VSOCK the way systemd's
- *   PID 1 does for the credential vmm.notify_socket=vsock-stream:CID:PORT, then waits for the
- *   ACPI power button and powers off.
+ * - installed boot (anything else): takes a DHCP lease on the first Ethernet interface and
+ *   prints it, GETs the IMDS keys hostname and instance-id from 169.254.169.254 and prints them
+ *   (at most 20 s for all of it; without a NIC, nothing), then sends READY=1 to the host over
+ *   AF_VSOCK the way systemd's PID 1 does for the credential
+ *   vmm.notify_socket=vsock-stream:CID:PORT, then waits for the ACPI power button and powers off.
  *
  * Credentials come from SMBIOS type 11 strings "io.systemd.credential:NAME=VALUE" and
  * "io.systemd.credential.binary:NAME=BASE64" (/sys/firmware/dmi/entries/11-*\/raw).
  * Every step is printed to /dev/console with the time since boot. */
 #define _GNU_SOURCE
+#include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <linux/fs.h>
 #include <linux/input.h>
 #include <linux/vm_sockets.h>
+#include <net/if.h>
+#include <net/route.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -574,6 +581,522 @@ static void wait_power_button(void) {
         }
 }
 
+/* ---- the network: a DHCP lease, then two IMDS keys ----
+ *
+ * vm-manager links the VM's virtio-net NIC to its network's switch, which answers DHCP from the
+ * VM's static lease and forwards TCP to 169.254.169.254:80 to the VM's own metadata service. The
+ * installed boot takes the lease (DISCOVER/OFFER/REQUEST/ACK on a UDP socket bound to the NIC:
+ * Linux sends from 0.0.0.0 and takes in broadcasts on an interface without an address), sets the
+ * address, mask, MTU and default route with ioctls and GETs two IMDS keys, before READY=1, so the
+ * host may rely on it once the VM is ready. All of it shares one budget: a VM without a NIC, or
+ * with a NIC nothing answers on, prints why and sends READY=1 anyway. */
+
+#define NET_BUDGET_MS 20000   /* the most networking ever holds READY=1 back */
+#define NET_NIC_WAIT_MS 2000  /* for the interface of a virtio-net device to appear */
+#define DHCP_RETRY_MIN_MS 500 /* then doubled, up to DHCP_RETRY_MAX_MS */
+#define DHCP_RETRY_MAX_MS 2000
+#define DHCP_BOOTP_LEN 236 /* the fixed BOOTP header, then the magic cookie and the options */
+#define DHCP_MIN_LEN 300
+#define DHCP_MAX_LEN 1500
+#define IMDS_ADDRESS "169.254.169.254"
+#define IMDS_BASE_PATH "/giantswarm/v1"
+#define HTTP_MAX_REPLY 8192
+
+enum {
+        DHCP_DISCOVER = 1,
+        DHCP_OFFER = 2,
+        DHCP_REQUEST = 3,
+        DHCP_ACK = 5,
+        DHCP_NAK = 6,
+};
+
+static const uint8_t dhcp_cookie[4] = { 99, 130, 83, 99 };
+
+struct dhcp_lease {
+        struct in_addr addr, mask, router, server;
+        unsigned mtu;     /* option 26, 0 when absent */
+        uint32_t lease_s; /* option 51 */
+        char domain[256]; /* option 15, "" when absent */
+};
+
+/* Milliseconds left until deadline (an uptime()), 0 once it passed. */
+static int ms_left(double deadline) {
+        double ms = (deadline - uptime()) * 1000;
+
+        return ms <= 0 ? 0 : ms > 3600000 ? 3600000 : (int) ms + 1;
+}
+
+/* Whether a virtio device of type 1 (network) is on the virtio bus. */
+static bool have_virtio_net(void) {
+        char path[300], id[32];
+        struct dirent *de;
+        bool found = false;
+        DIR *d;
+
+        d = opendir("/sys/bus/virtio/devices");
+        while (d && !found && (de = readdir(d))) {
+                if (de->d_name[0] == '.')
+                        continue;
+                snprintf(path, sizeof(path), "/sys/bus/virtio/devices/%s/device", de->d_name);
+                if (read_file(path, id, sizeof(id)) < 0)
+                        continue;
+                chomp(id);
+                found = strcmp(id, "0x0001") == 0;
+        }
+        if (d)
+                closedir(d);
+        return found;
+}
+
+/* The first (by name) Ethernet interface in /sys/class/net: eth0 here, as there is no udev to
+ * rename it. Returns 0 and the name, or -1. */
+static int find_ethernet(char name[static IFNAMSIZ]) {
+        char path[300], type[16];
+        struct dirent *de;
+        DIR *d;
+
+        name[0] = '\0';
+        d = opendir("/sys/class/net");
+        while (d && (de = readdir(d))) {
+                if (de->d_name[0] == '.' || strlen(de->d_name) >= IFNAMSIZ)
+                        continue;
+                snprintf(path, sizeof(path), "/sys/class/net/%s/type", de->d_name);
+                if (read_file(path, type, sizeof(type)) < 0)
+                        continue;
+                chomp(type);
+                if (strcmp(type, "1") != 0) /* ARPHRD_ETHER */
+                        continue;
+                if (!name[0] || strcmp(de->d_name, name) < 0)
+                        snprintf(name, IFNAMSIZ, "%.*s", IFNAMSIZ - 1, de->d_name);
+        }
+        if (d)
+                closedir(d);
+        return name[0] ? 0 : -1;
+}
+
+static void ifreq_init(struct ifreq *ifr, const char *ifname) {
+        memset(ifr, 0, sizeof(*ifr));
+        snprintf(ifr->ifr_name, sizeof(ifr->ifr_name), "%s", ifname);
+}
+
+static int if_set_addr(int fd, const char *ifname, unsigned long request, struct in_addr a) {
+        struct ifreq ifr;
+        struct sockaddr_in sin = { .sin_family = AF_INET, .sin_addr = a };
+
+        ifreq_init(&ifr, ifname);
+        memcpy(&ifr.ifr_addr, &sin, sizeof(sin));
+        return ioctl(fd, request, &ifr);
+}
+
+/* Brings ifname up and reads its MAC. */
+static int link_up(int fd, const char *ifname, uint8_t mac[static 6]) {
+        struct ifreq ifr;
+
+        ifreq_init(&ifr, ifname);
+        if (ioctl(fd, SIOCGIFFLAGS, &ifr) < 0) {
+                say("net: SIOCGIFFLAGS %s: %s", ifname, strerror(errno));
+                return -1;
+        }
+        ifr.ifr_flags |= IFF_UP;
+        if (ioctl(fd, SIOCSIFFLAGS, &ifr) < 0) {
+                say("net: SIOCSIFFLAGS %s up: %s", ifname, strerror(errno));
+                return -1;
+        }
+        ifreq_init(&ifr, ifname);
+        if (ioctl(fd, SIOCGIFHWADDR, &ifr) < 0) {
+                say("net: SIOCGIFHWADDR %s: %s", ifname, strerror(errno));
+                return -1;
+        }
+        memcpy(mac, ifr.ifr_hwaddr.sa_data, 6);
+        return 0;
+}
+
+/* A DISCOVER, or a REQUEST for the address and server of offer. Returns its length. */
+static size_t dhcp_build(
+        uint8_t buf[static DHCP_MIN_LEN],
+        uint8_t type,
+        uint32_t xid,
+        const uint8_t mac[static 6],
+        const struct dhcp_lease *offer) {
+        static const uint8_t params[] = { 1, 3, 6, 15, 26, 51, 54, 119 };
+        size_t o = DHCP_BOOTP_LEN;
+
+        memset(buf, 0, DHCP_MIN_LEN);
+        buf[0] = 1; /* BOOTREQUEST */
+        buf[1] = 1; /* Ethernet */
+        buf[2] = 6;
+        memcpy(buf + 4, &xid, 4);
+        buf[10] = 0x80; /* broadcast replies: there is no address to take a unicast on yet */
+        memcpy(buf + 28, mac, 6);
+        memcpy(buf + o, dhcp_cookie, sizeof(dhcp_cookie));
+        o += sizeof(dhcp_cookie);
+        buf[o++] = 53;
+        buf[o++] = 1;
+        buf[o++] = type;
+        if (offer) {
+                buf[o++] = 50;
+                buf[o++] = 4;
+                memcpy(buf + o, &offer->addr, 4);
+                o += 4;
+        }
+        if (offer && offer->server.s_addr) {
+                buf[o++] = 54;
+                buf[o++] = 4;
+                memcpy(buf + o, &offer->server, 4);
+                o += 4;
+        }
+        buf[o++] = 55;
+        buf[o++] = sizeof(params);
+        memcpy(buf + o, params, sizeof(params));
+        o += sizeof(params);
+        buf[o++] = 255;
+        return o < DHCP_MIN_LEN ? DHCP_MIN_LEN : o;
+}
+
+/* The message type of a reply to xid for mac (DHCP_OFFER, DHCP_ACK, DHCP_NAK, ...) with what it
+ * says in ret, or -1 for anything else. */
+static int dhcp_parse(
+        const uint8_t *p, size_t len, uint32_t xid, const uint8_t mac[static 6], struct dhcp_lease *ret) {
+        struct dhcp_lease l = {};
+        int type = -1;
+
+        if (len < DHCP_BOOTP_LEN + 4 || p[0] != 2 || memcmp(p + 4, &xid, 4) != 0 ||
+            memcmp(p + 28, mac, 6) != 0 || memcmp(p + DHCP_BOOTP_LEN, dhcp_cookie, 4) != 0)
+                return -1;
+        memcpy(&l.addr, p + 16, 4);
+        for (size_t i = DHCP_BOOTP_LEN + 4; i < len;) {
+                uint8_t code = p[i], olen;
+                const uint8_t *v;
+
+                if (code == 0) {
+                        i++;
+                        continue;
+                }
+                if (code == 255 || len - i < 2 || len - i - 2 < p[i + 1])
+                        break;
+                olen = p[i + 1];
+                v = p + i + 2;
+                i += 2 + (size_t) olen;
+                if (code == 53 && olen == 1)
+                        type = v[0];
+                else if (code == 1 && olen == 4)
+                        memcpy(&l.mask, v, 4);
+                else if (code == 3 && olen >= 4)
+                        memcpy(&l.router, v, 4);
+                else if (code == 54 && olen == 4)
+                        memcpy(&l.server, v, 4);
+                else if (code == 26 && olen == 2)
+                        l.mtu = (unsigned) v[0] << 8 | v[1];
+                else if (code == 51 && olen == 4)
+                        l.lease_s = (uint32_t) v[0] << 24 | (uint32_t) v[1] << 16 | (uint32_t) v[2] << 8 |
+                                v[3];
+                else if (code == 15)
+                        snprintf(l.domain, sizeof(l.domain), "%.*s", (int) olen, (const char *) v);
+        }
+        *ret = l;
+        return type;
+}
+
+/* Broadcasts msg and waits for a reply of type want (or a NAK) to it, sending again after 0.5, 1,
+ * 2, 2... s. Returns the type of the reply, or -1 when deadline passed. */
+static int dhcp_exchange(
+        int fd,
+        const uint8_t *msg,
+        size_t len,
+        uint32_t xid,
+        const uint8_t mac[static 6],
+        int want,
+        struct dhcp_lease *ret,
+        double deadline) {
+        struct sockaddr_in to = { .sin_family = AF_INET,
+                                  .sin_port = htons(67),
+                                  .sin_addr.s_addr = htonl(INADDR_BROADCAST) };
+        int interval = DHCP_RETRY_MIN_MS;
+        uint8_t buf[DHCP_MAX_LEN];
+
+        while (ms_left(deadline) > 0) {
+                double resend = uptime() + interval / 1000.0;
+
+                if (sendto(fd, msg, len, 0, (struct sockaddr *) &to, sizeof(to)) < 0)
+                        say("dhcp: sendto: %s", strerror(errno));
+                for (;;) {
+                        int wait = ms_left(resend) < ms_left(deadline) ? ms_left(resend) : ms_left(deadline);
+                        struct pollfd pfd = { .fd = fd, .events = POLLIN };
+                        ssize_t n;
+                        int type;
+
+                        if (wait <= 0)
+                                break;
+                        if (poll(&pfd, 1, wait) <= 0)
+                                continue;
+                        n = recv(fd, buf, sizeof(buf), 0);
+                        if (n <= 0)
+                                continue;
+                        type = dhcp_parse(buf, (size_t) n, xid, mac, ret);
+                        if (type == want || type == DHCP_NAK)
+                                return type;
+                }
+                if (interval < DHCP_RETRY_MAX_MS)
+                        interval *= 2;
+        }
+        return -1;
+}
+
+/* DISCOVER, OFFER, REQUEST, ACK on ifname; a NAK starts over. */
+static int dhcp_run(const char *ifname, const uint8_t mac[static 6], struct dhcp_lease *ret, double deadline) {
+        struct sockaddr_in local = { .sin_family = AF_INET, .sin_port = htons(68) };
+        struct dhcp_lease offer, ack;
+        uint8_t msg[DHCP_MIN_LEN + 64];
+        uint32_t xid;
+        int fd, one = 1, type, r = -1;
+        size_t len;
+
+        fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+        if (fd < 0) {
+                say("dhcp: socket: %s", strerror(errno));
+                return -1;
+        }
+        if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0 ||
+            setsockopt(fd, SOL_SOCKET, SO_BROADCAST, &one, sizeof(one)) < 0 ||
+            setsockopt(fd, SOL_SOCKET, SO_BINDTODEVICE, ifname, (socklen_t) strlen(ifname) + 1) < 0 ||
+            bind(fd, (struct sockaddr *) &local, sizeof(local)) < 0) {
+                say("dhcp: setting up the socket on %s: %s", ifname, strerror(errno));
+                goto out;
+        }
+        /* not random, but unique enough: no other client is on this port's link */
+        xid = (uint32_t) mac[2] << 24 | (uint32_t) mac[3] << 16 | (uint32_t) mac[4] << 8 | mac[5];
+        xid ^= (uint32_t) (uptime() * 1e6);
+        while (ms_left(deadline) > 0) {
+                xid++;
+                len = dhcp_build(msg, DHCP_DISCOVER, xid, mac, NULL);
+                type = dhcp_exchange(fd, msg, len, xid, mac, DHCP_OFFER, &offer, deadline);
+                if (type != DHCP_OFFER)
+                        continue;
+                len = dhcp_build(msg, DHCP_REQUEST, xid, mac, &offer);
+                type = dhcp_exchange(fd, msg, len, xid, mac, DHCP_ACK, &ack, deadline);
+                if (type == DHCP_NAK) {
+                        say("dhcp: NAK for %s, starting over", inet_ntoa(offer.addr));
+                        continue;
+                }
+                if (type != DHCP_ACK)
+                        continue;
+                *ret = ack;
+                r = 0;
+                break;
+        }
+out:
+        close(fd);
+        return r;
+}
+
+static int mask_prefix(struct in_addr mask) {
+        return __builtin_popcount(ntohl(mask.s_addr));
+}
+
+/* Address, mask, MTU and the default route from the lease. */
+static int configure(int fd, const char *ifname, const struct dhcp_lease *l) {
+        struct sockaddr_in any = { .sin_family = AF_INET }, gw = { .sin_family = AF_INET };
+        struct rtentry rt = {};
+        char dev[IFNAMSIZ];
+        struct ifreq ifr;
+
+        if (if_set_addr(fd, ifname, SIOCSIFADDR, l->addr) < 0) {
+                say("net: SIOCSIFADDR %s: %s", inet_ntoa(l->addr), strerror(errno));
+                return -1;
+        }
+        if (l->mask.s_addr && if_set_addr(fd, ifname, SIOCSIFNETMASK, l->mask) < 0) {
+                say("net: SIOCSIFNETMASK %s: %s", inet_ntoa(l->mask), strerror(errno));
+                return -1;
+        }
+        if (l->mtu >= 68) {
+                ifreq_init(&ifr, ifname);
+                ifr.ifr_mtu = (int) l->mtu;
+                if (ioctl(fd, SIOCSIFMTU, &ifr) < 0)
+                        say("net: SIOCSIFMTU %u: %s (continuing)", l->mtu, strerror(errno));
+        }
+        if (!l->router.s_addr)
+                return 0;
+        gw.sin_addr = l->router;
+        snprintf(dev, sizeof(dev), "%s", ifname);
+        memcpy(&rt.rt_dst, &any, sizeof(any));
+        memcpy(&rt.rt_genmask, &any, sizeof(any));
+        memcpy(&rt.rt_gateway, &gw, sizeof(gw));
+        rt.rt_flags = RTF_UP | RTF_GATEWAY;
+        rt.rt_dev = dev;
+        if (ioctl(fd, SIOCADDRT, &rt) < 0 && errno != EEXIST) {
+                say("net: SIOCADDRT default via %s: %s", inet_ntoa(l->router), strerror(errno));
+                return -1;
+        }
+        return 0;
+}
+
+/* Waits until fd is ready for events or deadline passes. */
+static bool wait_fd(int fd, short events, double deadline) {
+        struct pollfd pfd = { .fd = fd, .events = events };
+        int r;
+
+        do
+                r = poll(&pfd, 1, ms_left(deadline));
+        while (r < 0 && errno == EINTR);
+        return r > 0;
+}
+
+/* GET http://169.254.169.254<path> (HTTP/1.1, Connection: close). Returns the status and the body
+ * in body (NUL-terminated, cut to size), or -1 after printing why. */
+static int http_get(const char *path, char *body, size_t size, double deadline) {
+        struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(80) };
+        char req[512], *reply = NULL, *p;
+        size_t got = 0, sent = 0, reqlen;
+        int fd, err = 0, status = -1;
+        socklen_t errlen = sizeof(err);
+        ssize_t n;
+
+        inet_pton(AF_INET, IMDS_ADDRESS, &sa.sin_addr);
+        reqlen = (size_t) snprintf(
+                req,
+                sizeof(req),
+                "GET %s HTTP/1.1\r\nHost: " IMDS_ADDRESS
+                "\r\nUser-Agent: test-init\r\nConnection: close\r\n\r\n",
+                path);
+        fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        if (fd < 0) {
+                say("imds: socket: %s", strerror(errno));
+                return -1;
+        }
+        if (connect(fd, (struct sockaddr *) &sa, sizeof(sa)) < 0 && errno != EINPROGRESS) {
+                say("imds: connect " IMDS_ADDRESS ":80: %s", strerror(errno));
+                goto out;
+        }
+        if (!wait_fd(fd, POLLOUT, deadline)) {
+                say("imds: connect " IMDS_ADDRESS ":80: timed out");
+                goto out;
+        }
+        if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &errlen) < 0 || err) {
+                say("imds: connect " IMDS_ADDRESS ":80: %s", strerror(err ?: errno));
+                goto out;
+        }
+        while (sent < reqlen) {
+                n = send(fd, req + sent, reqlen - sent, MSG_NOSIGNAL);
+                if (n < 0 && (errno == EAGAIN || errno == EINTR) && wait_fd(fd, POLLOUT, deadline))
+                        continue;
+                if (n <= 0) {
+                        say("imds: send: %s", n < 0 ? strerror(errno) : "nothing sent");
+                        goto out;
+                }
+                sent += (size_t) n;
+        }
+        reply = malloc(HTTP_MAX_REPLY + 1);
+        if (!reply)
+                goto out;
+        for (;;) {
+                if (got == HTTP_MAX_REPLY)
+                        break; /* the rest is cut */
+                n = recv(fd, reply + got, HTTP_MAX_REPLY - got, 0);
+                if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
+                        if (wait_fd(fd, POLLIN, deadline))
+                                continue;
+                        say("imds: GET %s: no complete reply in time", path);
+                        goto out;
+                }
+                if (n < 0) {
+                        say("imds: GET %s: recv: %s", path, strerror(errno));
+                        goto out;
+                }
+                if (n == 0)
+                        break;
+                got += (size_t) n;
+        }
+        reply[got] = '\0';
+        if (sscanf(reply, "HTTP/1.%*d %d", &status) != 1 || !(p = strstr(reply, "\r\n\r\n"))) {
+                say("imds: GET %s: not an HTTP reply (%zu bytes)", path, got);
+                status = -1;
+                goto out;
+        }
+        snprintf(body, size, "%s", p + 4);
+out:
+        free(reply);
+        close(fd);
+        return status;
+}
+
+/* Prints imds NAME=VALUE for IMDS_BASE_PATH/NAME, with anything unprintable as '?'. */
+static void imds_print(const char *name, double deadline) {
+        char path[128], value[256];
+        int status;
+
+        snprintf(path, sizeof(path), IMDS_BASE_PATH "/%s", name);
+        status = http_get(path, value, sizeof(value), deadline);
+        if (status < 0)
+                return;
+        if (status != 200) {
+                say("imds: GET %s: HTTP %d", path, status);
+                return;
+        }
+        for (char *c = value; *c; c++)
+                if ((unsigned char) *c < 0x20 || (unsigned char) *c >= 0x7f)
+                        *c = '?';
+        say("imds %s=%s", name, value);
+}
+
+static void net_setup(void) {
+        double t0 = uptime(), deadline = t0 + NET_BUDGET_MS / 1000.0;
+        char ifname[IFNAMSIZ], router[INET_ADDRSTRLEN], mtu[16] = "none";
+        struct dhcp_lease lease;
+        uint8_t mac[6];
+        int fd = -1;
+
+        if (!have_virtio_net()) {
+                say("net: no virtio-net device, no network");
+                return;
+        }
+        while (find_ethernet(ifname) < 0) {
+                if (uptime() - t0 > NET_NIC_WAIT_MS / 1000.0) {
+                        say("net: FAILED: a virtio-net device but no Ethernet interface");
+                        return;
+                }
+                usleep(20000);
+        }
+        fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+        if (fd < 0) {
+                say("net: socket: %s", strerror(errno));
+                return;
+        }
+        if (link_up(fd, ifname, mac) < 0)
+                goto out;
+        say("net: %s (%02x:%02x:%02x:%02x:%02x:%02x) is up",
+            ifname,
+            mac[0],
+            mac[1],
+            mac[2],
+            mac[3],
+            mac[4],
+            mac[5]);
+        if (dhcp_run(ifname, mac, &lease, deadline) < 0) {
+                say("net: FAILED: no DHCP lease on %s within %d ms", ifname, NET_BUDGET_MS);
+                goto out;
+        }
+        snprintf(router, sizeof(router), "%s", lease.router.s_addr ? inet_ntoa(lease.router) : "none");
+        if (lease.mtu)
+                snprintf(mtu, sizeof(mtu), "%u", lease.mtu);
+        say("dhcp lease %s/%d router %s mtu %s", inet_ntoa(lease.addr), mask_prefix(lease.mask), router, mtu);
+        say("dhcp: from %s, lease time %" PRIu32 " s%s%s%s, after %.0f ms",
+            inet_ntoa(lease.server),
+            lease.lease_s,
+            lease.domain[0] ? ", domain '" : "",
+            lease.domain,
+            lease.domain[0] ? "'" : "",
+            (uptime() - t0) * 1000);
+        if (configure(fd, ifname, &lease) < 0) {
+                say("net: FAILED: configuring %s", ifname);
+                goto out;
+        }
+        imds_print("hostname", deadline);
+        imds_print("instance-id", deadline);
+        say("net: done in %.0f ms", (uptime() - t0) * 1000);
+out:
+        close(fd);
+}
+
 static bool decide_install(const char **src, const char **dst) {
         char val[64];
         const char *phase = cmdline_value("test_vm.phase", val, sizeof(val));
@@ -636,6 +1159,7 @@ int main(void) {
         printf("\n=== vm-manager test VM: installed boot, kernel %s ===\n\n", release);
         fflush(stdout);
         open_power_buttons();
+        net_setup();
         send_ready();
         wait_power_button();
         power_off();

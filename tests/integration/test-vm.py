@@ -7,6 +7,9 @@ installed boot), built into VM_MANAGER_TEST_IMAGE_DIR by tests/image/build.sh.
 
   * create_vm (wait_for ready) -> get_vm_console -> stop_vm -> start_vm -> reboot_vm -> delete_vm,
     with the states, the console text, and nothing left behind: no process, file, lease;
+  * the guest's network, from its console: before READY=1 it took exactly the lease get_vm shows
+    over DHCP from the network's switch, and the IMDS at 169.254.169.254 told it its hostname and
+    its VM id;
   * the same chain over MCP for create and delete;
   * an installer that never finishes: failed, with the console tail in lastError;
   * kill -9 of the daemon while a VM runs: the VM's processes end with it, and the next start
@@ -63,6 +66,22 @@ def processes_under(path):
     return found
 
 
+def console_lines(text):
+    return [line.rstrip("\r") for line in text.splitlines()]
+
+
+def guest_network_lines(vm, net):
+    """What test-init prints once it has its lease and the IMDS answered."""
+    prefix = net["spec"]["cidr"].split("/")[1]
+    return ["test-init: dhcp lease %s/%s router %s mtu %d" % (vm["ip"], prefix, net["gateway"], net["spec"]["mtu"]),
+            "test-init: imds hostname=%s" % (vm.get("hostname") or vm["name"]),
+            "test-init: imds instance-id=%s" % vm["id"]]
+
+
+def has_line(lines, want):
+    return any(line.endswith(want) for line in lines)
+
+
 def wait_state(port, vm_id, states, timeout):
     deadline = time.monotonic() + timeout
     vm = None
@@ -107,6 +126,13 @@ def test_lifecycle(work):
     status, con = api(port, "GET", "/vms/%s/console?lines=1000" % vm_id)
     tap.result(status == 200 and "READY=1" in con["console"],
                "get_vm_console: the installed boot's console, READY=1 sent", con["console"][-500:] if con else "")
+    lines = console_lines(con["console"]) if status == 200 else []
+    status, got = api(port, "GET", "/vms/" + vm_id)
+    lease, hostname, instance_id = guest_network_lines(got, net)
+    guest_net = "\n".join(l for l in lines if any(k in l for k in ("test-init: net", "test-init: dhcp", "imds")))
+    tap.result(has_line(lines, lease), "... the guest took its lease over DHCP: '%s'" % lease, guest_net)
+    tap.result(has_line(lines, hostname) and has_line(lines, instance_id),
+               "... and the IMDS told it its hostname and its VM id", guest_net)
     status, con5 = api(port, "GET", "/vms/%s/console?lines=2" % vm_id)
     tap.result(status == 200 and con5["lines"] == 2 and con5["console"].count("\n") == 1,
                "get_vm_console?lines=2: two lines", repr(con5))
@@ -135,6 +161,8 @@ def test_lifecycle(work):
     status, con = api(port, "GET", "/vms/%s/console" % vm_id)
     tap.result("install:" not in con["console"] and "READY=1" in con["console"],
                "... the console holds this boot only", con["console"][-300:])
+    tap.result(all(has_line(console_lines(con["console"]), want) for want in guest_network_lines(vm, net)),
+               "... and took its lease and its IMDS answers again", con["console"][-800:])
 
     status, vm = api(port, "POST", "/vms/%s/reboot" % vm_id)
     tap.result(status == 200 and vm["state"] == "booting", "reboot_vm: booting", repr(vm)[:300])
