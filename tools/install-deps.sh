@@ -9,8 +9,8 @@ set -euo pipefail
 
 build=(meson ninja-build pkgconf gcc libc6-dev
        libsystemd-dev libmicrohttpd-dev libjansson-dev libssl-dev
-       libslirp-dev libglib2.0-dev libssh-dev)
-check=(libcmocka-dev clang-format-14 curl python3 procps iproute2 openssh-server openssh-client)
+       libslirp-dev libglib2.0-dev libssh-dev libtss2-dev libcurl4-openssl-dev)
+check=(libcmocka-dev clang-format-14 curl python3 procps iproute2 openssh-server openssh-client tpm2-tools swtpm-tools)
 # tests/integration/test-mcp-sdk.py runs the MCP TypeScript SDK: node (>= 18) and npm. Debian's
 # packages only when a command is missing: a node from elsewhere (NodeSource's nodejs, which
 # conflicts with Debian's npm and brings its own) stays as it is.
