@@ -1,0 +1,193 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include <tss2/tss2_mu.h>
+#include <tss2/tss2_rc.h>
+
+#include "agent-quote.h"
+#include "agent-tpm.h"
+#include "agent-util.h"
+#include "cleanup.h"
+
+static const char *const stage_names[_AGENT_STAGE_MAX] = {
+        [AGENT_STAGE_INITRD] = "initrd",
+        [AGENT_STAGE_READY] = "ready",
+};
+
+const char *agent_stage_to_string(AgentStage s) {
+        if (s < 0 || s >= _AGENT_STAGE_MAX)
+                return NULL;
+        return stage_names[s];
+}
+
+AgentStage agent_stage_from_string(const char *s) {
+        for (int i = 0; s && i < _AGENT_STAGE_MAX; i++)
+                if (streq(s, stage_names[i]))
+                        return (AgentStage) i;
+        return _AGENT_STAGE_INVALID;
+}
+
+uint32_t agent_stage_pcrs(AgentStage s) {
+        switch (s) {
+        case AGENT_STAGE_INITRD:
+                return 0xffU | 1U << 11;
+        case AGENT_STAGE_READY:
+                return 0xffU | 1U << 11 | 1U << 13;
+        default:
+                return 0;
+        }
+}
+
+static int set_new(json_t *o, const char *key, json_t *v) {
+        /* json_object_set_new() consumes v, also when it fails. */
+        if (!v || json_object_set_new(o, key, v) < 0)
+                return -ENOMEM;
+        return 0;
+}
+
+static int set_base64(json_t *o, const char *key, const void *data, size_t size) {
+        _cleanup_free_ char *s = base64_encode(data, size);
+
+        if (!s)
+                return -ENOMEM;
+        return set_new(o, key, json_string(s));
+}
+
+static int pcrs_to_json(const AgentPcrs *pcrs, json_t **ret) {
+        json_auto_t *values = json_object(), *banks = json_object();
+
+        if (!values || !banks)
+                return -ENOMEM;
+        for (unsigned i = 0; i < AGENT_PCR_COUNT; i++) {
+                _cleanup_free_ char *hex = NULL;
+                char key[4];
+
+                if (!(pcrs->mask & (UINT32_C(1) << i)))
+                        continue;
+                hex = hex_encode(pcrs->values[i].buffer, pcrs->values[i].size);
+                if (!hex)
+                        return -ENOMEM;
+                (void) snprintf(key, sizeof(key), "%u", i);
+                if (set_new(values, key, json_string(hex)) < 0)
+                        return -ENOMEM;
+        }
+        if (set_new(banks, agent_bank_to_string(pcrs->bank), TAKE_PTR(values)) < 0)
+                return -ENOMEM;
+        *ret = TAKE_PTR(banks);
+        return 0;
+}
+
+/* Attaches one event log as base64 under key; a missing or empty file is left out. */
+static int attach_log(json_t *o, const char *key, const char *path, ApiError *reterr) {
+        _cleanup_free_ uint8_t *data = NULL;
+        size_t size = 0;
+        int r;
+
+        r = read_file_capped(path, AGENT_EVENT_LOG_MAX, &data, &size);
+        if (r == -ENOENT) {
+                agent_debug("no %s at %s", key, path);
+                return 0;
+        }
+        if (r == -EFBIG)
+                return api_error_set(
+                        reterr,
+                        r,
+                        API_ERROR_INTERNAL,
+                        "read event log %s: larger than %u bytes",
+                        path,
+                        AGENT_EVENT_LOG_MAX);
+        if (r < 0)
+                return api_error_set(
+                        reterr, r, API_ERROR_INTERNAL, "read event log %s: %s", path, strerror(-r));
+        if (size == 0)
+                return 0;
+        agent_debug("attaching %s: %zu bytes from %s", key, size, path);
+        if (set_base64(o, key, data, size) < 0)
+                return api_error_set(reterr, -ENOMEM, API_ERROR_INTERNAL, "out of memory");
+        return 0;
+}
+
+int agent_quote_build(
+        const AgentQuoteOptions *o, AgentStage stage, const char *nonce, json_t **ret, ApiError *reterr) {
+        _cleanup_(agent_tpm_freep) AgentTpm *tpm = NULL;
+        _cleanup_free_ uint8_t *qualifying = NULL;
+        _cleanup_esys_free_ TPM2B_ATTEST *attest = NULL;
+        _cleanup_esys_free_ TPMT_SIGNATURE *signature = NULL;
+        json_auto_t *req = NULL, *pcrs_json = NULL;
+        uint8_t ak_buf[sizeof(TPMT_PUBLIC)], ek_buf[sizeof(TPM2B_PUBLIC)], sig_buf[sizeof(TPMT_SIGNATURE)];
+        size_t qualifying_size = 0, ak_size = 0, ek_size = 0, sig_size = 0;
+        TPM2B_PUBLIC ak_public, ek_public;
+        AgentPcrs pcrs;
+        ESYS_TR ak;
+        uint32_t mask = agent_stage_pcrs(stage);
+        TSS2_RC rc;
+        int r;
+
+        assert_return(o, -EINVAL);
+        assert_return(nonce, -EINVAL);
+        assert_return(ret, -EINVAL);
+        assert_return(mask != 0, -EINVAL);
+
+        if (!nonce[0])
+                return api_error_set(reterr, -EINVAL, API_ERROR_INTERNAL, "empty nonce");
+        r = hex_decode(nonce, &qualifying, &qualifying_size);
+        if (r == -ENOMEM)
+                return api_error_set(reterr, r, API_ERROR_INTERNAL, "out of memory");
+        if (r < 0)
+                return api_error_set(reterr, r, API_ERROR_INTERNAL, "nonce is not hex");
+
+        r = agent_tpm_open(o->tpm ?: AGENT_TPM_DEFAULT, &tpm, reterr);
+        if (r < 0)
+                return r;
+
+        r = agent_tpm_ensure_ak(tpm, &ak, &ak_public, reterr);
+        if (r < 0) {
+                (void) api_error_prefix(reterr, "attestation key");
+                return r;
+        }
+        r = agent_tpm_ek_public(tpm, &ek_public, reterr);
+        if (r < 0) {
+                (void) api_error_prefix(reterr, "endorsement key");
+                return r;
+        }
+        r = agent_tpm_read_pcrs(tpm, TPM2_ALG_SHA256, mask, &pcrs, reterr);
+        if (r < 0)
+                return r;
+        r = agent_tpm_quote(
+                tpm, ak, TPM2_ALG_SHA256, mask, qualifying, qualifying_size, &attest, &signature, reterr);
+        if (r < 0)
+                return r;
+
+        rc = Tss2_MU_TPMT_PUBLIC_Marshal(&ak_public.publicArea, ak_buf, sizeof(ak_buf), &ak_size);
+        if (rc == TSS2_RC_SUCCESS)
+                rc = Tss2_MU_TPM2B_PUBLIC_Marshal(&ek_public, ek_buf, sizeof(ek_buf), &ek_size);
+        if (rc == TSS2_RC_SUCCESS)
+                rc = Tss2_MU_TPMT_SIGNATURE_Marshal(signature, sig_buf, sizeof(sig_buf), &sig_size);
+        if (rc != TSS2_RC_SUCCESS)
+                return api_error_set(reterr, -EIO, API_ERROR_INTERNAL, "marshal quote: %s", Tss2_RC_Decode(rc));
+
+        req = json_object();
+        if (!req || set_new(req, "stage", json_string(agent_stage_to_string(stage))) < 0 ||
+            set_new(req, "nonce", json_string(nonce)) < 0 || set_base64(req, "ak_pub", ak_buf, ak_size) < 0 ||
+            set_base64(req, "ek_pub", ek_buf, ek_size) < 0 ||
+            set_base64(req, "quote", attest->attestationData, attest->size) < 0 ||
+            set_base64(req, "signature", sig_buf, sig_size) < 0 || pcrs_to_json(&pcrs, &pcrs_json) < 0 ||
+            set_new(req, "pcrs", TAKE_PTR(pcrs_json)) < 0)
+                return api_error_set(reterr, -ENOMEM, API_ERROR_INTERNAL, "out of memory");
+
+        if (agent_tpm_is_simulator(tpm))
+                /* A swtpm on a development host: the host's own logs describe another TPM. */
+                agent_debug("the tpm is a simulator, leaving the event logs out");
+        else {
+                r = attach_log(req, "event_log", o->firmware_log ?: AGENT_FIRMWARE_LOG, reterr);
+                if (r < 0)
+                        return r;
+                r = attach_log(req, "userspace_log", o->userspace_log ?: AGENT_USERSPACE_LOG, reterr);
+                if (r < 0)
+                        return r;
+        }
+
+        *ret = TAKE_PTR(req);
+        return 0;
+}
