@@ -1,0 +1,281 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include <openssl/crypto.h>
+
+#include "attest-util.h"
+#include "cleanup.h"
+
+int attest_error_set(ApiError *reterr, int r, const char *format, ...) {
+        char *msg = NULL;
+        va_list ap;
+        int k;
+
+        assert(r < 0);
+
+        if (!reterr)
+                return r;
+
+        va_start(ap, format);
+        k = vasprintf(&msg, format, ap);
+        va_end(ap);
+
+        api_error_done(reterr);
+        reterr->error = r;
+        reterr->code = API_ERROR_INVALID_REQUEST;
+        reterr->message = k < 0 ? NULL : msg;
+        return r;
+}
+
+char *attest_hex_encode(const uint8_t *data, size_t size, char *out) {
+        static const char digits[] = "0123456789abcdef";
+
+        for (size_t i = 0; i < size; i++) {
+                out[2 * i] = digits[data[i] >> 4];
+                out[2 * i + 1] = digits[data[i] & 15];
+        }
+        out[2 * size] = 0;
+        return out;
+}
+
+char *attest_hex_encode_new(const uint8_t *data, size_t size) {
+        char *s = malloc(2 * size + 1);
+
+        return s ? attest_hex_encode(data, size, s) : NULL;
+}
+
+static int unhex(char c) {
+        if (c >= '0' && c <= '9')
+                return c - '0';
+        if (c >= 'a' && c <= 'f')
+                return c - 'a' + 10;
+        if (c >= 'A' && c <= 'F')
+                return c - 'A' + 10;
+        return -1;
+}
+
+/* Go's InvalidByteError: "%#U" of the byte taken as a rune, which shows the character only when
+ * strconv.IsPrint holds (printable ASCII, and Latin-1 letters and symbols except NBSP and SHY). */
+static char *go_invalid_byte(uint8_t b) {
+        char c[3] = {}, *s = NULL;
+
+        if (b >= 0x20 && b < 0x7f)
+                c[0] = (char) b;
+        else if (b > 0xa0 && b != 0xad) {
+                /* the rune U+00XX in UTF-8 */
+                c[0] = (char) (0xc0 | (b >> 6));
+                c[1] = (char) (0x80 | (b & 0x3f));
+        }
+        if (c[0])
+                asprintf_or_null(&s, "encoding/hex: invalid byte: U+%04X '%s'", b, c);
+        else
+                asprintf_or_null(&s, "encoding/hex: invalid byte: U+%04X", b);
+        return s;
+}
+
+int attest_hex_decode(const char *s, size_t len, uint8_t **ret, size_t *ret_size, char **reterr_go) {
+        _cleanup_free_ uint8_t *buf = NULL;
+        size_t i, j;
+
+        assert_return(s || len == 0, -EINVAL);
+        assert_return(ret && ret_size, -EINVAL);
+
+        /* Go's order: pairs left to right, then the odd last character, then the odd length. */
+        if (len >= 2) {
+                buf = malloc(len / 2);
+                if (!buf)
+                        return -ENOMEM;
+        }
+        for (i = 0, j = 1; j < len; j += 2, i++) {
+                int a = unhex(s[j - 1]), b = unhex(s[j]);
+
+                if (a < 0 || b < 0) {
+                        if (reterr_go)
+                                *reterr_go = go_invalid_byte((uint8_t) s[a < 0 ? j - 1 : j]);
+                        return -EINVAL;
+                }
+                buf[i] = (uint8_t) (a << 4 | b);
+        }
+        if (len % 2 == 1) {
+                if (reterr_go)
+                        *reterr_go = unhex(s[j - 1]) < 0 ? go_invalid_byte((uint8_t) s[j - 1]) :
+                                                           strdup("encoding/hex: odd length hex string");
+                return -EINVAL;
+        }
+        *ret = TAKE_PTR(buf);
+        *ret_size = len / 2;
+        return 0;
+}
+
+static int unbase64(char c) {
+        if (c >= 'A' && c <= 'Z')
+                return c - 'A';
+        if (c >= 'a' && c <= 'z')
+                return c - 'a' + 26;
+        if (c >= '0' && c <= '9')
+                return c - '0' + 52;
+        if (c == '+')
+                return 62;
+        if (c == '/')
+                return 63;
+        return -1;
+}
+
+static int base64_corrupt(size_t at, char **reterr_go) {
+        if (reterr_go)
+                asprintf_or_null(reterr_go, "illegal base64 data at input byte %zu", at);
+        return -EINVAL;
+}
+
+/* One quantum of Go's decodeQuantum(): up to four symbols from s[*si], newlines skipped, padding
+ * only at the very end. Returns the bytes produced (0–3), or -EINVAL; *done is set at the end. */
+static int base64_quantum(const char *s, size_t len, size_t *si, uint8_t out[3], bool *done, char **reterr_go) {
+        uint8_t d[4] = {};
+        size_t dlen = 4;
+
+        for (size_t j = 0; j < 4; j++) {
+                int v;
+                char c;
+
+                if (*si == len) {
+                        if (j == 0) {
+                                *done = true;
+                                return 0;
+                        }
+                        return base64_corrupt(*si - j, reterr_go);
+                }
+                c = s[(*si)++];
+                v = unbase64(c);
+                if (v >= 0) {
+                        d[j] = (uint8_t) v;
+                        continue;
+                }
+                if (c == '\n' || c == '\r') {
+                        j--;
+                        continue;
+                }
+                if (c != '=' || j < 2)
+                        return base64_corrupt(*si - 1, reterr_go);
+                if (j == 2) {
+                        /* "==" is expected; the first '=' is already consumed */
+                        while (*si < len && (s[*si] == '\n' || s[*si] == '\r'))
+                                (*si)++;
+                        if (*si == len)
+                                return base64_corrupt(len, reterr_go);
+                        if (s[*si] != '=')
+                                return base64_corrupt(*si - 1, reterr_go);
+                        (*si)++;
+                }
+                while (*si < len && (s[*si] == '\n' || s[*si] == '\r'))
+                        (*si)++;
+                if (*si < len)
+                        return base64_corrupt(*si, reterr_go);
+                dlen = j;
+                *done = true;
+                break;
+        }
+
+        uint32_t val = (uint32_t) d[0] << 18 | (uint32_t) d[1] << 12 | (uint32_t) d[2] << 6 | d[3];
+        out[0] = (uint8_t) (val >> 16);
+        out[1] = (uint8_t) (val >> 8);
+        out[2] = (uint8_t) val;
+        return (int) dlen - 1;
+}
+
+int attest_base64_decode(
+        const char *s, size_t len, size_t max, uint8_t **ret, size_t *ret_size, char **reterr_go) {
+        _cleanup_free_ uint8_t *buf = NULL;
+        size_t si = 0, n = 0, symbols = 0;
+        bool done = false;
+
+        assert_return(s || len == 0, -EINVAL);
+        assert_return(ret && ret_size, -EINVAL);
+
+        /* Bound the work by what the symbols could decode to, newlines and padding not counted. */
+        for (size_t i = 0; i < len; i++)
+                if (s[i] != '\n' && s[i] != '\r' && s[i] != '=')
+                        symbols++;
+        if (symbols / 4 * 3 + (symbols % 4 ? symbols % 4 - 1 : 0) > max)
+                return -EFBIG;
+
+        buf = malloc(symbols / 4 * 3 + 3);
+        if (!buf)
+                return -ENOMEM;
+        while (!done) {
+                int k = base64_quantum(s, len, &si, buf + n, &done, reterr_go);
+                if (k < 0)
+                        return k;
+                n += (size_t) k;
+        }
+        if (n == 0)
+                buf = mfree(buf);
+        *ret = TAKE_PTR(buf);
+        *ret_size = n;
+        return 0;
+}
+
+char *attest_go_quote(const char *s, size_t len) {
+        char *out = malloc(len * 4 + 3), *o = out;
+
+        if (!out)
+                return NULL;
+        *o++ = '"';
+        for (size_t i = 0; i < len; i++) {
+                uint8_t c = (uint8_t) s[i];
+                size_t seq = c >= 0xf0 && c < 0xf5 ? 4 : c >= 0xe0 ? 3 : c >= 0xc2 && c < 0xe0 ? 2 : 1;
+                bool valid = seq > 1 && i + seq <= len;
+
+                for (size_t k = 1; valid && k < seq; k++)
+                        valid = ((uint8_t) s[i + k] & 0xc0) == 0x80;
+                if (valid) {
+                        memcpy(o, s + i, seq);
+                        o += seq;
+                        i += seq - 1;
+                        continue;
+                }
+                switch (c) {
+                case '"':
+                case '\\':
+                        *o++ = '\\';
+                        *o++ = (char) c;
+                        break;
+                case '\a':
+                        o += sprintf(o, "\\a");
+                        break;
+                case '\b':
+                        o += sprintf(o, "\\b");
+                        break;
+                case '\f':
+                        o += sprintf(o, "\\f");
+                        break;
+                case '\n':
+                        o += sprintf(o, "\\n");
+                        break;
+                case '\r':
+                        o += sprintf(o, "\\r");
+                        break;
+                case '\t':
+                        o += sprintf(o, "\\t");
+                        break;
+                case '\v':
+                        o += sprintf(o, "\\v");
+                        break;
+                default:
+                        if (c >= 0x20 && c < 0x7f)
+                                *o++ = (char) c;
+                        else
+                                o += sprintf(o, "\\x%02x", c);
+                }
+        }
+        *o++ = '"';
+        *o = 0;
+        return out;
+}
+
+bool attest_memeq(const void *a, size_t a_size, const void *b, size_t b_size) {
+        if (a_size != b_size)
+                return false;
+        return a_size == 0 || CRYPTO_memcmp(a, b, a_size) == 0;
+}

@@ -1,0 +1,485 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "attest-quote.h"
+#include "attest-verify.h"
+#include "cleanup.h"
+
+static const char *const stage_table[_ATTEST_STAGE_MAX] = {
+        [ATTEST_STAGE_INITRD] = "initrd",
+        [ATTEST_STAGE_READY] = "ready",
+};
+
+const char *attest_stage_to_string(AttestStage s) {
+        if (s < 0 || s >= _ATTEST_STAGE_MAX)
+                return NULL;
+        return stage_table[s];
+}
+
+AttestStage attest_stage_from_string(const char *s) {
+        if (!s)
+                return _ATTEST_STAGE_INVALID;
+        for (int i = 0; i < _ATTEST_STAGE_MAX; i++)
+                if (streq(s, stage_table[i]))
+                        return (AttestStage) i;
+        return _ATTEST_STAGE_INVALID;
+}
+
+const char *attest_stage_phase(AttestStage s) {
+        return s == ATTEST_STAGE_READY   ? ATTEST_PHASE_READY :
+                s == ATTEST_STAGE_INITRD ? ATTEST_PHASE_INITRD :
+                                           NULL;
+}
+
+void attest_result_done(AttestResult *r) {
+        if (!r)
+                return;
+        free(r->message);
+        free(r->ak_fingerprint);
+        for (size_t i = 0; i < ATTEST_PCR_SLOTS; i++)
+                free(r->pcrs[i]);
+        *r = (AttestResult){};
+}
+
+/* The verdict's message; a rejection unless the result is marked verified afterwards. */
+_printf_(2, 3) static int set_message(AttestResult *res, const char *format, ...) {
+        char *m = NULL;
+        va_list ap;
+        int k;
+
+        va_start(ap, format);
+        k = vasprintf(&m, format, ap);
+        va_end(ap);
+        if (k < 0)
+                return -ENOMEM;
+        free(res->message);
+        res->message = m;
+        return 0;
+}
+
+/* A growing text buffer for the joined parts of a message. */
+typedef struct Text {
+        char *s;
+        size_t n;
+        bool oom;
+} Text;
+
+_printf_(2, 3) static void text_add(Text *t, const char *format, ...) {
+        char *part = NULL, *s;
+        va_list ap;
+        int k;
+
+        if (t->oom)
+                return;
+        va_start(ap, format);
+        k = vasprintf(&part, format, ap);
+        va_end(ap);
+        if (k < 0) {
+                t->oom = true;
+                return;
+        }
+        s = realloc(t->s, t->n + (size_t) k + 1);
+        if (!s) {
+                free(part);
+                t->oom = true;
+                return;
+        }
+        memcpy(s + t->n, part, (size_t) k + 1);
+        t->s = s;
+        t->n += (size_t) k;
+        free(part);
+}
+
+static void text_done(Text *t) {
+        free(t->s);
+}
+
+/* "0,1,2" for a mask of indexes, ascending. */
+static char *index_list(uint32_t mask, char buf[static 3 * ATTEST_PCR_SLOTS]) {
+        size_t n = 0;
+
+        buf[0] = 0;
+        for (unsigned i = 0; i < ATTEST_PCR_SLOTS; i++)
+                if (mask & (1U << i))
+                        n += (size_t) snprintf(buf + n, 3 * ATTEST_PCR_SLOTS - n, "%s%u", n ? "," : "", i);
+        return buf;
+}
+
+static uint32_t required_pcrs(AttestStage stage) {
+        uint32_t m = 0xffU | 1U << 11; /* 0–7 and 11 */
+        return stage == ATTEST_STAGE_READY ? m | 1U << 13 : m;
+}
+
+/* PCR 1 (SMBIOS type-11 credentials) and 5 (the GPT) differ per VM: quoted, recorded, not compared. */
+static const unsigned golden_pcrs[] = { 0, 2, 3, 4, 6, 7 };
+
+typedef struct Decoded {
+        uint8_t *bytes[ATTEST_PCR_SLOTS];
+        AttestPcrValue values[ATTEST_PCR_SLOTS];
+} Decoded;
+
+static void decoded_done(Decoded *d) {
+        for (size_t i = 0; i < ATTEST_PCR_SLOTS; i++)
+                free(d->bytes[i]);
+}
+
+static int verify(
+        AttestNonceStore *nonces, const AttestQuoteRequest *req, const AttestVerifyParams *p, AttestResult *res) {
+
+        _cleanup_(api_error_done) ApiError err = API_ERROR_NULL;
+        _cleanup_(decoded_done) Decoded d = {};
+        _cleanup_(text_done) Text mismatched = {}, unknown = {}, learned = {};
+        _cleanup_free_ AttestQuote *q = NULL;
+        const char *phase, *want, *matched_kubernetes = NULL;
+        char list[3 * ATTEST_PCR_SLOTS], list2[3 * ATTEST_PCR_SLOTS];
+        AttestStage stage;
+        uint32_t missing;
+        int r;
+
+        if (!attest_nonce_consume(nonces, p->vm_id, req->nonce, p->now))
+                return set_message(res, "unknown or expired nonce");
+
+        stage = attest_stage_from_string(req->stage);
+        if (stage < 0) {
+                _cleanup_free_ char *quoted = attest_go_quote(req->stage ?: "", strlen(req->stage ?: ""));
+                if (!quoted)
+                        return -ENOMEM;
+                return set_message(res, "unknown stage %s", quoted);
+        }
+        phase = attest_stage_phase(stage);
+
+        if (!p->policy)
+                return set_message(res, "%s", p->no_policy_message ?: "no attestation policy");
+
+        q = malloc(sizeof(*q));
+        if (!q)
+                return -ENOMEM;
+        r = attest_quote_parse(
+                req->quote,
+                req->quote_size,
+                req->signature,
+                req->signature_size,
+                req->ak_pub,
+                req->ak_pub_size,
+                q,
+                &err);
+        if (r == -ENOMEM)
+                return r;
+        if (r < 0)
+                return set_message(res, "quote: %s", err.message ?: "malformed quote");
+        res->ak_fingerprint = strdup(q->ak_fingerprint);
+        if (!res->ak_fingerprint)
+                return -ENOMEM;
+
+        r = attest_quote_verify_signature(q, &err);
+        if (r == -ENOMEM)
+                return r;
+        if (r < 0)
+                return set_message(res, "signature: %s", err.message ?: "signature does not verify");
+
+        if (!attest_quote_nonce_matches(q, req->nonce))
+                return set_message(res, "nonce: quote qualifying data does not match the nonce");
+
+        if (q->bank_alg != TPM2_ALG_SHA256)
+                return set_message(res, "quote selects pcr bank %s, want sha256", q->bank);
+
+        for (unsigned i = 0; i < ATTEST_PCR_SLOTS; i++) {
+                const char *s = req->pcrs_sha256[i];
+
+                if (!(q->pcr_mask & (1U << i)))
+                        continue;
+                if (!s)
+                        return set_message(res, "pcrs.sha256 lacks index %u which the quote covers", i);
+                r = attest_hex_decode(s, strlen(s), &d.bytes[i], &d.values[i].size, /* reterr_go= */ NULL);
+                if (r == -ENOMEM)
+                        return r;
+                if (r < 0)
+                        return set_message(res, "pcrs.sha256[%u] is not hex", i);
+                d.values[i].set = true;
+                d.values[i].data = d.bytes[i];
+        }
+
+        r = attest_quote_verify_pcrs(q, d.values, &err);
+        if (r == -ENOMEM)
+                return r;
+        if (r < 0)
+                return set_message(res, "pcr digest: %s", err.message ?: "pcr digest mismatch");
+        for (unsigned i = 0; i < ATTEST_PCR_SLOTS; i++)
+                if (q->pcr_mask & (1U << i)) {
+                        res->pcrs[i] = attest_hex_encode_new(d.values[i].data, d.values[i].size);
+                        if (!res->pcrs[i])
+                                return -ENOMEM;
+                }
+
+        missing = required_pcrs(stage) & ~q->pcr_mask;
+        if (missing)
+                return set_message(
+                        res,
+                        "quote covers pcrs %s but stage %s also needs %s",
+                        index_list(q->pcr_mask, list),
+                        attest_stage_to_string(stage),
+                        index_list(missing, list2));
+
+        if (p->pinned_ak && !streq(p->pinned_ak, q->ak_fingerprint))
+                return set_message(
+                        res,
+                        "ak %.*s is not the key enrolled for this vm (%.*s)",
+                        ATTEST_SHORT_FP,
+                        q->ak_fingerprint,
+                        ATTEST_SHORT_FP,
+                        p->pinned_ak);
+
+        want = attest_policy_pcr11(p->policy, phase);
+        if (!want || !streq(want, res->pcrs[11]))
+                return set_message(
+                        res,
+                        "pcr 11 mismatch for phase %s: expected %s, got %s",
+                        phase,
+                        want ?: "",
+                        res->pcrs[11]);
+
+        for (size_t k = 0; k < ELEMENTSOF(golden_pcrs) + (stage == ATTEST_STAGE_READY); k++) {
+                unsigned i = k < ELEMENTSOF(golden_pcrs) ? golden_pcrs[k] : 13;
+                const char *got = res->pcrs[i], *kubernetes = NULL;
+
+                want = attest_policy_expected(p->policy, i, p->kubernetes_version, &kubernetes);
+                if (!want && (p->learn_golden || i == 13)) {
+                        res->learned[res->n_learned++] = i;
+                        text_add(&learned, "%s%u=%s", learned.n ? " " : "", i, got);
+                } else if (!want)
+                        text_add(&unknown, "%s%u", unknown.n ? "," : "", i);
+                else if (!streq(want, got)) {
+                        if (kubernetes)
+                                text_add(
+                                        &mismatched,
+                                        "%spcr %u expected %s for kubernetes %s, got %s",
+                                        mismatched.n ? "; " : "",
+                                        i,
+                                        want,
+                                        kubernetes,
+                                        got);
+                        else
+                                text_add(
+                                        &mismatched,
+                                        "%spcr %u expected %s, got %s",
+                                        mismatched.n ? "; " : "",
+                                        i,
+                                        want,
+                                        got);
+                } else if (kubernetes)
+                        matched_kubernetes = kubernetes;
+        }
+        if (mismatched.oom || unknown.oom || learned.oom)
+                return -ENOMEM;
+        if (mismatched.n > 0)
+                return set_message(res, "golden mismatch: %s", mismatched.s);
+        if (unknown.n > 0)
+                return set_message(
+                        res,
+                        "no golden value for pcr %s in the image policy: record one with `vm-manager image "
+                        "golden` or run with --attestation-learn-golden",
+                        unknown.s);
+
+        r = set_message(
+                res,
+                "verified: ak %.*s, pcr 11 phase %s%s%s%s%s",
+                ATTEST_SHORT_FP,
+                q->ak_fingerprint,
+                phase,
+                matched_kubernetes ? ", pcr 13 kubernetes " : "",
+                matched_kubernetes ?: "",
+                learned.n ? "; accepted without golden value: " : "",
+                learned.n ? learned.s : "");
+        if (r < 0)
+                return r;
+
+        /* trust on first use: the first verified initrd quote enrolls its AK */
+        if (!p->pinned_ak) {
+                if (stage != ATTEST_STAGE_INITRD)
+                        return set_message(
+                                res, "no ak enrolled for this vm: an initrd-stage quote must verify first");
+                res->enroll = true;
+        }
+        res->verified = true;
+        return 0;
+}
+
+int attest_verify_quote(
+        AttestNonceStore *nonces, const AttestQuoteRequest *req, const AttestVerifyParams *p, AttestResult *ret) {
+        _cleanup_(attest_result_done) AttestResult res = {};
+        int r;
+
+        assert_return(nonces, -EINVAL);
+        assert_return(req, -EINVAL);
+        assert_return(p && p->vm_id, -EINVAL);
+        assert_return(ret, -EINVAL);
+
+        res.at = p->at;
+        r = verify(nonces, req, p, &res);
+        if (r < 0)
+                return r;
+        *ret = res;
+        res = (AttestResult){};
+        return 0;
+}
+
+/* RFC 3339 in UTC with the fraction trimmed, as Go's time.Time marshals (to the microsecond). */
+static void format_time(usec_t t, char buf[static 40]) {
+        time_t sec = (time_t) (t / USEC_PER_SEC);
+        unsigned frac = (unsigned) (t % USEC_PER_SEC);
+        struct tm tm;
+        size_t n;
+
+        (void) gmtime_r(&sec, &tm);
+        n = strftime(buf, 40, "%Y-%m-%dT%H:%M:%S", &tm);
+        if (frac > 0) {
+                char f[8];
+
+                (void) snprintf(f, sizeof(f), "%06u", frac);
+                for (size_t k = strlen(f); k > 0 && f[k - 1] == '0'; k--)
+                        f[k - 1] = 0;
+                n += (size_t) snprintf(buf + n, 40 - n, ".%s", f);
+        }
+        (void) snprintf(buf + n, 40 - n, "Z");
+}
+
+static int parse_time(const char *s, usec_t *ret) {
+        struct tm tm = {};
+        usec_t frac = 0, scale = 100000;
+        const char *e;
+        time_t sec;
+
+        e = strptime(s, "%Y-%m-%dT%H:%M:%S", &tm);
+        if (!e)
+                return -EINVAL;
+        if (*e == '.')
+                for (e++; *e >= '0' && *e <= '9'; e++, scale /= 10)
+                        frac += scale * (usec_t) (*e - '0');
+        if (!streq(e, "Z"))
+                return -EINVAL;
+        sec = timegm(&tm);
+        if (sec < 0)
+                return -EINVAL;
+        *ret = (usec_t) sec * USEC_PER_SEC + frac;
+        return 0;
+}
+
+/* Go sorts a map's keys by their text: 0, 1, 11, 13, 2, … */
+static int cmp_index_text(const void *a, const void *b) {
+        char x[4], y[4];
+
+        (void) snprintf(x, sizeof(x), "%u", *(const unsigned *) a);
+        (void) snprintf(y, sizeof(y), "%u", *(const unsigned *) b);
+        return strcmp(x, y);
+}
+
+json_t *attest_result_to_json(const AttestResult *r) {
+        json_auto_t *o = NULL;
+        char at[40];
+
+        assert_return(r, NULL);
+
+        format_time(r->at, at);
+        o = json_pack("{s:b}", "verified", r->verified);
+        if (!o)
+                return NULL;
+        if (r->message && *r->message && json_object_set_new(o, "message", json_string(r->message)) < 0)
+                return NULL;
+        if (json_object_set_new(o, "at", json_string(at)) < 0)
+                return NULL;
+        if (r->ak_fingerprint && *r->ak_fingerprint &&
+            json_object_set_new(o, "akFingerprint", json_string(r->ak_fingerprint)) < 0)
+                return NULL;
+
+        unsigned idx[ATTEST_PCR_SLOTS];
+        size_t n = 0;
+        for (unsigned i = 0; i < ATTEST_PCR_SLOTS; i++)
+                if (r->pcrs[i])
+                        idx[n++] = i;
+        if (n > 0) {
+                json_t *pcrs = json_object();
+
+                if (!pcrs || json_object_set_new(o, "pcrs", pcrs) < 0)
+                        return NULL;
+                qsort(idx, n, sizeof(unsigned), cmp_index_text);
+                for (size_t k = 0; k < n; k++) {
+                        char key[4];
+
+                        (void) snprintf(key, sizeof(key), "%u", idx[k]);
+                        if (json_object_set_new(pcrs, key, json_string(r->pcrs[idx[k]])) < 0)
+                                return NULL;
+                }
+        }
+        if (r->n_learned > 0) {
+                json_t *l = json_array();
+
+                if (!l || json_object_set_new(o, "learned", l) < 0)
+                        return NULL;
+                for (size_t k = 0; k < r->n_learned; k++)
+                        if (json_array_append_new(l, json_integer(r->learned[k])) < 0)
+                                return NULL;
+        }
+        return TAKE_PTR(o);
+}
+
+int attest_result_from_json(json_t *v, AttestResult *ret) {
+        _cleanup_(attest_result_done) AttestResult res = {};
+        json_t *e, *pcrs, *learned;
+        const char *key;
+        size_t i;
+
+        assert_return(ret, -EINVAL);
+
+        if (!json_is_object(v) || !json_is_boolean(json_object_get(v, "verified")))
+                return -EINVAL;
+        res.verified = json_is_true(json_object_get(v, "verified"));
+
+        e = json_object_get(v, "message");
+        if (e) {
+                if (!json_is_string(e))
+                        return -EINVAL;
+                res.message = strdup(json_string_value(e));
+                if (!res.message)
+                        return -ENOMEM;
+        }
+        e = json_object_get(v, "at");
+        if (e && (!json_is_string(e) || parse_time(json_string_value(e), &res.at) < 0))
+                return -EINVAL;
+        e = json_object_get(v, "akFingerprint");
+        if (e) {
+                if (!json_is_string(e))
+                        return -EINVAL;
+                res.ak_fingerprint = strdup(json_string_value(e));
+                if (!res.ak_fingerprint)
+                        return -ENOMEM;
+        }
+        pcrs = json_object_get(v, "pcrs");
+        if (pcrs && !json_is_object(pcrs))
+                return -EINVAL;
+        json_object_foreach(pcrs, key, e) {
+                char *end;
+                unsigned long k = strtoul(key, &end, 10);
+
+                if (*end || end == key || k >= ATTEST_PCR_SLOTS || !json_is_string(e) || res.pcrs[k])
+                        return -EINVAL;
+                res.pcrs[k] = strdup(json_string_value(e));
+                if (!res.pcrs[k])
+                        return -ENOMEM;
+        }
+        learned = json_object_get(v, "learned");
+        if (learned && (!json_is_array(learned) || json_array_size(learned) > ATTEST_PCR_SLOTS))
+                return -EINVAL;
+        json_array_foreach(learned, i, e) {
+                if (!json_is_integer(e) || json_integer_value(e) < 0 ||
+                    json_integer_value(e) >= (json_int_t) ATTEST_PCR_SLOTS)
+                        return -EINVAL;
+                res.learned[res.n_learned++] = (unsigned) json_integer_value(e);
+        }
+
+        *ret = res;
+        res = (AttestResult){};
+        return 0;
+}

@@ -1,0 +1,79 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#pragma once
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "attest-nonce.h"
+#include "attest-policy.h"
+#include "attest-request.h"
+#include "attest-util.h"
+#include "macro.h"
+#include "time-util.h"
+
+/* The verifier (reference/network-imds-attest.md §4.1): one decoded QuoteRequest of one VM is judged
+ * in the reference's order, and the first failing check is the verdict's message:
+ *
+ *   1 nonce consumed for this VM   2 stage known        3 policy present    4 quote parses
+ *   5 signature verifies           6 nonce matches      7 bank is sha256    8 a value per quoted PCR
+ *   9 PCR digest matches          10 stage's PCRs covered (initrd 0–7,11; ready 0–7,11,13)
+ *  11 AK equals the pinned one    12 PCR 11 per phase  13 golden 0,2,3,4,6,7 (+13 at ready)
+ *  14 verified                    15 TOFU: an initrd quote without a pin enrolls its AK; a ready
+ *                                    quote without a pin is rejected
+ *
+ * Pure apart from the nonce store: the caller looks the policy and the pin up, and applies the
+ * verdict (stores the Result, pins the AK when Result.enroll, releases user-data). */
+
+typedef enum AttestStage {
+        ATTEST_STAGE_INITRD,
+        ATTEST_STAGE_READY,
+        _ATTEST_STAGE_MAX,
+        _ATTEST_STAGE_INVALID = -EINVAL,
+} AttestStage;
+
+const char *attest_stage_to_string(AttestStage s) _const_;
+AttestStage attest_stage_from_string(const char *s) _pure_;
+/* The phase path PCR 11 carries at a stage: ATTEST_PHASE_INITRD or ATTEST_PHASE_READY. */
+const char *attest_stage_phase(AttestStage s) _const_;
+
+/* The verdict on one stage of one VM, kept for get_vm_attestation. Rejections carry the fields
+ * known up to the failing check. */
+typedef struct AttestResult {
+        bool verified;
+        char *message;
+        usec_t at;                    /* CLOCK_REALTIME of the verdict */
+        char *ak_fingerprint;         /* 64 hex, set once the quote parsed */
+        char *pcrs[ATTEST_PCR_SLOTS]; /* lowercase hex of every quoted PCR, set once the digest matched */
+        unsigned learned[ATTEST_PCR_SLOTS]; /* PCRs accepted without an expected value, ascending */
+        size_t n_learned;
+        bool enroll; /* verified initrd quote of a VM without a pin: pin ak_fingerprint now */
+} AttestResult;
+
+void attest_result_done(AttestResult *r);
+
+typedef struct AttestVerifyParams {
+        const char *vm_id;
+        usec_t now; /* the nonce store's clock */
+        usec_t at;  /* CLOCK_REALTIME, stamped on the result */
+        /* The policy of the VM's image; NULL when it has none, and no_policy_message is the verdict
+         * then ("no attestation policy: image <ref> has no policy.json"). */
+        const AttestPolicy *policy;
+        const char *no_policy_message;
+        const char *kubernetes_version; /* the VM's; selects the policy's pcr13 entry; NULL for none */
+        const char *pinned_ak;          /* the fingerprint pinned for this VM, NULL when none */
+        bool learn_golden;              /* --attestation-learn-golden */
+} AttestVerifyParams;
+
+/* Judges req for p->vm_id and fills *ret with the verdict, verified or not (0). Fails only on OOM
+ * or bad arguments. The nonce is consumed in any case. Callable on in-memory data alone (fixtures,
+ * benchmarks): everything it needs is in its arguments. */
+int attest_verify_quote(
+        AttestNonceStore *nonces, const AttestQuoteRequest *req, const AttestVerifyParams *p, AttestResult *ret);
+
+/* {"verified","message"(omitempty),"at":RFC 3339,"akFingerprint"(omitempty),"pcrs":{"0":…}(omitempty),
+ * "learned":[…](omitempty)} as §4.5 shows a stage (pcrs keys in Go's order: sorted as strings).
+ * New reference, NULL on OOM. */
+json_t *attest_result_to_json(const AttestResult *r);
+/* The inverse, for records read back from disk. -EINVAL for JSON of another shape. */
+int attest_result_from_json(json_t *v, AttestResult *ret);

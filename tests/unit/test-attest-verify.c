@@ -1,0 +1,676 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* The verifier end to end on real swtpm quotes (tests/data/attest/): what verifies, and each
+ * tamper rejected at its own step with the reference's message (network-imds-attest.md §4.1). */
+#include "test-attest-fixtures.h"
+
+#include "attest-verify.h"
+
+#define T0 ((usec_t) 1000 * USEC_PER_SEC)
+#define AT ((usec_t) 1714564800 * USEC_PER_SEC + 123456) /* 2024-05-01T12:00:00.123456Z */
+
+typedef struct Ctx {
+        AttestNonceStore *nonces;
+        AttestPolicy *policy;
+        AttestQuoteRequest req;
+        AttestResult res;
+        AttestVerifyParams params;
+        char *nonce;
+} Ctx;
+
+static int setup(void **state) {
+        Ctx *c = calloc(1, sizeof(Ctx));
+
+        assert_non_null(c);
+        assert_ok(attest_nonce_store_new(&c->nonces));
+        c->policy = fixture_policy();
+        c->nonce = fixture_text("nonce.hex");
+        c->params = (AttestVerifyParams){
+                .vm_id = FIXTURE_VM,
+                .now = T0,
+                .at = AT,
+                .policy = c->policy,
+                .no_policy_message = "no attestation policy: image base has no policy.json",
+        };
+        *state = c;
+        return 0;
+}
+
+static int teardown(void **state) {
+        Ctx *c = *state;
+
+        attest_quote_request_done(&c->req);
+        attest_result_done(&c->res);
+        attest_policy_free(c->policy);
+        attest_nonce_store_free(c->nonces);
+        free(c->nonce);
+        free(c);
+        return 0;
+}
+
+/* Issues the fixture nonce to the VM and verifies c->req with c->params. */
+static void run(Ctx *c) {
+        attest_result_done(&c->res);
+        assert_ok(attest_nonce_add(c->nonces, FIXTURE_VM, c->nonce, c->params.now));
+        assert_ok(attest_verify_quote(c->nonces, &c->req, &c->params, &c->res));
+}
+
+static void load(Ctx *c, const char *key, const char *stage) {
+        attest_quote_request_done(&c->req);
+        fixture_request(key, stage, &c->req);
+}
+
+static char *short_fp(const char *fp) {
+        return strndup(fp, 16);
+}
+
+static void verifies_initrd(Ctx *c, const char *key) {
+        _cleanup_free_ char *fp = NULL, *want = NULL;
+
+        load(c, key, "initrd");
+        run(c);
+        assert_true(c->res.verified);
+        assert_true(c->res.enroll);
+        assert_non_null(c->res.ak_fingerprint);
+        assert_int_equal(strlen(c->res.ak_fingerprint), 64);
+        fp = short_fp(c->res.ak_fingerprint);
+        assert_true(asprintf(&want, "verified: ak %s, pcr 11 phase enter-initrd", fp) > 0);
+        assert_string_equal(c->res.message, want);
+        assert_int_equal(c->res.n_learned, 0);
+        for (unsigned i = 0; i < ATTEST_PCR_SLOTS; i++)
+                if (i <= 7 || i == 11)
+                        assert_string_equal(c->res.pcrs[i], c->req.pcrs_sha256[i]);
+                else
+                        assert_null(c->res.pcrs[i]);
+        /* the nonce was used up */
+        assert_int_equal(attest_nonce_count(c->nonces, FIXTURE_VM), 0);
+}
+
+static void test_ecdsa_initrd(void **state) {
+        verifies_initrd(*state, "ecdsa");
+}
+
+static void test_rsassa_initrd(void **state) {
+        verifies_initrd(*state, "rsassa");
+}
+
+static void test_rsapss_initrd(void **state) {
+        verifies_initrd(*state, "rsapss");
+}
+
+/* initrd enrolls, ready verifies against the pin with PCR 13 from the policy's pcr13 entry. */
+static void test_tofu_then_ready(void **state) {
+        const char *keys[] = { "ecdsa", "rsassa", "rsapss" };
+        Ctx *c = *state;
+
+        for (size_t k = 0; k < ELEMENTSOF(keys); k++) {
+                _cleanup_free_ char *pin = NULL, *want = NULL, *fp = NULL;
+
+                load(c, keys[k], "initrd");
+                c->params.pinned_ak = NULL;
+                run(c);
+                assert_true(c->res.verified && c->res.enroll);
+                pin = strdup(c->res.ak_fingerprint);
+
+                load(c, keys[k], "ready");
+                c->params.pinned_ak = pin;
+                c->params.kubernetes_version = FIXTURE_KUBERNETES;
+                run(c);
+                fp = short_fp(pin);
+                assert_true(
+                        asprintf(
+                                &want,
+                                "verified: ak %s, pcr 11 phase enter-initrd:leave-initrd:sysinit:ready, pcr 13 "
+                                "kubernetes 1.36.4",
+                                fp) > 0);
+                assert_string_equal(c->res.message, want);
+                assert_true(c->res.verified);
+                assert_false(c->res.enroll);
+                assert_string_equal(c->res.ak_fingerprint, pin);
+                assert_non_null(c->res.pcrs[13]);
+                c->params.kubernetes_version = NULL;
+        }
+}
+
+static void test_ready_without_pin(void **state) {
+        Ctx *c = *state;
+
+        load(c, "ecdsa", "ready");
+        c->params.kubernetes_version = FIXTURE_KUBERNETES;
+        run(c);
+        assert_false(c->res.verified);
+        assert_false(c->res.enroll);
+        assert_string_equal(
+                c->res.message, "no ak enrolled for this vm: an initrd-stage quote must verify first");
+        /* what was learned on the way is kept */
+        assert_non_null(c->res.ak_fingerprint);
+        assert_non_null(c->res.pcrs[13]);
+}
+
+/* PCR 13 without a pcr13 entry for the VM's version nor a golden value: accepted, reported. */
+static void test_ready_pcr13_learned(void **state) {
+        _cleanup_free_ char *pcr13 = fixture_pcr("ready", 13), *tail = NULL;
+        Ctx *c = *state;
+
+        load(c, "rsapss", "initrd");
+        run(c);
+        _cleanup_free_ char *pin = strdup(c->res.ak_fingerprint);
+
+        load(c, "rsapss", "ready");
+        c->params.pinned_ak = pin;
+        c->params.kubernetes_version = "1.35.0";
+        run(c);
+        assert_true(c->res.verified);
+        assert_int_equal(c->res.n_learned, 1);
+        assert_int_equal(c->res.learned[0], 13);
+        assert_true(
+                asprintf(
+                        &tail,
+                        "phase enter-initrd:leave-initrd:sysinit:ready; accepted without golden value: 13=%s",
+                        pcr13) > 0);
+        assert_contains(c->res.message, tail);
+}
+
+/* pcr13 selected by the VM's Kubernetes version, and the two mismatch texts. */
+static void test_pcr13_by_kubernetes(void **state) {
+        _cleanup_free_ char *pcr13 = fixture_pcr("ready", 13), *want = NULL;
+        json_auto_t *pj = fixture_policy_json();
+        AttestPolicy *edited;
+        const char *wrong = "00000000000000000000000000000000000000000000000000000000000000ff";
+        Ctx *c = *state;
+
+        load(c, "ecdsa", "initrd");
+        run(c);
+        _cleanup_free_ char *pin = strdup(c->res.ak_fingerprint);
+        c->params.pinned_ak = pin;
+
+        /* the entry for 1.36.4 is wrong */
+        assert_ok(json_object_set_new(json_object_get(pj, "pcr13"), "1.36.4", json_string(wrong)));
+        edited = fixture_policy_edited(pj);
+        c->params.policy = edited;
+        c->params.kubernetes_version = FIXTURE_KUBERNETES;
+        load(c, "ecdsa", "ready");
+        run(c);
+        assert_false(c->res.verified);
+        assert_true(
+                asprintf(&want, "golden mismatch: pcr 13 expected %s for kubernetes 1.36.4, got %s", wrong, pcr13) >
+                0);
+        assert_string_equal(c->res.message, want);
+
+        /* another version falls back to golden 13, which is wrong too */
+        assert_ok(json_object_set_new(
+                json_object_get(json_object_get(pj, "golden"), "sha256"), "13", json_string(wrong)));
+        attest_policy_free(edited);
+        edited = fixture_policy_edited(pj);
+        c->params.policy = edited;
+        c->params.kubernetes_version = "1.30.0";
+        load(c, "ecdsa", "ready");
+        run(c);
+        free(want);
+        assert_true(asprintf(&want, "golden mismatch: pcr 13 expected %s, got %s", wrong, pcr13) > 0);
+        assert_string_equal(c->res.message, want);
+
+        /* and the right golden 13 verifies without the kubernetes suffix */
+        assert_ok(json_object_set_new(
+                json_object_get(json_object_get(pj, "golden"), "sha256"), "13", json_string(pcr13)));
+        attest_policy_free(edited);
+        edited = fixture_policy_edited(pj);
+        c->params.policy = edited;
+        load(c, "ecdsa", "ready");
+        run(c);
+        assert_true(c->res.verified);
+        assert_int_equal(c->res.n_learned, 0);
+        assert_contains(c->res.message, "pcr 11 phase enter-initrd:leave-initrd:sysinit:ready");
+        assert_null(strstr(c->res.message, "kubernetes"));
+
+        c->params.policy = c->policy;
+        attest_policy_free(edited);
+}
+
+static void test_nonce_failures(void **state) {
+        char other[ATTEST_NONCE_HEX + 1];
+        Ctx *c = *state;
+
+        load(c, "ecdsa", "initrd");
+
+        /* never issued */
+        assert_ok(attest_verify_quote(c->nonces, &c->req, &c->params, &c->res));
+        assert_false(c->res.verified);
+        assert_string_equal(c->res.message, "unknown or expired nonce");
+        assert_null(c->res.ak_fingerprint);
+
+        /* reused */
+        run(c);
+        assert_true(c->res.verified);
+        attest_result_done(&c->res);
+        assert_ok(attest_verify_quote(c->nonces, &c->req, &c->params, &c->res));
+        assert_string_equal(c->res.message, "unknown or expired nonce");
+
+        /* expired: the TTL itself is still fine, a microsecond more is not */
+        assert_ok(attest_nonce_add(c->nonces, FIXTURE_VM, c->nonce, T0));
+        c->params.now = T0 + ATTEST_NONCE_TTL + 1;
+        attest_result_done(&c->res);
+        assert_ok(attest_verify_quote(c->nonces, &c->req, &c->params, &c->res));
+        assert_string_equal(c->res.message, "unknown or expired nonce");
+        assert_ok(attest_nonce_add(c->nonces, FIXTURE_VM, c->nonce, T0));
+        c->params.now = T0 + ATTEST_NONCE_TTL;
+        attest_result_done(&c->res);
+        assert_ok(attest_verify_quote(c->nonces, &c->req, &c->params, &c->res));
+        assert_true(c->res.verified);
+        c->params.now = T0;
+
+        /* issued to another VM */
+        assert_ok(attest_nonce_add(c->nonces, "vm-2", c->nonce, T0));
+        attest_result_done(&c->res);
+        assert_ok(attest_verify_quote(c->nonces, &c->req, &c->params, &c->res));
+        assert_string_equal(c->res.message, "unknown or expired nonce");
+
+        /* a fresh nonce of this VM that the quote does not carry */
+        assert_ok(attest_nonce_issue(c->nonces, FIXTURE_VM, T0, other));
+        free(c->req.nonce);
+        c->req.nonce = strdup(other);
+        attest_result_done(&c->res);
+        assert_ok(attest_verify_quote(c->nonces, &c->req, &c->params, &c->res));
+        assert_false(c->res.verified);
+        assert_string_equal(c->res.message, "nonce: quote qualifying data does not match the nonce");
+        assert_non_null(c->res.ak_fingerprint);
+        assert_null(c->res.pcrs[0]);
+}
+
+static void test_stage_and_policy(void **state) {
+        Ctx *c = *state;
+
+        load(c, "ecdsa", "initrd");
+        free(c->req.stage);
+        c->req.stage = strdup("bogus");
+        run(c);
+        assert_string_equal(c->res.message, "unknown stage \"bogus\"");
+
+        load(c, "ecdsa", "initrd");
+        c->params.policy = NULL;
+        run(c);
+        assert_false(c->res.verified);
+        assert_string_equal(c->res.message, "no attestation policy: image base has no policy.json");
+        c->params.policy = c->policy;
+}
+
+static void test_pcr_tampering(void **state) {
+        Ctx *c = *state;
+        char *v;
+
+        /* one nibble of PCR 3 changed */
+        load(c, "rsassa", "initrd");
+        v = c->req.pcrs_sha256[3];
+        v[10] = v[10] == '0' ? '1' : '0';
+        run(c);
+        assert_false(c->res.verified);
+        assert_string_equal(c->res.message, "pcr digest: pcr digest mismatch");
+        assert_non_null(c->res.ak_fingerprint);
+        assert_null(c->res.pcrs[3]);
+
+        load(c, "rsassa", "initrd");
+        c->req.pcrs_sha256[4] = mfree(c->req.pcrs_sha256[4]);
+        run(c);
+        assert_string_equal(c->res.message, "pcrs.sha256 lacks index 4 which the quote covers");
+
+        load(c, "rsassa", "initrd");
+        c->req.pcrs_sha256[5][0] = 'x';
+        run(c);
+        assert_string_equal(c->res.message, "pcrs.sha256[5] is not hex");
+
+        load(c, "rsassa", "initrd");
+        c->req.pcrs_sha256[6][62] = 0;
+        run(c);
+        assert_string_equal(c->res.message, "pcr digest: pcr value: pcr 6 has 31 bytes, sha256 needs 32");
+
+        load(c, "rsassa", "initrd");
+        c->req.pcrs_sha256[7][0] = 0;
+        run(c);
+        assert_string_equal(c->res.message, "pcr digest: pcr value: pcr 7 has 0 bytes, sha256 needs 32");
+
+        /* uppercase hex is hex; values of PCRs the quote does not cover are ignored */
+        load(c, "rsassa", "initrd");
+        for (char *p = c->req.pcrs_sha256[2]; *p; p++)
+                if (*p >= 'a' && *p <= 'f')
+                        *p = (char) (*p - 'a' + 'A');
+        c->req.pcrs_sha256[20] = strdup("not hex at all");
+        run(c);
+        assert_true(c->res.verified);
+        assert_null(c->res.pcrs[20]);
+        assert_null(strpbrk(c->res.pcrs[2], "ABCDEF"));
+}
+
+static void test_signature_tampering(void **state) {
+        Ctx *c = *state;
+
+        load(c, "ecdsa", "initrd");
+        c->req.signature[c->req.signature_size - 5] ^= 0x01;
+        run(c);
+        assert_false(c->res.verified);
+        assert_string_equal(c->res.message, "signature: signature does not verify");
+        assert_non_null(c->res.ak_fingerprint);
+
+        load(c, "rsapss", "initrd");
+        c->req.signature[100] ^= 0x80;
+        run(c);
+        assert_string_equal(c->res.message, "signature: signature does not verify");
+
+        /* a byte of the signed data: the clock info */
+        load(c, "rsassa", "ready");
+        c->req.quote[c->req.quote_size - 60] ^= 0x01;
+        run(c);
+        assert_string_equal(c->res.message, "signature: signature does not verify");
+
+        /* a signature of another key */
+        load(c, "ecdsa", "initrd");
+        _cleanup_free_ char *other = fixture_name("rsassa", "initrd.sig");
+        free(c->req.signature);
+        c->req.signature = fixture_read(other, &c->req.signature_size);
+        run(c);
+        assert_string_equal(
+                c->res.message, "quote: signature does not verify: rsa signature from a non-rsa key");
+}
+
+static void test_parse_failure_message(void **state) {
+        Ctx *c = *state;
+
+        load(c, "ecdsa", "initrd");
+        c->req.quote_size = 40;
+        run(c);
+        assert_string_equal(c->res.message, "quote: malformed quote: attest: unexpected end of data");
+        assert_null(c->res.ak_fingerprint);
+}
+
+static void test_coverage(void **state) {
+        Ctx *c = *state;
+
+        attest_quote_request_done(&c->req);
+        fixture_request_full("ecdsa", "initrd", "partial", "initrd", &c->req);
+        run(c);
+        assert_false(c->res.verified);
+        assert_string_equal(c->res.message, "quote covers pcrs 0,1,2,3,4,5,6,7 but stage initrd also needs 11");
+        /* the digest matched, so the values are recorded */
+        assert_non_null(c->res.pcrs[7]);
+
+        load(c, "ecdsa", "initrd");
+        free(c->req.stage);
+        c->req.stage = strdup("ready");
+        run(c);
+        assert_string_equal(
+                c->res.message, "quote covers pcrs 0,1,2,3,4,5,6,7,11 but stage ready also needs 13");
+
+        attest_quote_request_done(&c->req);
+        fixture_request_full("ecdsa", "initrd", "sha1", "initrd", &c->req);
+        run(c);
+        assert_string_equal(c->res.message, "quote selects pcr bank sha1, want sha256");
+}
+
+static void test_pin_mismatch(void **state) {
+        _cleanup_free_ char *want = NULL, *a = NULL, *b = NULL;
+        Ctx *c = *state;
+
+        load(c, "ecdsa", "initrd");
+        run(c);
+        _cleanup_free_ char *pin = strdup(c->res.ak_fingerprint);
+
+        c->params.pinned_ak = pin;
+        load(c, "rsassa", "initrd");
+        run(c);
+        assert_false(c->res.verified);
+        assert_false(c->res.enroll);
+        a = short_fp(c->res.ak_fingerprint);
+        b = short_fp(pin);
+        assert_true(asprintf(&want, "ak %s is not the key enrolled for this vm (%s)", a, b) > 0);
+        assert_string_equal(c->res.message, want);
+
+        /* same at ready */
+        load(c, "rsapss", "ready");
+        c->params.kubernetes_version = FIXTURE_KUBERNETES;
+        run(c);
+        assert_startswith(c->res.message, "ak ");
+        assert_contains(c->res.message, b);
+
+        /* the pinned key itself passes again at initrd, without enrolling */
+        load(c, "ecdsa", "initrd");
+        run(c);
+        assert_true(c->res.verified);
+        assert_false(c->res.enroll);
+}
+
+static void test_pcr11(void **state) {
+        _cleanup_free_ char *got = fixture_pcr("initrd", 11), *want = NULL,
+                            *ready11 = fixture_pcr("ready", 11);
+        json_auto_t *pj = fixture_policy_json();
+        const char *other = "1111111111111111111111111111111111111111111111111111111111111111";
+        AttestPolicy *edited;
+        Ctx *c = *state;
+
+        assert_ok(json_object_set_new(json_object_get(pj, "pcr11"), "enter-initrd", json_string(other)));
+        edited = fixture_policy_edited(pj);
+        c->params.policy = edited;
+        load(c, "ecdsa", "initrd");
+        run(c);
+        assert_false(c->res.verified);
+        assert_true(
+                asprintf(&want, "pcr 11 mismatch for phase enter-initrd: expected %s, got %s", other, got) > 0);
+        assert_string_equal(c->res.message, want);
+        assert_string_equal(c->res.pcrs[11], got);
+
+        /* a ready quote presented as initrd carries the ready phase's PCR 11 */
+        c->params.policy = c->policy;
+        load(c, "ecdsa", "ready");
+        free(c->req.stage);
+        c->req.stage = strdup("initrd");
+        run(c);
+        free(want);
+        assert_true(
+                asprintf(&want, "pcr 11 mismatch for phase enter-initrd: expected %s, got %s", got, ready11) >
+                0);
+        assert_string_equal(c->res.message, want);
+
+        /* the policy's case does not matter */
+        for (char *p = got; *p; p++)
+                if (*p >= 'a' && *p <= 'f')
+                        *p = (char) (*p - 'a' + 'A');
+        assert_ok(json_object_set_new(json_object_get(pj, "pcr11"), "enter-initrd", json_string(got)));
+        attest_policy_free(edited);
+        edited = fixture_policy_edited(pj);
+        c->params.policy = edited;
+        load(c, "ecdsa", "initrd");
+        run(c);
+        assert_true(c->res.verified);
+
+        c->params.policy = c->policy;
+        attest_policy_free(edited);
+}
+
+static void test_golden(void **state) {
+        _cleanup_free_ char *pcr0 = fixture_pcr("initrd", 0), *pcr6 = fixture_pcr("initrd", 6), *want = NULL;
+        json_auto_t *pj = fixture_policy_json();
+        json_t *golden = json_object_get(json_object_get(pj, "golden"), "sha256");
+        const char *z = "0000000000000000000000000000000000000000000000000000000000000000";
+        AttestPolicy *edited;
+        Ctx *c = *state;
+
+        assert_ok(json_object_set_new(golden, "0", json_string(z)));
+        edited = fixture_policy_edited(pj);
+        c->params.policy = edited;
+        load(c, "rsapss", "initrd");
+        run(c);
+        assert_false(c->res.verified);
+        assert_true(asprintf(&want, "golden mismatch: pcr 0 expected %s, got %s", z, pcr0) > 0);
+        assert_string_equal(c->res.message, want);
+        assert_int_equal(c->res.n_learned, 0);
+
+        /* all mismatches, in index order; learn mode does not excuse a mismatch */
+        assert_ok(json_object_set_new(golden, "6", json_string(z)));
+        attest_policy_free(edited);
+        edited = fixture_policy_edited(pj);
+        c->params.policy = edited;
+        c->params.learn_golden = true;
+        load(c, "rsapss", "initrd");
+        run(c);
+        free(want);
+        assert_true(
+                asprintf(
+                        &want,
+                        "golden mismatch: pcr 0 expected %s, got %s; pcr 6 expected %s, got %s",
+                        z,
+                        pcr0,
+                        z,
+                        pcr6) > 0);
+        assert_string_equal(c->res.message, want);
+        c->params.learn_golden = false;
+
+        /* PCRs 1 and 5 are never compared, whatever the policy says */
+        assert_ok(json_object_set_new(golden, "0", json_string(pcr0)));
+        assert_ok(json_object_set_new(golden, "6", json_string(pcr6)));
+        assert_ok(json_object_set_new(golden, "1", json_string(z)));
+        assert_ok(json_object_set_new(golden, "5", json_string(z)));
+        attest_policy_free(edited);
+        edited = fixture_policy_edited(pj);
+        c->params.policy = edited;
+        load(c, "rsapss", "initrd");
+        run(c);
+        assert_true(c->res.verified);
+        assert_non_null(c->res.pcrs[1]);
+        assert_non_null(c->res.pcrs[5]);
+
+        c->params.policy = c->policy;
+        attest_policy_free(edited);
+}
+
+static void test_learn_mode(void **state) {
+        json_auto_t *pj = fixture_policy_json();
+        AttestPolicy *edited;
+        Ctx *c = *state;
+
+        json_object_del(pj, "golden");
+        edited = fixture_policy_edited(pj);
+        c->params.policy = edited;
+
+        /* without learn mode: unknown */
+        load(c, "ecdsa", "initrd");
+        run(c);
+        assert_false(c->res.verified);
+        assert_string_equal(
+                c->res.message,
+                "no golden value for pcr 0,2,3,4,6,7 in the image policy: record one with `vm-manager image golden` "
+                "or run with --attestation-learn-golden");
+
+        /* learn mode records 0,2,3,4,6,7 */
+        c->params.learn_golden = true;
+        load(c, "ecdsa", "initrd");
+        run(c);
+        assert_true(c->res.verified);
+        assert_int_equal(c->res.n_learned, 6);
+        const unsigned want[] = { 0, 2, 3, 4, 6, 7 };
+        for (size_t i = 0; i < ELEMENTSOF(want); i++)
+                assert_int_equal(c->res.learned[i], want[i]);
+
+        _cleanup_free_ char *tail = strdup("; accepted without golden value:");
+        for (size_t i = 0; i < ELEMENTSOF(want); i++) {
+                _cleanup_free_ char *v = fixture_pcr("initrd", want[i]);
+                char *t = NULL;
+                assert_true(asprintf(&t, "%s %u=%s", tail, want[i], v) > 0);
+                free(tail);
+                tail = t;
+        }
+        _cleanup_free_ char *fp = short_fp(c->res.ak_fingerprint), *msg = NULL;
+        assert_true(asprintf(&msg, "verified: ak %s, pcr 11 phase enter-initrd%s", fp, tail) > 0);
+        assert_string_equal(c->res.message, msg);
+
+        /* at ready, 13 joins them */
+        _cleanup_free_ char *pin = strdup(c->res.ak_fingerprint);
+        c->params.pinned_ak = pin;
+        load(c, "ecdsa", "ready");
+        run(c);
+        assert_true(c->res.verified);
+        assert_int_equal(c->res.n_learned, 7);
+        assert_int_equal(c->res.learned[6], 13);
+
+        c->params.learn_golden = false;
+        c->params.policy = c->policy;
+        attest_policy_free(edited);
+}
+
+static void test_result_json(void **state) {
+        _cleanup_(attest_result_done) AttestResult back = {};
+        _cleanup_free_ char *s = NULL, *s2 = NULL;
+        json_auto_t *j2 = NULL, *pj = fixture_policy_json();
+        AttestPolicy *edited;
+        Ctx *c = *state;
+        json_t *j;
+
+        json_object_del(pj, "golden");
+        edited = fixture_policy_edited(pj);
+        c->params.policy = edited;
+        c->params.learn_golden = true;
+        load(c, "ecdsa", "initrd");
+        run(c);
+        c->params.learn_golden = false;
+        c->params.policy = c->policy;
+        attest_policy_free(edited);
+        j = attest_result_to_json(&c->res);
+        assert_non_null(j);
+        s = json_dumps(j, JSON_PRESERVE_ORDER | JSON_COMPACT);
+        json_decref(j);
+
+        /* field order and formats of §4.5 */
+        assert_startswith(s, "{\"verified\":true,\"message\":\"verified: ak ");
+        assert_contains(s, "\"at\":\"2024-05-01T12:00:00.123456Z\",\"akFingerprint\":\"");
+        assert_contains(s, "\"pcrs\":{\"0\":");
+        assert_contains(s, ",\"11\":");
+        assert_contains(s, "\"learned\":[0,2,3,4,6,7]}");
+        /* Go orders map keys as text: 11 before 2 */
+        assert_true(strstr(s, "\"11\":") < strstr(s, "\"2\":"));
+
+        /* and back */
+        j2 = json_loads(s, 0, NULL);
+        assert_ok(attest_result_from_json(j2, &back));
+        assert_true(back.verified);
+        assert_int_equal(back.at, AT);
+        assert_string_equal(back.message, c->res.message);
+        assert_string_equal(back.ak_fingerprint, c->res.ak_fingerprint);
+        assert_string_equal(back.pcrs[11], c->res.pcrs[11]);
+        assert_int_equal(back.n_learned, 6);
+        j = attest_result_to_json(&back);
+        s2 = json_dumps(j, JSON_PRESERVE_ORDER | JSON_COMPACT);
+        json_decref(j);
+        assert_string_equal(s, s2);
+
+        /* a rejection before parsing has neither fingerprint nor pcrs */
+        attest_result_done(&c->res);
+        assert_ok(attest_verify_quote(c->nonces, &c->req, &c->params, &c->res));
+        j = attest_result_to_json(&c->res);
+        free(s);
+        s = json_dumps(j, JSON_PRESERVE_ORDER | JSON_COMPACT);
+        json_decref(j);
+        assert_string_equal(
+                s,
+                "{\"verified\":false,\"message\":\"unknown or expired nonce\",\"at\":\"2024-05-01T12:00:00.123456Z\"}");
+}
+
+int main(void) {
+        const struct CMUnitTest tests[] = {
+                cmocka_unit_test_setup_teardown(test_ecdsa_initrd, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_rsassa_initrd, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_rsapss_initrd, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_tofu_then_ready, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_ready_without_pin, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_ready_pcr13_learned, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_pcr13_by_kubernetes, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_nonce_failures, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_stage_and_policy, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_pcr_tampering, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_signature_tampering, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_parse_failure_message, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_coverage, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_pin_mismatch, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_pcr11, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_golden, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_learn_mode, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_result_json, setup, teardown),
+        };
+
+        return cmocka_run_group_tests(tests, NULL, NULL);
+}
