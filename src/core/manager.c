@@ -67,6 +67,26 @@ static int notify_port_init(Manager *m, uint32_t wanted) {
 
 static int manager_switches_start(Manager *m, ApiError *reterr);
 
+/* An image whose golden values were recorded with another firmware build than this host's cannot
+ * pass verification here: say so once, at start. */
+static void manager_check_golden_firmware(Manager *m) {
+        const char *host = host_probe_firmware_sha256(m->host);
+        for (size_t i = 0; host && i < image_catalog_size(m->images); i++) {
+                const Image *img = image_catalog_at(m->images, i);
+                json_t *fw = json_object_get(img->policy, "golden_firmware");
+                const char *sha = json_string_value(json_object_get(fw, "sha256"));
+                if (sha && strcasecmp(sha, host) != 0)
+                        log_warning(
+                                "Image %s: its golden PCRs were recorded with firmware %s %s (sha256 %.16s), this host "
+                                "boots sha256 %.16s; its VMs will fail attestation until the values are recorded again.",
+                                img->ref,
+                                json_string_value(json_object_get(fw, "package")) ?: "?",
+                                json_string_value(json_object_get(fw, "version")) ?: "?",
+                                sha,
+                                host);
+        }
+}
+
 int manager_new(Manager **ret, sd_event *event, const ManagerConfig *cfg, ApiError *reterr) {
         _cleanup_(manager_freep) Manager *m = NULL;
         const char *reason = NULL, *fw;
@@ -78,6 +98,11 @@ int manager_new(Manager **ret, sd_event *event, const ManagerConfig *cfg, ApiErr
         if (!m)
                 return -ENOMEM;
         m->vsock_fd = -EBADF;
+        m->attestation = cfg->attestation;
+        m->learn_golden = cfg->attestation_learn_golden;
+        r = attest_nonce_store_new(&m->nonces);
+        if (r < 0)
+                return r;
         m->event = sd_event_ref(event);
         if (strdup_to(&m->state_dir, cfg->state_dir) < 0 || strdup_to(&m->image_dir, cfg->image_dir) < 0 ||
             strdup_to(&m->version, cfg->version) < 0 || strdup_to(&m->commit, cfg->commit) < 0 ||
@@ -184,9 +209,34 @@ int manager_new(Manager **ret, sd_event *event, const ManagerConfig *cfg, ApiErr
         if (r < 0)
                 return r;
 
+        if (m->attestation == ATTEST_MODE_NOOP)
+                log_warning(
+                        "Attestation is noop: any quote that echoes a fresh nonce passes. Development only.");
+        if (m->learn_golden)
+                log_warning(
+                        "Attestation learns golden PCRs it has no value for (--attestation-learn-golden): "
+                        "never for production.");
+        manager_check_golden_firmware(m);
+
         m->detaching = false;
         *ret = TAKE_PTR(m);
         return 0;
+}
+
+static const char *const attest_mode_names[_ATTEST_MODE_MAX] = {
+        [ATTEST_MODE_VERIFY] = "verify",
+        [ATTEST_MODE_NOOP] = "noop",
+};
+
+const char *attest_mode_to_string(AttestMode m) {
+        return m >= 0 && m < _ATTEST_MODE_MAX ? attest_mode_names[m] : NULL;
+}
+
+AttestMode attest_mode_from_string(const char *s) {
+        for (int i = 0; s && i < _ATTEST_MODE_MAX; i++)
+                if (streq(s, attest_mode_names[i]))
+                        return (AttestMode) i;
+        return _ATTEST_MODE_INVALID;
 }
 
 NetSwitch *manager_switch_get(Manager *m, const char *name) {
@@ -262,6 +312,7 @@ Manager *manager_free(Manager *m) {
         free(m->switches);
         sd_event_source_disable_unref(m->vsock_source);
         safe_close(m->vsock_fd);
+        attest_nonce_store_free(m->nonces);
         vm_unit_manager_free(m->units);
         storage_free(m->storage);
         free(m->ovmf_code);

@@ -4,6 +4,7 @@
 #include <systemd/sd-event.h>
 
 #include "api-error.h"
+#include "attest-nonce.h"
 #include "cleanup.h"
 #include "host-probe.h"
 #include "image-catalog.h"
@@ -27,6 +28,16 @@ typedef enum VmLauncherKind {
 const char *vm_launcher_to_string(VmLauncherKind k) _const_;
 VmLauncherKind vm_launcher_from_string(const char *s) _pure_;
 
+typedef enum AttestMode {
+        ATTEST_MODE_VERIFY, /* quotes are verified against the image's policy */
+        ATTEST_MODE_NOOP,   /* any quote echoing a fresh nonce passes: development only */
+        _ATTEST_MODE_MAX,
+        _ATTEST_MODE_INVALID = -EINVAL,
+} AttestMode;
+
+const char *attest_mode_to_string(AttestMode m) _const_;
+AttestMode attest_mode_from_string(const char *s) _pure_;
+
 typedef struct ManagerConfig {
         const char *state_dir;
         const char *image_dir;
@@ -36,6 +47,8 @@ typedef struct ManagerConfig {
         const char *ovmf_vars;
         HostAccel accel;
         HostNotify vsock;
+        AttestMode attestation;
+        bool attestation_learn_golden;
         usec_t install_timeout;
         usec_t boot_timeout;
         usec_t stop_timeout;
@@ -63,6 +76,11 @@ typedef struct Manager {
         char *ovmf_code, *ovmf_vars;
         usec_t install_timeout, boot_timeout, stop_timeout;
         uint32_t notify_port;
+        /* attestation: the mode, learn mode, and the nonces handed to guests */
+        AttestMode attestation;
+        bool learn_golden;
+        AttestNonceStore *nonces;
+
         /* the AF_VSOCK listener for guests on the kernel's vhost-vsock, opened on first use */
         int vsock_fd;
         sd_event_source *vsock_source;

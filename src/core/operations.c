@@ -24,11 +24,25 @@ static int op_get_info(Manager *m, json_t *args, json_t **ret, ApiError *reterr)
 }
 
 static int op_get_host(Manager *m, json_t *args, json_t **ret, ApiError *reterr) {
-        json_t *h = host_probe_to_json(m->host);
+        json_auto_t *h = host_probe_to_json(m->host);
+        json_t *a;
 
         if (!h)
                 return -ENOMEM;
-        *ret = h;
+        /* how quotes are judged here; learn mode and noop are never for production, and say so */
+        a = json_pack(
+                "{s:s,s:b}", "mode", attest_mode_to_string(m->attestation), "learnGolden", m->learn_golden);
+        if (!a || json_object_set_new(h, "attestation", a) < 0)
+                return -ENOMEM;
+        if (m->attestation == ATTEST_MODE_NOOP || m->learn_golden)
+                json_object_set_new(
+                        a,
+                        "warning",
+                        json_string(
+                                m->attestation == ATTEST_MODE_NOOP ?
+                                        "noop attestation: any quote echoing a fresh nonce passes; never for production" :
+                                        "golden PCRs without a value are learned and accepted; never for production"));
+        *ret = TAKE_PTR(h);
         return 0;
 }
 
@@ -116,6 +130,17 @@ static int lookup_vm(Manager *m, json_t *args, Vm **ret, ApiError *reterr) {
                 return api_error_set(reterr, -ENOENT, API_ERROR_NOT_FOUND, "vm \"%s\"", id);
         *ret = v;
         return 0;
+}
+
+static int op_get_vm_attestation(Manager *m, json_t *args, json_t **ret, ApiError *reterr) {
+        Vm *v = NULL;
+        int r;
+
+        r = lookup_vm(m, args, &v, reterr);
+        if (r < 0)
+                return r;
+        *ret = vm_attestation_to_json(v);
+        return *ret ? 0 : -ENOMEM;
 }
 
 static int op_list_vms(Manager *m, json_t *args, json_t **ret, ApiError *reterr) {
@@ -488,6 +513,20 @@ static const Operation operations[] = {
                 .success_status = 200,
                 .params = vm_id_params,
                 .handler = op_get_vm,
+        },
+        {
+                .name = "get_vm_attestation",
+                .description =
+                        "Read-only. The attestation of the VM's current boot: whether it is required, whether "
+                        "user-data was released, when the guest asked for its first nonce, and the verdicts of its "
+                        "initrd and ready quotes (message, AK fingerprint, PCR values, PCRs learned). Reset on every "
+                        "installed boot. Call get_vm first for the VM's state and lastError.",
+                .hints = OP_HINTS_READ,
+                .method = "GET",
+                .path = "/vms/{id}/attestation",
+                .success_status = 200,
+                .params = vm_id_params,
+                .handler = op_get_vm_attestation,
         },
         {
                 .name = "get_vm_console",

@@ -121,8 +121,7 @@ struct Vm {
         bool booted;
         char *status;
         char *ssh_public_key;
-        bool att_required, att_released;
-        usec_t nonce_issued_at;
+        VmAttestation att;
         usec_t created_at, installed_at, booted_at, ready_at; /* CLOCK_REALTIME, 0 = unset */
         char *last_error;
         pid_t qemu_pid, swtpm_pid;
@@ -235,6 +234,9 @@ static Vm *vm_free(Vm *v) {
         sd_event_source_disable_unref(v->imds_source);
         free(v->notify_path);
         free(v->guest_exit_status);
+        attest_result_done(&v->att.initrd);
+        attest_result_done(&v->att.ready);
+        free(v->att.ak_pin);
         for (size_t i = 0; i < ELEMENTSOF(v->rec_unit); i++)
                 free(v->rec_unit[i]);
         free(v);
@@ -276,6 +278,10 @@ usec_t vm_created_at(Vm *v) {
         return v->created_at;
 }
 
+VmAttestation *vm_attestation(Vm *v) {
+        return &v->att;
+}
+
 const VmSpec *vm_spec(Vm *v) {
         return &v->spec;
 }
@@ -285,7 +291,7 @@ const char *vm_ssh_public_key(Vm *v) {
 }
 
 bool vm_user_data_released(Vm *v) {
-        return v->att_released;
+        return v->att.released;
 }
 
 char *vm_path(Vm *v, const char *name) {
@@ -345,6 +351,10 @@ static int json_set_time(json_t *o, const char *key, usec_t t) {
         if (t == 0)
                 return 0;
         return json_object_set_new(o, key, json_string(format_time(t, buf)));
+}
+
+int vm_json_set_time(json_t *o, const char *key, usec_t t) {
+        return json_set_time(o, key, t);
 }
 
 static int json_set_str(json_t *o, const char *key, const char *s) {
@@ -415,10 +425,11 @@ static json_t *vm_record_json(Vm *v, bool for_disk) {
         json_set_str(o, "status", v->status);
         json_object_set_new(o, "sshPublicKey", json_string(v->ssh_public_key ?: ""));
 
-        att = json_pack("{s:b,s:b}", "required", v->att_required, "userDataReleased", v->att_released);
+        att = vm_attestation_to_json(v);
         if (!att)
                 return NULL;
-        json_set_time(att, "nonceIssuedAt", v->nonce_issued_at);
+        if (for_disk && v->att.ak_pin)
+                json_object_set_new(att, "akPinned", json_string(v->att.ak_pin));
         json_object_set(o, "attestation", att);
 
         json_set_time(o, "createdAt", v->created_at);
@@ -506,6 +517,26 @@ static void vm_set_state(Vm *v, VmState s) {
 static void vm_set_error(Vm *v, const char *text) {
         free(v->last_error);
         v->last_error = text ? strdup(text) : NULL;
+}
+
+void vm_attest_changed(Vm *v, bool nonce) {
+        /* the guest asks for its first nonce of the boot: it is attesting */
+        if (nonce && v->att.required && v->state == VM_STATE_BOOTING)
+                vm_set_state(v, VM_STATE_ATTESTING);
+        vm_changed(v);
+}
+
+void vm_attest_verdict(Vm *v, const char *stage, bool verified, const char *message) {
+        _cleanup_free_ char *prefix = NULL, *text = NULL;
+
+        if (asprintf(&prefix, "%s attestation rejected: ", stage ?: "?") < 0)
+                prefix = NULL;
+        if (!verified) {
+                asprintf_or_null(&text, "%s%s", prefix ?: "", message ?: "");
+                vm_set_error(v, text);
+        } else if (prefix && v->last_error && startswith(v->last_error, prefix))
+                vm_set_error(v, NULL); /* a verified retry clears the rejection */
+        vm_changed(v);
 }
 
 /* ---- the console ---- */
@@ -686,7 +717,7 @@ static bool milestone_reached(Vm *v, VmWaitFor w) {
         case VM_WAIT_INSTALLED:
                 return v->installed_at != 0;
         case VM_WAIT_ATTESTED:
-                return v->booted_at != 0 && v->att_released;
+                return v->booted_at != 0 && v->att.released;
         case VM_WAIT_READY:
                 return v->ready_at != 0;
         default:
@@ -1262,7 +1293,8 @@ static void vm_net_attach(Vm *v) {
         if (!path)
                 return;
         r = p ? net_port_dial(p, path) : -ENOENT;
-        if (r >= 0) {
+        if (p) {
+                /* the metadata listener stands whether or not the NIC answered this time */
                 Network *n = network_registry_get(v->manager->networks, v->spec.network);
                 int k = n && n->enable_imds ? vm_imds_listen(v, p) : 0;
                 if (k < 0)
@@ -1614,9 +1646,12 @@ static int vm_start_phase(Vm *v, VmPhase phase, ApiError *reterr) {
                 v->ready_at = 0;
                 v->status = mfree(v->status);
                 vm_set_error(v, NULL);
-                v->att_required = v->spec.require_attestation;
-                v->att_released = !v->spec.require_attestation;
-                v->nonce_issued_at = 0;
+                v->att.required = v->spec.require_attestation;
+                v->att.released = !v->spec.require_attestation;
+                v->att.nonce_issued_at = 0;
+                attest_result_done(&v->att.initrd);
+                attest_result_done(&v->att.ready);
+                v->att.has_initrd = v->att.has_ready = false;
                 v->guest_exit_status = mfree(v->guest_exit_status);
         }
 
@@ -1832,6 +1867,8 @@ static int release_resources(Vm *v) {
         int r = 0;
 
         vm_net_detach(v, true);
+        if (v->manager->nonces)
+                attest_nonce_forget(v->manager->nonces, v->id);
         if (n && network_lease_find(n, v->id))
                 r = network_lease_release(v->manager->networks, n, v->id);
         v->volume_fd = safe_close(v->volume_fd);
@@ -2324,7 +2361,7 @@ int vm_create(
         v->cid = allocate_cid(m);
         v->state = VM_STATE_CREATING;
         v->created_at = now_usec(CLOCK_REALTIME);
-        v->att_required = v->spec.require_attestation;
+        v->att.required = v->spec.require_attestation;
         if (asprintf(&v->dir, "%s/vms/%s", m->state_dir, v->id) < 0)
                 return -ENOMEM;
 
@@ -2523,9 +2560,13 @@ static int vm_from_json(Manager *m, const char *id, json_t *j, Vm **ret) {
         if ((s = json_string_value(json_object_get(j, "lastError"))))
                 v->last_error = strdup(s);
         att = json_object_get(j, "attestation");
-        v->att_required = json_is_true(json_object_get(att, "required"));
-        v->att_released = json_is_true(json_object_get(att, "userDataReleased"));
-        (void) parse_time(json_string_value(json_object_get(att, "nonceIssuedAt")), &v->nonce_issued_at);
+        v->att.required = json_is_true(json_object_get(att, "required"));
+        v->att.released = json_is_true(json_object_get(att, "userDataReleased"));
+        (void) parse_time(json_string_value(json_object_get(att, "nonceIssuedAt")), &v->att.nonce_issued_at);
+        v->att.has_initrd = attest_result_from_json(json_object_get(att, "initrd"), &v->att.initrd) >= 0;
+        v->att.has_ready = attest_result_from_json(json_object_get(att, "ready"), &v->att.ready) >= 0;
+        if ((s = json_string_value(json_object_get(att, "akPinned"))))
+                v->att.ak_pin = strdup(s);
         (void) parse_time(json_string_value(json_object_get(j, "createdAt")), &v->created_at);
         (void) parse_time(json_string_value(json_object_get(j, "installedAt")), &v->installed_at);
         (void) parse_time(json_string_value(json_object_get(j, "bootedAt")), &v->booted_at);

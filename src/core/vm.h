@@ -6,6 +6,7 @@
 #include <stdint.h>
 
 #include "api-error.h"
+#include "attest-verify.h"
 #include "cleanup.h"
 #include "net-switch.h"
 #include "time-util.h"
@@ -90,6 +91,30 @@ char *vm_path(Vm *v, const char *name);
 /* Whether the IMDS serves user-data: a verified initrd quote, or at boot when no attestation is
  * required. */
 bool vm_user_data_released(Vm *v);
+
+/* The attestation of the current installed boot (api-contract §5.5), and the AK pinned on the VM's
+ * first verified initrd quote (kept across boots, dropped with the VM). */
+typedef struct VmAttestation {
+        bool required, released;
+        usec_t nonce_issued_at;
+        AttestResult initrd, ready;
+        bool has_initrd, has_ready;
+        char *ak_pin;
+} VmAttestation;
+
+VmAttestation *vm_attestation(Vm *v);
+/* After a change to the attestation: the first nonce of a boot (moves booting to attesting), or a
+ * verdict (lastError, the gate's waiters). Saves the record. */
+void vm_attest_changed(Vm *v, bool nonce);
+void vm_attest_verdict(Vm *v, const char *stage, bool verified, const char *message);
+int vm_json_set_time(json_t *o, const char *key, usec_t t);
+json_t *vm_attestation_to_json(Vm *v);
+/* GET /attest/nonce of the IMDS: a fresh nonce for the guest (64 hex). The first of a boot is recorded
+ * and moves a VM that must attest from booting to attesting. */
+int vm_attest_nonce(Vm *v, char ret[static 65]);
+/* POST /attest/quote of the IMDS: *ret_status is 200 (verified), 403 (rejected, *ret the QuoteResult)
+ * or 400 (*ret_text says why); 500 with *ret_text when the verdict cannot be stored. */
+int vm_attest_quote(Vm *v, const void *body, size_t size, unsigned *ret_status, json_t **ret, char **ret_text);
 const char *vm_ip(Vm *v); /* the lease, NULL while it has none */
 Manager *vm_manager(Vm *v);
 bool vm_has_process(Vm *v); /* QEMU runs, or its start chain does */

@@ -46,6 +46,8 @@ static usec_t arg_stop_timeout = 30 * USEC_PER_SEC;
 static uint32_t arg_notify_port = 0;
 static VmLauncherKind arg_launcher = VM_LAUNCHER_AUTO;
 static bool arg_detach_vms_on_exit = true;
+static AttestMode arg_attestation = ATTEST_MODE_VERIFY;
+static bool arg_attestation_learn_golden = false;
 
 static int parse_launcher(const Flag *f, const char *value, const char **ret_reason) {
         VmLauncherKind k = vm_launcher_from_string(value);
@@ -96,6 +98,17 @@ static int parse_accel(const Flag *f, const char *value, const char **ret_reason
                 return -EINVAL;
         }
         *(HostAccel *) f->dest = a;
+        return 0;
+}
+
+static int parse_attestation(const Flag *f, const char *value, const char **ret_reason) {
+        AttestMode a = !value || !value[0] ? ATTEST_MODE_VERIFY : attest_mode_from_string(value);
+
+        if (a < 0) {
+                *ret_reason = "want verify or noop";
+                return -EINVAL;
+        }
+        *(AttestMode *) f->dest = a;
         return 0;
 }
 
@@ -248,6 +261,24 @@ static const Flag serve_flags[] = {
                         "children, which end with vm-manager), or auto (systemd where a service manager is reachable)",
                 .parse = parse_launcher,
                 .dest = &arg_launcher,
+        },
+        {
+                .name = "attestation",
+                .env = "VM_MANAGER_ATTESTATION",
+                .default_value = "verify",
+                .metavar = "MODE",
+                .help = "verify: quotes are checked against the image's policy.json; noop: any quote echoing a fresh nonce passes (development only)",
+                .parse = parse_attestation,
+                .dest = &arg_attestation,
+        },
+        {
+                .name = "attestation-learn-golden",
+                .env = "VM_MANAGER_ATTESTATION_LEARN_GOLDEN",
+                .default_value = "false",
+                .help = "accept and record golden PCRs the image's policy lacks; never for production",
+                .parse = flag_parse_bool,
+                .dest = &arg_attestation_learn_golden,
+                .is_bool = true,
         },
         {
                 .name = "detach-vms-on-exit",
@@ -578,6 +609,8 @@ static int run(void) {
                         .notify_port = arg_notify_port,
                         .launcher = arg_launcher,
                         .detach_vms_on_exit = arg_detach_vms_on_exit,
+                        .attestation = arg_attestation,
+                        .attestation_learn_golden = arg_attestation_learn_golden,
                         .version = vmm_version,
                         .commit = vmm_commit,
                         .built = vmm_build_time,

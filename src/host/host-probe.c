@@ -892,6 +892,10 @@ HostNotify host_probe_notify(HostProbe *p, const char **ret_reason) {
         return d.selected;
 }
 
+const char *host_probe_firmware_sha256(HostProbe *p) {
+        return p ? p->fw_sha256 : NULL;
+}
+
 const char *host_probe_firmware_summary(HostProbe *p) {
         return p ? p->fw_summary : NULL;
 }

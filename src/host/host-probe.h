@@ -163,3 +163,5 @@ HostNotify host_probe_notify(HostProbe *p, const char **ret_reason);
  *   "sha256 <hex> (package unknown: <why>)";
  * NULL when there is no firmware (ovmfCode absent). */
 const char *host_probe_firmware_summary(HostProbe *p);
+/* The firmware's SHA-256 (lowercase hex), borrowed; NULL when there is no firmware. */
+const char *host_probe_firmware_sha256(HostProbe *p);

@@ -127,6 +127,34 @@ static void serve_report(HttpRequest *req, Vm *v) {
         (void) http_request_reply(req, 204, NULL, "", 0);
 }
 
+static void serve_nonce(HttpRequest *req, Vm *v) {
+        char nonce[65];
+
+        if (vm_attest_nonce(v, nonce) < 0) {
+                reply_text(req, 500, "attestation unavailable");
+                return;
+        }
+        reply_text(req, 200, nonce);
+}
+
+static void serve_quote(HttpRequest *req, Vm *v) {
+        json_auto_t *result = NULL;
+        _cleanup_free_ char *text = NULL;
+        unsigned status = 500;
+        const void *body;
+        size_t size;
+
+        body = http_request_body(req, &size);
+        if (vm_attest_quote(v, body ?: "", size, &status, &result, &text) < 0) {
+                reply_text(req, 500, "quote not processed");
+                return;
+        }
+        if (result)
+                (void) http_request_reply_json(req, status, result);
+        else
+                reply_text(req, status, text ?: "quote not processed");
+}
+
 static void serve_sysupdate(HttpRequest *req, Manager *m, const char *rest) {
         _cleanup_free_ char *component = NULL, *path = NULL;
         _cleanup_close_ int fd = -EBADF;
@@ -237,6 +265,14 @@ void imds_handle(HttpRequest *req, void *userdata) {
                 if (!get)
                         goto method;
                 serve_user_data(req, v);
+        } else if (streq(path, "/attest/nonce")) {
+                if (!get)
+                        goto method;
+                serve_nonce(req, v);
+        } else if (streq(path, "/attest/quote")) {
+                if (!post)
+                        goto method;
+                serve_quote(req, v);
         } else if (streq(path, "/report")) {
                 if (!post)
                         goto method;

@@ -85,6 +85,7 @@ VM_ROUTES = [
     ("stop_vm", "POST", "/vms/{id}/stop"),
     ("reboot_vm", "POST", "/vms/{id}/reboot"),
     ("get_vm_console", "GET", "/vms/{id}/console"),
+    ("get_vm_attestation", "GET", "/vms/{id}/attestation"),
     ("exec_vm", "POST", "/vms/{id}/exec"),
     ("forward_port", "POST", "/vms/{id}/forward"),
 ]

@@ -1,0 +1,183 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* A VM's attestation: the nonces its guest asks for and the quotes it posts to the metadata service,
+ * judged by src/attest against the policy of the VM's image, and the gate they open. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attest-policy.h"
+#include "attest-request.h"
+#include "json-util.h"
+#include "log.h"
+#include "manager.h"
+#include "parse-util.h"
+#include "vm.h"
+
+#define NOOP_VERIFIED "nonce matched; quote not verified (noop attestor)"
+#define NOOP_UNKNOWN "unknown or expired nonce"
+
+json_t *vm_attestation_to_json(Vm *v) {
+        VmAttestation *a = vm_attestation(v);
+        json_auto_t *o = json_pack("{s:b,s:b}", "required", a->required, "userDataReleased", a->released);
+
+        if (!o)
+                return NULL;
+        (void) vm_json_set_time(o, "nonceIssuedAt", a->nonce_issued_at);
+        if (a->has_initrd && json_object_set_new(o, "initrd", attest_result_to_json(&a->initrd)) < 0)
+                return NULL;
+        if (a->has_ready && json_object_set_new(o, "ready", attest_result_to_json(&a->ready)) < 0)
+                return NULL;
+        return TAKE_PTR(o);
+}
+
+int vm_attest_nonce(Vm *v, char ret[static 65]) {
+        Manager *m = vm_manager(v);
+        VmAttestation *a = vm_attestation(v);
+        int r;
+
+        r = attest_nonce_issue(m->nonces, vm_id(v), now_usec(CLOCK_MONOTONIC), ret);
+        if (r < 0)
+                return r;
+        if (a->nonce_issued_at == 0) {
+                a->nonce_issued_at = now_usec(CLOCK_REALTIME);
+                vm_attest_changed(v, /* nonce= */ true);
+        }
+        return 0;
+}
+
+/* The image's policy, or why there is none (a rejection, not a failure). */
+static AttestPolicy *policy_for(Vm *v, char **ret_why) {
+        Manager *m = vm_manager(v);
+        const char *ref = vm_spec(v)->image;
+        const Image *img = image_catalog_resolve(m->images, ref);
+        _cleanup_(api_error_done) ApiError e = API_ERROR_NULL;
+        AttestPolicy *p = NULL;
+
+        if (!img) {
+                asprintf_or_null(ret_why, "no attestation policy: image %s is not in the catalog", ref);
+                return NULL;
+        }
+        if (!img->policy) {
+                asprintf_or_null(ret_why, "no attestation policy: image %s has no policy.json", ref);
+                return NULL;
+        }
+        if (attest_policy_from_json(img->policy, &p, &e) < 0) {
+                asprintf_or_null(ret_why, "no attestation policy: %s", e.message ?: "invalid policy.json");
+                return NULL;
+        }
+        return p;
+}
+
+/* Where the host's firmware is not the one the golden values were recorded with, the verdict says so. */
+static char *firmware_note(Vm *v, const AttestPolicy *p) {
+        const char *host = host_probe_firmware_sha256(vm_manager(v)->host);
+        char *note = NULL;
+
+        if (!p || !p->has_golden_firmware || !host || strcasecmp(host, p->golden_firmware_sha256) == 0)
+                return NULL;
+        asprintf_or_null(
+                &note,
+                "; the image's golden values were recorded with firmware %s %s (sha256 %.16s), this host boots "
+                "sha256 %.16s",
+                p->golden_firmware_package ?: "?",
+                p->golden_firmware_version ?: "?",
+                p->golden_firmware_sha256,
+                host);
+        return note;
+}
+
+int vm_attest_quote(Vm *v, const void *body, size_t size, unsigned *ret_status, json_t **ret, char **ret_text) {
+        _cleanup_(attest_quote_request_done) AttestQuoteRequest req = {};
+        _cleanup_(attest_result_done) AttestResult res = {};
+        _cleanup_(attest_policy_freep) AttestPolicy *policy = NULL;
+        _cleanup_(api_error_done) ApiError e = API_ERROR_NULL;
+        _cleanup_free_ char *why = NULL, *note = NULL;
+        Manager *m = vm_manager(v);
+        VmAttestation *a = vm_attestation(v);
+        AttestStage stage;
+        int r;
+
+        *ret = NULL;
+        *ret_text = NULL;
+        r = attest_quote_request_decode(body, size, &req, &e);
+        if (r < 0) {
+                *ret_status = 400;
+                *ret_text = strdup(e.message ?: "malformed quote");
+                return *ret_text ? 0 : -ENOMEM;
+        }
+        stage = attest_stage_from_string(req.stage);
+
+        if (m->attestation == ATTEST_MODE_NOOP) {
+                bool ok = attest_nonce_consume(m->nonces, vm_id(v), req.nonce, now_usec(CLOCK_MONOTONIC));
+                res.verified = ok;
+                res.message = strdup(ok ? NOOP_VERIFIED : NOOP_UNKNOWN);
+                res.at = now_usec(CLOCK_REALTIME);
+                if (!res.message)
+                        return -ENOMEM;
+        } else {
+                policy = policy_for(v, &why);
+                r = attest_verify_quote(
+                        m->nonces,
+                        &req,
+                        &(AttestVerifyParams){
+                                .vm_id = vm_id(v),
+                                .now = now_usec(CLOCK_MONOTONIC),
+                                .at = now_usec(CLOCK_REALTIME),
+                                .policy = policy,
+                                .no_policy_message = why ?: "no attestation policy",
+                                .kubernetes_version = vm_spec(v)->kubernetes_version,
+                                .pinned_ak = a->ak_pin,
+                                .learn_golden = m->learn_golden,
+                        },
+                        &res);
+                if (r < 0) {
+                        *ret_status = 500;
+                        *ret_text = strdup("quote not processed");
+                        return *ret_text ? 0 : -ENOMEM;
+                }
+                if (!res.verified && res.message && strstr(res.message, "golden mismatch") &&
+                    (note = firmware_note(v, policy))) {
+                        char *longer = NULL;
+                        asprintf_or_null(&longer, "%s%s", res.message, note);
+                        if (longer) {
+                                free(res.message);
+                                res.message = longer;
+                        }
+                }
+                if (res.verified && res.enroll && res.ak_fingerprint && !a->ak_pin) {
+                        a->ak_pin = strdup(res.ak_fingerprint);
+                        if (!a->ak_pin)
+                                return -ENOMEM;
+                }
+        }
+
+        log_struct(
+                res.verified ? LOG_INFO : LOG_WARNING,
+                LOG_FIELDS({ "VM_ID", vm_id(v) }, { "ATTEST_STAGE", attest_stage_to_string(stage) ?: "?" }),
+                "VM %s: %s quote %s: %s",
+                vm_id(v),
+                attest_stage_to_string(stage) ?: "?",
+                res.verified ? "verified" : "rejected",
+                res.message ?: "");
+
+        *ret = attest_quote_result_to_json(req.stage, res.verified, res.message);
+        if (!*ret)
+                return -ENOMEM;
+        *ret_status = res.verified ? 200 : 403;
+
+        /* the verdict is kept per stage; a verified initrd quote opens the gate */
+        if (stage == ATTEST_STAGE_INITRD) {
+                attest_result_done(&a->initrd);
+                a->initrd = res;
+                a->has_initrd = true;
+                if (res.verified)
+                        a->released = true;
+        } else if (stage == ATTEST_STAGE_READY) {
+                attest_result_done(&a->ready);
+                a->ready = res;
+                a->has_ready = true;
+        }
+        vm_attest_verdict(v, attest_stage_to_string(stage), res.verified, res.message);
+        res = (AttestResult){}; /* moved */
+        return 0;
+}
