@@ -3,6 +3,7 @@
 #include <stdlib.h>
 
 #include "cleanup.h"
+#include "image-golden.h"
 #include "imds-keys.h"
 #include "macro.h"
 #include "serve.h"
@@ -16,6 +17,8 @@ static void main_help(void) {
                "  serve      run the daemon in the foreground\n"
                "  version    print the release version, commit and build time\n"
                "  imds-hwdb  print the guest image's systemd-imdsd hwdb record\n"
+               "  image golden IMAGE (--from-vm ID | --clear)\n"
+               "             record (or clear) an image's golden PCRs from a verified VM\n"
                "  help       show this help, or a command's: vm-manager help serve\n\n"
                "Every command takes --help.\n");
 }
@@ -81,6 +84,8 @@ static int help_main(int argc, char **argv) {
                 version_help();
         else if (streq(argv[0], "imds-hwdb"))
                 imds_hwdb_help();
+        else if (streq(argv[0], "image"))
+                image_golden_help();
         else if (streq(argv[0], "help"))
                 main_help();
         else {
@@ -95,10 +100,8 @@ int main(int argc, char **argv) {
                 const char *name;
                 int (*run)(int argc, char **argv);
         } commands[] = {
-                { "serve", serve_main },
-                { "version", version_main },
-                { "imds-hwdb", imds_hwdb_main },
-                { "help", help_main },
+                { "serve", serve_main }, { "version", version_main }, { "imds-hwdb", imds_hwdb_main },
+                { "image", image_main }, { "help", help_main },
         };
         const char *cmd;
 

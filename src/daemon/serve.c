@@ -364,7 +364,7 @@ static void daemon_done(Daemon *d) {
 }
 
 /* The state-dir default chain: $XDG_STATE_HOME, then ~/.local/state, then /var/lib. */
-static int default_state_dir(char **ret) {
+int default_state_dir(char **ret) {
         const char *e;
         char *p;
 

@@ -5,3 +5,5 @@
  * exit status. */
 int serve_main(int argc, char **argv);
 void serve_help(void);
+/* The state directory serve uses when none is given. */
+int default_state_dir(char **ret);

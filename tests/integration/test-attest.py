@@ -159,6 +159,32 @@ def test_attest(work):
         tap.result(rc == 0 and rd.get("verified") is True and rd.get("akFingerprint") == fp and "13" in rd.get("pcrs", {}),
                    "the ready quote verifies with the same AK and PCR 13", "rc %d %s %r" % (rc, out[-300:], rd))
 
+        # image golden: the verified ready quote's PCRs into the policy, then cleared again
+        bin_ = os.environ["VM_MANAGER_BIN"]
+        pol_path = os.path.join(images, "fake_1.0.policy.json")
+        g = subprocess.run([bin_, "image", "golden", "fake_1.0", "--from-vm", vid, "--server",
+                            "http://%s:%d" % (HOST, port), "--image-dir", images], capture_output=True, text=True)
+        with open(pol_path) as f:
+            pol = json.load(f)
+        tap.result(g.returncode == 0 and sorted(pol.get("golden", {}).get("sha256", {}), key=int) == ["0", "2", "3", "4", "6", "7", "13"]
+                   and len(pol.get("golden_firmware", {}).get("sha256", "")) == 64 and pol.get("pcr11") == policy["pcr11"]
+                   and g.stdout.startswith("recorded golden sha256 PCRs 0,2,3,4,6,7,13 of vm %s (ak %s" % (vid, fp)),
+                   "image golden --from-vm records PCRs 0,2,3,4,6,7,13 and the firmware, keeping the rest",
+                   g.stdout + g.stderr)
+        g = subprocess.run([bin_, "image", "golden", "fake_1.0", "--clear", "--image-dir", images],
+                           capture_output=True, text=True)
+        with open(pol_path) as f:
+            pol = json.load(f)
+        tap.result(g.returncode == 0 and "golden" not in pol and "golden_firmware" not in pol
+                   and g.stdout.startswith("cleared the golden PCR values of fake_1.0 in " + pol_path),
+                   "image golden --clear removes them", g.stdout + g.stderr)
+        g = subprocess.run([bin_, "image", "golden", "fake_1.0", "--from-vm", "nope", "--server",
+                            "http://%s:%d" % (HOST, port), "--image-dir", images], capture_output=True, text=True)
+        tap.result(g.returncode == 1 and "HTTP 404" in g.stderr, "image golden --from-vm of an unknown VM fails",
+                   g.stderr)
+        with open(pol_path, "w") as f:
+            json.dump(policy, f)
+
         # tampers, posted by hand from the agent's own request
         def request():
             nonce_st, nonce = http(rport, "GET", "/attest/nonce")
