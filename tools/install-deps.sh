@@ -11,6 +11,9 @@ build=(meson ninja-build pkgconf gcc libc6-dev
        libsystemd-dev libmicrohttpd-dev libjansson-dev libssl-dev
        libslirp-dev libglib2.0-dev libssh-dev)
 check=(libcmocka-dev clang-format-14 curl python3 procps)
+# tests/net/test-net-wire.sh: a namespace on a tap, busybox's udhcpc as the DHCP client, tshark to
+# read the DHCP replies off the wire.
+check+=(iproute2 busybox tshark)
 # tests/integration/test-mcp-sdk.py runs the MCP TypeScript SDK: node (>= 18) and npm. Debian's
 # packages only when a command is missing: a node from elsewhere (NodeSource's nodejs, which
 # conflicts with Debian's npm and brings its own) stays as it is.
