@@ -27,7 +27,7 @@ run=("${vms[@]}")
 image=(linux-image-cloud-amd64 systemd-boot-efi binutils cpio gzip dosfstools mtools fdisk)
 check+=("${vms[@]}" "${image[@]}")
 # bench/: load generators, and the peers measured side by side (libvirt, slirp4netns, pasta).
-bench=(wrk curl procps time iperf3 iproute2 slirp4netns passt libvirt-daemon-system libvirt-clients
+bench=(wrk curl procps time iperf3 iproute2 slirp4netns passt python3 libvirt-daemon-system libvirt-clients
        "${vms[@]}" "${image[@]}")
 fuzz=(clang-14 libclang-rt-14-dev)
 
