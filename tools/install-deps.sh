@@ -10,7 +10,11 @@ set -euo pipefail
 build=(meson ninja-build pkgconf gcc libc6-dev
        libsystemd-dev libmicrohttpd-dev libjansson-dev libssl-dev
        libslirp-dev libglib2.0-dev libssh-dev libtss2-dev libcurl4-openssl-dev)
+# tests: exec_vm against sshd in a network namespace, swtpm and tpm2-tools for quotes
 check=(libcmocka-dev clang-format-14 curl python3 procps iproute2 openssh-server openssh-client tpm2-tools swtpm-tools)
+# tests/net/test-net-wire.sh: a namespace on a tap, busybox's udhcpc as the DHCP client, tshark to
+# read the DHCP replies off the wire.
+check+=(busybox tshark)
 # tests/integration/test-mcp-sdk.py runs the MCP TypeScript SDK: node (>= 18) and npm. Debian's
 # packages only when a command is missing: a node from elsewhere (NodeSource's nodejs, which
 # conflicts with Debian's npm and brings its own) stays as it is.
@@ -24,7 +28,7 @@ run=("${vms[@]}")
 image=(linux-image-cloud-amd64 systemd-boot-efi binutils cpio gzip dosfstools mtools fdisk)
 check+=("${vms[@]}" "${image[@]}")
 # bench/: load generators, and the peers measured side by side (libvirt, slirp4netns, pasta).
-bench=(wrk curl procps time iperf3 iproute2 slirp4netns passt libvirt-daemon-system libvirt-clients
+bench=(wrk curl procps time iperf3 iproute2 slirp4netns passt python3 libvirt-daemon-system libvirt-clients
        "${vms[@]}" "${image[@]}")
 fuzz=(clang-14 libclang-rt-14-dev)
 
