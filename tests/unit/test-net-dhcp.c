@@ -210,7 +210,7 @@ static void assert_lease_options(const uint8_t *r, ssize_t n, uint8_t type) {
 
         memcpy(expected, lease_options, sizeof(expected));
         expected[2] = type;
-        assert_int_equal(n, MAX(300, 240 + sizeof(expected)));
+        assert_int_equal(n, MAX((size_t) 300, 240 + sizeof(expected)));
         assert_memory_equal(r + 240, expected, sizeof(expected));
         assert_memory_equal(r + 240 + sizeof(expected), zero, (size_t) n - 240 - sizeof(expected));
 }
