@@ -12,8 +12,132 @@
 # guest at a time.
 #   usage: bench/vm.sh [path/to/vm-manager]
 #          (ROUNDS=3 QMP_RUNS=10 LIBVIRT=1 LIBVIRT_RUNS=5 BOOT_TEST=1 RAW_DIR=)
-# Prints markdown tables for docs/benchmarks.md; RAW_DIR keeps every raw figure there.
+#          TABLES_FROM=RAW_DIR/figures.sh bench/vm.sh     (the tables of a past run again)
+# Prints markdown tables for docs/benchmarks.md; RAW_DIR keeps every raw figure there (the
+# command lines replayed, each side's JSON, figures.sh). Ratios of the boot rows are the median
+# of the per-round ratios: a round's two boots run back to back, so they share the host's load.
 set -euo pipefail
+
+# ---- tables (TABLES_FROM=RAW_DIR/figures.sh prints them again from a run's figures) ----
+median() { # the middle value, or the mean of the two middle ones, printed as given (ms or s)
+        printf '%s\n' "$@" | sort -n | awk '{ a[NR] = $1 } END {
+                if (NR % 2) print a[(NR + 1) / 2]
+                else { m = (a[NR / 2] + a[NR / 2 + 1]) / 2; d = index(a[1], ".") ? length(a[1]) - index(a[1], ".") : 0; printf "%.*f\n", d, m }
+        }'
+}
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
+pairs() { # pairs A B: the per-round ratios A[k] ÷ B[k] of two arrays, by name
+        local -n a=$1 b=$2
+        local k
+        for k in "${!a[@]}"; do printf '%s ' "$(ratio "${a[k]}" "${b[k]}")"; done
+}
+pratio() { # pratio A B: the median of the per-round ratios
+        local -a r
+        read -r -a r <<<"$(pairs "$1" "$2")"
+        median "${r[@]}"
+}
+render() {
+        read -r floor_qmp floor_greet <<<"$floor"
+        mc=$(median "${s_create[@]}")
+        hq=$(median "${s_hand[@]}") he=$(median "${s_exec[@]}")
+
+        echo "### create → QMP answering ($qmp_runs runs side by side, median; ratio = that ÷ vm-manager)"
+        echo
+        echo "| measure | ms | ratio |"
+        echo "|---|---|---|"
+        echo "| vm-manager \`create_vm\` (wait_for none), answered once QMP answers | $mc | 1.00 |"
+        echo "| … of which (process start times, 10 ms ticks): request → swtpm exec / → QEMU exec / → answer | $(median "${s_prep[@]}") / $(median "${s_helpers[@]}") / $(median "${s_qemu[@]}") | — |"
+        echo "| by hand, same argv: swtpm + vhost-device-vsock started and probed, QEMU exec → \`qmp_capabilities\` answered | $hq | $(ratio "$hq" "$mc") |"
+        echo "| by hand, same argv: QEMU exec → \`qmp_capabilities\` answered | $he | $(ratio "$he" "$mc") |"
+        hp=$(median "${s_paused[@]}")
+        echo "| by hand, same argv plus \`-S\` (vCPUs wait for \`cont\`, as under libvirt): QEMU exec → answered | $hp | $(ratio "$hp" "$mc") |"
+        echo "| raw QEMU, light argv of the peer baselines: exec → \`qmp_capabilities\` answered (greeting at $floor_greet) | $floor_qmp | $(ratio "$floor_qmp" "$mc") |"
+        if [ "$libvirt" = 1 ]; then
+                nl=${#s_lvs[@]}
+                ld=$(median "${s_lvd[@]}") ls=$(median "${s_lvs[@]}")
+                mapfile -t sums < <(for k in $(seq "$nl"); do echo $((s_lvd[k - 1] + s_lvs[k - 1])); done)
+                lds=$(median "${sums[@]}")
+                echo "| libvirt $lv_version ($nl runs): \`virsh define\` + \`virsh start\` of a new domain (its vTPM state created) | $lds ($ld + $ls) | $(ratio "$lds" "$mc") |"
+                echo "| libvirt ($rounds rounds): \`virsh start\` of a domain that has run before | $(median "${l_restart[@]}") | $(ratio "$(median "${l_restart[@]}")" "$mc") |"
+                echo "| libvirt: \`virsh list --all\` (the virsh client's own cost) | $lv_noop | — |"
+        fi
+        echo
+        echo "### stop of a guest that honours ACPI ($rounds rounds, median; ratio = that ÷ vm-manager)"
+        echo
+        echo "| measure | ms | ratio |"
+        echo "|---|---|---|"
+        ms_=$(median "${stop[@]}")
+        row() { echo "| $1 | $2 | $(ratio "$2" "$ms_") |"; }
+        row "vm-manager \`stop_vm\`, answered once stopped" "$ms_"
+        row "by hand: QMP \`system_powerdown\` → QEMU exited" "$(median "${h_pd[@]}")"
+        if [ "$libvirt" = 1 ]; then
+                row "libvirt: \`virsh shutdown\` → lifecycle event \"Stopped\" (\`virsh domstate\`: shut off)" "$(median "${l_shutdown[@]}")"
+                row "… of which the guest powered off (event \"Shutdown Finished\")" "$(median "${l_poweroff[@]}")"
+                row "… and QEMU's process was gone" "$(median "${l_gone[@]}")"
+                row "libvirt: \`virsh destroy\` (3 s into a boot)" "$(median "${l_destroy[@]}")"
+        fi
+        echo
+        echo "### resident memory (VmRSS, KiB; each record count from a fresh start; ratio = libvirtd ÷ vm-manager)"
+        echo
+        echo "| records | vm-manager | libvirtd (inactive domains) | ratio |"
+        echo "|---|---|---|---|"
+        for n in 0 10 50; do
+                lr=—
+                [ "$libvirt" = 1 ] && lr=$(ratio "${lvrss[$n]}" "${rss[$n]}")
+                echo "| $n | ${rss[$n]} | ${lvrss[$n]:-—} | $lr |"
+        done
+        pr() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f", (b - a) / 50 }'; }
+        lvpr=— lr=—
+        if [ "$libvirt" = 1 ]; then
+                lvpr=$(pr "${lvrss[0]}" "${lvrss[50]}")
+                lr=$(ratio "$lvpr" "$(pr "${rss[0]}" "${rss[50]}")")
+        fi
+        echo "| per record, 0 → 50 | $(pr "${rss[0]}" "${rss[50]}") | $lvpr | $lr |"
+        echo
+        echo "vm-manager live: $rss_start KiB at start, $rss_after KiB after $rounds VMs created, booted and stopped."
+        [ "$libvirt" = 1 ] && echo "libvirtd with 1 running domain: $(median "${l_rss1[@]}") KiB (idle: ${lvrss[0]} KiB)."
+        echo
+        echo "### boot to ready ($rounds rounds, median; ratio = median of the per-round ratios vm-manager ÷ by hand)"
+        echo
+        echo "| measure | vm-manager | by hand, same argv | ratio | boot-test.py (different argv) |"
+        echo "|---|---|---|---|---|"
+        bi=— br=—
+        if [ ${#b_install[@]} -gt 0 ]; then bi="$(median "${b_install[@]}") s" br="$(median "${b_ready[@]}") s"; fi
+        echo "| installer boot: create (vm-manager) or helpers' start (by hand) → installer QEMU exited |" \
+                "$(median "${install[@]}") s | $(median "${h_install[@]}") s | $(pratio install h_install) | $bi (QEMU exec → exit) |"
+        echo "| first installed boot: helpers' start → READY=1 |" \
+                "$(median "${ready[@]}") s | $(median "${h_ready[@]}") s | $(pratio ready h_ready) | $br (QEMU exec → READY=1) |"
+        echo "| first installed boot: CPU time (user + system) QEMU had used at READY=1 |" \
+                "$(median "${cpu[@]}") s | $(median "${h_cpu[@]}") s | $(pratio cpu h_cpu) | — |"
+        echo "| by hand, QEMU exec → installer exit / → READY=1 | — |" \
+                "$(median "${h_install_exec[@]}") s / $(median "${h_ready_exec[@]}") s | — | — |"
+        if [ "$libvirt" = 1 ]; then
+                echo "| \"phase: boot\" on the console: libvirt from \`virsh start\`, by hand from QEMU exec | — | $(median "${h_phase[@]}") s | — | libvirt: $(median "${l_boot[@]}") s |"
+        fi
+        echo
+        echo "create→QMP series: vm-manager ${s_create[*]} (request→swtpm ${s_prep[*]}; swtpm→QEMU ${s_helpers[*]};" \
+                "QEMU→answer ${s_qemu[*]}); by hand ${s_hand[*]} (exec→QMP ${s_exec[*]}; with -S ${s_paused[*]}) ms"
+        [ "$libvirt" = 1 ] && echo "libvirt series: define ${s_lvd[*]}; start ${s_lvs[*]}; destroy at once ${s_lvx[*]} ms"
+        echo "rounds: create ${create[*]} ms; by hand helpers→QMP ${h_tpm_qmp[*]}, exec→QMP ${h_exec_qmp[*]} ms;" \
+                "install ${install[*]} s vs ${h_install[*]} s; ready ${ready[*]} s vs ${h_ready[*]} s;" \
+                "QEMU CPU at READY=1 ${cpu[*]} s vs ${h_cpu[*]} s; stop ${stop[*]} ms, by hand ${h_pd[*]} ms; boot-test.py install ${b_install[*]:-} ready ${b_ready[*]:-}"
+        echo "per-round ratios vm-manager ÷ by hand: installer $(pairs install h_install); READY=1 $(pairs ready h_ready);" \
+                "CPU at READY=1 $(pairs cpu h_cpu)"
+        if [ "$libvirt" = 1 ]; then
+                echo "libvirt rounds: define ${l_define[*]}; start ${l_start[*]}; restart ${l_restart[*]}; shutdown ${l_shutdown[*]}" \
+                        "(power down ${l_poweroff[*]}, QEMU gone ${l_gone[*]}); destroy ${l_destroy[*]} ms; phase boot ${l_boot[*]} s;" \
+                        "first virsh call $lv_warmup ms"
+        fi
+        echo "load average (1, 5, 15 min): $load_start at the start, $load_end at the end; $total s in all"
+        echo "light QEMU exec→QMP: $floor_list ms"
+}
+if [ -n "${TABLES_FROM:-}" ]; then
+        export LC_ALL=C
+        # shellcheck disable=SC1090
+        . "$TABLES_FROM"
+        render
+        exit 0
+fi
 
 bin=$(realpath "${1:-build/src/daemon/vm-manager}")
 here=$(cd "$(dirname "$0")" && pwd)
@@ -261,102 +385,18 @@ for n in 0 10 50; do
 done
 [ "$libvirt" = 1 ] && lv_stop
 
-# ---- tables ----
-median() { # the middle value, or the mean of the two middle ones, printed as given (ms or s)
-        printf '%s\n' "$@" | sort -n | awk '{ a[NR] = $1 } END {
-                if (NR % 2) print a[(NR + 1) / 2]
-                else { m = (a[NR / 2] + a[NR / 2 + 1]) / 2; d = index(a[1], ".") ? length(a[1]) - index(a[1], ".") : 0; printf "%.*f\n", d, m }
-        }'
-}
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
-floor=$("$py" -c 'import json,sys,statistics; v=json.load(open(sys.argv[1])); print("%.0f %.0f" % (statistics.median(v["exec_to_qmp_ms"]), statistics.median(v["exec_to_greeting_ms"])))' "$raw/qmp-floor.json")
-read -r floor_qmp floor_greet <<<"$floor"
-mc=$(median "${s_create[@]}")
-hq=$(median "${s_hand[@]}") he=$(median "${s_exec[@]}")
-
-echo "### create → QMP answering ($qmp_runs runs side by side, median; ratio = that ÷ vm-manager)"
-echo
-echo "| measure | ms | ratio |"
-echo "|---|---|---|"
-echo "| vm-manager \`create_vm\` (wait_for none), answered once QMP answers | $mc | 1.00 |"
-echo "| … of which (process start times, 10 ms ticks): request → swtpm exec / → QEMU exec / → answer | $(median "${s_prep[@]}") / $(median "${s_helpers[@]}") / $(median "${s_qemu[@]}") | — |"
-echo "| by hand, same argv: swtpm + vhost-device-vsock started and probed, QEMU exec → \`qmp_capabilities\` answered | $hq | $(ratio "$hq" "$mc") |"
-echo "| by hand, same argv: QEMU exec → \`qmp_capabilities\` answered | $he | $(ratio "$he" "$mc") |"
-hp=$(median "${s_paused[@]}")
-echo "| by hand, same argv plus \`-S\` (vCPUs wait for \`cont\`, as under libvirt): QEMU exec → answered | $hp | $(ratio "$hp" "$mc") |"
-echo "| raw QEMU, light argv of the peer baselines: exec → \`qmp_capabilities\` answered (greeting at $floor_greet) | $floor_qmp | $(ratio "$floor_qmp" "$mc") |"
+# ---- figures, then the tables ----
+load_end=$(cut -d' ' -f1-3 /proc/loadavg)
+total=$SECONDS
+floor=$("$py" -c 'import json,sys,statistics as s; v=json.load(open(sys.argv[1]));
+print("%.0f %.0f" % (s.median(v["exec_to_qmp_ms"]), s.median(v["exec_to_greeting_ms"])))' "$raw/qmp-floor.json")
+floor_list=$(jget "$raw/qmp-floor.json" '["exec_to_qmp_ms"]')
+declare -p rounds qmp_runs libvirt load_start load_end total floor floor_list \
+        s_create s_prep s_helpers s_qemu s_hand s_exec s_paused create stop install ready cpu \
+        h_tpm_qmp h_exec_qmp h_install h_install_exec h_ready h_ready_exec h_phase h_pd h_cpu b_install b_ready \
+        rss rss_start rss_after >"$raw/figures.sh"
 if [ "$libvirt" = 1 ]; then
-        nl=${#s_lvs[@]}
-        ld=$(median "${s_lvd[@]}") ls=$(median "${s_lvs[@]}")
-        mapfile -t sums < <(for k in $(seq "$nl"); do echo $((s_lvd[k - 1] + s_lvs[k - 1])); done)
-        lds=$(median "${sums[@]}")
-        echo "| libvirt $lv_version ($nl runs): \`virsh define\` + \`virsh start\` of a new domain (its vTPM state created) | $lds ($ld + $ls) | $(ratio "$lds" "$mc") |"
-        echo "| libvirt ($rounds rounds): \`virsh start\` of a domain that has run before | $(median "${l_restart[@]}") | $(ratio "$(median "${l_restart[@]}")" "$mc") |"
-        echo "| libvirt: \`virsh list --all\` (the virsh client's own cost) | $lv_noop | — |"
+        declare -p lv_version lv_noop lv_warmup lvrss s_lvd s_lvs s_lvx l_define l_start l_boot l_shutdown \
+                l_poweroff l_gone l_restart l_destroy l_rss1 >>"$raw/figures.sh"
 fi
-echo
-echo "### stop of a guest that honours ACPI ($rounds rounds, median)"
-echo
-echo "| measure | ms |"
-echo "|---|---|"
-echo "| vm-manager \`stop_vm\`, answered once stopped | $(median "${stop[@]}") |"
-echo "| by hand: QMP \`system_powerdown\` → QEMU exited | $(median "${h_pd[@]}") |"
-if [ "$libvirt" = 1 ]; then
-        echo "| libvirt: \`virsh shutdown\` → \`virsh domstate\` says shut off | $(median "${l_shutdown[@]}") |"
-        echo "| … of which: guest's \"reboot: Power down\" on the console / QEMU process gone | $(median "${l_poweroff[@]}") / $(median "${l_gone[@]}") |"
-        echo "| libvirt: \`virsh destroy\` (3 s into a boot) | $(median "${l_destroy[@]}") |"
-fi
-echo
-echo "### resident memory (VmRSS, KiB; each record count from a fresh start)"
-echo
-echo "| records | vm-manager | libvirtd (inactive domains) |"
-echo "|---|---|---|"
-for n in 0 10 50; do
-        echo "| $n | ${rss[$n]} | ${lvrss[$n]:-—} |"
-done
-pr() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f", (b - a) / 50 }'; }
-lvpr=—
-[ "$libvirt" = 1 ] && lvpr=$(pr "${lvrss[0]}" "${lvrss[50]}")
-echo "| per record, 0 → 50 | $(pr "${rss[0]}" "${rss[50]}") | $lvpr |"
-echo
-echo "vm-manager live: $rss_start KiB at start, $rss_after KiB after $rounds VMs created, booted and stopped."
-[ "$libvirt" = 1 ] && echo "libvirtd with 1 running domain: $(median "${l_rss1[@]}") KiB (idle: ${lvrss[0]} KiB)."
-echo
-echo "### boot to ready ($rounds rounds, median; ratio = vm-manager ÷ by hand)"
-echo
-echo "| measure | vm-manager | by hand, same argv | ratio | boot-test.py (different argv) |"
-echo "|---|---|---|---|---|"
-mi=$(median "${install[@]}") hi=$(median "${h_install[@]}")
-mr=$(median "${ready[@]}") hr=$(median "${h_ready[@]}")
-bi=— br=—
-if [ ${#b_install[@]} -gt 0 ]; then bi="$(median "${b_install[@]}") s" br="$(median "${b_ready[@]}") s"; fi
-echo "| installer boot: create (vm-manager) or helpers' start (by hand) → installer QEMU exited | ${mi} s | ${hi} s | $(ratio "$mi" "$hi") | $bi (QEMU exec → exit) |"
-echo "| first installed boot: helpers' start → READY=1 | ${mr} s | ${hr} s | $(ratio "$mr" "$hr") | $br (QEMU exec → READY=1) |"
-mc2=$(median "${cpu[@]}") hc2=$(median "${h_cpu[@]}")
-echo "| first installed boot: CPU time (user + system) QEMU had used at READY=1 | ${mc2} s | ${hc2} s | $(ratio "$mc2" "$hc2") | — |"
-echo "| by hand, QEMU exec → installer exit / → READY=1 | — | $(median "${h_install_exec[@]}") s / $(median "${h_ready_exec[@]}") s | — | — |"
-if [ "$libvirt" = 1 ]; then
-        echo "| \"phase: boot\" on the console: libvirt from \`virsh start\`, by hand from QEMU exec | — | $(median "${h_phase[@]}") s | — | libvirt: $(median "${l_boot[@]}") s |"
-fi
-echo
-echo "create→QMP series: vm-manager ${s_create[*]} (request→swtpm ${s_prep[*]}; swtpm→QEMU ${s_helpers[*]};" \
-        "QEMU→answer ${s_qemu[*]}); by hand ${s_hand[*]} (exec→QMP ${s_exec[*]}; with -S ${s_paused[*]}) ms"
-[ "$libvirt" = 1 ] && echo "libvirt series: define ${s_lvd[*]}; start ${s_lvs[*]}; destroy at once ${s_lvx[*]} ms"
-echo "rounds: create ${create[*]} ms; by hand helpers→QMP ${h_tpm_qmp[*]}, exec→QMP ${h_exec_qmp[*]} ms;" \
-        "install ${install[*]} s vs ${h_install[*]} s; ready ${ready[*]} s vs ${h_ready[*]} s;" \
-        "QEMU CPU at READY=1 ${cpu[*]} s vs ${h_cpu[*]} s; stop ${stop[*]} ms, by hand ${h_pd[*]} ms; boot-test.py install ${b_install[*]:-} ready ${b_ready[*]:-}"
-pairs() { # per-round ratios of two lists given as "a b c" "x y z"
-        local -a a b
-        read -r -a a <<<"$1"
-        read -r -a b <<<"$2"
-        for k in "${!a[@]}"; do ratio "${a[k]}" "${b[k]}"; printf ' '; done
-}
-echo "per-round ratios vm-manager ÷ by hand: installer $(pairs "${install[*]}" "${h_install[*]}");" \
-        "READY=1 $(pairs "${ready[*]}" "${h_ready[*]}"); CPU at READY=1 $(pairs "${cpu[*]}" "${h_cpu[*]}")"
-if [ "$libvirt" = 1 ]; then
-        echo "libvirt rounds: define ${l_define[*]}; start ${l_start[*]}; restart ${l_restart[*]}; shutdown ${l_shutdown[*]}" \
-                "(power down ${l_poweroff[*]}, QEMU gone ${l_gone[*]}); destroy ${l_destroy[*]} ms; phase boot ${l_boot[*]} s;" \
-                "first virsh call ${lv_warmup} ms"
-fi
-echo "load average (1, 5, 15 min): $load_start at the start, $(cut -d' ' -f1-3 /proc/loadavg) at the end; $SECONDS s in all"
-echo "light QEMU exec→QMP: $(jget "$raw/qmp-floor.json" '["exec_to_qmp_ms"]') ms"
+render
