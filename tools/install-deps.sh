@@ -27,8 +27,9 @@ run=("${vms[@]}")
 # tests/image/build.sh: the test guest (kernel, systemd stub, a static init, a GPT disk with an ESP)
 image=(linux-image-cloud-amd64 systemd-boot-efi binutils cpio gzip dosfstools mtools fdisk)
 check+=("${vms[@]}" "${image[@]}")
-# bench/: load generators, and the peers measured side by side (libvirt, slirp4netns, pasta).
-bench=(wrk curl procps time iperf3 iproute2 slirp4netns passt python3 libvirt-daemon-system libvirt-clients
+# bench/: load generators, and the peers measured side by side (libvirt, slirp4netns, pasta);
+# bench/vm.sh also runs VMs (vhost-device-vsock from sid, below) and its helpers are Python.
+bench=(wrk curl procps time python3 iperf3 iproute2 slirp4netns passt libvirt-daemon-system libvirt-clients
        "${vms[@]}" "${image[@]}")
 fuzz=(clang-14 libclang-rt-14-dev)
 
@@ -58,7 +59,7 @@ done
 
 sid=()
 for g in "${groups[@]}"; do
-        case "$g" in run | check) sid=(vhost-device-vsock) ;; esac
+        case "$g" in run | check | bench) sid=(vhost-device-vsock) ;; esac
 done
 
 if [ ${#missing[@]} -gt 0 ]; then
