@@ -184,6 +184,12 @@ def test_attest(work):
                    g.stderr)
         with open(pol_path, "w") as f:
             json.dump(policy, f)
+        # the catalog picks the restored policy up through inotify: wait until it shows
+        for _ in range(100):
+            status, img = api(port, "GET", "/images/fake_1.0")
+            if status == 200 and (img.get("policy") or {}).get("golden"):
+                break
+            time.sleep(0.1)
 
         # tampers, posted by hand from the agent's own request
         def request():
