@@ -14,32 +14,12 @@
  * leaves a field unset, two keys naming the same map merge, and a value of the wrong type is an
  * error naming the field. Validation then runs in the reference's order. */
 
-static const char *go_type(const json_t *v) {
-        switch (json_typeof(v)) {
-        case JSON_OBJECT:
-                return "object";
-        case JSON_ARRAY:
-                return "array";
-        case JSON_STRING:
-                return "string";
-        case JSON_INTEGER:
-        case JSON_REAL:
-                return "number";
-        case JSON_TRUE:
-        case JSON_FALSE:
-                return "bool";
-        case JSON_NULL:
-                return "null";
-        }
-        return "value";
-}
-
 static int type_error(ApiError *reterr, const char *field, const json_t *v, const char *type) {
         return attest_error_set(
                 reterr,
                 -EBADMSG,
                 "policy: json: cannot unmarshal %s into Go struct field Policy.%s of type %s",
-                go_type(v),
+                attest_json_go_type(v),
                 field,
                 type);
 }
@@ -228,7 +208,7 @@ static int decode(json_t *v, PolicyJson *j, ApiError *reterr) {
                         reterr,
                         -EBADMSG,
                         "policy: json: cannot unmarshal %s into Go value of type attest.Policy",
-                        go_type(v));
+                        attest_json_go_type(v));
 
         json_object_foreach(v, key, e) {
                 if (strcasecmp(key, "image_id") == 0)

@@ -21,32 +21,12 @@ void attest_quote_request_done(AttestQuoteRequest *r) {
         *r = (AttestQuoteRequest){};
 }
 
-static const char *go_type(const json_t *v) {
-        switch (json_typeof(v)) {
-        case JSON_OBJECT:
-                return "object";
-        case JSON_ARRAY:
-                return "array";
-        case JSON_STRING:
-                return "string";
-        case JSON_INTEGER:
-        case JSON_REAL:
-                return "number";
-        case JSON_TRUE:
-        case JSON_FALSE:
-                return "bool";
-        case JSON_NULL:
-                return "null";
-        }
-        return "value";
-}
-
 static int malformed_type(ApiError *reterr, const char *field, const json_t *v, const char *type) {
         return attest_error_set(
                 reterr,
                 -EBADMSG,
                 "malformed quote: json: cannot unmarshal %s into Go struct field QuoteRequest.%s of type %s",
-                go_type(v),
+                attest_json_go_type(v),
                 field,
                 type);
 }
@@ -217,7 +197,7 @@ int attest_quote_request_decode(const void *body, size_t size, AttestQuoteReques
                         reterr,
                         -EBADMSG,
                         "malformed quote: json: cannot unmarshal %s into Go value of type imds.QuoteRequest",
-                        go_type(v));
+                        attest_json_go_type(v));
 
         json_object_foreach(v, key, e) {
                 if (strcasecmp(key, "stage") == 0)

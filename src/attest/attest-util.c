@@ -279,3 +279,23 @@ bool attest_memeq(const void *a, size_t a_size, const void *b, size_t b_size) {
                 return false;
         return a_size == 0 || CRYPTO_memcmp(a, b, a_size) == 0;
 }
+
+const char *attest_json_go_type(const json_t *v) {
+        switch (json_typeof(v)) {
+        case JSON_OBJECT:
+                return "object";
+        case JSON_ARRAY:
+                return "array";
+        case JSON_STRING:
+                return "string";
+        case JSON_INTEGER:
+        case JSON_REAL:
+                return "number";
+        case JSON_TRUE:
+        case JSON_FALSE:
+                return "bool";
+        case JSON_NULL:
+                return "null";
+        }
+        return "value";
+}

@@ -5,6 +5,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <jansson.h>
+
 #include "api-error.h"
 
 /* Helpers shared by the attestation library. The verifier's messages are data that clients and
@@ -46,3 +48,6 @@ char *attest_go_quote(const char *s, size_t len);
 
 /* Constant-time equality of two byte strings; unequal sizes compare unequal. */
 bool attest_memeq(const void *a, size_t a_size, const void *b, size_t b_size);
+
+/* The name Go's encoding/json gives a JSON value's type in its unmarshal errors. */
+const char *attest_json_go_type(const json_t *v);

@@ -245,7 +245,6 @@ typedef struct ExecCall {
         Manager *manager;
         char *vm_id;
         pid_t pid;
-        int fd;
         sd_event_source *pipe_source, *timer;
         char *buf;
         size_t len, size;
@@ -385,7 +384,6 @@ int vm_exec(Vm *v, char **command, usec_t timeout, VmDoneFunc done, void *userda
         c->timeout = timeout;
         c->done = done;
         c->userdata = userdata;
-        c->fd = -EBADF;
         if (!c->vm_id) {
                 exec_call_free(c);
                 return -ENOMEM;
