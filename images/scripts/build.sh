@@ -1,0 +1,189 @@
+#!/usr/bin/env bash
+# Builds the guest image into OUT_DIR (default images/build), in the layout of vm-manager's
+# --image-dir:
+#   giantswarm-vm-base_<v>.efi   the UKI (expected PCR 11 values signed: .pcrsig, .pcrpkey)
+#   giantswarm-vm-base_<v>.raw   ESP, erofs root, verity and signature partitions
+#   policy.json                  pcr11 per phase path (systemd-measure), pcr13 per Kubernetes version
+#   sysupdate/base/              the A/B update artifacts, SHA256SUMS, SHA256SUMS.gpg
+#   sysupdate/kubernetes/        kubernetes_<kv>.raw, SHA256SUMS, SHA256SUMS.gpg
+#   manifest.json                versions, what the sysext holds, sizes, build time
+#
+# Steps: keys (scripts/keys.sh), the sid tools tree (tools/mkosi.conf, cached), then a cache
+# lookup keyed by the image definition, the vm-agent sources, the hwdb record, the kubelet/kubeadm
+# binaries given and the versions of every sid package the image pulls in. On a hit the cached
+# build is copied; otherwise mkosi 27 builds it (scripts/mkosi) and the result is stored.
+#
+# Environment: VM_MANAGER (the daemon binary, for `vm-manager imds-hwdb`; default build/...),
+# KUBERNETES_BIN_DIR (kubelet and kubeadm to add to the sysext), IMAGE_CACHE_DIR (default
+# /var/cache/vm-manager/images), IMAGE_CACHE=0 (build even on a hit), IMAGE_CACHE_KEEP (entries
+# kept, default 3).
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+images=$(cd "$here/.." && pwd)
+repo=$(cd "$images/.." && pwd)
+OUT=${1:-$images/build}
+CACHE=${IMAGE_CACHE_DIR:-/var/cache/vm-manager/images}
+VM_MANAGER=${VM_MANAGER:-$repo/build/src/daemon/vm-manager}
+work=$images/.work
+t_start=$(date +%s)
+
+say() { echo "image: $*" >&2; }
+die() { say "$*"; exit 1; }
+
+[ "$(id -u)" -eq 0 ] || die "run as root (mkosi needs to create file ownership and namespaces)"
+[ -x "$VM_MANAGER" ] || die "$VM_MANAGER is missing: build the daemon first (make build)"
+mkdir -p "$CACHE" "$work"
+
+"$here/keys.sh" >&2
+
+# --- the tools tree: a sid directory image with the build tools (mkosi, repart, ukify, measure)
+tools_key=$(sha256sum "$images/tools/mkosi.conf" | cut -c1-16)
+TOOLS=$CACHE/tools-$tools_key
+if [ ! -x "$TOOLS/tools/usr/bin/ukify" ]; then
+        say "building the sid tools tree into $TOOLS"
+        rm -rf "$TOOLS"
+        mkdir -p "$TOOLS"
+        "$here/mkosi" -C "$images/tools" --output-directory="$TOOLS" -f build >&2
+fi
+export IMAGE_TOOLS_TREE=$TOOLS/tools
+measure="$here/in-tools systemd-measure"
+
+# --- generated content: the hwdb record from the daemon's key table, the keys' public halves
+gen=$work/generated
+rm -rf "$gen"
+for t in base initrd kubernetes; do mkdir -p "$gen/$t"; done
+for t in base initrd; do
+        install -D -m 0644 /dev/null "$gen/$t/usr/lib/udev/hwdb.d/60-vm-manager-imds.hwdb"
+        "$VM_MANAGER" imds-hwdb > "$gen/$t/usr/lib/udev/hwdb.d/60-vm-manager-imds.hwdb"
+        install -D -m 0644 "$images/keys/verity.crt" "$gen/$t/usr/lib/verity.d/vm-image.crt"
+done
+install -D -m 0644 "$images/keys/import-pubring.pgp" "$gen/base/usr/lib/systemd/import-pubring.pgp"
+kube_note="kubelet and kubeadm are not in Debian; KUBERNETES_BIN_DIR was not given, so the sysext has neither"
+kube_bins=()
+if [ -n "${KUBERNETES_BIN_DIR:-}" ]; then
+        for b in kubelet kubeadm; do
+                [ -x "$KUBERNETES_BIN_DIR/$b" ] || die "KUBERNETES_BIN_DIR=$KUBERNETES_BIN_DIR has no executable $b"
+                install -D -m 0755 "$KUBERNETES_BIN_DIR/$b" "$gen/kubernetes/usr/bin/$b"
+                kube_bins+=("$b")
+        done
+        kube_note="kubelet and kubeadm from $KUBERNETES_BIN_DIR"
+fi
+say "$kube_note"
+
+# --- the cache key
+packages=$(sed -n '/^Packages=/,/^$/p' "$images"/mkosi.conf "$images"/mkosi.images/*/mkosi.conf |
+        grep -v '^Packages=' | grep -v '^\[' | awk 'NF == 1 { print $1 }' | sort -u)
+"$repo/tools/fetch-sid-package.sh" --refresh-lists >&2
+: > "$work/empty-status"
+closure=$(APT_CONFIG=/var/cache/vm-manager/sid-apt/apt.conf apt-get -s -o Dir::State::status="$work/empty-status" \
+        -o Debug::NoLocking=1 install --no-install-recommends $packages 2>/dev/null | awk '/^Inst/ { print $2, $3 }' | sort)
+[ -n "$closure" ] || die "could not resolve the image's packages in sid"
+key=$( {
+        cd "$repo"
+        git ls-files -co --exclude-standard images agent src/basic meson.build meson_options.txt tools/gen-version.sh |
+                grep -v '^images/\(build\|keys\|\.work\)/' | sort | xargs sha256sum
+        sha256sum "$gen"/*/usr/lib/udev/hwdb.d/* | cut -d' ' -f1
+        for b in "${kube_bins[@]}"; do sha256sum "$gen/kubernetes/usr/bin/$b" | cut -d' ' -f1; done
+        sha256sum "$images"/keys/*.crt "$images/keys/import-pubring.pgp" | cut -d' ' -f1
+        "$here/mkosi" --version
+        echo "$closure"
+} | sha256sum | cut -c1-20)
+entry=$CACHE/image-$key
+say "cache key $key"
+
+publish() {
+        rm -rf "$OUT.new"
+        mkdir -p "$(dirname "$OUT")"
+        cp -a --reflink=auto "$entry" "$OUT.new"
+        rm -rf "$OUT"
+        mv "$OUT.new" "$OUT"
+}
+
+if [ "${IMAGE_CACHE:-1}" != 0 ] && [ -f "$entry/manifest.json" ]; then
+        publish
+        say "cache hit: $entry -> $OUT ($(( $(date +%s) - t_start )) s)"
+        exit 0
+fi
+
+# --- build
+say "building with mkosi (cache miss)"
+t_mkosi=$(date +%s)
+rm -rf "$work/out"
+"$here/mkosi" -C "$images" --tools-tree="$IMAGE_TOOLS_TREE" --output-directory="$work/out" -f build >&2
+t_mkosi=$(( $(date +%s) - t_mkosi ))
+
+# --- assemble
+o=$work/out
+version=$(cat "$images/mkosi.version")
+stem=giantswarm-vm-base_$version
+asm=$work/assemble
+rm -rf "$asm"
+mkdir -p "$asm/sysupdate/base" "$asm/sysupdate/kubernetes"
+cp --sparse=always "$o/$stem.efi" "$o/$stem.raw" "$asm/"
+cp "$o/$stem.efi" "$asm/sysupdate/base/$stem.efi"
+cp --sparse=always "$o/$stem.root-x86-64.raw" "$asm/sysupdate/base/$stem.root.raw"
+cp --sparse=always "$o/$stem.root-x86-64-verity.raw" "$asm/sysupdate/base/$stem.root-verity.raw"
+cp "$o/$stem.root-x86-64-verity-sig.raw" "$asm/sysupdate/base/$stem.root-verity-sig.raw"
+
+kver=$(python3 - "$o/kubernetes.manifest" <<'PY'
+import json, re, sys
+doc = json.load(open(sys.argv[1]))
+for p in doc.get("packages", []):
+    if p["name"] == "kubernetes-client":
+        print(re.sub(r"^\d+:", "", p["version"]).split("+")[0].split("-")[0])
+PY
+)
+[ -n "$kver" ] || die "no kubernetes-client version in the sysext's manifest"
+cp --sparse=always "$o/kubernetes.raw" "$asm/sysupdate/kubernetes/kubernetes_$kver.raw"
+
+for d in base kubernetes; do
+        (cd "$asm/sysupdate/$d" && sha256sum -- *.raw *.efi 2>/dev/null > SHA256SUMS)
+        gpg --homedir "$images/keys/gpg" --batch --quiet --yes --detach-sign \
+                --output "$asm/sysupdate/$d/SHA256SUMS.gpg" "$asm/sysupdate/$d/SHA256SUMS"
+done
+
+"$here/policy.py" write "$asm" --measure "$measure" >&2
+
+t_total=$(( $(date +%s) - t_start ))
+python3 - "$asm" "$version" "$kver" "$kube_note" "$t_mkosi" "$t_total" "$o" "${kube_bins[@]}" <<'PY' > "$asm/manifest.json"
+import datetime, json, os, sys
+asm, version, kver, note, t_mkosi, t_total, o, *bins = sys.argv[1:]
+def pkgs(name):
+    try:
+        return {p["name"]: p["version"] for p in json.load(open(os.path.join(o, name))).get("packages", [])}
+    except FileNotFoundError:
+        return {}
+base = pkgs("base.manifest")
+kube = pkgs("kubernetes.manifest")
+def size(p):
+    st = os.stat(os.path.join(asm, p))
+    return {"bytes": st.st_size, "allocated": st.st_blocks * 512}
+stem = f"giantswarm-vm-base_{version}"
+doc = {
+    "image": stem,
+    "built": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    "build_seconds": {"mkosi": int(t_mkosi), "total": int(t_total)},
+    "packages": {k: base[k] for k in ("systemd", "linux-image-cloud-amd64", "openssh-server") if k in base},
+    "kubernetes": {
+        "version": kver,
+        "sysext": f"kubernetes_{kver}.raw",
+        "packages": {k: v for k, v in kube.items() if k not in base},
+        "kubelet": "kubelet" in bins,
+        "kubeadm": "kubeadm" in bins,
+        "note": note,
+    },
+    "sizes": {p: size(p) for p in (f"{stem}.efi", f"{stem}.raw", f"sysupdate/kubernetes/kubernetes_{kver}.raw")},
+}
+json.dump(doc, sys.stdout, indent=2)
+print()
+PY
+
+rm -rf "$entry.new"
+mv "$asm" "$entry.new"
+rm -rf "$entry"
+mv "$entry.new" "$entry"
+# keep the newest entries only
+ls -1dt "$CACHE"/image-* 2>/dev/null | tail -n +$(( ${IMAGE_CACHE_KEEP:-3} + 1 )) | xargs -r rm -rf
+publish
+say "built $stem (kubernetes $kver) in $t_total s (mkosi $t_mkosi s) -> $OUT"

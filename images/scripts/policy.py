@@ -1,0 +1,164 @@
+#!/usr/bin/env python3
+"""Writes or checks an image's policy.json: the expected PCR 11 values per boot phase path, computed
+by systemd-measure from the UKI's own sections, and the expected PCR 13 per Kubernetes version.
+
+  policy.py write  IMAGE_DIR --measure CMD   (re)writes IMAGE_DIR/policy.json; keeps golden values
+  policy.py verify IMAGE_DIR --measure CMD   recomputes both and compares them with policy.json
+
+CMD runs systemd-measure (262), e.g. a wrapper that runs it from the tools tree. The UKI is
+IMAGE_DIR/<id>_<version>.efi; Kubernetes versions come from IMAGE_DIR/sysupdate/kubernetes/SHA256SUMS.
+"""
+import argparse
+import hashlib
+import json
+import os
+import re
+import shlex
+import struct
+import subprocess
+import sys
+import tempfile
+
+# The sections systemd-stub measures into PCR 11, each passed to systemd-measure by its option.
+# .pcrsig is not measured (it holds the signatures of the very values measured).
+SECTIONS = ["linux", "osrel", "cmdline", "initrd", "ucode", "splash", "dtb", "uname", "sbat", "pcrpkey",
+            "profile", "dtbauto", "hwids", "efifw"]
+PHASES = ["enter-initrd", "enter-initrd:leave-initrd", "enter-initrd:leave-initrd:sysinit",
+          "enter-initrd:leave-initrd:sysinit:ready"]
+SEPARATOR = "os-separator"
+
+
+def pe_sections(path):
+    """The sections of a PE file: name -> bytes, VirtualSize long (what is loaded and measured)."""
+    with open(path, "rb") as f:
+        data = f.read()
+    if data[:2] != b"MZ":
+        raise SystemExit(f"{path}: not a PE file")
+    pe = struct.unpack_from("<I", data, 0x3C)[0]
+    if data[pe:pe + 4] != b"PE\0\0":
+        raise SystemExit(f"{path}: no PE header")
+    nsec, = struct.unpack_from("<H", data, pe + 6)
+    opt_size, = struct.unpack_from("<H", data, pe + 20)
+    table = pe + 24 + opt_size
+    out = {}
+    for i in range(nsec):
+        h = table + 40 * i
+        name = data[h:h + 8].rstrip(b"\0").decode()
+        vsize, _vaddr, rsize, rptr = struct.unpack_from("<IIII", data, h + 8)
+        blob = data[rptr:rptr + min(vsize, rsize)]
+        out[name] = blob + b"\0" * (vsize - len(blob))
+    return out
+
+
+def find_uki(image_dir):
+    for f in sorted(os.listdir(image_dir), reverse=True):
+        if f.endswith(".efi") and os.path.exists(os.path.join(image_dir, f[:-4] + ".raw")):
+            stem = f[:-4]
+            image_id, _, version = stem.rpartition("_")
+            return os.path.join(image_dir, f), image_id, version
+    raise SystemExit(f"no <id>_<version>.efi with its .raw in {image_dir}")
+
+
+def pcr11(uki, measure):
+    secs = pe_sections(uki)
+    with tempfile.TemporaryDirectory() as tmp:
+        args = []
+        for s in SECTIONS:
+            if "." + s in secs:
+                p = os.path.join(tmp, s)
+                with open(p, "wb") as f:
+                    f.write(secs["." + s])
+                args.append(f"--{s}={p}")
+        if "--linux=" not in " ".join(args):
+            raise SystemExit(f"{uki}: no .linux section, not a UKI")
+        out = {}
+        for phase in PHASES:
+            r = subprocess.run(shlex.split(measure) + ["calculate", "--json=short", "--bank=sha256",
+                                                        f"--phase={phase}"] + args,
+                               check=True, capture_output=True, text=True)
+            doc = json.loads(r.stdout)
+            vals = [e["hash"] for e in doc["sha256"] if e["pcr"] == 11]
+            if len(vals) != 1:
+                raise SystemExit(f"systemd-measure gave no single PCR 11 value: {r.stdout}")
+            out[phase] = vals[0].lower()
+        return out
+
+
+def extend(pcr, word):
+    return hashlib.sha256(pcr + hashlib.sha256(word.encode()).digest()).digest()
+
+
+def pcr13(image_dir):
+    sums = os.path.join(image_dir, "sysupdate", "kubernetes", "SHA256SUMS")
+    out = {}
+    if not os.path.exists(sums):
+        return out
+    with open(sums) as f:
+        for line in f:
+            fields = line.split()
+            if len(fields) < 2:
+                continue
+            name = fields[-1].lstrip("*")
+            m = re.fullmatch(r"kubernetes_(.+)\.raw", name)
+            if not m:
+                continue
+            v = extend(extend(bytes(32), SEPARATOR), f"{fields[0].lower()}  {name}")
+            out[m.group(1)] = v.hex()
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("command", choices=["write", "verify"])
+    ap.add_argument("image_dir")
+    ap.add_argument("--measure", required=True, help="command that runs systemd-measure")
+    args = ap.parse_args()
+    uki, image_id, version = find_uki(args.image_dir)
+    path = os.path.join(args.image_dir, "policy.json")
+    want11 = pcr11(uki, args.measure)
+    want13 = pcr13(args.image_dir)
+    if args.command == "write":
+        doc = {}
+        if os.path.exists(path):
+            with open(path) as f:
+                doc = json.load(f)
+        doc.update({"image_id": image_id, "image_version": version, "pcr11": want11})
+        if want13:
+            doc["pcr13"] = want13
+        else:
+            doc.pop("pcr13", None)
+        tmp = path + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(doc, f, indent=2, sort_keys=True)
+            f.write("\n")
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+        print(f"policy: wrote {path}: pcr11 for {len(want11)} phases, pcr13 for {sorted(want13) or 'no'} "
+              "kubernetes versions")
+        return 0
+    with open(path) as f:
+        doc = json.load(f)
+    bad = []
+    if doc.get("image_id") != image_id or doc.get("image_version") != version:
+        bad.append(f"names {doc.get('image_id')}_{doc.get('image_version')}, the UKI is {image_id}_{version}")
+    for phase, v in want11.items():
+        have = doc.get("pcr11", {}).get(phase, "").lower()
+        print(f"pcr11 {phase}: {v} {'ok' if have == v else 'MISMATCH, policy.json has ' + (have or 'nothing')}")
+        if have != v:
+            bad.append(f"pcr11[{phase}]")
+    have13 = {k: v.lower() for k, v in doc.get("pcr13", {}).items()}
+    for k, v in want13.items():
+        print(f"pcr13 kubernetes {k}: {v} {'ok' if have13.get(k) == v else 'MISMATCH'}")
+        if have13.get(k) != v:
+            bad.append(f"pcr13[{k}]")
+    for k in sorted(set(have13) - set(want13)):
+        bad.append(f"pcr13[{k}] has no sysext in SHA256SUMS")
+    if bad:
+        print("policy: verify FAILED: " + "; ".join(bad), file=sys.stderr)
+        return 1
+    print(f"policy: {path} matches {os.path.basename(uki)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

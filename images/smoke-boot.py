@@ -1,0 +1,238 @@
+#!/usr/bin/env python3
+"""Smoke boot of the guest image under TCG, with plain QEMU + OVMF + swtpm and no daemon.
+
+1. Installer boot, as vm-manager runs it: OVMF boots the image's UKI with -kernel, the .raw is
+   attached read-only as virtio disk "installer", a blank disk as "target", the installer's
+   credentials as SMBIOS type 11 strings, -no-reboot. vm-sysinstall.service installs onto the
+   target; QEMU must exit 0 and the target must carry a GPT afterwards.
+2. Installed boot: OVMF boots the target (bootindex=0) with a vTPM and vhost-user-vsock (served by
+   vhost-device-vsock). PID 1's notifications arrive over vsock; READY=1 must come.
+3. PCR 11: the image logs its PCRs on the console (vm-pcrs-log.service); PCR 11 must equal
+   policy.json's pcr11["enter-initrd:leave-initrd:sysinit:ready"].
+
+Prints each milestone with seconds since QEMU started and a summary line with the times.
+
+usage: images/smoke-boot.py IMAGE_DIR [--work DIR] [--keep] [--no-install] [--timeout S]
+"""
+import argparse
+import importlib.util
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+_spec = importlib.util.spec_from_file_location(
+    "boot_test", os.path.join(HERE, "..", "tests", "image", "boot-test.py"))
+bt = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(bt)
+log = bt.log
+
+READY_PHASE = "enter-initrd:leave-initrd:sysinit:ready"
+
+
+def find_image(image_dir):
+    efis = sorted(f for f in os.listdir(image_dir) if f.endswith(".efi"))
+    for f in reversed(efis):
+        stem = f[:-4]
+        if os.path.exists(os.path.join(image_dir, stem + ".raw")):
+            return os.path.join(image_dir, stem + ".efi"), os.path.join(image_dir, stem + ".raw")
+    raise SystemExit(f"no <id>_<version>.efi with its .raw in {image_dir}")
+
+
+def read_notify(conn):
+    """One sd_notify message per connection; the guest waits for us to close (vhost-device-vsock
+    does not pass its half-close on), so stop after 50 ms of silence."""
+    conn.settimeout(5)
+    data = b""
+    try:
+        data = conn.recv(65536)
+        conn.settimeout(0.05)
+        while True:
+            more = conn.recv(65536)
+            if not more:
+                break
+            data += more
+    except socket.timeout:
+        pass
+    conn.close()
+    return dict(l.split("=", 1) for l in data.decode(errors="replace").split("\n") if "=" in l)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("image_dir")
+    ap.add_argument("--work")
+    ap.add_argument("--keep", action="store_true")
+    ap.add_argument("--no-install", action="store_true",
+                    help="skip the installer: boot a copy of the .raw as the installed disk")
+    ap.add_argument("--port", type=int, default=8888)
+    ap.add_argument("--cid", type=int, default=3)
+    ap.add_argument("--memory", type=int, default=1024)
+    ap.add_argument("--target-mib", type=int, default=2048)
+    ap.add_argument("--timeout", type=int, default=600, help="per boot, seconds")
+    args = ap.parse_args()
+
+    efi, raw = find_image(args.image_dir)
+    policy = {}
+    pol_path = os.path.join(args.image_dir, "policy.json")
+    if os.path.exists(pol_path):
+        with open(pol_path) as f:
+            policy = json.load(f)
+    want_pcr11 = policy.get("pcr11", {}).get(READY_PHASE)
+
+    work = os.path.abspath(args.work or tempfile.mkdtemp(prefix="vm-smoke-", dir="/var/tmp"))
+    os.makedirs(work, exist_ok=True)
+    ok = True
+    procs = []
+    times = {}
+    try:
+        shutil.copyfile(bt.OVMF_VARS, f"{work}/ovmf_vars.fd")
+        target = f"{work}/target.raw"
+        if args.no_install:
+            subprocess.run(["cp", "--sparse=always", raw, target], check=True)
+            with open(target, "r+b") as f:
+                f.truncate(max(os.path.getsize(raw), args.target_mib << 20))
+        else:
+            with open(target, "wb") as f:
+                f.truncate(args.target_mib << 20)
+
+            swtpm = bt.start_swtpm(work)
+            procs.append(swtpm)
+            argv = bt.common_head(work, None, args.memory) + [
+                "-kernel", efi,
+                "-drive", f"if=none,id=installer,format=raw,file={raw},readonly=on",
+                "-device", "virtio-blk-pci,drive=installer,serial=installer",
+                "-drive", f"if=none,id=target,format=raw,file={target},discard=unmap",
+                "-device", "virtio-blk-pci,drive=target,serial=target",
+            ] + bt.tpm_args(work) + bt.smbios_args(args.port, install=True) + ["-no-reboot"]
+            bt.print_argv("installer boot", argv)
+            q = bt.Qemu(argv, f"{work}/console-install.log")
+            rc, t_exit = q.wait_exit(args.timeout)
+            q.kill()
+            if rc is None:
+                log(f"FAIL installer boot did not end within {args.timeout}s")
+                ok = False
+                return 1
+            log(f"installer boot: QEMU exited with {rc} at {t_exit:.2f}s")
+            with open(target, "rb") as f:
+                f.seek(512)
+                gpt = f.read(8) == b"EFI PART"
+            if rc != 0 or not gpt:
+                log(f"FAIL installer boot: exit {rc}, GPT on the target: {gpt}")
+                ok = False
+                return 1
+            times["install"] = t_exit
+            swtpm.wait(timeout=10)
+
+        uds = f"{work}/vsock.sock"
+        listen_path = f"{uds}_{args.port}"
+        for p in (listen_path, f"{work}/vhu.sock", f"{work}/qmp.sock"):
+            if os.path.exists(p):
+                os.unlink(p)
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listener.bind(listen_path)
+        listener.listen(16)
+        listener.setblocking(False)
+        vhu = subprocess.Popen(
+            ["vhost-device-vsock", "--guest-cid", str(args.cid), "--socket", f"{work}/vhu.sock",
+             "--uds-path", uds],
+            stdin=subprocess.DEVNULL, stdout=open(f"{work}/vhost-device-vsock.log", "wb"),
+            stderr=subprocess.STDOUT)
+        procs.append(vhu)
+        deadline = time.monotonic() + 5
+        while not os.path.exists(f"{work}/vhu.sock"):
+            if time.monotonic() > deadline or vhu.poll() is not None:
+                log("FAIL vhost-device-vsock did not create its socket")
+                ok = False
+                return 1
+            time.sleep(0.02)
+        swtpm = bt.start_swtpm(work)
+        procs.append(swtpm)
+        argv = bt.common_head(work, None, args.memory, ",memory-backend=mem") + [
+            "-object", f"memory-backend-memfd,id=mem,size={args.memory}M,share=on",
+            "-drive", f"if=none,id=target,format=raw,file={target},discard=unmap",
+            "-device", "virtio-blk-pci,drive=target,serial=target,bootindex=0",
+            "-chardev", f"socket,id=vhu,path={work}/vhu.sock",
+            "-device", "vhost-user-vsock-pci,chardev=vhu",
+        ] + bt.tpm_args(work) + bt.smbios_args(args.port, install=False)
+        bt.print_argv("installed boot", argv)
+        q = bt.Qemu(argv, f"{work}/console-boot.log")
+        qmp = bt.Qmp(f"{work}/qmp.sock")
+        pcrs = {}
+        ready_at = None
+        deadline = time.monotonic() + args.timeout
+        while time.monotonic() < deadline and q.proc.poll() is None:
+            for t, text in q.pump(0.02):
+                log(f"  [{t:7.2f}] {text}")
+                m = re.search(r"vm-pcrs: +(\d+): ([0-9a-f]{64})", text)
+                if m:
+                    pcrs[int(m.group(1))] = m.group(2)
+            try:
+                conn, _ = listener.accept()
+            except BlockingIOError:
+                if ready_at is not None and 11 in pcrs:
+                    break
+                if ready_at is not None and q.t() - ready_at > 60:
+                    break
+                continue
+            fields = read_notify(conn)
+            log(f"notify at {q.t():.2f}s: {fields}")
+            if fields.get("READY") == "1" and ready_at is None:
+                ready_at = q.t()
+        if ready_at is None:
+            log("FAIL no READY=1 from the installed boot")
+            ok = False
+        else:
+            times["ready"] = ready_at
+            log(f"installed boot: READY=1 at {ready_at:.2f}s")
+        if 11 not in pcrs:
+            log("FAIL the guest did not log PCR 11 (vm-pcrs-log.service)")
+            ok = False
+        elif want_pcr11 is None:
+            log(f"FAIL no pcr11[{READY_PHASE}] in {pol_path}")
+            ok = False
+        elif pcrs[11] != want_pcr11.lower():
+            log(f"FAIL PCR 11 is {pcrs[11]}, policy.json says {want_pcr11}")
+            ok = False
+        else:
+            log(f"PCR 11 matches policy.json ({pcrs[11][:16]}…)")
+        if q.proc.poll() is None:
+            t_pd = q.t()
+            try:
+                qmp.cmd("system_powerdown")
+            except (OSError, RuntimeError):
+                pass
+            rc, t_exit = q.wait_exit(120)
+            if rc is None:
+                log("FAIL the VM did not power off within 120 s of system_powerdown")
+                ok = False
+            else:
+                times["poweroff"] = t_exit - t_pd
+                log(f"power-off: QEMU exited with {rc} {t_exit - t_pd:.2f}s after system_powerdown")
+        q.kill()
+        log("summary: " + ", ".join(f"{k} {v:.1f}s" for k, v in times.items()) +
+            (", PASS" if ok else ", FAIL"))
+        return 0 if ok else 1
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+                try:
+                    p.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+        if args.keep or not ok:
+            log(f"work dir kept: {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
