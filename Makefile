@@ -3,6 +3,9 @@
 #                VM_MANAGER_STATE_DIR says otherwise; ARGS="--listen :9090" adds serve flags)
 #   make check   build with ASan/UBSan and run every test that can run on this machine
 #   make bench   run bench/ and print the figures that go into docs/benchmarks.md
+#   make image   build the guest image into images/build (or take it from the cache; images/README.md)
+#   make image-verify  check images/build's policy.json and signed manifests against its files
+#   make image-smoke   boot images/build under TCG without the daemon (install, READY=1, PCR 11)
 #   make tools-doc  regenerate docs/tools.md from the operation table
 #   make fuzz    run each libFuzzer target for FUZZ_SECONDS (clang)
 
@@ -12,7 +15,10 @@ STATE_DIR ?= $(or $(VM_MANAGER_STATE_DIR),$(CURDIR)/state)
 ARGS ?=
 SUITES ?= unit integration fuzz style
 
-.PHONY: all deps-run deps-check deps-bench build build-check run check bench fuzz format tools-doc clean
+IMAGE_DIR ?= $(CURDIR)/images/build
+
+.PHONY: all deps-run deps-check deps-bench build build-check run check bench fuzz format tools-doc clean \
+	image image-verify image-smoke
 
 all: build
 
@@ -37,8 +43,18 @@ build: deps-run $(BUILD)/build.ninja
 build-check: deps-check $(CHECK_BUILD)/build.ninja
 	ninja -C $(CHECK_BUILD)
 
-run: build
-	exec $(BUILD)/src/daemon/vm-manager serve --state-dir "$(STATE_DIR)" $(ARGS)
+# The daemon serves the guest image that images/ builds (taken from the cache after the first build).
+run: build image
+	exec $(BUILD)/src/daemon/vm-manager serve --state-dir "$(STATE_DIR)" --image-dir "$(IMAGE_DIR)" $(ARGS)
+
+image: build
+	$(MAKE) -C images image OUT="$(IMAGE_DIR)"
+
+image-verify:
+	$(MAKE) -C images image-verify OUT="$(IMAGE_DIR)"
+
+image-smoke:
+	$(MAKE) -C images smoke OUT="$(IMAGE_DIR)"
 
 check: build-check
 	meson test -C $(CHECK_BUILD) --print-errorlogs $(addprefix --suite ,$(SUITES))

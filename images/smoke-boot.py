@@ -65,6 +65,20 @@ def read_notify(conn):
     return dict(l.split("=", 1) for l in data.decode(errors="replace").split("\n") if "=" in l)
 
 
+def smbios(args, install):
+    """vm-manager's credentials (tests/image/boot-test.py), with --cmdline-extra folded into the
+    stub's kernel-cmdline-extra string."""
+    argv = bt.smbios_args(args.port, install)
+    extra = [("ignition.firstboot" if not install else ""), args.cmdline_extra]
+    extra = " ".join(e for e in extra if e)
+    argv = [a for a in argv if "kernel-cmdline-extra" not in a]
+    if len(argv) and argv[-1] == "-smbios":
+        argv.pop()
+    if extra:
+        argv += ["-smbios", "type=11,value=io.systemd.stub.kernel-cmdline-extra=" + extra.replace(",", ",,")]
+    return argv
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("image_dir")
@@ -75,8 +89,12 @@ def main():
     ap.add_argument("--port", type=int, default=8888)
     ap.add_argument("--cid", type=int, default=3)
     ap.add_argument("--memory", type=int, default=1024)
-    ap.add_argument("--target-mib", type=int, default=2048)
+    ap.add_argument("--target-mib", type=int, default=4096)
     ap.add_argument("--timeout", type=int, default=600, help="per boot, seconds")
+    ap.add_argument("--debug-shell", metavar="SOCKET",
+                    help="a second serial port on this unix socket with systemd's debug shell on it")
+    ap.add_argument("--cmdline-extra", default="",
+                    help="added to the kernel command line of both boots (the stub's SMBIOS string)")
     args = ap.parse_args()
 
     efi, raw = find_image(args.image_dir)
@@ -111,7 +129,7 @@ def main():
                 "-device", "virtio-blk-pci,drive=installer,serial=installer",
                 "-drive", f"if=none,id=target,format=raw,file={target},discard=unmap",
                 "-device", "virtio-blk-pci,drive=target,serial=target",
-            ] + bt.tpm_args(work) + bt.smbios_args(args.port, install=True) + ["-no-reboot"]
+            ] + bt.tpm_args(work) + smbios(args, install=True) + ["-no-reboot"]
             bt.print_argv("installer boot", argv)
             q = bt.Qemu(argv, f"{work}/console-install.log")
             rc, t_exit = q.wait_exit(args.timeout)
@@ -161,7 +179,10 @@ def main():
             "-device", "virtio-blk-pci,drive=target,serial=target,bootindex=0",
             "-chardev", f"socket,id=vhu,path={work}/vhu.sock",
             "-device", "vhost-user-vsock-pci,chardev=vhu",
-        ] + bt.tpm_args(work) + bt.smbios_args(args.port, install=False)
+        ] + bt.tpm_args(work) + smbios(args, install=False)
+        if args.debug_shell:
+            argv += ["-chardev", f"socket,id=dbg,path={args.debug_shell},server=on,wait=off",
+                     "-device", "isa-serial,chardev=dbg"]
         bt.print_argv("installed boot", argv)
         q = bt.Qemu(argv, f"{work}/console-boot.log")
         qmp = bt.Qmp(f"{work}/qmp.sock")

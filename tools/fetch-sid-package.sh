@@ -13,18 +13,24 @@
 # usage: tools/fetch-sid-package.sh NAME...          (as root)
 #        SID_APT_DIR=/path tools/fetch-sid-package.sh NAME...
 #        tools/fetch-sid-package.sh --download-only DIR NAME...   (only fetch the .debs into DIR)
+#        tools/fetch-sid-package.sh --refresh-lists   (only make sure the sid lists are there and fresh,
+#                                                      for callers that read them through $SID_APT_DIR/apt.conf)
 set -euo pipefail
 
 A=${SID_APT_DIR:-/var/cache/vm-manager/sid-apt}
 MIRROR=${SID_APT_MIRROR:-http://deb.debian.org/debian}
 download_only=
+refresh_only=
 
-if [ "${1:-}" = "--download-only" ]; then
+if [ "${1:-}" = "--refresh-lists" ]; then
+        refresh_only=1
+        shift
+elif [ "${1:-}" = "--download-only" ]; then
         [ $# -ge 3 ] || { echo "usage: $0 --download-only DIR NAME..." >&2; exit 2; }
         download_only=$2
         shift 2
 fi
-[ $# -ge 1 ] || { echo "usage: $0 [--download-only DIR] NAME..." >&2; exit 2; }
+[ $# -ge 1 ] || [ -n "$refresh_only" ] || { echo "usage: $0 [--download-only DIR] NAME... | --refresh-lists" >&2; exit 2; }
 
 want=()
 for p in "$@"; do
@@ -37,7 +43,7 @@ for p in "$@"; do
         fi
         want+=("$p")
 done
-[ ${#want[@]} -gt 0 ] || exit 0
+[ ${#want[@]} -gt 0 ] || [ -n "$refresh_only" ] || exit 0
 
 if [ -z "$download_only" ] && [ "$(id -u)" -ne 0 ]; then
         echo "fetch-sid-package: ${want[*]} not installed; run this script as root" >&2
@@ -91,6 +97,8 @@ if ! compgen -G "$lists/*_Packages*" >/dev/null ||
         [ -n "$(find "$lists" -maxdepth 1 -name '*_InRelease' -mmin +1440 -print -quit)" ]; then
         apt-get update -q -o APT::Update::Error-Mode=any >&2
 fi
+
+[ -z "$refresh_only" ] || exit 0
 
 dest=${download_only:-$A/debs}
 mkdir -p "$dest"

@@ -32,6 +32,10 @@ check+=("${vms[@]}" "${image[@]}")
 bench=(wrk curl procps time python3 iperf3 iproute2 slirp4netns passt libvirt-daemon-system libvirt-clients
        "${vms[@]}" "${image[@]}")
 fuzz=(clang-14 libclang-rt-14-dev)
+# images/: mkosi 27 (from sid, unpacked by images/scripts/mkosi) runs on the system's python3 and apt
+# and builds everything else inside its sid tools tree; gnupg signs SHA256SUMS; the smoke boot
+# runs the VMs.
+guest_image=(python3 apt dpkg debian-archive-keyring gnupg openssl ca-certificates "${vms[@]}")
 
 groups=("$@")
 [ ${#groups[@]} -gt 0 ] || groups=(build check run)
@@ -44,8 +48,9 @@ for g in "${groups[@]}"; do
         run) want+=("${build[@]}" "${run[@]}") ;;
         bench) want+=("${build[@]}" "${bench[@]}") ;;
         fuzz) want+=("${build[@]}" "${check[@]}" "${fuzz[@]}") ;;
+        image) want+=("${guest_image[@]}") ;;
         *)
-                echo "install-deps: unknown group '$g' (want build, check, run, bench or fuzz)" >&2
+                echo "install-deps: unknown group '$g' (want build, check, run, bench, fuzz or image)" >&2
                 exit 1
                 ;;
         esac
@@ -59,7 +64,7 @@ done
 
 sid=()
 for g in "${groups[@]}"; do
-        case "$g" in run | check | bench) sid=(vhost-device-vsock) ;; esac
+        case "$g" in run | check | bench | image) sid=(vhost-device-vsock) ;; esac
 done
 
 if [ ${#missing[@]} -gt 0 ]; then

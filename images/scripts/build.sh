@@ -38,15 +38,8 @@ mkdir -p "$CACHE" "$work"
 "$here/keys.sh" >&2
 
 # --- the tools tree: a sid directory image with the build tools (mkosi, repart, ukify, measure)
-tools_key=$(sha256sum "$images/tools/mkosi.conf" | cut -c1-16)
-TOOLS=$CACHE/tools-$tools_key
-if [ ! -x "$TOOLS/tools/usr/bin/ukify" ]; then
-        say "building the sid tools tree into $TOOLS"
-        rm -rf "$TOOLS"
-        mkdir -p "$TOOLS"
-        "$here/mkosi" -C "$images/tools" --output-directory="$TOOLS" -f build >&2
-fi
-export IMAGE_TOOLS_TREE=$TOOLS/tools
+IMAGE_TOOLS_TREE=$("$here/tools-tree.sh")
+export IMAGE_TOOLS_TREE
 measure="$here/in-tools systemd-measure"
 
 # --- generated content: the hwdb record from the daemon's key table, the keys' public halves
@@ -59,6 +52,14 @@ for t in base initrd; do
         install -D -m 0644 "$images/keys/verity.crt" "$gen/$t/usr/lib/verity.d/vm-image.crt"
 done
 install -D -m 0644 "$images/keys/import-pubring.pgp" "$gen/base/usr/lib/systemd/import-pubring.pgp"
+# The exitrd's systemd-shutdown: the standalone build (no libsystemd-shared), which Debian packages
+# apart because it conflicts with systemd; only the binary is taken, not the package.
+exitrd=$work/exitrd-deb
+rm -rf "$exitrd"
+mkdir -p "$exitrd"
+"$repo/tools/fetch-sid-package.sh" --download-only "$exitrd" systemd-standalone-shutdown >&2
+dpkg-deb -x "$exitrd"/systemd-standalone-shutdown_*.deb "$exitrd/x"
+install -D -m 0755 "$exitrd/x/usr/lib/systemd/systemd-shutdown" "$gen/base/usr/lib/vm-image/exitrd/systemd-shutdown"
 kube_note="kubelet and kubeadm are not in Debian; KUBERNETES_BIN_DIR was not given, so the sysext has neither"
 kube_bins=()
 if [ -n "${KUBERNETES_BIN_DIR:-}" ]; then
@@ -72,8 +73,9 @@ fi
 say "$kube_note"
 
 # --- the cache key
-packages=$(sed -n '/^Packages=/,/^$/p' "$images"/mkosi.conf "$images"/mkosi.images/*/mkosi.conf |
-        grep -v '^Packages=' | grep -v '^\[' | awk 'NF == 1 { print $1 }' | sort -u)
+# the indented lines that follow Packages= in the mkosi.conf files
+packages=$(awk '/^Packages=/ { p = 1; next } /^[^ \t]/ { p = 0 } p && NF == 1 { print $1 }' \
+        "$images"/mkosi.conf "$images"/mkosi.images/*/mkosi.conf | sort -u)
 "$repo/tools/fetch-sid-package.sh" --refresh-lists >&2
 : > "$work/empty-status"
 closure=$(APT_CONFIG=/var/cache/vm-manager/sid-apt/apt.conf apt-get -s -o Dir::State::status="$work/empty-status" \
@@ -122,9 +124,20 @@ rm -rf "$asm"
 mkdir -p "$asm/sysupdate/base" "$asm/sysupdate/kubernetes"
 cp --sparse=always "$o/$stem.efi" "$o/$stem.raw" "$asm/"
 cp "$o/$stem.efi" "$asm/sysupdate/base/$stem.efi"
-cp --sparse=always "$o/$stem.root-x86-64.raw" "$asm/sysupdate/base/$stem.root.raw"
-cp --sparse=always "$o/$stem.root-x86-64-verity.raw" "$asm/sysupdate/base/$stem.root-verity.raw"
-cp "$o/$stem.root-x86-64-verity-sig.raw" "$asm/sysupdate/base/$stem.root-verity-sig.raw"
+# The partitions of the A/B update, named <id>_<version>_<partition uuid>.<kind>.raw as the image's
+# sysupdate.d transfers expect: the UUIDs derive from the root hash, and the installed boot finds
+# its root and verity partitions by them.
+for kind in root:4f68bce3-e8cd-4db1-96e7-fbcaf984b709 root-verity:2c7357ed-ebd2-46d9-aec1-23d437ec2bf5 \
+        root-verity-sig:41092b05-9fc8-4523-994f-2def0408b176; do
+        name=${kind%%:*}
+        uuid=$(sfdisk --json "$o/$stem.raw" | python3 -c '
+import json, sys
+t = sys.argv[1].upper()
+print(next(p["uuid"].lower() for p in json.load(sys.stdin)["partitiontable"]["partitions"] if p["type"].upper() == t))
+' "${kind#*:}")
+        split=$o/$stem.${name/root/root-x86-64}.raw
+        cp --sparse=always "$split" "$asm/sysupdate/base/${stem}_$uuid.$name.raw"
+done
 
 kver=$(python3 - "$o/kubernetes.manifest" <<'PY'
 import json, re, sys
