@@ -13,7 +13,7 @@ BUILD ?= build
 CHECK_BUILD ?= build-asan
 STATE_DIR ?= $(or $(VM_MANAGER_STATE_DIR),$(CURDIR)/state)
 ARGS ?=
-SUITES ?= unit integration fuzz style
+SUITES ?= unit integration fuzz style image
 
 IMAGE_DIR ?= $(CURDIR)/images/build
 
@@ -26,7 +26,7 @@ deps-run:
 	@./tools/install-deps.sh build run
 
 deps-check:
-	@./tools/install-deps.sh build check
+	@./tools/install-deps.sh build check image
 
 deps-bench:
 	@./tools/install-deps.sh build bench

@@ -86,6 +86,7 @@ def main():
     ap.add_argument("--keep", action="store_true")
     ap.add_argument("--no-install", action="store_true",
                     help="skip the installer: boot a copy of the .raw as the installed disk")
+    ap.add_argument("--install-only", action="store_true", help="stop after the installer boot")
     ap.add_argument("--port", type=int, default=8888)
     ap.add_argument("--cid", type=int, default=3)
     ap.add_argument("--memory", type=int, default=1024)
@@ -148,6 +149,9 @@ def main():
                 return 1
             times["install"] = t_exit
             swtpm.wait(timeout=10)
+            if args.install_only:
+                log(f"summary: install {t_exit:.1f}s, PASS")
+                return 0
 
         uds = f"{work}/vsock.sock"
         listen_path = f"{uds}_{args.port}"

@@ -111,8 +111,12 @@ fi
 # --- build
 say "building with mkosi (cache miss)"
 t_mkosi=$(date +%s)
-rm -rf "$work/out"
-"$here/mkosi" -C "$images" --tools-tree="$IMAGE_TOOLS_TREE" --output-directory="$work/out" -f build >&2
+if [ "${IMAGE_REASSEMBLE:-0}" = 1 ] && [ -f "$work/out/kubernetes.raw" ]; then
+        say "IMAGE_REASSEMBLE=1: reusing mkosi's last output in $work/out"
+else
+        rm -rf "$work/out"
+        "$here/mkosi" -C "$images" --tools-tree="$IMAGE_TOOLS_TREE" --output-directory="$work/out" -f build >&2
+fi
 t_mkosi=$(( $(date +%s) - t_mkosi ))
 
 # --- assemble
@@ -151,7 +155,7 @@ PY
 cp --sparse=always "$o/kubernetes.raw" "$asm/sysupdate/kubernetes/kubernetes_$kver.raw"
 
 for d in base kubernetes; do
-        (cd "$asm/sysupdate/$d" && sha256sum -- *.raw *.efi 2>/dev/null > SHA256SUMS)
+        (cd "$asm/sysupdate/$d" && shopt -s nullglob && sha256sum -- *.raw *.efi > SHA256SUMS)
         gpg --homedir "$images/keys/gpg" --batch --quiet --yes --detach-sign \
                 --output "$asm/sysupdate/$d/SHA256SUMS.gpg" "$asm/sysupdate/$d/SHA256SUMS"
 done
