@@ -20,7 +20,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -47,21 +46,8 @@ def find_image(image_dir):
 
 
 def read_notify(conn):
-    """One sd_notify message per connection; the guest waits for us to close (vhost-device-vsock
-    does not pass its half-close on), so stop after 50 ms of silence."""
-    conn.settimeout(5)
-    data = b""
-    try:
-        data = conn.recv(65536)
-        conn.settimeout(0.05)
-        while True:
-            more = conn.recv(65536)
-            if not more:
-                break
-            data += more
-    except socket.timeout:
-        pass
-    conn.close()
+    """The fields of one sd_notify message (tests/image/boot-test.py reads it)."""
+    data = bt.read_notify(conn)
     return dict(l.split("=", 1) for l in data.decode(errors="replace").split("\n") if "=" in l)
 
 
@@ -162,19 +148,12 @@ def main():
         listener.bind(listen_path)
         listener.listen(16)
         listener.setblocking(False)
-        vhu = subprocess.Popen(
-            ["vhost-device-vsock", "--guest-cid", str(args.cid), "--socket", f"{work}/vhu.sock",
-             "--uds-path", uds],
-            stdin=subprocess.DEVNULL, stdout=open(f"{work}/vhost-device-vsock.log", "wb"),
-            stderr=subprocess.STDOUT)
+        vhu = bt.start_vhost_vsock(work, args.cid)
+        if vhu is None:
+            log("FAIL vhost-device-vsock did not create its socket")
+            ok = False
+            return 1
         procs.append(vhu)
-        deadline = time.monotonic() + 5
-        while not os.path.exists(f"{work}/vhu.sock"):
-            if time.monotonic() > deadline or vhu.poll() is not None:
-                log("FAIL vhost-device-vsock did not create its socket")
-                ok = False
-                return 1
-            time.sleep(0.02)
         swtpm = bt.start_swtpm(work)
         procs.append(swtpm)
         argv = bt.common_head(work, None, args.memory, ",memory-backend=mem") + [
@@ -246,17 +225,7 @@ def main():
             (", PASS" if ok else ", FAIL"))
         return 0 if ok else 1
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-                try:
-                    p.wait(timeout=5)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-        if args.keep or not ok:
-            log(f"work dir kept: {work}")
-        else:
-            shutil.rmtree(work, ignore_errors=True)
+        bt.finish(procs, work, args.keep or not ok)
 
 
 if __name__ == "__main__":

@@ -186,6 +186,61 @@ def smbios_args(port, install):
     return argv
 
 
+def read_notify(conn):
+    """One sd_notify message per connection: the guest writes it, shuts down its write side and
+    waits for us to close. vhost-device-vsock does not pass the half-close on as EOF, so reading
+    stops after 50 ms without data; then the connection is closed. Returns the raw bytes."""
+    conn.settimeout(5)
+    data = b""
+    try:
+        data = conn.recv(65536)
+        conn.settimeout(0.05)
+        while True:
+            more = conn.recv(65536)
+            if not more:
+                break
+            data += more
+    except socket.timeout:
+        pass
+    conn.close()
+    return data
+
+
+def start_vhost_vsock(work, cid):
+    """vhost-device-vsock for the guest CID, its vhost-user socket at work/vhu.sock and its unix
+    side at work/vsock.sock (port P: work/vsock.sock_P). Returns the process, or None when it did
+    not come up within 5 s."""
+    vhu = subprocess.Popen(
+        ["vhost-device-vsock", "--guest-cid", str(cid), "--socket", f"{work}/vhu.sock",
+         "--uds-path", f"{work}/vsock.sock"],
+        stdin=subprocess.DEVNULL, stdout=open(f"{work}/vhost-device-vsock.log", "wb"),
+        stderr=subprocess.STDOUT,
+    )
+    deadline = time.monotonic() + 5
+    while not os.path.exists(f"{work}/vhu.sock"):
+        if time.monotonic() > deadline or vhu.poll() is not None:
+            vhu.kill()
+            return None
+        time.sleep(0.02)
+    return vhu
+
+
+def finish(procs, work, keep):
+    """Stops the helper processes (SIGTERM, then SIGKILL after 5 s) and removes the work
+    directory unless it is to be kept."""
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+            try:
+                p.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                p.kill()
+    if keep:
+        log(f"work dir kept: {work}")
+    else:
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def print_argv(title, argv):
     log(f"{title}:")
     for a in argv:
@@ -265,19 +320,11 @@ def main():
         listener.bind(listen_path)
         listener.listen(8)
         listener.setblocking(False)
-        vhu = subprocess.Popen(
-            ["vhost-device-vsock", "--guest-cid", str(args.cid), "--socket", f"{work}/vhu.sock",
-             "--uds-path", uds],
-            stdin=subprocess.DEVNULL, stdout=open(f"{work}/vhost-device-vsock.log", "wb"),
-            stderr=subprocess.STDOUT,
-        )
+        vhu = start_vhost_vsock(work, args.cid)
+        if vhu is None:
+            log("FAIL vhost-device-vsock did not create its socket")
+            return 1
         procs.append(vhu)
-        deadline = time.monotonic() + 5
-        while not os.path.exists(f"{work}/vhu.sock"):
-            if time.monotonic() > deadline or vhu.poll() is not None:
-                log("FAIL vhost-device-vsock did not create its socket")
-                return 1
-            time.sleep(0.02)
 
         argv = common_head(work, args.smm, args.memory, ",memory-backend=mem") + [
             "-object", f"memory-backend-memfd,id=mem,size={args.memory}M,share=on",
@@ -309,23 +356,8 @@ def main():
                 conn, _ = listener.accept()
             except BlockingIOError:
                 continue
-            # One message per connection: the guest writes it, shuts down its write side and
-            # waits for us to close. vhost-device-vsock does not pass the half-close on as EOF,
-            # so stop reading after 50 ms without data, then close.
-            conn.settimeout(5)
-            data = b""
-            try:
-                data = conn.recv(65536)
-                conn.settimeout(0.05)
-                while True:
-                    more = conn.recv(65536)
-                    if not more:
-                        break
-                    data += more
-            except socket.timeout:
-                pass
+            data = read_notify(conn)
             t_msg = q.t()
-            conn.close()
             fields = dict(
                 l.split("=", 1) for l in data.decode(errors="replace").split("\n") if "=" in l
             )
@@ -353,17 +385,7 @@ def main():
         log(f"summary: installer {installer_time:.2f}s, READY=1 {ready}, {'PASS' if ok else 'FAIL'}")
         return 0 if ok else 1
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-                try:
-                    p.wait(timeout=5)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-        if args.keep or not ok:
-            log(f"work dir kept: {work}")
-        else:
-            shutil.rmtree(work, ignore_errors=True)
+        finish(procs, work, args.keep or not ok)
 
 
 if __name__ == "__main__":
