@@ -51,6 +51,16 @@ def read_notify(conn):
     return dict(l.split("=", 1) for l in data.decode(errors="replace").split("\n") if "=" in l)
 
 
+def debug_shell(args):
+    """A second serial port (ttyS1) on a unix socket, for systemd.debug_shell=ttyS1."""
+    if not args.debug_shell:
+        return []
+    if os.path.exists(args.debug_shell):
+        os.unlink(args.debug_shell)
+    return ["-chardev", f"socket,id=dbg,path={args.debug_shell},server=on,wait=off",
+            "-device", "isa-serial,chardev=dbg"]
+
+
 def smbios(args, install):
     """vm-manager's credentials (tests/image/boot-test.py), with --cmdline-extra folded into the
     stub's kernel-cmdline-extra string."""
@@ -116,7 +126,7 @@ def main():
                 "-device", "virtio-blk-pci,drive=installer,serial=installer",
                 "-drive", f"if=none,id=target,format=raw,file={target},discard=unmap",
                 "-device", "virtio-blk-pci,drive=target,serial=target",
-            ] + bt.tpm_args(work) + smbios(args, install=True) + ["-no-reboot"]
+            ] + bt.tpm_args(work) + smbios(args, install=True) + ["-no-reboot"] + debug_shell(args)
             bt.print_argv("installer boot", argv)
             q = bt.Qemu(argv, f"{work}/console-install.log")
             rc, t_exit = q.wait_exit(args.timeout)
@@ -163,9 +173,7 @@ def main():
             "-chardev", f"socket,id=vhu,path={work}/vhu.sock",
             "-device", "vhost-user-vsock-pci,chardev=vhu",
         ] + bt.tpm_args(work) + smbios(args, install=False)
-        if args.debug_shell:
-            argv += ["-chardev", f"socket,id=dbg,path={args.debug_shell},server=on,wait=off",
-                     "-device", "isa-serial,chardev=dbg"]
+        argv += debug_shell(args)
         bt.print_argv("installed boot", argv)
         q = bt.Qemu(argv, f"{work}/console-boot.log")
         qmp = bt.Qmp(f"{work}/qmp.sock")
