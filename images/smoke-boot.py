@@ -82,6 +82,8 @@ def main():
     ap.add_argument("--keep", action="store_true")
     ap.add_argument("--no-install", action="store_true",
                     help="skip the installer: boot a copy of the .raw as the installed disk")
+    ap.add_argument("--reuse-target", action="store_true",
+                    help="skip the installer: boot the target a previous run left in --work")
     ap.add_argument("--install-only", action="store_true", help="stop after the installer boot")
     ap.add_argument("--port", type=int, default=8888)
     ap.add_argument("--cid", type=int, default=3)
@@ -110,7 +112,10 @@ def main():
     try:
         shutil.copyfile(bt.OVMF_VARS, f"{work}/ovmf_vars.fd")
         target = f"{work}/target.raw"
-        if args.no_install:
+        if args.reuse_target:
+            if not os.path.exists(target):
+                raise SystemExit(f"--reuse-target: no {target}")
+        elif args.no_install:
             subprocess.run(["cp", "--sparse=always", raw, target], check=True)
             with open(target, "r+b") as f:
                 f.truncate(max(os.path.getsize(raw), args.target_mib << 20))
@@ -221,7 +226,23 @@ def main():
                 qmp.cmd("system_powerdown")
             except (OSError, RuntimeError):
                 pass
-            rc, t_exit = q.wait_exit(120)
+            # PID 1 keeps notifying while it shuts down (STOPPING=1, units going inactive), and
+            # waits for each message to be taken: keep serving the notify socket until QEMU exits.
+            rc, t_exit = None, q.t()
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline:
+                for t, text in q.pump(0.02):
+                    log(f"  [{t:7.2f}] {text}")
+                rc = q.proc.poll()
+                if rc is not None:
+                    t_exit = q.t()
+                    break
+                try:
+                    conn, _ = listener.accept()
+                except BlockingIOError:
+                    continue
+                fields = read_notify(conn)
+                log(f"notify at {q.t():.2f}s: {fields}")
             if rc is None:
                 log("FAIL the VM did not power off within 120 s of system_powerdown")
                 ok = False
