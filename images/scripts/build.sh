@@ -83,8 +83,11 @@ closure=$(APT_CONFIG=/var/cache/vm-manager/sid-apt/apt.conf apt-get -s -o Dir::S
 [ -n "$closure" ] || die "could not resolve the image's packages in sid"
 key=$( {
         cd "$repo"
-        git ls-files -co --exclude-standard images agent src/basic meson.build meson_options.txt tools/gen-version.sh |
-                grep -v '^images/\(build\|keys\|\.work\)/' | sort | xargs sha256sum
+        # what goes into the image: its definition, the build scripts, vm-agent's sources (not the
+        # docs or the smoke boot)
+        git ls-files -co --exclude-standard images/mkosi.conf images/mkosi.version images/mkosi.repart \
+                images/mkosi.images images/tools images/scripts agent src/basic meson.build meson_options.txt \
+                tools/gen-version.sh tools/fetch-sid-package.sh | sort | xargs sha256sum
         sha256sum "$gen"/*/usr/lib/udev/hwdb.d/* | cut -d' ' -f1
         for b in "${kube_bins[@]}"; do sha256sum "$gen/kubernetes/usr/bin/$b" | cut -d' ' -f1; done
         sha256sum "$images"/keys/*.crt "$images/keys/import-pubring.pgp" | cut -d' ' -f1
