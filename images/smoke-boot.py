@@ -154,15 +154,7 @@ def main():
                 log(f"summary: install {t_exit:.1f}s, PASS")
                 return 0
 
-        uds = f"{work}/vsock.sock"
-        listen_path = f"{uds}_{args.port}"
-        for p in (listen_path, f"{work}/vhu.sock", f"{work}/qmp.sock"):
-            if os.path.exists(p):
-                os.unlink(p)
-        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        listener.bind(listen_path)
-        listener.listen(16)
-        listener.setblocking(False)
+        listener = bt.notify_listener(work, args.port)
         vhu = bt.start_vhost_vsock(work, args.cid)
         if vhu is None:
             log("FAIL vhost-device-vsock did not create its socket")

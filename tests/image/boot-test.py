@@ -206,6 +206,20 @@ def read_notify(conn):
     return data
 
 
+def notify_listener(work, port):
+    """The host side of the guest's vmm.notify_socket (vsock-stream:2:PORT): vhost-device-vsock
+    connects to work/vsock.sock_PORT for each message. Stale sockets of an earlier boot go first."""
+    path = f"{work}/vsock.sock_{port}"
+    for p in (path, f"{work}/vhu.sock", f"{work}/qmp.sock"):
+        if os.path.exists(p):
+            os.unlink(p)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(16)
+    listener.setblocking(False)
+    return listener
+
+
 def start_vhost_vsock(work, cid):
     """vhost-device-vsock for the guest CID, its vhost-user socket at work/vhu.sock and its unix
     side at work/vsock.sock (port P: work/vsock.sock_P). Returns the process, or None when it did
@@ -311,15 +325,7 @@ def main():
         installer_time = t_exit
 
         # ---- installed boot ----
-        uds = f"{work}/vsock.sock"
-        listen_path = f"{uds}_{args.port}"
-        for p in (listen_path, f"{work}/vhu.sock", f"{work}/qmp.sock"):
-            if os.path.exists(p):
-                os.unlink(p)
-        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        listener.bind(listen_path)
-        listener.listen(8)
-        listener.setblocking(False)
+        listener = notify_listener(work, args.port)
         vhu = start_vhost_vsock(work, args.cid)
         if vhu is None:
             log("FAIL vhost-device-vsock did not create its socket")
