@@ -8,6 +8,7 @@
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/../.." && pwd)
+export REPO=$repo
 vm_manager=$1
 out=$2
 
@@ -35,6 +36,27 @@ if "$repo/images/scripts/verify.sh" "$tamper" >/dev/null 2>&1; then
         exit 1
 fi
 echo "verify.sh rejects a policy.json with a wrong pcr11 value"
+# vm-agent runs in the initrd before anything can log in: every library it links must be in the
+# initrd (the smoke boot has no NIC, so it never starts the agent). The UKI's .initrd section starts
+# with mkosi's initrd cpio (the kernel modules' cpio follows); the initrd's own dynamic loader,
+# run in a chroot of it, resolves exactly what the guest would.
+ird=$tamper/initrd
+mkdir -p "$ird"
+python3 - "$out" "$tamper/initrd.zst" <<'PY'
+import glob, importlib.util, os, sys
+spec = importlib.util.spec_from_file_location("policy", os.path.join(os.environ["REPO"], "images/scripts/policy.py"))
+policy = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(policy)
+uki = glob.glob(os.path.join(sys.argv[1], "*.efi"))[0]
+open(sys.argv[2], "wb").write(policy.pe_sections(uki)[".initrd"])
+PY
+(cd "$ird" && zstd -dcq "$tamper/initrd.zst" 2>/dev/null | cpio -idm --quiet 2>/dev/null) || true
+missing=$(chroot "$ird" /usr/lib64/ld-linux-x86-64.so.2 --list /usr/bin/vm-agent 2>&1 | grep -i -e "not found" -e "error while loading" || true)
+if [ ! -x "$ird/usr/bin/vm-agent" ] || [ -n "$missing" ]; then
+        echo "FAIL: vm-agent in the initrd cannot run: ${missing:-no /usr/bin/vm-agent}"
+        exit 1
+fi
+echo "vm-agent in the initrd finds all its libraries"
 "$repo/images/smoke-boot.py" "$out"
 t2=$(date +%s)
 echo "guest image: build or cache $((t1 - t0)) s, verify and smoke boot $((t2 - t1)) s"
