@@ -48,14 +48,14 @@ typedef struct GuestSeries {
 } GuestSeries;
 
 typedef struct GuestReport {
-        bool is_report;      /* valid JSON and an object with a "metrics" array; false: stored, not exported */
+        bool is_report; /* valid JSON and an object with a "metrics" array; false: stored, not exported */
         usec_t generated_at; /* the report's "timestamp" (CLOCK_REALTIME), 0 when absent or unparsable */
         size_t n_entries;    /* entries of the metrics array */
         size_t n_families;   /* distinct entry names */
         GuestSeries *series; /* exported, in report order */
         size_t n_series;
         uint64_t dropped[_GUEST_DROP_MAX]; /* this upload */
-        json_t *sample;                    /* the first GUEST_SAMPLE_MAX entries verbatim; json null for 0 entries */
+        json_t *sample; /* the first GUEST_SAMPLE_MAX entries verbatim; json null for 0 entries */
 } GuestReport;
 
 /* Parses one upload. -EMSGSIZE: larger than GUEST_REPORT_SIZE_MAX; -ELOOP: nested deeper than
@@ -68,7 +68,16 @@ DEFINE_TRIVIAL_CLEANUP_FUNC(GuestReport *, guest_report_free);
 
 /* The naming rules, exposed for tests: the metric name of a family ("io.systemd.Manager.NRestarts",
  * counter → "vm_guest_io_systemd_manager_nrestarts_total"), a label name from a field key, a label
- * value from a JSON value (truncated). NULL on OOM. */
+ * value from a JSON value (truncated; NULL gives ""). NULL on OOM. guest_metric_name() also returns
+ * NULL, with errno EINVAL, for a family without an ASCII letter or digit (its snake case is empty):
+ * such an entry is unsupported. */
 char *guest_metric_name(const char *family, GuestSeriesKind kind);
 char *guest_label_name(const char *key);
 char *guest_label_value(const json_t *v);
+
+/* A report's "timestamp" in Go's layout "Mon 2006-01-02 15:04:05 MST" (what Go's time.Parse takes:
+ * the weekday in any case and not checked against the date, runs of spaces, a one-digit hour, a
+ * fraction of a second after the seconds, a zone of 3-5 capitals, "ChST", "MeST", "GMT+h" or "±h")
+ * to usec since the epoch. Every zone gets offset 0, as Go gives zones it does not know on a host
+ * in UTC. -EINVAL: not that layout or an invalid date; -ERANGE: before the epoch. */
+int guest_report_parse_timestamp(const char *s, usec_t *ret);
