@@ -82,6 +82,23 @@ if [ ${#missing[@]} -gt 0 ]; then
         apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
 
+# promtool (tests check the /metrics exposition with it) comes from Debian's prometheus package,
+# unpacked, not installed: installing it would start a Prometheus server.
+for g in "${groups[@]}"; do
+        case "$g" in check | fuzz)
+                promdir=/var/cache/vm-manager/prometheus
+                if [ ! -x "$promdir/usr/bin/promtool" ]; then
+                        tmp=$(mktemp -d)
+                        chmod 755 "$tmp" # apt's _apt user downloads into it
+                        (cd "$tmp" && apt-get download -q prometheus)
+                        mkdir -p "$promdir"
+                        dpkg-deb -x "$tmp"/prometheus_*.deb "$promdir"
+                        rm -rf "$tmp"
+                fi
+                ;;
+        esac
+done
+
 # From sid, in an apt view of its own (the system's sources are never touched); a no-op once
 # installed.
 if [ ${#sid[@]} -gt 0 ]; then

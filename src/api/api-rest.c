@@ -185,6 +185,32 @@ bool api_rest_handle(ApiRest *a, HttpRequest *req) {
                 return true;
         }
 
+        /* The guest's raw report: REST only, so not an operation of the table. */
+        if (strneq(sub, "/vms/", 5)) {
+                const char *id = sub + 5, *slash = strchr(id, '/');
+                if (slash && slash > id && streq(slash, "/report")) {
+                        _cleanup_free_ char *vid = strndup(id, slash - id);
+                        Vm *v;
+
+                        if (!get) {
+                                (void) api_error_set(
+                                        &e, -ENOENT, API_ERROR_NOT_FOUND, "no route %s %s", method, path);
+                                reply_error(req, &e);
+                                return true;
+                        }
+                        v = vid ? manager_find_vm(a->manager, vid) : NULL;
+                        if (!v)
+                                r = api_error_set(&e, -ENOENT, API_ERROR_NOT_FOUND, "vm \"%s\"", vid ?: "");
+                        else
+                                r = vm_report_json(v, &result, &e);
+                        if (r < 0)
+                                reply_error(req, &e);
+                        else
+                                (void) reply(req, 200, result);
+                        return true;
+                }
+        }
+
         table = operation_table(&n);
         for (size_t i = 0; i < n && !op; i++) {
                 if (!table[i].method)

@@ -87,6 +87,10 @@ static void manager_check_golden_firmware(Manager *m) {
         }
 }
 
+/* The buckets of the reference: an install under KVM takes tens of seconds, under TCG minutes. */
+static const double install_buckets[] = { 10, 20, 30, 45, 60, 90, 120, 180, 300 };
+static const double ready_buckets[] = { 1, 2, 5, 10, 15, 20, 30, 60, 120 };
+
 int manager_new(Manager **ret, sd_event *event, const ManagerConfig *cfg, ApiError *reterr) {
         _cleanup_(manager_freep) Manager *m = NULL;
         const char *reason = NULL, *fw;
@@ -112,6 +116,9 @@ int manager_new(Manager **ret, sd_event *event, const ManagerConfig *cfg, ApiErr
         m->install_timeout = cfg->install_timeout ?: 5 * USEC_PER_MINUTE;
         m->boot_timeout = cfg->boot_timeout ?: 4 * USEC_PER_MINUTE;
         m->stop_timeout = cfg->stop_timeout ?: 30 * USEC_PER_SEC;
+        m->guest_series_limit = cfg->guest_series_limit ?: GUEST_SERIES_LIMIT_DEFAULT;
+        metrics_histogram_init(&m->install_seconds, install_buckets, ELEMENTSOF(install_buckets));
+        metrics_histogram_init(&m->boot_to_ready_seconds, ready_buckets, ELEMENTSOF(ready_buckets));
 
         /* Start-up order: host facts, networks with their leases, the image catalog, then the
          * default network. */

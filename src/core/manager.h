@@ -8,6 +8,7 @@
 #include "cleanup.h"
 #include "host-probe.h"
 #include "image-catalog.h"
+#include "metrics-text.h"
 #include "net-switch.h"
 #include "network.h"
 #include "storage.h"
@@ -55,6 +56,7 @@ typedef struct ManagerConfig {
         uint32_t notify_port; /* 0: the port recorded in the state dir, else a new one */
         VmLauncherKind launcher;
         bool detach_vms_on_exit;
+        size_t guest_series_limit; /* series kept per VM from a guest report; 0: the default */
         /* the build, for get_info */
         const char *version;
         const char *commit;
@@ -101,6 +103,11 @@ typedef struct Manager {
         } * switches;
         size_t n_switches;
 
+        /* metrics: durations observed since start-up, and the cap on a guest report's series */
+        MetricsHistogram install_seconds, boot_to_ready_seconds;
+        size_t guest_series_limit;
+        size_t metrics_size_hint; /* bytes of the last exposition */
+
         /* Bumped on every change to a record, so that surfaces can cache what they rendered. */
         uint64_t generation;
 } Manager;
@@ -114,6 +121,9 @@ DEFINE_TRIVIAL_CLEANUP_FUNC(Manager *, manager_free);
 static inline void manager_touch(Manager *m) {
         m->generation++;
 }
+
+/* The Prometheus exposition of every host and guest family (GET /metrics); *ret is malloc'd. */
+int manager_metrics_text(Manager *m, char **ret, size_t *ret_size);
 
 /* The name of the VM holding a lease, for messages; NULL when unknown. */
 const char *manager_vm_name(const char *vm_id, void *userdata);

@@ -143,6 +143,16 @@ static int op_get_vm_attestation(Manager *m, json_t *args, json_t **ret, ApiErro
         return *ret ? 0 : -ENOMEM;
 }
 
+static int op_get_vm_metrics(Manager *m, json_t *args, json_t **ret, ApiError *reterr) {
+        Vm *v = NULL;
+        int r;
+
+        r = lookup_vm(m, args, &v, reterr);
+        if (r < 0)
+                return r;
+        return vm_metrics_json(v, ret, reterr);
+}
+
 static int op_list_vms(Manager *m, json_t *args, json_t **ret, ApiError *reterr) {
         json_auto_t *l = json_array();
 
@@ -515,6 +525,33 @@ static const Operation operations[] = {
                 .handler = op_get_vm,
         },
         {
+                .name = "get_vm_console",
+                .description =
+                        "Read-only. The tail of the VM's serial console (lines, default 100, at most 10000). The "
+                        "first stop when a VM failed or seems stuck; call get_vm first for its state and lastError.",
+                .hints = OP_HINTS_READ,
+                .method = "GET",
+                .path = "/vms/{id}/console",
+                .success_status = 200,
+                .params = vm_console_params,
+                .handler = op_get_vm_console,
+        },
+        {
+                .name = "get_vm_metrics",
+                .description =
+                        "Read-only. The VM seen from the host (state, attestation, QEMU pid, CPU seconds and resident "
+                        "memory, disk bytes, install and boot-to-ready seconds, its network's byte counters and "
+                        "leases) and a summary of the guest's last systemd-report upload (when it arrived, families, "
+                        "series exported and dropped, the first 10 entries). The full upload is at raw_report_url "
+                        "(REST only). Call get_vm first for the VM's state.",
+                .hints = OP_HINTS_READ,
+                .method = "GET",
+                .path = "/vms/{id}/metrics",
+                .success_status = 200,
+                .params = vm_id_params,
+                .handler = op_get_vm_metrics,
+        },
+        {
                 .name = "get_vm_attestation",
                 .description =
                         "Read-only. The attestation of the VM's current boot: whether it is required, whether "
@@ -527,18 +564,6 @@ static const Operation operations[] = {
                 .success_status = 200,
                 .params = vm_id_params,
                 .handler = op_get_vm_attestation,
-        },
-        {
-                .name = "get_vm_console",
-                .description =
-                        "Read-only. The tail of the VM's serial console (lines, default 100, at most 10000). The "
-                        "first stop when a VM failed or seems stuck; call get_vm first for its state and lastError.",
-                .hints = OP_HINTS_READ,
-                .method = "GET",
-                .path = "/vms/{id}/console",
-                .success_status = 200,
-                .params = vm_console_params,
-                .handler = op_get_vm_console,
         },
         {
                 .name = "create_network",

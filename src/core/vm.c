@@ -3,12 +3,14 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <libssh/libssh.h>
+#include <linux/fs.h>
 #include <linux/vm_sockets.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -122,6 +124,7 @@ struct Vm {
         char *status;
         char *ssh_public_key;
         VmAttestation att;
+        VmGuest guest;
         usec_t created_at, installed_at, booted_at, ready_at; /* CLOCK_REALTIME, 0 = unset */
         char *last_error;
         pid_t qemu_pid, swtpm_pid;
@@ -237,6 +240,7 @@ static Vm *vm_free(Vm *v) {
         attest_result_done(&v->att.initrd);
         attest_result_done(&v->att.ready);
         free(v->att.ak_pin);
+        vm_guest_done(&v->guest);
         for (size_t i = 0; i < ELEMENTSOF(v->rec_unit); i++)
                 free(v->rec_unit[i]);
         free(v);
@@ -276,6 +280,38 @@ VmState vm_state(Vm *v) {
 
 usec_t vm_created_at(Vm *v) {
         return v->created_at;
+}
+
+VmGuest *vm_guest(Vm *v) {
+        return &v->guest;
+}
+
+void vm_times(Vm *v, usec_t *ret_created, usec_t *ret_installed, usec_t *ret_booted, usec_t *ret_ready) {
+        if (ret_created)
+                *ret_created = v->created_at;
+        if (ret_installed)
+                *ret_installed = v->installed_at;
+        if (ret_booted)
+                *ret_booted = v->booted_at;
+        if (ret_ready)
+                *ret_ready = v->ready_at;
+}
+
+pid_t vm_qemu_pid(Vm *v) {
+        return vm_state_is_live(v->state) ? v->qemu_pid : 0;
+}
+
+uint64_t vm_disk_bytes(Vm *v) {
+        struct stat st;
+        uint64_t size;
+
+        if (v->volume_fd >= 0 && fstat(v->volume_fd, &st) >= 0) {
+                if (S_ISREG(st.st_mode) && st.st_size > 0)
+                        return (uint64_t) st.st_size;
+                if (S_ISBLK(st.st_mode) && ioctl(v->volume_fd, BLKGETSIZE64, &size) >= 0)
+                        return size;
+        }
+        return v->spec.disk_gib << 30;
 }
 
 VmAttestation *vm_attestation(Vm *v) {
@@ -949,6 +985,10 @@ static void on_qemu_exit(VmLaunched *p, int code, int status, void *userdata) {
                                 _cleanup_(api_error_done) ApiError e = API_ERROR_NULL;
 
                                 v->installed_at = now_usec(CLOCK_REALTIME);
+                                if (v->created_at > 0 && v->installed_at >= v->created_at)
+                                        metrics_histogram_observe(
+                                                &v->manager->install_seconds,
+                                                (double) (v->installed_at - v->created_at) / USEC_PER_SEC);
                                 if (v->manager->shutting_down) {
                                         vm_set_state(v, VM_STATE_STOPPED);
                                         vm_set_error(
@@ -1048,6 +1088,10 @@ static void on_ready_message(Vm *v, char *msg) {
         if (ready &&
             (v->state == VM_STATE_BOOTING || v->state == VM_STATE_ATTESTING || v->state == VM_STATE_RUNNING)) {
                 v->ready_at = now_usec(CLOCK_REALTIME);
+                if (v->booted_at > 0 && v->ready_at >= v->booted_at)
+                        metrics_histogram_observe(
+                                &v->manager->boot_to_ready_seconds,
+                                (double) (v->ready_at - v->booted_at) / USEC_PER_SEC);
                 v->booted = true;
                 vm_set_error(v, NULL);
                 v->phase_timer = sd_event_source_disable_unref(v->phase_timer);
@@ -2740,6 +2784,7 @@ int vm_load_all(Manager *m, ApiError *reterr) {
                 }
                 if (!vm_state_is_live(v->state))
                         v->qemu_pid = v->swtpm_pid = 0;
+                vm_report_load(v);
                 r = manager_add_vm(m, v);
                 if (r < 0)
                         return api_error_set(reterr, r, API_ERROR_INTERNAL, "too many VM records");

@@ -8,6 +8,7 @@
 #include "api-error.h"
 #include "attest-verify.h"
 #include "cleanup.h"
+#include "metrics-guest.h"
 #include "net-switch.h"
 #include "time-util.h"
 
@@ -137,6 +138,38 @@ int vm_forward_port(Vm *v, int64_t port, json_t **ret, ApiError *reterr);
 int vm_exec(Vm *v, char **command, usec_t timeout, VmDoneFunc done, void *userdata, ApiError *reterr);
 VmState vm_state(Vm *v);
 usec_t vm_created_at(Vm *v);
+
+/* When the VM was created, installed, last booted (installed boot) and last became ready;
+ * CLOCK_REALTIME, 0 = not yet. */
+void vm_times(Vm *v, usec_t *ret_created, usec_t *ret_installed, usec_t *ret_booted, usec_t *ret_ready);
+/* The QEMU main PID while a process runs, else 0. */
+pid_t vm_qemu_pid(Vm *v);
+/* The size of the VM's open volume, else its diskGiB in bytes. */
+uint64_t vm_disk_bytes(Vm *v);
+
+/* The guest's systemd-report uploads (IMDS POST /report). The raw bytes are kept in <vm>/report.json
+ * (written atomically, loaded again at start-up); the mapped series live in memory. */
+typedef struct VmGuest {
+        GuestReport *report;               /* the last upload that was a report: what /metrics exports */
+        bool has_upload;                   /* report.json exists */
+        bool last_is_report;               /* the last upload parsed as a report */
+        usec_t received_at;                /* CLOCK_REALTIME of the last upload */
+        uint64_t uploads;                  /* since the daemon started */
+        uint64_t dropped[_GUEST_DROP_MAX]; /* series dropped, summed over uploads */
+} VmGuest;
+
+VmGuest *vm_guest(Vm *v);
+void vm_guest_done(VmGuest *g);
+/* Stores and maps an upload. 400-class problems (not JSON, too deep, too large) are invalid_request
+ * errors and change nothing; valid JSON that is not a report is stored and not exported. */
+int vm_report_upload(Vm *v, const void *body, size_t size, ApiError *reterr);
+/* At start-up: the upload a previous daemon stored, mapped again (its file time is the receive time). */
+void vm_report_load(Vm *v);
+/* GET /vms/{id}/report: the last upload re-encoded (a JSON string when it is not JSON); not_found when
+ * there is none. */
+int vm_report_json(Vm *v, json_t **ret, ApiError *reterr);
+/* get_vm_metrics: the host's view of the VM and a summary of its last report (api-contract §5.10). */
+int vm_metrics_json(Vm *v, json_t **ret, ApiError *reterr);
 
 /* The record as the API shows it (camelCase, the reference's key order); a new reference. */
 json_t *vm_to_json(Vm *v);

@@ -48,6 +48,8 @@ static VmLauncherKind arg_launcher = VM_LAUNCHER_AUTO;
 static bool arg_detach_vms_on_exit = true;
 static AttestMode arg_attestation = ATTEST_MODE_VERIFY;
 static bool arg_attestation_learn_golden = false;
+static bool arg_metrics_enabled = true;
+static uint32_t arg_metrics_guest_series_limit = GUEST_SERIES_LIMIT_DEFAULT;
 
 static int parse_launcher(const Flag *f, const char *value, const char **ret_reason) {
         VmLauncherKind k = vm_launcher_from_string(value);
@@ -88,6 +90,16 @@ static int parse_network_name(const Flag *f, const char *value, const char **ret
                 return -EINVAL;
         }
         return flag_parse_string(f, value, ret_reason);
+}
+
+static int parse_series_limit(const Flag *f, const char *value, const char **ret_reason) {
+        int r = flag_parse_uint32(f, value, ret_reason);
+
+        if (r >= 0 && *(uint32_t *) f->dest < 1) {
+                *ret_reason = "must be at least 1";
+                return -EINVAL;
+        }
+        return r;
 }
 
 static int parse_accel(const Flag *f, const char *value, const char **ret_reason) {
@@ -290,6 +302,24 @@ static const Flag serve_flags[] = {
                 .is_bool = true,
         },
         {
+                .name = "metrics-enabled",
+                .env = "VM_MANAGER_METRICS_ENABLED",
+                .default_value = "true",
+                .help = "serve the Prometheus exposition at GET /metrics (never behind authentication)",
+                .parse = flag_parse_bool,
+                .dest = &arg_metrics_enabled,
+                .is_bool = true,
+        },
+        {
+                .name = "metrics-guest-series-limit",
+                .env = "VM_MANAGER_METRICS_GUEST_SERIES_LIMIT",
+                .default_value = "1000",
+                .metavar = "N",
+                .help = "series kept per VM from its guest's systemd-report upload; the rest are counted as dropped",
+                .parse = parse_series_limit,
+                .dest = &arg_metrics_guest_series_limit,
+        },
+        {
                 .name = "log-level",
                 .env = "VM_MANAGER_LOG_LEVEL",
                 .default_value = "info",
@@ -435,6 +465,25 @@ static int lock_state_dir(const char *dir, int *ret_fd) {
         return 0;
 }
 
+static void serve_metrics(Daemon *d, HttpRequest *req) {
+        _cleanup_(api_error_done) ApiError e = API_ERROR_NULL;
+        _cleanup_free_ char *text = NULL;
+        size_t size = 0;
+        int r;
+
+        if (!d->manager) {
+                (void) http_request_reply_text(req, 503, "starting\n");
+                return;
+        }
+        r = manager_metrics_text(d->manager, &text, &size);
+        if (r < 0) {
+                (void) api_error_set(&e, r, API_ERROR_INTERNAL, "metrics: %s", strerror(-r));
+                (void) http_request_reply_error(req, &e);
+                return;
+        }
+        (void) http_request_reply(req, 200, METRICS_CONTENT_TYPE, text, size);
+}
+
 static void handle_request(HttpRequest *req, void *userdata) {
         Daemon *d = userdata;
         const char *method = http_request_method(req), *path = http_request_path(req);
@@ -451,6 +500,11 @@ static void handle_request(HttpRequest *req, void *userdata) {
                 else
                         (void) http_request_reply_text(
                                 req, 503, d->phase == DAEMON_STARTING ? "starting\n" : "stopping\n");
+                return;
+        }
+
+        if (get && streq(path, "/metrics") && arg_metrics_enabled) {
+                serve_metrics(d, req);
                 return;
         }
 
@@ -609,6 +663,7 @@ static int run(void) {
                         .notify_port = arg_notify_port,
                         .launcher = arg_launcher,
                         .detach_vms_on_exit = arg_detach_vms_on_exit,
+                        .guest_series_limit = arg_metrics_guest_series_limit,
                         .attestation = arg_attestation,
                         .attestation_learn_golden = arg_attestation_learn_golden,
                         .version = vmm_version,

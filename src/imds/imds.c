@@ -101,27 +101,21 @@ static void serve_user_data(HttpRequest *req, Vm *v) {
 }
 
 static void serve_report(HttpRequest *req, Vm *v) {
-        _cleanup_free_ char *path = vm_path(v, "report.json");
-        json_auto_t *j = NULL;
-        json_error_t e;
+        _cleanup_(api_error_done) ApiError e = API_ERROR_NULL;
         const void *body;
         size_t size;
         int r;
 
         body = http_request_body(req, &size);
-        if (!path) {
-                reply_text(req, 500, "report not stored");
-                return;
-        }
-        j = json_loadb(body ?: "", size, JSON_DECODE_ANY, &e);
-        if (!j) {
-                reply_text(req, 400, "report is not valid JSON");
-                return;
-        }
-        r = write_file_atomic(path, body, size, 0600);
+        r = vm_report_upload(v, body, size, &e);
         if (r < 0) {
-                log_debug("VM %s: storing its report failed: %s", vm_id(v), strerror(-r));
-                reply_text(req, 500, "report not stored");
+                log_debug("VM %s: its report upload was refused: %s", vm_id(v), e.message ?: strerror(-r));
+                if (r == -EMSGSIZE)
+                        reply_text(req, 413, e.message ?: "report too large");
+                else if (e.code == API_ERROR_INVALID_REQUEST)
+                        reply_text(req, 400, e.message ?: "report refused");
+                else
+                        reply_text(req, 500, "report not stored");
                 return;
         }
         (void) http_request_reply(req, 204, NULL, "", 0);

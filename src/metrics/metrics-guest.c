@@ -358,10 +358,13 @@ int guest_report_parse_timestamp(const char *s, usec_t *ret) {
         return 0;
 }
 
-/* The structure checks before the parser: nesting of arrays and objects outside strings. */
+/* The structure checks before the parser: nesting of arrays and objects outside strings, and the
+ * number of values (containers and commas), which bounds what jansson allocates: 8 MiB of "{}," would
+ * otherwise be millions of objects, seconds of the loop and hundreds of MiB. */
 static int check_depth(const uint8_t *p, size_t size) {
         bool in_string = false, escaped = false;
         unsigned depth = 0;
+        size_t values = 0;
 
         for (size_t i = 0; i < size; i++) {
                 if (in_string) {
@@ -381,6 +384,12 @@ static int check_depth(const uint8_t *p, size_t size) {
                 case '{':
                         if (++depth > GUEST_REPORT_DEPTH_MAX)
                                 return -ELOOP;
+                        if (++values > GUEST_REPORT_VALUES_MAX)
+                                return -E2BIG;
+                        break;
+                case ',':
+                        if (++values > GUEST_REPORT_VALUES_MAX)
+                                return -E2BIG;
                         break;
                 case ']':
                 case '}':

@@ -13,8 +13,9 @@
  * parsed and mapped to vm_guest_* series by the rules of runtime.md §10. Pure: no I/O, no logging
  * above debug. */
 
-#define GUEST_REPORT_SIZE_MAX ((size_t) 8 << 20) /* bytes of one upload */
-#define GUEST_REPORT_DEPTH_MAX 32U               /* nesting of arrays and objects */
+#define GUEST_REPORT_SIZE_MAX ((size_t) 8 << 20)   /* bytes of one upload */
+#define GUEST_REPORT_DEPTH_MAX 32U                 /* nesting of arrays and objects */
+#define GUEST_REPORT_VALUES_MAX ((size_t) 1 << 17) /* arrays, objects and commas */
 #define GUEST_SERIES_LIMIT_DEFAULT 1000U
 #define GUEST_LABEL_VALUE_MAX 128U /* bytes; longer values are cut at a UTF-8 boundary and end in "…" */
 #define GUEST_SAMPLE_MAX 10U
@@ -59,9 +60,9 @@ typedef struct GuestReport {
 } GuestReport;
 
 /* Parses one upload. -EMSGSIZE: larger than GUEST_REPORT_SIZE_MAX; -ELOOP: nested deeper than
- * GUEST_REPORT_DEPTH_MAX; -EBADMSG: not JSON at all; -ENOMEM. Valid JSON that is not a report gives
- * 0 and a report with is_report false. series_limit ≥ 1 caps the exported series; the rest are counted
- * in dropped[GUEST_DROP_LIMIT]. */
+ * GUEST_REPORT_DEPTH_MAX; -E2BIG: more than GUEST_REPORT_VALUES_MAX values; -EBADMSG: not JSON at all;
+ * -ENOMEM. Valid JSON that is not a report gives 0 and a report with is_report false. series_limit ≥ 1
+ * caps the exported series; the rest are counted in dropped[GUEST_DROP_LIMIT]. */
 int guest_report_parse(const void *data, size_t size, size_t series_limit, GuestReport **ret);
 GuestReport *guest_report_free(GuestReport *r);
 DEFINE_TRIVIAL_CLEANUP_FUNC(GuestReport *, guest_report_free);

@@ -86,6 +86,7 @@ VM_ROUTES = [
     ("reboot_vm", "POST", "/vms/{id}/reboot"),
     ("get_vm_console", "GET", "/vms/{id}/console"),
     ("get_vm_attestation", "GET", "/vms/{id}/attestation"),
+    ("get_vm_metrics", "GET", "/vms/{id}/metrics"),
     ("exec_vm", "POST", "/vms/{id}/exec"),
     ("forward_port", "POST", "/vms/{id}/forward"),
 ]

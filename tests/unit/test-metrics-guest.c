@@ -606,6 +606,22 @@ static void test_errors(void **state) {
         assert_errno(guest_report_parse(deep, 33, 10, &r), -ELOOP);
         assert_errno(guest_report_parse(deep, 32, 10, &r), -EBADMSG);
 
+        /* a flood of tiny values is refused before jansson allocates them; commas in strings do not count */
+        {
+                size_t nv = GUEST_REPORT_VALUES_MAX;
+                _cleanup_free_ char *flood = malloc(3 * nv + 16), *fine = NULL;
+                char *q = stpcpy(flood, "[");
+                for (size_t i = 0; i < nv; i++)
+                        q = stpcpy(q, i + 1 < nv ? "{}," : "{}");
+                strcpy(q, "]");
+                assert_errno(guest_report_parse(flood, strlen(flood), 10, &r), -E2BIG);
+                assert_null(r);
+                _cleanup_free_ char *commas = repeat(",", 2 * nv);
+                assert_true(asprintf(&fine, "{\"metrics\":[],\"x\":\"%s\"}", commas) > 0);
+                assert_ok(guest_report_parse(fine, strlen(fine), 10, &r));
+                r = guest_report_free(r);
+        }
+
         /* brackets in strings, escaped quotes included, do not count */
         _cleanup_free_ char *brackets = repeat("[{", 40), *in_string = NULL;
         assert_true(

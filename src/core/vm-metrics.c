@@ -1,0 +1,825 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* Metrics: the guests' report uploads, get_vm_metrics, and the exposition behind GET /metrics (host
+ * families, guest families, the daemon's own process). Everything is computed at scrape time from the
+ * records and /proc; only the two duration histograms and the guest reports are kept. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "fs-util.h"
+#include "json-util.h"
+#include "log.h"
+#include "manager.h"
+#include "metrics-guest.h"
+#include "metrics-text.h"
+#include "vm.h"
+
+#define GUEST_NOTE_NONE "no systemd-report upload from the guest yet; host metrics only"
+#define GUEST_NOTE_NOT_REPORT \
+        "the guest's last upload is not a systemd-report and was not exported; see raw_report_url"
+
+void vm_guest_done(VmGuest *g) {
+        g->report = guest_report_free(g->report);
+        *g = (VmGuest){};
+}
+
+static int report_error(int r, ApiError *reterr) {
+        switch (r) {
+        case -EMSGSIZE:
+                return api_error_set(
+                        reterr,
+                        r,
+                        API_ERROR_INVALID_REQUEST,
+                        "report is larger than %zu bytes",
+                        GUEST_REPORT_SIZE_MAX);
+        case -ELOOP:
+                return api_error_set(
+                        reterr,
+                        r,
+                        API_ERROR_INVALID_REQUEST,
+                        "report is nested deeper than %u levels",
+                        GUEST_REPORT_DEPTH_MAX);
+        case -E2BIG:
+                return api_error_set(
+                        reterr,
+                        r,
+                        API_ERROR_INVALID_REQUEST,
+                        "report has more than %zu values (arrays, objects, list items)",
+                        GUEST_REPORT_VALUES_MAX);
+        case -EBADMSG:
+                return api_error_set(reterr, r, API_ERROR_INVALID_REQUEST, "report is not valid JSON");
+        default:
+                return api_error_set(reterr, r, API_ERROR_INTERNAL, "report not mapped: %s", strerror(-r));
+        }
+}
+
+/* A parsed upload becomes the VM's current one. */
+static void guest_take(Vm *v, GuestReport *rep, usec_t received_at) {
+        VmGuest *g = vm_guest(v);
+
+        g->has_upload = true;
+        g->received_at = received_at;
+        g->last_is_report = rep->is_report;
+        if (!rep->is_report) {
+                /* the series of the last good report stay exported */
+                guest_report_free(rep);
+                return;
+        }
+        guest_report_free(g->report);
+        g->report = rep;
+}
+
+int vm_report_upload(Vm *v, const void *body, size_t size, ApiError *reterr) {
+        _cleanup_(guest_report_freep) GuestReport *rep = NULL;
+        _cleanup_free_ char *path = vm_path(v, "report.json");
+        VmGuest *g = vm_guest(v);
+        struct timespec ts[2];
+        usec_t now;
+        int r;
+
+        if (!path)
+                return -ENOMEM;
+        r = guest_report_parse(body ?: "", size, vm_manager(v)->guest_series_limit, &rep);
+        if (r < 0)
+                return report_error(r, reterr);
+        r = write_file_atomic(path, body ?: "", size, 0600);
+        if (r < 0)
+                return api_error_set(reterr, r, API_ERROR_INTERNAL, "report not stored: %s", strerror(-r));
+
+        /* the file's time is the receive time a restarted daemon reads back */
+        now = now_usec(CLOCK_REALTIME);
+        ts[0] = ts[1] = (struct timespec){ .tv_sec = (time_t) (now / USEC_PER_SEC),
+                                           .tv_nsec = (long) (now % USEC_PER_SEC) * 1000 };
+        (void) utimensat(AT_FDCWD, path, ts, 0);
+
+        g->uploads++;
+        if (rep->is_report) {
+                for (size_t i = 0; i < _GUEST_DROP_MAX; i++)
+                        g->dropped[i] += rep->dropped[i];
+                if (rep->dropped[GUEST_DROP_LIMIT] > 0)
+                        log_warning(
+                                "VM %s: its report has %zu entries; %" PRIu64
+                                " beyond --metrics-guest-series-limit=%zu were dropped.",
+                                vm_id(v),
+                                rep->n_entries,
+                                rep->dropped[GUEST_DROP_LIMIT],
+                                vm_manager(v)->guest_series_limit);
+        } else
+                log_info("VM %s: its upload is not a systemd-report; stored, not exported.", vm_id(v));
+        guest_take(v, TAKE_PTR(rep), now);
+        manager_touch(vm_manager(v));
+        return 0;
+}
+
+void vm_report_load(Vm *v) {
+        _cleanup_(guest_report_freep) GuestReport *rep = NULL;
+        _cleanup_free_ char *path = vm_path(v, "report.json"), *data = NULL;
+        struct stat st;
+        size_t size;
+        int r;
+
+        if (!path || stat(path, &st) < 0)
+                return;
+        r = read_full_file(path, GUEST_REPORT_SIZE_MAX, &data, &size);
+        if (r >= 0)
+                r = guest_report_parse(data, size, vm_manager(v)->guest_series_limit, &rep);
+        if (r < 0) {
+                log_warning("VM %s: its stored report %s is not used: %s", vm_id(v), path, strerror(-r));
+                return;
+        }
+        guest_take(
+                v,
+                TAKE_PTR(rep),
+                (usec_t) st.st_mtim.tv_sec * USEC_PER_SEC + (usec_t) st.st_mtim.tv_nsec / 1000);
+}
+
+int vm_report_json(Vm *v, json_t **ret, ApiError *reterr) {
+        _cleanup_free_ char *path = vm_path(v, "report.json"), *data = NULL;
+        json_t *j;
+        size_t size;
+        int r;
+
+        if (!path)
+                return -ENOMEM;
+        r = read_full_file(path, GUEST_REPORT_SIZE_MAX, &data, &size);
+        if (r == -ENOENT)
+                return api_error_set(
+                        reterr, r, API_ERROR_NOT_FOUND, "vm \"%s\" has no systemd-report upload yet", vm_id(v));
+        if (r < 0)
+                return api_error_set(reterr, r, API_ERROR_INTERNAL, "%s: %s", path, strerror(-r));
+        j = json_loadb(data, size, JSON_DECODE_ANY, NULL);
+        if (!j) {
+                /* not JSON (written by an older daemon): served as a string, invalid UTF-8 replaced */
+                for (size_t i = 0; i < size; i++)
+                        if ((unsigned char) data[i] >= 0x80)
+                                data[i] = '?';
+                j = json_stringn(data, size);
+        }
+        if (!j)
+                return -ENOMEM;
+        *ret = j;
+        return 0;
+}
+
+/* The attestation as one word: disabled, released, failed or pending (in that order). */
+static const char *attestation_word(Vm *v) {
+        VmAttestation *a = vm_attestation(v);
+
+        if (!vm_spec(v)->require_attestation)
+                return "disabled";
+        if (a->released)
+                return "released";
+        if (a->has_initrd && !a->initrd.verified)
+                return "failed";
+        return "pending";
+}
+
+typedef struct ProcStats {
+        double cpu_seconds;
+        uint64_t rss_bytes, vsize_bytes;
+        double start_seconds; /* since boot */
+} ProcStats;
+
+/* /proc/<pid>/stat (utime, stime, starttime, vsize after the last ')') and statm (resident pages). */
+static int proc_stats(pid_t pid, ProcStats *ret) {
+        char path[64], buf[1024], *p;
+        unsigned long long f[24];
+        long tck = sysconf(_SC_CLK_TCK), page = sysconf(_SC_PAGESIZE);
+        unsigned long long size_pages, resident;
+        ssize_t n;
+        int fd, k = 0;
+        FILE *sf;
+
+        if (pid <= 0 || tck <= 0 || page <= 0)
+                return -EINVAL;
+        snprintf(path, sizeof(path), "/proc/%d/stat", (int) pid);
+        fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+                return -errno;
+        n = read(fd, buf, sizeof(buf) - 1);
+        close(fd);
+        if (n <= 0)
+                return -EIO;
+        buf[n] = 0;
+        p = strrchr(buf, ')');
+        if (!p)
+                return -EBADMSG;
+        /* after ") ": state, then numbered fields from ppid (field 4 of the line) on */
+        p += 2;
+        p = strchr(p, ' ');
+        while (p && k < (int) ELEMENTSOF(f)) {
+                char *end;
+                f[k] = strtoull(p + 1, &end, 10);
+                if (end == p + 1)
+                        break;
+                k++;
+                p = *end == ' ' ? end : NULL;
+        }
+        /* f[0] is field 4 (ppid): utime 14, stime 15, starttime 22, vsize 23 */
+        if (k < 20)
+                return -EBADMSG;
+        snprintf(path, sizeof(path), "/proc/%d/statm", (int) pid);
+        sf = fopen(path, "re");
+        if (!sf)
+                return -errno;
+        if (fscanf(sf, "%llu %llu", &size_pages, &resident) != 2) {
+                fclose(sf);
+                return -EBADMSG;
+        }
+        fclose(sf);
+        *ret = (ProcStats){
+                .cpu_seconds = (double) (f[10] + f[11]) / (double) tck,
+                .start_seconds = (double) f[18] / (double) tck,
+                .vsize_bytes = f[19],
+                .rss_bytes = resident * (unsigned long long) page,
+        };
+        return 0;
+}
+
+static double secs(usec_t a, usec_t b) {
+        return (double) (b - a) / USEC_PER_SEC;
+}
+
+static int set_float(json_t *o, const char *key, double v) {
+        return json_object_set_new(o, key, json_real(v));
+}
+
+static json_t *network_json(Manager *m, const char *name) {
+        Network *n = network_registry_get(m->networks, name);
+        NetSwitch *sw = manager_switch_get(m, name);
+        NetStats st = {};
+
+        if (sw)
+                net_switch_get_stats(sw, &st);
+        return json_pack(
+                "{s:s,s:I,s:I,s:I}",
+                "name",
+                name ?: "",
+                "bytes_sent",
+                (json_int_t) st.tx_bytes,
+                "bytes_received",
+                (json_int_t) st.rx_bytes,
+                "leases",
+                (json_int_t) (n ? n->n_leases : 0));
+}
+
+int vm_metrics_json(Vm *v, json_t **ret, ApiError *reterr) {
+        json_auto_t *o = json_object(), *host = json_object(), *guest = NULL;
+        usec_t created, installed, booted, ready, now = now_usec(CLOCK_REALTIME);
+        pid_t pid = vm_qemu_pid(v);
+        VmGuest *g = vm_guest(v);
+        ProcStats ps;
+        char url[256];
+
+        if (!o || !host)
+                return -ENOMEM;
+        vm_times(v, &created, &installed, &booted, &ready);
+        if (json_object_set_new(host, "state", json_string(vm_state_to_string(vm_state(v)))) < 0 ||
+            json_object_set_new(host, "attestation", json_string(attestation_word(v))) < 0)
+                return -ENOMEM;
+        if (pid > 0) {
+                if (json_object_set_new(host, "pid", json_integer(pid)) < 0)
+                        return -ENOMEM;
+                if (proc_stats(pid, &ps) >= 0 &&
+                    (set_float(host, "cpu_seconds", ps.cpu_seconds) < 0 ||
+                     json_object_set_new(host, "memory_rss_bytes", json_integer((json_int_t) ps.rss_bytes)) <
+                             0))
+                        return -ENOMEM;
+        }
+        if (json_object_set_new(host, "disk_bytes", json_integer((json_int_t) vm_disk_bytes(v))) < 0)
+                return -ENOMEM;
+        if (installed > 0 && created > 0 && installed >= created &&
+            set_float(host, "install_seconds", secs(created, installed)) < 0)
+                return -ENOMEM;
+        if (ready > 0 && booted > 0 && ready >= booted &&
+            set_float(host, "boot_to_ready_seconds", secs(booted, ready)) < 0)
+                return -ENOMEM;
+        if (json_object_set_new(host, "network", network_json(vm_manager(v), vm_network(v))) < 0)
+                return -ENOMEM;
+
+        if (g->has_upload && g->last_is_report && g->report) {
+                GuestReport *rep = g->report;
+
+                guest = json_object();
+                if (!guest || vm_json_set_time(guest, "received_at", g->received_at) < 0 ||
+                    (rep->generated_at > 0 && vm_json_set_time(guest, "generated_at", rep->generated_at) < 0) ||
+                    set_float(guest, "report_age_seconds", now > g->received_at ? secs(g->received_at, now) : 0) <
+                            0 ||
+                    json_object_set_new(guest, "families", json_integer((json_int_t) rep->n_families)) < 0 ||
+                    json_object_set_new(guest, "series", json_integer((json_int_t) rep->n_entries)) < 0 ||
+                    json_object_set_new(guest, "series_exported", json_integer((json_int_t) rep->n_series)) <
+                            0 ||
+                    json_object_set_new(
+                            guest,
+                            "series_dropped",
+                            json_integer((
+                                    json_int_t) (rep->dropped[GUEST_DROP_LIMIT] + rep->dropped[GUEST_DROP_UNSUPPORTED] + rep->dropped[GUEST_DROP_DUPLICATE]))) <
+                            0 ||
+                    json_object_set(guest, "sample", rep->sample ?: json_null()) < 0)
+                        return -ENOMEM;
+        }
+
+        if (json_object_set_new(o, "id", json_string(vm_id(v))) < 0 ||
+            json_object_set(o, "host", host) < 0 || json_object_set(o, "guest", guest ?: json_null()) < 0)
+                return -ENOMEM;
+        if (g->has_upload) {
+                snprintf(url, sizeof(url), "/api/v1/vms/%s/report", vm_id(v));
+                if (json_object_set_new(o, "raw_report_url", json_string(url)) < 0)
+                        return -ENOMEM;
+        }
+        if (!g->has_upload || !guest) {
+                if (json_object_set_new(
+                            o, "note", json_string(g->has_upload ? GUEST_NOTE_NOT_REPORT : GUEST_NOTE_NONE)) <
+                    0)
+                        return -ENOMEM;
+        }
+        *ret = TAKE_PTR(o);
+        return 0;
+}
+
+/* ---- the exposition ---------------------------------------------------------------------------- */
+
+#define VM_LABELS(v) "vm", vm_id(v), "name", vm_name(v)
+
+static void write_vm_gauge(
+        MetricsBuf *f, Manager *m, const char *name, const char *help, double (*get)(Vm *v, bool *ok)) {
+        metrics_write_family(f, name, "gauge", help);
+        for (size_t i = 0; i < m->n_vms; i++) {
+                bool ok = true;
+                double x = get(m->vms[i], &ok);
+                if (ok)
+                        metrics_write_samplel(f, name, x, VM_LABELS(m->vms[i]), NULL);
+        }
+}
+
+static double get_created(Vm *v, bool *ok) {
+        usec_t c;
+        vm_times(v, &c, NULL, NULL, NULL);
+        *ok = c > 0;
+        return (double) c / USEC_PER_SEC;
+}
+
+static double get_install(Vm *v, bool *ok) {
+        usec_t c, i;
+        vm_times(v, &c, &i, NULL, NULL);
+        *ok = c > 0 && i >= c;
+        return *ok ? secs(c, i) : 0;
+}
+
+static double get_ready(Vm *v, bool *ok) {
+        usec_t b, r;
+        vm_times(v, NULL, NULL, &b, &r);
+        *ok = b > 0 && r >= b;
+        return *ok ? secs(b, r) : 0;
+}
+
+static double get_disk(Vm *v, bool *ok) {
+        return (double) vm_disk_bytes(v);
+}
+
+static void write_host_families(MetricsBuf *f, Manager *m) {
+        static const char *const att_words[] = { "disabled", "pending", "released", "failed" };
+        unsigned counts[_VM_STATE_MAX] = {};
+        ProcStats *ps = calloc(m->n_vms ?: 1, sizeof(ProcStats));
+        bool *has_ps = calloc(m->n_vms ?: 1, sizeof(bool));
+
+        metrics_write_family(
+                f,
+                "vm_manager_vm_state",
+                "gauge",
+                "Current lifecycle state of each VM (1 for the current state).");
+        for (size_t i = 0; i < m->n_vms; i++) {
+                Vm *v = m->vms[i];
+                VmState cur = vm_state(v);
+
+                if (cur >= 0 && cur < _VM_STATE_MAX)
+                        counts[cur]++;
+                for (VmState s = 0; s < _VM_STATE_MAX; s++)
+                        metrics_write_samplel(
+                                f,
+                                "vm_manager_vm_state",
+                                s == cur ? 1 : 0,
+                                VM_LABELS(v),
+                                "state",
+                                vm_state_to_string(s),
+                                NULL);
+        }
+
+        metrics_write_family(
+                f,
+                "vm_manager_vm_attestation",
+                "gauge",
+                "Attestation of each VM's current boot: disabled, pending, released or failed (1 for the current one).");
+        for (size_t i = 0; i < m->n_vms; i++) {
+                const char *w = attestation_word(m->vms[i]);
+                for (size_t k = 0; k < ELEMENTSOF(att_words); k++)
+                        metrics_write_samplel(
+                                f,
+                                "vm_manager_vm_attestation",
+                                streq(w, att_words[k]) ? 1 : 0,
+                                VM_LABELS(m->vms[i]),
+                                "state",
+                                att_words[k],
+                                NULL);
+        }
+
+        metrics_write_family(f, "vm_manager_vm_info", "gauge", "Static facts of each VM as labels (always 1).");
+        for (size_t i = 0; i < m->n_vms; i++) {
+                Vm *v = m->vms[i];
+                metrics_write_samplel(
+                        f,
+                        "vm_manager_vm_info",
+                        1,
+                        VM_LABELS(v),
+                        "network",
+                        vm_network(v) ?: "",
+                        "ip",
+                        vm_ip(v) ?: "",
+                        "image",
+                        vm_spec(v)->image ?: "",
+                        NULL);
+        }
+
+        write_vm_gauge(
+                f,
+                m,
+                "vm_manager_vm_created_timestamp_seconds",
+                "When the VM was created (Unix seconds).",
+                get_created);
+        write_vm_gauge(
+                f,
+                m,
+                "vm_manager_vm_install_seconds",
+                "How long the VM's install took (created to installed).",
+                get_install);
+        write_vm_gauge(
+                f,
+                m,
+                "vm_manager_vm_boot_to_ready_seconds",
+                "Seconds from the start of the current installed boot to READY=1.",
+                get_ready);
+
+        for (size_t i = 0; ps && has_ps && i < m->n_vms; i++)
+                has_ps[i] = proc_stats(vm_qemu_pid(m->vms[i]), &ps[i]) >= 0;
+        metrics_write_family(
+                f,
+                "vm_manager_vm_cpu_seconds_total",
+                "counter",
+                "CPU time (user and system) of the VM's QEMU process.");
+        for (size_t i = 0; ps && has_ps && i < m->n_vms; i++)
+                if (has_ps[i])
+                        metrics_write_samplel(
+                                f,
+                                "vm_manager_vm_cpu_seconds_total",
+                                ps[i].cpu_seconds,
+                                VM_LABELS(m->vms[i]),
+                                NULL);
+        metrics_write_family(
+                f, "vm_manager_vm_memory_rss_bytes", "gauge", "Resident memory of the VM's QEMU process.");
+        for (size_t i = 0; ps && has_ps && i < m->n_vms; i++)
+                if (has_ps[i])
+                        metrics_write_samplel(
+                                f,
+                                "vm_manager_vm_memory_rss_bytes",
+                                (double) ps[i].rss_bytes,
+                                VM_LABELS(m->vms[i]),
+                                NULL);
+        free(ps);
+        free(has_ps);
+
+        write_vm_gauge(f, m, "vm_manager_vm_disk_bytes", "Size of the VM's disk volume.", get_disk);
+
+        metrics_write_family(f, "vm_manager_vms", "gauge", "Number of VMs per lifecycle state.");
+        for (VmState s = 0; s < _VM_STATE_MAX; s++)
+                metrics_write_samplel(f, "vm_manager_vms", counts[s], "state", vm_state_to_string(s), NULL);
+
+        metrics_write_family(
+                f,
+                "vm_manager_network_bytes_total",
+                "counter",
+                "Bytes over each network's switch: sent to VMs and received from them (with 4-byte frame prefixes).");
+        for (size_t i = 0; i < network_registry_size(m->networks); i++) {
+                Network *n = network_registry_at(m->networks, i);
+                NetSwitch *sw = manager_switch_get(m, n->name);
+                NetStats st = {};
+
+                if (sw)
+                        net_switch_get_stats(sw, &st);
+                metrics_write_samplel(
+                        f,
+                        "vm_manager_network_bytes_total",
+                        (double) st.tx_bytes,
+                        "network",
+                        n->name,
+                        "direction",
+                        "sent",
+                        NULL);
+                metrics_write_samplel(
+                        f,
+                        "vm_manager_network_bytes_total",
+                        (double) st.rx_bytes,
+                        "network",
+                        n->name,
+                        "direction",
+                        "received",
+                        NULL);
+        }
+        metrics_write_family(f, "vm_manager_network_leases", "gauge", "Address leases held on each network.");
+        for (size_t i = 0; i < network_registry_size(m->networks); i++) {
+                Network *n = network_registry_at(m->networks, i);
+                metrics_write_samplel(
+                        f, "vm_manager_network_leases", (double) n->n_leases, "network", n->name, NULL);
+        }
+
+        metrics_write_histogram(
+                f,
+                "vm_manager_vm_install_duration_seconds",
+                "Durations of successful installs (created to installed), since vm-manager started.",
+                &m->install_seconds);
+        metrics_write_histogram(
+                f,
+                "vm_manager_vm_boot_to_ready_duration_seconds",
+                "Durations from an installed boot's start to READY=1, since vm-manager started.",
+                &m->boot_to_ready_seconds);
+}
+
+static void write_build_and_process(MetricsBuf *f, Manager *m) {
+        ProcStats ps;
+        struct rlimit rl;
+        FILE *up;
+        double boot_time = 0;
+        unsigned fds = 0;
+        DIR *d;
+
+        metrics_write_family(f, "vm_manager_build_info", "gauge", "The vm-manager build (always 1).");
+        metrics_write_samplel(
+                f,
+                "vm_manager_build_info",
+                1,
+                "version",
+                m->version ?: "",
+                "commit",
+                m->commit ?: "",
+                "built",
+                m->built ?: "",
+                NULL);
+
+        if (proc_stats(getpid(), &ps) < 0)
+                return;
+        up = fopen("/proc/stat", "re");
+        if (up) {
+                char line[256];
+                while (fgets(line, sizeof(line), up))
+                        if (sscanf(line, "btime %lf", &boot_time) == 1)
+                                break;
+                fclose(up);
+        }
+        d = opendir("/proc/self/fd");
+        if (d) {
+                for (struct dirent *de; (de = readdir(d));)
+                        if (de->d_name[0] != '.')
+                                fds++;
+                closedir(d);
+        }
+        metrics_write_family(
+                f, "process_cpu_seconds_total", "counter", "CPU time (user and system) of vm-manager.");
+        metrics_write_sample(f, "process_cpu_seconds_total", NULL, NULL, 0, ps.cpu_seconds);
+        metrics_write_family(f, "process_resident_memory_bytes", "gauge", "Resident memory of vm-manager.");
+        metrics_write_sample(f, "process_resident_memory_bytes", NULL, NULL, 0, (double) ps.rss_bytes);
+        metrics_write_family(f, "process_virtual_memory_bytes", "gauge", "Virtual memory of vm-manager.");
+        metrics_write_sample(f, "process_virtual_memory_bytes", NULL, NULL, 0, (double) ps.vsize_bytes);
+        metrics_write_family(f, "process_open_fds", "gauge", "Open file descriptors of vm-manager.");
+        metrics_write_sample(
+                f, "process_open_fds", NULL, NULL, 0, fds > 0 ? fds - 1 : 0); /* not the one reading */
+        if (getrlimit(RLIMIT_NOFILE, &rl) >= 0) {
+                metrics_write_family(f, "process_max_fds", "gauge", "File descriptor limit of vm-manager.");
+                metrics_write_sample(f, "process_max_fds", NULL, NULL, 0, (double) rl.rlim_cur);
+        }
+        if (boot_time > 0) {
+                metrics_write_family(
+                        f, "process_start_time_seconds", "gauge", "When vm-manager started (Unix seconds).");
+                metrics_write_sample(
+                        f, "process_start_time_seconds", NULL, NULL, 0, boot_time + ps.start_seconds);
+        }
+}
+
+/* ---- guest families: merged across VMs by metric name, with the union of their label names ----- */
+
+typedef struct GuestFamily {
+        const char *name, *family, *type;
+        char **labels; /* the union, in order of first appearance */
+        size_t n_labels;
+        /* the series of this family: (vm, series) */
+        struct {
+                Vm *vm;
+                const GuestSeries *s;
+        } * members;
+        size_t n_members;
+} GuestFamily;
+
+static const char *kind_type(GuestSeriesKind k) {
+        return k == GUEST_SERIES_COUNTER ? "counter" : "gauge";
+}
+
+/* Finds or adds the family of name; a sorted array with binary search keeps 50 VMs × 1000 series
+ * cheap. *fams is kept sorted by inserting in place. */
+static GuestFamily *family_get(GuestFamily **fams, size_t *n, size_t *cap, const GuestSeries *s) {
+        size_t lo = 0, hi = *n;
+
+        while (lo < hi) {
+                size_t mid = (lo + hi) / 2;
+                int c = strcmp((*fams)[mid].name, s->name);
+                if (c == 0)
+                        return &(*fams)[mid];
+                if (c < 0)
+                        lo = mid + 1;
+                else
+                        hi = mid;
+        }
+        if (*n == *cap) {
+                size_t nc = *cap ? *cap * 2 : 64;
+                GuestFamily *nf = reallocarray(*fams, nc, sizeof(GuestFamily));
+                if (!nf)
+                        return NULL;
+                *fams = nf;
+                *cap = nc;
+        }
+        memmove(*fams + lo + 1, *fams + lo, (*n - lo) * sizeof(GuestFamily));
+        (*fams)[lo] = (GuestFamily){ .name = s->name, .family = s->family, .type = kind_type(s->kind) };
+        (*n)++;
+        return &(*fams)[lo];
+}
+
+static int family_add(GuestFamily *fam, Vm *v, const GuestSeries *s) {
+        void *nm;
+
+        for (size_t i = 0; i < s->n_labels; i++) {
+                bool found = false;
+                for (size_t k = 0; k < fam->n_labels && !found; k++)
+                        found = streq(fam->labels[k], s->label_names[i]);
+                if (!found) {
+                        char **nl = reallocarray(fam->labels, fam->n_labels + 1, sizeof(char *));
+                        if (!nl)
+                                return -ENOMEM;
+                        fam->labels = nl;
+                        fam->labels[fam->n_labels++] = s->label_names[i];
+                }
+        }
+        if ((fam->n_members & (fam->n_members - 1)) == 0) { /* grow at powers of two */
+                nm = reallocarray(
+                        fam->members, fam->n_members ? fam->n_members * 2 : 1, sizeof(fam->members[0]));
+                if (!nm)
+                        return -ENOMEM;
+                fam->members = nm;
+        }
+        fam->members[fam->n_members].vm = v;
+        fam->members[fam->n_members++].s = s;
+        return 0;
+}
+
+static bool is_bookkeeping(const char *name) {
+        return streq(name, "vm_guest_report_age_seconds") || streq(name, "vm_guest_report_series") ||
+                streq(name, "vm_guest_reports_total") || streq(name, "vm_guest_report_series_dropped_total");
+}
+
+static int write_guest_families(MetricsBuf *f, Manager *m) {
+        static const char *const reasons[] = {
+                [GUEST_DROP_LIMIT] = "limit", [GUEST_DROP_UNSUPPORTED] = "unsupported", [GUEST_DROP_DUPLICATE] = "duplicate"
+        };
+        GuestFamily *fams = NULL;
+        size_t n = 0, cap = 0;
+        usec_t now = now_usec(CLOCK_REALTIME);
+        int r = 0;
+
+        for (size_t i = 0; i < m->n_vms && r >= 0; i++) {
+                GuestReport *rep = vm_guest(m->vms[i])->report;
+                for (size_t k = 0; rep && k < rep->n_series && r >= 0; k++) {
+                        GuestFamily *fam;
+
+                        /* the bookkeeping families below are ours */
+                        if (is_bookkeeping(rep->series[k].name))
+                                continue;
+                        fam = family_get(&fams, &n, &cap, &rep->series[k]);
+                        r = fam ? family_add(fam, m->vms[i], &rep->series[k]) : -ENOMEM;
+                }
+        }
+        for (size_t i = 0; i < n && r >= 0; i++) {
+                GuestFamily *fam = &fams[i];
+                size_t nl = fam->n_labels + 1;
+                const char **names = calloc(nl, sizeof(char *)), **values = calloc(nl, sizeof(char *));
+                _cleanup_free_ char *help = NULL;
+
+                if (!names || !values || asprintf(&help, "Guest systemd-report family %s.", fam->family) < 0) {
+                        free(names);
+                        free(values);
+                        r = -ENOMEM;
+                        break;
+                }
+                names[0] = "vm";
+                for (size_t k = 0; k < fam->n_labels; k++)
+                        names[k + 1] = fam->labels[k];
+                /* a name used as counter by one guest and gauge by another keeps the first type */
+                metrics_write_family(f, fam->name, fam->type, help);
+                for (size_t j = 0; j < fam->n_members; j++) {
+                        const GuestSeries *s = fam->members[j].s;
+                        values[0] = vm_id(fam->members[j].vm);
+                        for (size_t k = 0; k < fam->n_labels; k++) {
+                                values[k + 1] = "";
+                                for (size_t q = 0; q < s->n_labels; q++)
+                                        if (streq(s->label_names[q], fam->labels[k])) {
+                                                values[k + 1] = s->label_values[q];
+                                                break;
+                                        }
+                        }
+                        metrics_write_sample(f, fam->name, names, values, nl, s->value);
+                }
+                free(names);
+                free(values);
+        }
+        for (size_t i = 0; i < n; i++) {
+                free(fams[i].labels);
+                free(fams[i].members);
+        }
+        free(fams);
+        if (r < 0)
+                return r;
+
+        metrics_write_family(
+                f, "vm_guest_report_age_seconds", "gauge", "Seconds since the guest's last report upload.");
+        for (size_t i = 0; i < m->n_vms; i++) {
+                VmGuest *g = vm_guest(m->vms[i]);
+                if (g->has_upload)
+                        metrics_write_samplel(
+                                f,
+                                "vm_guest_report_age_seconds",
+                                now > g->received_at ? secs(g->received_at, now) : 0,
+                                "vm",
+                                vm_id(m->vms[i]),
+                                NULL);
+        }
+        metrics_write_family(
+                f, "vm_guest_report_series", "gauge", "Series exported from the guest's last report.");
+        for (size_t i = 0; i < m->n_vms; i++) {
+                VmGuest *g = vm_guest(m->vms[i]);
+                if (g->report)
+                        metrics_write_samplel(
+                                f,
+                                "vm_guest_report_series",
+                                (double) g->report->n_series,
+                                "vm",
+                                vm_id(m->vms[i]),
+                                NULL);
+        }
+        metrics_write_family(f, "vm_guest_reports_total", "counter", "Report uploads received from the guest.");
+        for (size_t i = 0; i < m->n_vms; i++)
+                metrics_write_samplel(
+                        f,
+                        "vm_guest_reports_total",
+                        (double) vm_guest(m->vms[i])->uploads,
+                        "vm",
+                        vm_id(m->vms[i]),
+                        NULL);
+        metrics_write_family(
+                f,
+                "vm_guest_report_series_dropped_total",
+                "counter",
+                "Report entries not exported, by reason: limit, unsupported, duplicate.");
+        for (size_t i = 0; i < m->n_vms; i++)
+                for (size_t k = 0; k < _GUEST_DROP_MAX; k++)
+                        metrics_write_samplel(
+                                f,
+                                "vm_guest_report_series_dropped_total",
+                                (double) vm_guest(m->vms[i])->dropped[k],
+                                "vm",
+                                vm_id(m->vms[i]),
+                                "reason",
+                                reasons[k],
+                                NULL);
+        return 0;
+}
+
+int manager_metrics_text(Manager *m, char **ret, size_t *ret_size) {
+        _cleanup_(metrics_buf_done) MetricsBuf b = {};
+        int r;
+
+        /* the last scrape's size, so that a big exposition is not built by doubling */
+        metrics_buf_reserve(&b, m->metrics_size_hint + m->metrics_size_hint / 8);
+        write_build_and_process(&b, m);
+        write_host_families(&b, m);
+        r = write_guest_families(&b, m);
+        if (r >= 0 && b.oom)
+                r = -ENOMEM;
+        if (r < 0)
+                return r;
+        m->metrics_size_hint = b.size;
+        *ret_size = b.size;
+        *ret = TAKE_PTR(b.data);
+        return 0;
+}
