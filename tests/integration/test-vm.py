@@ -122,6 +122,19 @@ def test_lifecycle(work):
                "\n".join(processes_under(vm["paths"]["dir"])))
     status, net = api(port, "GET", "/networks/default")
     tap.result(any(l["vmID"] == vm_id for l in net["leases"]), "... the network lists its lease", json.dumps(net))
+    # the metrics of a real boot: the durations get_vm_metrics and /metrics report
+    status, m = api(port, "GET", "/vms/%s/metrics" % vm_id)
+    h = (m or {}).get("host", {})
+    tap.result(status == 200 and h.get("state") == "ready" and h.get("install_seconds", 0) > 0
+               and h.get("boot_to_ready_seconds", 0) > 0 and h.get("pid", 0) > 0 and h.get("memory_rss_bytes", 0) > 0,
+               "get_vm_metrics: install and boot-to-ready seconds, QEMU's pid and RSS", repr(m)[:400])
+    _, _, text = http_request(port, "GET", "/metrics", timeout=30)
+    text = text.decode()
+    tap.result("vm_manager_vm_boot_to_ready_duration_seconds_count 1\n" in text
+               and "vm_manager_vm_install_duration_seconds_count 1\n" in text
+               and ('vm_manager_vm_state{vm="%s",name="life",state="ready"} 1\n' % vm_id) in text,
+               "/metrics: one install and one boot-to-ready observed, the VM ready",
+               "\n".join(l for l in text.splitlines() if "_count" in l or ("state=\"ready\"" in l and vm_id in l)))
 
     status, con = api(port, "GET", "/vms/%s/console?lines=1000" % vm_id)
     tap.result(status == 200 and "READY=1" in con["console"],
