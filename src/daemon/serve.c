@@ -624,7 +624,7 @@ static int run(void) {
         r = imds_server_new(d.manager, &d.imds);
         if (r < 0)
                 return log_error_errno(r, "Failed to set up the metadata service: %m");
-        r = api_rest_new(&d.rest, d.manager);
+        r = api_rest_new(&d.rest, d.manager, /* tracer= */ NULL);
         if (r < 0)
                 return log_error_errno(r, "Failed to set up the REST API: %m");
 
