@@ -18,11 +18,12 @@ typedef struct CachedBody {
 
 struct ApiRest {
         Manager *manager;
+        Tracer *tracer;
         CachedBody *cache; /* one per operation of the table */
         size_t n_cache;
 };
 
-int api_rest_new(ApiRest **ret, Manager *m) {
+int api_rest_new(ApiRest **ret, Manager *m, Tracer *tracer) {
         _cleanup_(api_rest_freep) ApiRest *a = NULL;
 
         assert_return(ret && m, -EINVAL);
@@ -30,6 +31,7 @@ int api_rest_new(ApiRest **ret, Manager *m) {
         if (!a)
                 return -ENOMEM;
         a->manager = m;
+        a->tracer = tracer;
         (void) operation_table(&a->n_cache);
         a->cache = calloc(a->n_cache, sizeof(CachedBody));
         if (!a->cache)
@@ -164,6 +166,10 @@ static void rest_done(int r, json_t *result, const ApiError *e, void *userdata) 
         free(c);
 }
 
+static void on_request_done(unsigned status, void *userdata) {
+        span_end_http_server(userdata, status);
+}
+
 bool api_rest_handle(ApiRest *a, HttpRequest *req) {
         _cleanup_(api_error_done) ApiError e = API_ERROR_NULL;
         const char *path = http_request_path(req), *method = http_request_method(req), *sub;
@@ -178,8 +184,15 @@ bool api_rest_handle(ApiRest *a, HttpRequest *req) {
         if (*sub != 0 && *sub != '/')
                 return false; /* "/api/v10" is not ours */
 
+        /* One server span per request, ended with the response; named by the route once known. */
+        Span *span = span_start_http_server(
+                a->tracer, method, API_REST_PREFIX, path, http_request_header(req, "traceparent"));
+        if (span)
+                http_request_on_done(req, on_request_done, span);
+
         bool get = streq(method, "GET") || streq(method, "HEAD");
         if (get && streq(sub, "/openapi.yaml")) {
+                span_set_http_route(span, API_REST_PREFIX, sub);
                 (void) http_request_reply(
                         req, 200, "application/yaml", api_openapi_yaml, api_openapi_yaml_size);
                 return true;
@@ -232,6 +245,7 @@ bool api_rest_handle(ApiRest *a, HttpRequest *req) {
                 reply_error(req, &e);
                 return true;
         }
+        span_set_http_route(span, API_REST_PREFIX, op->path);
 
         /* The order of checks decides 400 against 404: the body is decoded and checked before any
          * record is looked up. */

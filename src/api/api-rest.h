@@ -5,12 +5,14 @@
 
 #include "http-server.h"
 #include "manager.h"
+#include "trace.h"
 
 #define API_REST_PREFIX "/api/v1"
 
 typedef struct ApiRest ApiRest;
 
-int api_rest_new(ApiRest **ret, Manager *m);
+/* tracer (borrowed, may be NULL) gets one server span per request. */
+int api_rest_new(ApiRest **ret, Manager *m, Tracer *tracer);
 ApiRest *api_rest_free(ApiRest *a);
 DEFINE_TRIVIAL_CLEANUP_FUNC(ApiRest *, api_rest_free);
 

@@ -24,9 +24,11 @@
 #include "network.h"
 #include "parse-util.h"
 #include "serve.h"
+#include "trace.h"
 #include "version.h"
 
 #define SHUTDOWN_GRACE (15 * USEC_PER_SEC)
+#define TRACE_FLUSH_TIMEOUT (2 * USEC_PER_SEC)
 #define LOCK_FILE "vm-manager.lock"
 
 static char *arg_listen = NULL;
@@ -372,6 +374,7 @@ typedef struct Daemon {
         McpServer *mcp;
         ImdsServer *imds;
         HttpServer *http;
+        Tracer *tracer;
         sd_event_source *sigterm, *sigint, *drain_timer, *ready_defer;
         DaemonPhase phase;
         usec_t stop_deadline;
@@ -385,6 +388,8 @@ static void daemon_done(Daemon *d) {
         d->rest = api_rest_free(d->rest);
         d->imds = imds_server_free(d->imds);
         d->manager = manager_free(d->manager);
+        /* last of the span producers gone: send what they left */
+        d->tracer = tracer_free(d->tracer, TRACE_FLUSH_TIMEOUT);
         d->sigterm = sd_event_source_disable_unref(d->sigterm);
         d->sigint = sd_event_source_disable_unref(d->sigint);
         d->drain_timer = sd_event_source_disable_unref(d->drain_timer);
@@ -600,8 +605,22 @@ static int listen_fd_from_systemd(void) {
 static int run(void) {
         _cleanup_(daemon_done) Daemon d = { .lock_fd = -EBADF };
         _cleanup_(api_error_done) ApiError e = API_ERROR_NULL;
+        _cleanup_free_ char *message = NULL;
         sigset_t mask;
         int r;
+
+        r = sd_event_default(&d.event);
+        if (r < 0)
+                return log_error_errno(r, "Failed to allocate the event loop: %m");
+
+        /* OTEL_*: a configuration that cannot work stops us before anything is touched */
+        r = tracer_new_from_env(&d.tracer, d.event, vmm_version, &message);
+        if (r < 0)
+                return log_error_errno(r, "%s", message ?: "Failed to set up tracing: %m");
+        if (message)
+                log_warning("%s", message);
+        if (d.tracer)
+                log_info("Exporting traces to %s.", tracer_endpoint(d.tracer));
 
         r = make_private_dir(arg_state_dir);
         if (r < 0)
@@ -613,9 +632,6 @@ static int run(void) {
         if (r < 0)
                 return r;
 
-        r = sd_event_default(&d.event);
-        if (r < 0)
-                return log_error_errno(r, "Failed to allocate the event loop: %m");
         (void) sd_event_set_watchdog(d.event, true);
 
         sigemptyset(&mask);
@@ -679,7 +695,7 @@ static int run(void) {
         r = imds_server_new(d.manager, &d.imds);
         if (r < 0)
                 return log_error_errno(r, "Failed to set up the metadata service: %m");
-        r = api_rest_new(&d.rest, d.manager);
+        r = api_rest_new(&d.rest, d.manager, d.tracer);
         if (r < 0)
                 return log_error_errno(r, "Failed to set up the REST API: %m");
 
@@ -689,6 +705,7 @@ static int run(void) {
                 &(McpServerOptions){
                         .path = arg_mcp_path,
                         .loopback_only = address_is_loopback(http_server_address(d.http)),
+                        .tracer = d.tracer,
                 });
         if (r < 0)
                 return log_error_errno(r, "Failed to set up MCP: %m");

@@ -41,6 +41,8 @@ struct HttpRequest {
         struct MHD_Response *response; /* built, not yet queued */
         unsigned status;
         char **headers; /* name, value, name, value, …, NULL */
+        HttpRequestDone done;
+        void *done_userdata;
 
         /* A streamed body (http_request_reply_stream()): bytes queued and not yet sent. */
         bool streaming;
@@ -140,6 +142,11 @@ int http_request_body_json(HttpRequest *r, json_t **ret, ApiError *reterr) {
 
 bool http_request_is_connected(HttpRequest *r) {
         return r->connection != NULL;
+}
+
+void http_request_on_done(HttpRequest *r, HttpRequestDone done, void *userdata) {
+        r->done = done;
+        r->done_userdata = userdata;
 }
 
 void http_request_suspend(HttpRequest *r) {
@@ -514,6 +521,12 @@ static void on_completed(
                         "request %s %s",
                         r->method ?: "?",
                         r->path ?: "?");
+        }
+
+        if (r->done) {
+                HttpRequestDone done = TAKE_PTR(r->done);
+
+                done(toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? r->status : 0, r->done_userdata);
         }
 
         r->connection = NULL;

@@ -69,6 +69,12 @@ uint64_t http_request_id(HttpRequest *r);
 /* The body parsed as JSON (json_parse_body()); a new reference. */
 int http_request_body_json(HttpRequest *r, json_t **ret, ApiError *reterr);
 
+/* Called once when the request is over: status is the one of the response delivered, 0 when the
+ * connection ended first. Runs also for requests still open when the server is freed. */
+typedef void (*HttpRequestDone)(unsigned status, void *userdata);
+/* Sets the request's completion callback (one per request; a later call replaces it). */
+void http_request_on_done(HttpRequest *r, HttpRequestDone done, void *userdata);
+
 /* Keeps the connection open without an answer; a later reply resumes it. */
 void http_request_suspend(HttpRequest *r);
 /* False once the client went away; a reply is then dropped. */

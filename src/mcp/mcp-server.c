@@ -53,6 +53,7 @@ typedef struct McpSession {
 
 struct McpServer {
         Manager *manager;
+        Tracer *tracer;
         char *path;
         bool loopback_only;
         McpSession *sessions;
@@ -67,6 +68,7 @@ int mcp_server_new(McpServer **ret, Manager *m, const McpServerOptions *o) {
         if (!s)
                 return -ENOMEM;
         s->manager = m;
+        s->tracer = o->tracer;
         s->loopback_only = o->loopback_only;
         s->max_sessions = o->max_sessions ?: MCP_SESSIONS_DEFAULT;
         s->path = strdup(o->path);
@@ -339,7 +341,21 @@ typedef struct ToolCall {
         bool streaming;         /* the answer became an event stream */
         bool in_call;           /* still inside the handler: completion is synchronous */
         json_t *result;         /* the tool result, when it completed synchronously */
+        Span *tool_span;        /* ends when the tool produced its result */
+        Span *call_span;        /* the request's, when its answer is deferred: ends with the answer */
 } ToolCall;
+
+/* A span "<prefix><name>" below parent; NULL without a tracer. */
+static Span *mcp_span_start(McpServer *s, const char *prefix, const char *name, const Span *parent) {
+        _cleanup_free_ char *full = NULL;
+
+        if (!s->tracer)
+                return NULL;
+        asprintf_or_null(&full, "%s%s", prefix, name);
+        if (!full)
+                return NULL;
+        return span_start(s->tracer, full, SPAN_KIND_INTERNAL, parent, /* traceparent= */ NULL);
+}
 
 /* One server-sent event carrying a JSON-RPC message. */
 static int stream_message(HttpRequest *req, json_t *msg) {
@@ -390,10 +406,12 @@ static void tool_call_done(int r, json_t *resource, const ApiError *e, void *use
                 if (e && api_error_http_status(e) >= 500)
                         log_struct(LOG_ERR, LOG_FIELDS({ "TOOL", c->op->name }), "%s", e->message);
                 result = e ? tool_error(e) : NULL;
+                span_set_error(c->tool_span, e ? e->message : NULL);
         } else {
                 json_auto_t *empty = resource ? NULL : json_object();
                 result = tool_result(c->op, resource ?: empty);
         }
+        span_end(TAKE_PTR(c->tool_span));
         if (c->in_call) {
                 c->result = result;
                 return;
@@ -410,13 +428,21 @@ static void tool_call_done(int r, json_t *resource, const ApiError *e, void *use
                 http_request_unref(c->req);
         } else
                 json_decref(result);
+        span_end(c->call_span);
         json_decref(c->id);
         json_decref(c->progress_token);
         free(c);
 }
 
+/* call_span: the request's span; a deferred answer takes it. */
 static json_t *handle_tools_call(
-        McpServer *s, McpPost *post, json_t *id, json_t *params, int *ret_code, const char **ret_message) {
+        McpServer *s,
+        McpPost *post,
+        json_t *id,
+        json_t *params,
+        Span **call_span,
+        int *ret_code,
+        const char **ret_message) {
         _cleanup_(api_error_done) ApiError e = API_ERROR_NULL;
         json_auto_t *resource = NULL, *empty = NULL;
         const Operation *op;
@@ -448,6 +474,10 @@ static json_t *handle_tools_call(
                 return NULL;
         }
 
+        span_set_attr_string(*call_span, "gen_ai.tool.name", op->name);
+        _cleanup_(span_endp) Span *tool_span = mcp_span_start(s, "tool.", op->name, *call_span);
+        span_set_attr_string(tool_span, "gen_ai.tool.name", op->name);
+
         if (op->async_handler) {
                 ToolCall *c = calloc(1, sizeof(ToolCall));
                 json_t *result, *token;
@@ -459,10 +489,13 @@ static json_t *handle_tools_call(
                 token = json_object_get(json_object_get(params, "_meta"), "progressToken");
                 if (json_is_string(token) || json_is_integer(token))
                         c->progress_token = json_incref(token);
+                c->tool_span = TAKE_PTR(tool_span);
                 c->in_call = true;
                 r = operation_run_async(op, s->manager, args, tool_call_done, tool_call_progress, c, &e);
                 c->in_call = false;
                 if (r < 0) {
+                        span_set_error(c->tool_span, e.message);
+                        span_end(c->tool_span);
                         json_decref(c->id);
                         json_decref(c->progress_token);
                         free(c);
@@ -485,12 +518,14 @@ static json_t *handle_tools_call(
                         return result;
                 }
                 c->req = http_request_ref(post->request);
+                c->call_span = TAKE_PTR(*call_span);
                 post->deferred = true;
                 return NULL;
         }
 
         r = operation_run(op, s->manager, args, &resource, &e);
         if (r < 0) {
+                span_set_error(tool_span, e.message);
                 if (api_error_http_status(&e) >= 500)
                         log_struct(LOG_ERR, LOG_FIELDS({ "TOOL", op->name }), "%s", e.message);
                 return tool_error(&e);
@@ -617,6 +652,10 @@ int mcp_server_process_post(McpServer *s, McpPost *p) {
                 return 0;
         }
 
+        /* One span per request, below the POST's; a deferred tools/call carries it to its answer. */
+        _cleanup_(span_endp) Span *span = mcp_span_start(s, "mcp.", method, p->span);
+        span_set_attr_string(span, "mcp.method.name", method);
+
         if (streq(method, "initialize")) {
                 result = handle_initialize(s, params, &session);
                 if (result)
@@ -626,15 +665,19 @@ int mcp_server_process_post(McpServer *s, McpPost *p) {
         else if (streq(method, "tools/list"))
                 result = handle_tools_list(s);
         else if (streq(method, "tools/call")) {
-                result = handle_tools_call(s, p, id, params, &code, &message);
+                result = handle_tools_call(s, p, id, params, &span, &code, &message);
                 if (p->deferred)
                         return 0; /* answered when the operation completes */
         } else {
+                span_set_attr_int(span, "rpc.jsonrpc.error_code", JSONRPC_METHOD_NOT_FOUND);
+                span_set_error(span, "method not found");
                 post_reply(p, 200, jsonrpc_error(id, JSONRPC_METHOD_NOT_FOUND, "method not found"));
                 return 0;
         }
 
         if (!result) {
+                span_set_attr_int(span, "rpc.jsonrpc.error_code", code ?: JSONRPC_INTERNAL_ERROR);
+                span_set_error(span, message ?: "out of memory");
                 post_reply(
                         p, 200, jsonrpc_error(id, code ?: JSONRPC_INTERNAL_ERROR, message ?: "out of memory"));
                 return 0;
@@ -643,11 +686,12 @@ int mcp_server_process_post(McpServer *s, McpPost *p) {
         return 0;
 }
 
-static void handle_post(McpServer *s, HttpRequest *req) {
+static void handle_post(McpServer *s, HttpRequest *req, const Span *span) {
         McpPost p = {
                 .content_type = http_request_header(req, "Content-Type"),
                 .session_id = http_request_header(req, "Mcp-Session-Id"),
                 .protocol_version = http_request_header(req, "MCP-Protocol-Version"),
+                .span = span,
         };
 
         p.body = http_request_body(req, &p.size);
@@ -716,11 +760,25 @@ static void handle_delete(McpServer *s, HttpRequest *req) {
         (void) http_request_reply(req, 204, NULL, NULL, 0);
 }
 
+static void on_post_done(unsigned status, void *userdata) {
+        span_end_http_server(userdata, status);
+}
+
 bool mcp_server_handle(McpServer *s, HttpRequest *req) {
         const char *method = http_request_method(req), *origin, *host;
+        Span *span = NULL;
 
         if (!streq(http_request_path(req), s->path))
                 return false;
+
+        /* A server span per POST, ended with its response (later for a deferred tool). The GET
+         * stream lives as long as the session: no span. */
+        if (streq(method, "POST")) {
+                span = span_start_http_server(
+                        s->tracer, method, s->path, s->path, http_request_header(req, "traceparent"));
+                if (span)
+                        http_request_on_done(req, on_post_done, span);
+        }
 
         /* A web page must not reach a loopback-only server through DNS rebinding: refuse foreign
          * Origin and Host headers when we listen on loopback. */
@@ -738,7 +796,7 @@ bool mcp_server_handle(McpServer *s, HttpRequest *req) {
         }
 
         if (streq(method, "POST"))
-                handle_post(s, req);
+                handle_post(s, req, span);
         else if (streq(method, "GET"))
                 handle_get(s, req);
         else if (streq(method, "DELETE"))

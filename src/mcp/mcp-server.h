@@ -4,6 +4,7 @@
 #include "cleanup.h"
 #include "http-server.h"
 #include "manager.h"
+#include "trace.h"
 
 /* MCP over streamable HTTP: JSON-RPC 2.0 on one endpoint, tools derived from the operation table.
  * Speaks 2025-11-25 and answers clients of 2025-06-18, 2025-03-26 and 2024-11-05. */
@@ -14,6 +15,7 @@ typedef struct McpServerOptions {
         const char *path;      /* the endpoint, e.g. "/mcp" */
         bool loopback_only;    /* the listener is on a loopback address: guard against DNS rebinding */
         unsigned max_sessions; /* 0: default */
+        Tracer *tracer;        /* borrowed, may be NULL: spans for POSTs, their requests and tools */
 } McpServerOptions;
 
 int mcp_server_new(McpServer **ret, Manager *m, const McpServerOptions *o);
@@ -28,6 +30,7 @@ typedef struct McpPost {
         const void *body;
         size_t size;
         HttpRequest *request; /* for answers that come later; NULL: none can */
+        const Span *span;     /* the POST's span, parent of the request's; may be NULL */
 
         unsigned status;            /* set by mcp_server_process_post() */
         json_t *reply;              /* the JSON-RPC answer, owned; NULL: an empty body */

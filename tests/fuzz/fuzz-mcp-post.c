@@ -11,10 +11,12 @@
 #include "mcp-server.h"
 
 /* One MCP POST body, in a session opened once: JSON-RPC framing, methods, tools/call arguments.
- * The Manager is real, on a scratch state directory, so tool calls run their handlers. */
+ * The Manager is real, on a scratch state directory, so tool calls run their handlers. A tracer
+ * records their spans (its loop never runs: nothing is sent, the queue fills and then drops). */
 
 static Manager *manager;
 static McpServer *server;
+static Tracer *tracer;
 static char session[64];
 static char state_dir[] = "/tmp/fuzz-mcp-XXXXXX";
 
@@ -25,6 +27,7 @@ static int remove_one(const char *path, const struct stat *st, int flag, struct 
 static void cleanup(void) {
         server = mcp_server_free(server);
         manager = manager_free(manager);
+        tracer = tracer_free(tracer, 0);
         (void) nftw(state_dir, remove_one, 16, FTW_DEPTH | FTW_PHYS);
 }
 
@@ -57,7 +60,10 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
                     },
                     NULL) < 0)
                 abort();
-        if (mcp_server_new(&server, manager, &(McpServerOptions){ .path = "/mcp" }) < 0)
+        if (setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9", 1) < 0 ||
+            tracer_new_from_env(&tracer, e, "fuzz", /* ret_message= */ NULL) < 0 || !tracer)
+                abort();
+        if (mcp_server_new(&server, manager, &(McpServerOptions){ .path = "/mcp", .tracer = tracer }) < 0)
                 abort();
 
         p.body = init;

@@ -127,7 +127,9 @@ def free_port():
 
 
 def base_env(workdir, **extra):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("VM_MANAGER_") and k not in SCRUB_ENV}
+    # OTEL_*: a tracer configured in the caller's environment would send our spans elsewhere
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("VM_MANAGER_") and not k.startswith("OTEL_") and k not in SCRUB_ENV}
     # Should a default ever be used by mistake, it lands in our temporary directory.
     env["HOME"] = os.path.join(workdir, "home")
     env["XDG_STATE_HOME"] = os.path.join(workdir, "xdg-state")

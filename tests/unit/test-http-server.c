@@ -32,7 +32,17 @@ typedef struct Fixture {
         int park_reply; /* what the late reply returned */
         unsigned order; /* completion order, bumped by handlers */
         unsigned slow_answered_at, fast_answered_at;
+        unsigned done_status[8]; /* what http_request_on_done() reported, in completion order */
+        unsigned n_done;
 } Fixture;
+
+static void on_request_done(unsigned status, void *userdata) {
+        Fixture *f = userdata;
+
+        if (f->n_done < ELEMENTSOF(f->done_status))
+                f->done_status[f->n_done] = status;
+        f->n_done++;
+}
 
 static int on_park_timer(sd_event_source *s, uint64_t usec, void *userdata) {
         Fixture *f = userdata;
@@ -47,6 +57,7 @@ static void handler(HttpRequest *req, void *userdata) {
         Fixture *f = userdata;
         const char *path = http_request_path(req);
 
+        http_request_on_done(req, on_request_done, f);
         if (streq(path, "/slow") || streq(path, "/slow-abandoned") || streq(path, "/forever")) {
                 /* A long wait: the connection is parked and another event answers it. */
                 http_request_suspend(req);
@@ -289,6 +300,28 @@ static void test_reply_after_client_left(void **state) {
         assert_true(f->park_reply == 0 || f->park_reply == -ECONNRESET);
 }
 
+static void test_on_done(void **state) {
+        Fixture *f = *state;
+        Exchange x[4];
+        ClientJob job = { .exchanges = x, .n = 4 };
+        usec_t deadline = now_usec(CLOCK_MONOTONIC) + 5 * USEC_PER_SEC;
+
+        set_request(&x[0], f->port, GET("/fast"));
+        set_request(&x[1], f->port, GET("/elsewhere"));
+        set_request(&x[2], f->port, GET("/silent"));
+        set_request(&x[3], f->port, GET("/slow"));
+        run_clients(f, &job);
+        while (f->n_done < 4 && now_usec(CLOCK_MONOTONIC) < deadline)
+                assert_true(sd_event_run(f->event, 100 * USEC_PER_MSEC) >= 0);
+
+        /* once per request, with the status that went out, also for a suspended one */
+        assert_int_equal(f->n_done, 4);
+        assert_int_equal(f->done_status[0], 200);
+        assert_int_equal(f->done_status[1], 404);
+        assert_int_equal(f->done_status[2], 500);
+        assert_int_equal(f->done_status[3], 200);
+}
+
 static void test_json_body(void **state) {
         Fixture *f = *state;
         Exchange x[3];
@@ -399,6 +432,7 @@ int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test_setup_teardown(test_suspend_does_not_block_others, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_reply_after_client_left, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_on_done, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_json_body, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_body_limit, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_query_and_silent_handler, setup, teardown),
