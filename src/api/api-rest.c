@@ -211,6 +211,7 @@ bool api_rest_handle(ApiRest *a, HttpRequest *req) {
                                 reply_error(req, &e);
                                 return true;
                         }
+                        span_set_http_route(span, API_REST_PREFIX, "/vms/{id}/report");
                         v = vid ? manager_find_vm(a->manager, vid) : NULL;
                         if (!v)
                                 r = api_error_set(&e, -ENOENT, API_ERROR_NOT_FOUND, "vm \"%s\"", vid ?: "");

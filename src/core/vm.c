@@ -710,7 +710,7 @@ static int pending_set_deadline(Vm *v, Pending *p, usec_t timeout) {
 }
 
 static void pending_complete(Vm *v, Pending *p, int r, const ApiError *e) {
-        _cleanup_(vm_unrefp) Vm *pin = vm_ref(v);
+        _unused_ _cleanup_(vm_unrefp) Vm *pin = vm_ref(v);
         _cleanup_(api_error_done) ApiError e2 = API_ERROR_NULL;
         json_auto_t *record = NULL;
         VmDoneFunc done = p->done;
@@ -763,7 +763,7 @@ static bool milestone_reached(Vm *v, VmWaitFor w) {
 
 /* Settles whatever the current state decides: milestones reached or failed, stops finished. */
 static void vm_check_pending(Vm *v) {
-        _cleanup_(vm_unrefp) Vm *pin = vm_ref(v);
+        _unused_ _cleanup_(vm_unrefp) Vm *pin = vm_ref(v);
         bool again = true;
 
         while (again) {
@@ -813,7 +813,7 @@ static void vm_check_pending(Vm *v) {
 }
 
 static void start_finished(Vm *v, int r, const ApiError *e) {
-        _cleanup_(vm_unrefp) Vm *pin = vm_ref(v);
+        _unused_ _cleanup_(vm_unrefp) Vm *pin = vm_ref(v);
 
         Pending *mine = NULL, **tail = &mine;
 
@@ -1811,7 +1811,7 @@ bool vm_has_process(Vm *v) {
 }
 
 int vm_stop(Vm *v, VmDoneFunc done, void *userdata, ApiError *reterr) {
-        _cleanup_(vm_unrefp) Vm *pin = vm_ref(v);
+        _unused_ _cleanup_(vm_unrefp) Vm *pin = vm_ref(v);
         Pending *p;
 
         if (v->state == VM_STATE_DELETING)
@@ -1952,7 +1952,7 @@ static void delete_finish(int r, json_t *record, const ApiError *e, void *userda
 }
 
 int vm_delete(Vm *v, VmDoneFunc done, void *userdata, ApiError *reterr) {
-        _cleanup_(vm_unrefp) Vm *pin = vm_ref(v); /* the deletion may complete before we return */
+        _unused_ _cleanup_(vm_unrefp) Vm *pin = vm_ref(v); /* the deletion may complete before we return */
         DeleteCall *c;
         Pending *p;
 

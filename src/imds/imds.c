@@ -109,11 +109,14 @@ static void serve_report(HttpRequest *req, Vm *v) {
         body = http_request_body(req, &size);
         r = vm_report_upload(v, body, size, &e);
         if (r < 0) {
-                log_debug("VM %s: its report upload was refused: %s", vm_id(v), e.message ?: strerror(-r));
+                /* the guest reads plain text: the message without the API's "invalid request: " */
+                const char *m = e.message ? (startswith(e.message, "invalid request: ") ?: e.message) : NULL;
+
+                log_debug("VM %s: its report upload was refused: %s", vm_id(v), m ?: strerror(-r));
                 if (r == -EMSGSIZE)
-                        reply_text(req, 413, e.message ?: "report too large");
+                        reply_text(req, 413, m ?: "report too large");
                 else if (e.code == API_ERROR_INVALID_REQUEST)
-                        reply_text(req, 400, e.message ?: "report refused");
+                        reply_text(req, 400, m ?: "report refused");
                 else
                         reply_text(req, 500, "report not stored");
                 return;

@@ -315,7 +315,10 @@ static json_t *tool_error(const ApiError *e) {
         _cleanup_free_ char *text = NULL;
         json_auto_t *structured = api_error_to_json(e);
 
-        if (!structured || asprintf(&text, "%s: %s", api_error_code_to_string(e->code), e->message) < 0)
+        if (!structured)
+                return NULL;
+        asprintf_or_null(&text, "%s: %s", api_error_code_to_string(e->code), e->message);
+        if (!text)
                 return NULL;
         return json_pack(
                 "{s:[{s:s,s:s}],s:O,s:b}",
@@ -361,7 +364,10 @@ static Span *mcp_span_start(McpServer *s, const char *prefix, const char *name, 
 static int stream_message(HttpRequest *req, json_t *msg) {
         _cleanup_free_ char *text = json_dumps(msg, JSON_COMPACT | JSON_PRESERVE_ORDER), *event = NULL;
 
-        if (!text || asprintf(&event, "event: message\ndata: %s\n\n", text) < 0)
+        if (!text)
+                return -ENOMEM;
+        asprintf_or_null(&event, "event: message\ndata: %s\n\n", text);
+        if (!event)
                 return -ENOMEM;
         return http_request_stream_write(req, event, strlen(event));
 }

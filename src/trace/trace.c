@@ -697,7 +697,18 @@ void span_set_error(Span *s, const char *message) {
                 return;
         s->failed = true;
         free(s->status_message);
-        s->status_message = message ? strndup(message, TRACE_VALUE_MAX) : NULL;
+        s->status_message = NULL;
+        if (message) {
+                /* a loop, not strndup(): GCC 12 misreads the bound against callers' short buffers */
+                size_t n = 0;
+                while (n < TRACE_VALUE_MAX && message[n])
+                        n++;
+                s->status_message = malloc(n + 1);
+                if (s->status_message) {
+                        memcpy(s->status_message, message, n);
+                        s->status_message[n] = 0;
+                }
+        }
 }
 
 int span_traceparent(const Span *s, char ret[static 56]) {
