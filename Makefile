@@ -3,6 +3,8 @@
 #                VM_MANAGER_STATE_DIR says otherwise; ARGS="--listen :9090" adds serve flags)
 #   make check   build with ASan/UBSan and run every test that can run on this machine
 #   make bench   run bench/ and print the figures that go into docs/benchmarks.md
+#   make e2e     real boots of the guest image through the daemon (tests/e2e; about 45 minutes
+#                under TCG; E2E_TESTS=create,reject picks tests)
 #   make image   build the guest image into images/build (or take it from the cache; images/README.md)
 #   make image-verify  check images/build's policy.json and signed manifests against its files
 #   make image-smoke   boot images/build under TCG without the daemon (install, READY=1, PCR 11)
@@ -17,7 +19,7 @@ SUITES ?= unit integration fuzz style image
 
 IMAGE_DIR ?= $(CURDIR)/images/build
 
-.PHONY: all deps-run deps-check deps-bench build build-check run check bench fuzz format tools-doc clean \
+.PHONY: all deps-run deps-check deps-bench build build-check run check e2e bench fuzz format tools-doc clean \
 	image image-verify image-smoke
 
 all: build
@@ -58,6 +60,9 @@ image-smoke:
 
 check: build-check
 	meson test -C $(CHECK_BUILD) --print-errorlogs $(addprefix --suite ,$(SUITES))
+
+e2e: build-check
+	meson test -C $(CHECK_BUILD) --print-errorlogs --suite e2e
 
 bench: deps-bench build
 	./bench/run.sh $(BUILD)/src/daemon/vm-manager

@@ -1,0 +1,457 @@
+#!/usr/bin/env python3
+"""End to end on real boots: the daemon, driven through its API as a user would, running VMs from
+the guest image that images/ builds (UKI, erofs root under signed dm-verity, systemd-sysinstall,
+vm-agent attestation, Ignition, the Kubernetes sysext) under QEMU, OVMF and swtpm.
+
+Tests (E2E_TESTS, comma-separated; default: all):
+  create      create_vm with wait_for ready: the install, then the installed boot; the guest
+              imports its hostname and keys from the IMDS and sends READY=1; timings recorded
+  ignition    CAPI-shaped Ignition user-data: a file and a socket-activated unit are applied;
+              exec_vm sees them, forward_port reaches the unit's port
+  metrics     the guest's systemd-report upload reaches /metrics
+  reboot      reboot_vm: ready again; user-data's file, machine id and ssh host key unchanged
+  kubernetes  the version of /kubernetes-version is pulled and merged; PCR 13 matches the policy
+  golden      `vm-manager image golden --from-vm` records the learned PCRs; a fresh VM on a daemon
+              without learn mode then verifies with nothing learned
+  reject      a VM on another OVMF build is rejected on PCR 0; its user-data stays gated
+  restart     the daemon restarts while a VM runs: with the process launcher the VM is powered
+              down and marked stopped; with the systemd launcher (where a service manager can be
+              reached) it keeps running and is reattached
+
+create, ignition, metrics and reboot share one VM; golden needs create's VM; reject needs golden.
+"""
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SOURCE_ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
+sys.path.insert(0, os.path.join(SOURCE_ROOT, "tests", "integration"))
+from vmmtest import BIN, Daemon, HOST, base_env, free_port, http_request, run, tap  # noqa: E402
+
+IMAGE_DIR = os.environ.get("E2E_IMAGE_DIR") or os.path.join(SOURCE_ROOT, "images", "build")
+ALL = ["create", "ignition", "metrics", "reboot", "kubernetes", "golden", "reject", "restart"]
+SELECTED = [t for t in (os.environ.get("E2E_TESTS") or ",".join(ALL)).split(",") if t]
+# TCG: an install takes 4-6 minutes, a boot 2-3; the daemon's own timeouts are raised to match.
+VM_TIMEOUT = int(os.environ.get("E2E_VM_TIMEOUT", "1800"))
+DAEMON_FLAGS = ["--install-timeout", "20m", "--boot-timeout", "15m", "--log-level", "debug"]
+OTHER_OVMF = ("/usr/share/OVMF/OVMF_CODE.fd", "/usr/share/OVMF/OVMF_VARS.fd")
+
+TIMINGS = {}
+ctx = {}  # what tests hand on: image ref, daemons, the VM of create
+
+# CAPI-shaped Ignition (bootstrap data as a Cluster API bootstrap provider writes it): a file and a
+# socket-activated service that answers one line over TCP, enabled through its socket.
+IGNITION = {
+    "ignition": {"version": "3.4.0"},
+    "storage": {"files": [
+        {"path": "/etc/e2e/hello", "mode": 420, "overwrite": True,
+         "contents": {"source": "data:,hello%20from%20ignition%0A"}},
+    ]},
+    "systemd": {"units": [
+        {"name": "e2e-hello.socket", "enabled": True,
+         "contents": "[Unit]\nDescription=e2e hello\n[Socket]\nListenStream=8080\nAccept=yes\n"
+                     "[Install]\nWantedBy=sockets.target\n"},
+        {"name": "e2e-hello@.service",
+         "contents": "[Unit]\nDescription=e2e hello\n[Service]\nExecStart=/bin/cat /etc/e2e/hello\n"
+                     "StandardInput=null\nStandardOutput=socket\n"},
+    ]},
+}
+
+
+def api(port, method, path, body=None, timeout=120):
+    status, headers, data = http_request(port, method, "/api/v1" + path,
+                                         body=json.dumps(body).encode() if body is not None else None,
+                                         timeout=timeout)
+    try:
+        doc = json.loads(data) if data else None
+    except ValueError:
+        doc = data
+    return status, doc
+
+
+def missing_tools():
+    missing = [t for t in ("qemu-system-x86_64", "swtpm", "vhost-device-vsock") if not shutil.which(t)]
+    if not os.path.exists("/usr/share/OVMF/OVMF_CODE_4M.fd"):
+        missing.append("ovmf")
+    for f in (".efi", ".raw"):
+        if not any(n.endswith(f) for n in os.listdir(IMAGE_DIR)) if os.path.isdir(IMAGE_DIR) else True:
+            missing.append("the guest image in %s (make image)" % IMAGE_DIR)
+            break
+    return missing
+
+
+def copy_images(work):
+    """The image directory, hard-linked (the files are large), with a policy.json of its own:
+    `image golden` rewrites it."""
+    dst = os.path.join(work, "images")
+    shutil.copytree(IMAGE_DIR, dst, copy_function=os.link)
+    for root, _, files in os.walk(dst):
+        for f in files:
+            if f == "policy.json":
+                p = os.path.join(root, f)
+                data = open(p, "rb").read()
+                os.unlink(p)
+                with open(p, "wb") as out:
+                    out.write(data)
+    return dst
+
+
+def start_daemon(work, name, *extra, env=None):
+    port = free_port()
+    state = os.path.join(work, "state-" + name)
+    d = Daemon(work, name, ["--listen", "%s:%d" % (HOST, port), "--state-dir", state,
+                            "--image-dir", ctx["images"]] + DAEMON_FLAGS + list(extra), env=env or base_env(work))
+    ok, why = d.wait_healthy(port, timeout=30)
+    tap.result(ok, "%s: serving" % name, why)
+    return d, port, state
+
+
+def stamp(s):
+    """Seconds since the epoch of an RFC 3339 time of the API."""
+    import datetime
+    return datetime.datetime.fromisoformat(s.replace("Z", "+00:00")).timestamp()
+
+
+def exec_vm(port, vid, *command, timeout=120):
+    status, r = api(port, "POST", "/vms/%s/exec" % vid, {"command": list(command)}, timeout=timeout + 30)
+    if status != 200:
+        return None, "exec %r: %r %r" % (command, status, r)
+    return r, "exec %r: %r" % (command, r)
+
+
+def wait_for(fn, timeout, step=2.0):
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = fn()
+        if last and last[0]:
+            return last
+        time.sleep(step)
+    return last or (False, "timed out")
+
+
+def guest_facts(port, vid):
+    r, why = exec_vm(port, vid, "sh", "-c",
+                     "cat /etc/machine-id; cat /etc/ssh/ssh_host_ed25519_key.pub; cat /etc/e2e/hello; hostname")
+    if not r or r.get("exitCode") != 0:
+        return None
+    lines = r["stdout"].splitlines()
+    return {"machine_id": lines[0] if lines else None, "host_key": lines[1] if len(lines) > 1 else None,
+            "hello": lines[2] if len(lines) > 2 else None, "hostname": lines[3] if len(lines) > 3 else None}
+
+
+def pcr_from_console(text, pcr):
+    """vm-pcrs-log.service prints "vm-pcrs: N: hex" on the console."""
+    found = None
+    for line in text.splitlines():
+        i = line.find("vm-pcrs: %d: " % pcr)
+        if i >= 0:
+            found = line[i:].split(": ", 2)[2].strip().lower()
+    return found
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def t_create(work):
+    d, port, state = start_daemon(work, "learn", "--attestation", "verify", "--attestation-learn-golden")
+    ctx.update(learn=d, learn_port=port, learn_state=state)
+    status, images = api(port, "GET", "/images")
+    if isinstance(images, dict):
+        images = images.get("images") or []
+    ref = "%s_%s" % (images[0]["id"], images[0]["version"]) if images else None
+    tap.result(bool(ref), "list_images shows the built image", repr(images)[:300])
+    ctx["ref"] = ref
+    key = open(os.path.join(work, "user_key.pub")).read().strip()
+    body = {"name": "e2e-a", "hostname": "e2e-a", "image": ref, "memory_mib": 2048, "disk_gib": 4,
+            "require_attestation": True, "ssh_authorized_keys": [key], "metadata": {"role": "e2e"},
+            "user_data": json.dumps(IGNITION), "wait_for": "ready"}
+    t0 = time.monotonic()
+    status, vm = api(port, "POST", "/vms", body, timeout=VM_TIMEOUT)
+    took = time.monotonic() - t0
+    ok = status == 201 and isinstance(vm, dict) and vm.get("state") == "ready"
+    tap.result(ok, "create_vm (wait_for ready): 201 ready after %.0f s" % took, repr(vm)[:1500])
+    if not isinstance(vm, dict) or "id" not in vm:
+        return
+    ctx["vm"] = vm
+    vid = vm["id"]
+    if not ok:
+        status, con = api(port, "GET", "/vms/%s/console?lines=200" % vid)
+        tap.diag((con or {}).get("console", "")[-6000:] if isinstance(con, dict) else repr(con))
+        return
+    TIMINGS["create: request to ready"] = took
+    TIMINGS["create: install (createdAt to installedAt)"] = stamp(vm["installedAt"]) - stamp(vm["createdAt"])
+    TIMINGS["create: installed boot to READY=1 (bootedAt to readyAt)"] = stamp(vm["readyAt"]) - stamp(vm["bootedAt"])
+    status, att = api(port, "GET", "/vms/%s/attestation" % vid)
+    tap.result(status == 200 and att.get("userDataReleased") and (att.get("initrd") or {}).get("verified")
+               and (att.get("ready") or {}).get("verified"),
+               "attestation: the initrd and the ready quotes verified (learn mode), user-data released",
+               json.dumps(att)[:1500])
+    facts = guest_facts(port, vid)
+    ctx["facts"] = facts
+    tap.result(facts and facts["hostname"] == "e2e-a", "the guest took its hostname from the IMDS", repr(facts))
+    r, why = exec_vm(port, vid, "cat", "/root/.ssh/authorized_keys")
+    tap.result(r and key in r.get("stdout", ""), "the guest took the user's ssh key from the IMDS", why[:600])
+
+
+def t_ignition(work):
+    vm, port = ctx.get("vm"), ctx.get("learn_port")
+    if not vm or vm.get("state") != "ready":
+        tap.skip("ignition", "no ready VM from create")
+        return
+    facts = ctx.get("facts") or {}
+    tap.result(facts.get("hello") == "hello from ignition", "Ignition wrote /etc/e2e/hello", repr(facts))
+    r, why = exec_vm(port, vm["id"], "systemctl", "is-active", "e2e-hello.socket")
+    tap.result(r and r.get("stdout", "").strip() == "active", "Ignition's socket unit is enabled and listening",
+               why[:600])
+    status, fw = api(port, "POST", "/vms/%s/forward" % vm["id"], {"port": 8080})
+    got = b""
+    if status == 200:
+        h, p = fw["address"].rsplit(":", 1)
+        try:
+            with socket.create_connection((h, int(p)), timeout=20) as s:
+                s.settimeout(20)
+                while True:
+                    chunk = s.recv(4096)
+                    if not chunk:
+                        break
+                    got += chunk
+        except OSError as e:
+            got = repr(e).encode()
+    tap.result(got == b"hello from ignition\n", "forward_port 8080 reaches the guest's unit", "%r %r" % (fw, got))
+
+
+def t_metrics(work):
+    vm, port = ctx.get("vm"), ctx.get("learn_port")
+    if not vm or vm.get("state") != "ready":
+        tap.skip("metrics", "no ready VM from create")
+        return
+    vid = vm["id"]
+    # the report timer's first run is shortly after boot; ask for one now as well
+    exec_vm(port, vid, "systemctl", "start", "vm-report-upload.service")
+
+    def uploaded():
+        status, m = api(port, "GET", "/vms/%s/metrics" % vid)
+        return bool(isinstance(m, dict) and m.get("guest")), m
+
+    ok, m = wait_for(uploaded, 300, 5)
+    tap.result(ok, "the guest's systemd-report upload arrived (get_vm_metrics guest summary)", repr(m)[:800])
+    _, _, text = http_request(port, "GET", "/metrics", timeout=30)
+    text = text.decode()
+    guest = [l for l in text.splitlines() if l.startswith("vm_guest_") and ('vm="%s"' % vid) in l
+             and not l.startswith("vm_guest_report")]
+    tap.result(len(guest) > 0, "/metrics exports the guest's series (%d)" % len(guest), "\n".join(guest[:20]))
+
+
+def t_reboot(work):
+    vm, port = ctx.get("vm"), ctx.get("learn_port")
+    if not vm or vm.get("state") != "ready":
+        tap.skip("reboot", "no ready VM from create")
+        return
+    vid = vm["id"]
+    t0 = time.monotonic()
+    status, r = api(port, "POST", "/vms/%s/reboot" % vid)
+    tap.result(status == 200, "reboot_vm: 200", repr(r)[:300])
+
+    def ready():
+        status, v = api(port, "GET", "/vms/" + vid)
+        return isinstance(v, dict) and v.get("state") in ("ready", "failed"), v
+
+    ok, v = wait_for(ready, VM_TIMEOUT, 5)
+    TIMINGS["reboot: request to ready"] = time.monotonic() - t0
+    tap.result(isinstance(v, dict) and v.get("state") == "ready", "... ready again", repr(v)[:600])
+    facts = guest_facts(port, vid)
+    before = ctx.get("facts") or {}
+    tap.result(facts and facts["machine_id"] == before.get("machine_id") and facts["host_key"] == before.get("host_key")
+               and facts["hello"] == "hello from ignition",
+               "machine id, ssh host key and Ignition's file survived the reboot", "%r\n%r" % (before, facts))
+
+
+def t_kubernetes(work):
+    vm, port = ctx.get("vm"), ctx.get("learn_port")
+    if not vm or vm.get("state") != "ready":
+        tap.skip("kubernetes", "no ready VM from create")
+        return
+    vid = vm["id"]
+    policy = json.load(open(os.path.join(ctx["images"], "policy.json")))
+    kv = vm.get("kubernetesVersion") or sorted(policy.get("pcr13", {}))[-1]
+    r, why = exec_vm(port, vid, "sh", "-c", "systemd-sysext list --json=short; cat /etc/extension-release.d/* "
+                     "/usr/lib/extension-release.d/extension-release.kubernetes* 2>/dev/null; kubectl version --client")
+    tap.result(r and r.get("exitCode") == 0 and kv in r.get("stdout", ""),
+               "the Kubernetes sysext %s is merged (kubectl runs)" % kv, why[:1500])
+    r, why = exec_vm(port, vid, "sh", "-c", "cat /sys/class/tpm/tpm0/pcr-sha256/13")
+    got = (r or {}).get("stdout", "").strip().lower()
+    want = policy.get("pcr13", {}).get(kv)
+    tap.result(got and got == want, "PCR 13 is policy.json's value for %s" % kv, "got %r want %r (%s)" % (got, want, why[:300]))
+
+
+def t_golden(work):
+    vm, port = ctx.get("vm"), ctx.get("learn_port")
+    if not vm or vm.get("state") != "ready":
+        tap.skip("golden", "no ready VM from create")
+        return
+    p = subprocess.run([BIN, "image", "golden", ctx["ref"], "--from-vm", vm["id"], "--server",
+                        "http://%s:%d" % (HOST, port), "--image-dir", ctx["images"]],
+                       capture_output=True, text=True, timeout=60)
+    policy = json.load(open(os.path.join(ctx["images"], "policy.json")))
+    golden = (policy.get("golden") or {}).get("sha256") or {}
+    tap.result(p.returncode == 0 and "0" in golden, "image golden --from-vm records the golden PCRs (PCR 0 among them)",
+               p.stdout + p.stderr + json.dumps(policy)[:800])
+    ctx["golden"] = golden
+    d, vport, state = start_daemon(work, "verify", "--attestation", "verify")
+    ctx.update(verify=d, verify_port=vport)
+    body = {"name": "e2e-b", "image": ctx["ref"], "memory_mib": 2048, "disk_gib": 4, "require_attestation": True,
+            "user_data": json.dumps(IGNITION), "wait_for": "attested"}
+    t0 = time.monotonic()
+    status, vb = api(vport, "POST", "/vms", body, timeout=VM_TIMEOUT)
+    TIMINGS["golden: fresh VM request to attested"] = time.monotonic() - t0
+    status, att = api(vport, "GET", "/vms/%s/attestation" % (vb or {}).get("id", "x"))
+    ini = (att or {}).get("initrd") or {}
+    tap.result(ini.get("verified") and not ini.get("learned") and att.get("userDataReleased"),
+               "a fresh VM verifies against the recorded golden PCRs with nothing learned", json.dumps(att)[:1500])
+
+
+def t_reject(work):
+    if not ctx.get("golden"):
+        tap.skip("reject", "no golden PCRs recorded (golden)")
+        return
+    if not all(os.path.exists(f) for f in OTHER_OVMF):
+        tap.skip("reject", "%s missing" % OTHER_OVMF[0])
+        return
+    d, port, state = start_daemon(work, "other-ovmf", "--attestation", "verify", "--ovmf-code", OTHER_OVMF[0],
+                                  "--ovmf-vars", OTHER_OVMF[1])
+    body = {"name": "e2e-c", "image": ctx["ref"], "memory_mib": 2048, "disk_gib": 4, "require_attestation": True,
+            "user_data": json.dumps(IGNITION), "wait_for": "installed"}
+    t0 = time.monotonic()
+    status, vc = api(port, "POST", "/vms", body, timeout=VM_TIMEOUT)
+    tap.result(status == 201, "create_vm on another OVMF build: installed", repr(vc)[:600])
+    if not isinstance(vc, dict) or "id" not in vc:
+        return
+    vid = vc["id"]
+
+    def verdict():
+        status, att = api(port, "GET", "/vms/%s/attestation" % vid)
+        return bool(isinstance(att, dict) and att.get("initrd")), att
+
+    ok, att = wait_for(verdict, VM_TIMEOUT, 5)
+    TIMINGS["reject: request to the initrd verdict"] = time.monotonic() - t0
+    ini = (att or {}).get("initrd") or {}
+    msg = ini.get("message", "")
+    tap.result(ok and ini.get("verified") is False and "golden mismatch" in msg and "pcr 0 " in msg
+               and not att.get("userDataReleased"),
+               "its initrd quote is rejected with a golden mismatch on PCR 0; user-data stays gated",
+               json.dumps(att)[:1500])
+    status, v = api(port, "GET", "/vms/" + vid)
+    tap.result(isinstance(v, dict) and "golden mismatch" in (v.get("lastError") or ""), "lastError names the rejection",
+               repr(v)[:600])
+    imds = os.path.join(state, "vms", vid, "imds.sock")
+    s = socket.socket(socket.AF_UNIX)
+    s.settimeout(10)
+    s.connect(imds)
+    s.sendall(b"GET /giantswarm/v1/user-data HTTP/1.1\r\nHost: 169.254.169.254\r\nConnection: close\r\n\r\n")
+    answer = b""
+    while True:
+        chunk = s.recv(4096)
+        if not chunk:
+            break
+        answer += chunk
+    s.close()
+    tap.result(answer.split(b"\r\n")[0].split()[1:2] == [b"503"], "the IMDS still answers 503 for its user-data",
+               answer[:300])
+    status, con = api(port, "GET", "/vms/%s/console?lines=2000" % vid)
+    text = (con or {}).get("console", "") if isinstance(con, dict) else ""
+    tap.result("/etc/e2e/hello" not in text and "e2e-hello" not in text,
+               "Ignition never saw the user-data (nothing of it on the console)", text[-1500:])
+    api(port, "DELETE", "/vms/" + vid, timeout=120)
+    d.stop(signal.SIGTERM, timeout=120)
+
+
+def t_restart(work):
+    vm, d, port = ctx.get("vm"), ctx.get("learn"), ctx.get("learn_port")
+    if not vm or not d:
+        tap.skip("restart", "no VM from create")
+        return
+    vid = vm["id"]
+    d.stop(signal.SIGTERM, timeout=180)
+    d2 = Daemon(work, "learn-2", ["--listen", "%s:%d" % (HOST, port), "--state-dir", ctx["learn_state"],
+                                  "--image-dir", ctx["images"]] + DAEMON_FLAGS + ["--attestation", "verify"],
+                env=base_env(work))
+    ok, why = d2.wait_healthy(port, timeout=30)
+    tap.result(ok, "restart: a new daemon on the same state directory", why)
+    status, v = api(port, "GET", "/vms/" + vid)
+    if isinstance(v, dict) and v.get("state") == "stopped":
+        # the process launcher: SIGTERM powered the VM down with the daemon (README, Launchers)
+        tap.result(True, "process launcher: the VM was powered down with the daemon and is stopped", repr(v)[:600])
+        t0 = time.monotonic()
+        status, _ = api(port, "POST", "/vms/%s/start" % vid)
+
+        def ready():
+            status, x = api(port, "GET", "/vms/" + vid)
+            return isinstance(x, dict) and x.get("state") in ("ready", "failed"), x
+
+        ok, x = wait_for(ready, VM_TIMEOUT, 5)
+        TIMINGS["restart: start_vm to ready"] = time.monotonic() - t0
+        tap.result(isinstance(x, dict) and x.get("state") == "ready", "start_vm brings it back to ready", repr(x)[:600])
+    else:
+        tap.result(isinstance(v, dict) and v.get("state") == "ready",
+                   "systemd launcher: the VM kept running and is reattached, still ready", repr(v)[:600])
+    d2.stop(signal.SIGTERM, timeout=180)
+
+
+TESTS = {"create": t_create, "ignition": t_ignition, "metrics": t_metrics, "reboot": t_reboot,
+         "kubernetes": t_kubernetes, "golden": t_golden, "reject": t_reject, "restart": t_restart}
+
+
+def ensure_image():
+    """images/scripts/build.sh into IMAGE_DIR: a cache hit takes seconds, a first build minutes."""
+    if os.path.isdir(IMAGE_DIR) and any(n.endswith(".efi") for n in os.listdir(IMAGE_DIR)):
+        return
+    if os.geteuid() != 0:
+        return
+    t0 = time.monotonic()
+    p = subprocess.run([os.path.join(SOURCE_ROOT, "images", "scripts", "build.sh"), IMAGE_DIR],
+                       env=dict(os.environ, VM_MANAGER=BIN), capture_output=True, text=True)
+    TIMINGS["image: build or cache"] = time.monotonic() - t0
+    tap.result(p.returncode == 0, "the guest image (images/scripts/build.sh, %.0f s)" % TIMINGS["image: build or cache"],
+               (p.stdout + p.stderr)[-3000:])
+
+
+def e2e(work):
+    ensure_image()
+    missing = missing_tools()
+    if missing:
+        tap.skip("e2e", "missing: %s" % ", ".join(missing))
+        return
+    ctx["images"] = copy_images(work)
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "e2e-user", "-f",
+                    os.path.join(work, "user_key")], check=True)
+    try:
+        for name in ALL:
+            if name in SELECTED:
+                t0 = time.monotonic()
+                try:
+                    TESTS[name](work)
+                except Exception as e:  # noqa: BLE001
+                    import traceback
+                    tap.result(False, "%s: ran to the end" % name, traceback.format_exc())
+                tap.diag("%s: %.0f s" % (name, time.monotonic() - t0))
+    finally:
+        for key in ("verify", "learn"):
+            if ctx.get(key):
+                try:
+                    ctx[key].stop(signal.SIGTERM, timeout=180)
+                except Exception:  # noqa: BLE001
+                    pass
+        for k, v in TIMINGS.items():
+            tap.diag("timing: %s: %.1f s" % (k, v))
+
+
+if __name__ == "__main__":
+    sys.exit(run([e2e], int(os.environ.get("E2E_DEADLINE", "2700")), "vmm-e2e-"))
