@@ -113,8 +113,6 @@ int manager_new(Manager **ret, sd_event *event, const ManagerConfig *cfg, ApiErr
             strdup_to(&m->built, cfg->built) < 0 || strdup_to(&m->ovmf_code, cfg->ovmf_code) < 0 ||
             strdup_to(&m->ovmf_vars, cfg->ovmf_vars) < 0)
                 return -ENOMEM;
-        m->install_timeout = cfg->install_timeout ?: 5 * USEC_PER_MINUTE;
-        m->boot_timeout = cfg->boot_timeout ?: 4 * USEC_PER_MINUTE;
         m->stop_timeout = cfg->stop_timeout ?: 30 * USEC_PER_SEC;
         m->guest_series_limit = cfg->guest_series_limit ?: GUEST_SERIES_LIMIT_DEFAULT;
         metrics_histogram_init(&m->install_seconds, install_buckets, ELEMENTSOF(install_buckets));
@@ -131,6 +129,11 @@ int manager_new(Manager **ret, sd_event *event, const ManagerConfig *cfg, ApiErr
                 });
         if (r < 0)
                 return api_error_set(reterr, r, API_ERROR_INTERNAL, "probing the host: %s", strerror(-r));
+        /* Under TCG the guest image installs in 4-6 minutes and boots in 2-3: the defaults of the
+         * timeouts (made for KVM) grow with it; given values are kept. */
+        bool tcg = host_probe_accel(m->host, NULL) == HOST_ACCEL_TCG;
+        m->install_timeout = cfg->install_timeout ?: (tcg ? 15 : 5) * USEC_PER_MINUTE;
+        m->boot_timeout = cfg->boot_timeout ?: (tcg ? 10 : 4) * USEC_PER_MINUTE;
         if (cfg->accel == HOST_ACCEL_AUTO && host_probe_accel(m->host, &reason) == HOST_ACCEL_TCG)
                 log_warning("VMs run under TCG, much slower than KVM: %s", reason ?: "");
         else {

@@ -1019,13 +1019,17 @@ static void on_qemu_exit(VmLaunched *p, int code, int status, void *userdata) {
                         vm_set_error(v, msg ?: "installer failed");
                         break;
                 }
-                if (ok) {
-                        _cleanup_free_ char *t = NULL;
-                        /* a guest whose PID 1 reported a failing exit status says so */
-                        if (v->guest_exit_status && !streq(v->guest_exit_status, "0"))
-                                asprintf_or_null(&t, "guest shut down (EXIT_STATUS=%s)", v->guest_exit_status);
+                if (ok && v->guest_exit_status && !streq(v->guest_exit_status, "0")) {
+                        /* a guest whose PID 1 exited with a failure (the image does so instead of
+                         * sitting in emergency mode): a failed boot, with the console to say why */
+                        _cleanup_free_ char *w = NULL;
+                        asprintf_or_null(&w, "guest shut down (EXIT_STATUS=%s)", v->guest_exit_status);
+                        msg = w ? error_with_console(v, w) : NULL;
+                        vm_set_state(v, VM_STATE_FAILED);
+                        vm_set_error(v, msg ?: "guest shut down with a failure");
+                } else if (ok) {
                         vm_set_state(v, VM_STATE_STOPPED);
-                        vm_set_error(v, t ?: "guest shut down");
+                        vm_set_error(v, "guest shut down");
                 } else {
                         _cleanup_free_ char *w = NULL;
                         asprintf_or_null(&w, "qemu exited: %s", st ?: "?");

@@ -42,8 +42,8 @@ static char *arg_ovmf_code = NULL;
 static char *arg_ovmf_vars = NULL;
 static HostAccel arg_accel = HOST_ACCEL_AUTO;
 static HostNotify arg_vsock = HOST_NOTIFY_AUTO;
-static usec_t arg_install_timeout = 5 * USEC_PER_MINUTE;
-static usec_t arg_boot_timeout = 4 * USEC_PER_MINUTE;
+static usec_t arg_install_timeout = 0; /* 0: the manager's default for the accelerator */
+static usec_t arg_boot_timeout = 0;
 static usec_t arg_stop_timeout = 30 * USEC_PER_SEC;
 static uint32_t arg_notify_port = 0;
 static VmLauncherKind arg_launcher = VM_LAUNCHER_AUTO;
@@ -233,7 +233,7 @@ static const Flag serve_flags[] = {
         {
                 .name = "install-timeout",
                 .env = "VM_MANAGER_INSTALL_TIMEOUT",
-                .default_value = "5m",
+                .default_help = "5m, 15m under TCG",
                 .metavar = "DURATION",
                 .help = "ceiling of the installer boot; a VM past it is failed",
                 .parse = flag_parse_duration,
@@ -242,7 +242,7 @@ static const Flag serve_flags[] = {
         {
                 .name = "boot-timeout",
                 .env = "VM_MANAGER_BOOT_TIMEOUT",
-                .default_value = "4m",
+                .default_help = "4m, 10m under TCG",
                 .metavar = "DURATION",
                 .help = "how long an installed boot may take to send READY=1 before the VM is marked running",
                 .parse = flag_parse_duration,

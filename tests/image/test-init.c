@@ -488,15 +488,13 @@ static int notify_once(int type, unsigned cid, unsigned port, const char *msg) {
         return 0;
 }
 
-static void send_ready(void) {
-        /* The same message systemd's PID 1 sends when the boot is complete. */
-        static const char msg[] = "READY=1\nSTATUS=Ready.";
+static void send_notify(const char *msg) {
         const char *spec = cred("vmm.notify_socket");
         unsigned cid, port;
         int type;
 
         if (!spec || !*spec) {
-                say("notify: no vmm.notify_socket credential; not sending READY=1");
+                say("notify: no vmm.notify_socket credential; not sending %s", msg);
                 return;
         }
         if (parse_notify_socket(spec, &type, &cid, &port) < 0) {
@@ -504,12 +502,17 @@ static void send_ready(void) {
                 return;
         }
         for (int i = 1; i <= NOTIFY_CONNECT_TRIES; i++) {
-                say("notify: sending READY=1 to vsock cid %u port %u (try %d)", cid, port, i);
+                say("notify: sending %s to vsock cid %u port %u (try %d)", msg, cid, port, i);
                 if (notify_once(type, cid, port, msg) == 0)
                         return;
                 usleep(250000);
         }
         say("notify: giving up");
+}
+
+/* The same message systemd's PID 1 sends when the boot is complete. */
+static void send_ready(void) {
+        send_notify("READY=1\nSTATUS=Ready.");
 }
 
 static struct pollfd buttons[8];
@@ -1160,6 +1163,13 @@ int main(void) {
         fflush(stdout);
         open_power_buttons();
         net_setup();
+        /* The hostname "exit-70" plays a boot that failed: PID 1 exits with status 70 instead of
+         * reporting ready, as the guest image does rather than wait in emergency mode. */
+        const char *hostname = cred("firstboot.hostname");
+        if (hostname && strcmp(hostname, "exit-70") == 0) {
+                send_notify("EXIT_STATUS=70");
+                power_off();
+        }
         send_ready();
         wait_power_button();
         power_off();

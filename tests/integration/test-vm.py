@@ -339,6 +339,25 @@ def test_install_failure(work):
     d.stop(signal.SIGTERM, timeout=30)
 
 
+def test_guest_exit(work):
+    # A guest whose PID 1 exits with a failure instead of sending READY=1 (the test init plays it
+    # for the hostname exit-70; the guest image does it instead of sitting in emergency mode).
+    state = os.path.join(work, "s5")
+    port = free_port()
+    d = start_daemon(work, "exiter", state, port)
+    try:
+        status, err = api(port, "POST", "/vms", dict(CREATE, name="exiter", hostname="exit-70"))
+        tap.result(status == 500 and (err or {}).get("error", {}).get("code") == "vm_failed",
+                   "create_vm of a guest that exits with status 70: 500 vm_failed", repr(err)[:400])
+        status, vms = api(port, "GET", "/vms")
+        last = vms[0].get("lastError", "") if vms else ""
+        tap.result(vms and vms[0]["state"] == "failed" and last.startswith("guest shut down (EXIT_STATUS=70)")
+                   and "\nconsole:\n" in last,
+                   "... failed, lastError names EXIT_STATUS=70 and carries the console tail", repr(vms)[:600])
+    finally:
+        d.stop(signal.SIGTERM, timeout=60)
+
+
 if __name__ == "__main__":
     missing = missing_tools()
     if missing or not IMAGE_DIR:
@@ -350,4 +369,5 @@ if __name__ == "__main__":
         print("TAP version 13\nnot ok 1 - tests/image/build.sh\n# " +
               build.stdout.decode(errors="replace").replace("\n", "\n# ") + "\n1..1")
         sys.exit(1)
-    sys.exit(run([test_lifecycle, test_mcp_and_shutdown, test_kill9, test_install_failure], 1500, "vmm-vm-"))
+    sys.exit(run([test_lifecycle, test_mcp_and_shutdown, test_kill9, test_install_failure, test_guest_exit], 1500,
+                 "vmm-vm-"))
