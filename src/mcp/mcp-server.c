@@ -658,8 +658,12 @@ int mcp_server_process_post(McpServer *s, McpPost *p) {
                 return 0;
         }
 
-        /* One span per request, below the POST's; a deferred tools/call carries it to its answer. */
-        _cleanup_(span_endp) Span *span = mcp_span_start(s, "mcp.", method, p->span);
+        /* One span per request, below the POST's; a deferred tools/call carries it to its answer. A
+         * method we do not serve is named "unknown": span names must not take any string a client
+         * sends (the attribute keeps it). */
+        bool known = streq(method, "initialize") || streq(method, "ping") || streq(method, "tools/list") ||
+                streq(method, "tools/call");
+        _cleanup_(span_endp) Span *span = mcp_span_start(s, "mcp.", known ? method : "unknown", p->span);
         span_set_attr_string(span, "mcp.method.name", method);
 
         if (streq(method, "initialize")) {

@@ -158,6 +158,7 @@ def exercise(port):
     mcp = McpClient(port)
     mcp.initialize()
     out["tools/list"] = mcp.request("tools/list")[0]
+    out["nosuch"] = mcp.request("nosuch/method")[0]
     out["get_host"] = mcp.call("get_host")
     out["list_vms"] = mcp.call("list_vms")
     out["get_vm"] = mcp.call("get_vm", {"id": "nope"})
@@ -193,7 +194,7 @@ def test_traced(work):
 
         want = {"GET /api/v1/host", "GET /api/v1/networks/{name}", "GET /api/v1", "POST /mcp", "mcp.initialize",
                 "mcp.tools/list", "mcp.tools/call", "tool.get_host", "tool.list_vms", "tool.get_vm",
-                "tool.create_vm"}
+                "tool.create_vm", "mcp.unknown"}
         ok = collector.wait_for(lambda spans: want <= set(names(spans)))
         spans = [s for _, s in collector.spans()]
         tap.result(ok, "the collector receives the expected span names within 5 s",
@@ -208,6 +209,14 @@ def test_traced(work):
                     and a.get("url.path") == "/api/v1/host" and a.get("http.response.status_code") == 200
                     and a.get("http.route") == "/api/v1/host" and "status" not in s), json.dumps(s)[:800]
         tap.check("REST: a server span in the traceparent's trace, its parent the caller's span", check_rest)
+
+        def check_unknown_method():
+            s = only(spans, lambda s: s["name"] == "mcp.unknown", "for the unknown method")
+            a = attrs_of(s)
+            return (a.get("mcp.method.name") == "nosuch/method" and "nosuch" not in " ".join(names(spans))
+                    and (s.get("status") or {}).get("code") == 2), json.dumps(s)[:800]
+        tap.check("MCP: a method the server does not know is span mcp.unknown (the name is an attribute)",
+                  check_unknown_method)
 
         def check_unsampled():
             mine = [s for s in spans if s["traceId"] == UNSAMPLED[3:35]]
