@@ -163,8 +163,13 @@ _noreturn_ static void exec_child(
             ssh_options_set(session, SSH_OPTIONS_KNOWNHOSTS, "/dev/null") < 0 ||
             ssh_options_set(session, SSH_OPTIONS_GLOBAL_KNOWNHOSTS, "/dev/null") < 0)
                 FAIL("ssh %s: %s", addr, ssh_get_error(session));
-        if (ssh_connect(session) != SSH_OK)
-                FAIL("ssh %s: %s", addr, ssh_get_error(session));
+        if (ssh_connect(session) != SSH_OK) {
+                /* libssh says "Success" when the peer just closed: the gateway reached no sshd */
+                const char *e = ssh_get_error(session);
+                if (!e || !*e || streq(e, "Success"))
+                        e = "the guest closed the connection before the ssh handshake (is sshd up yet?)";
+                FAIL("ssh %s: %s", addr, e);
+        }
 
         /* the host key, pinned on first use */
         if (ssh_get_server_publickey(session, &server_key) != SSH_OK ||
