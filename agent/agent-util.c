@@ -7,6 +7,7 @@
 
 #include "agent-util.h"
 #include "cleanup.h"
+#include "hex-util.h"
 
 static int agent_log_max_level = LOG_INFO;
 
@@ -34,19 +35,9 @@ void agent_log_internal(int level, const char *format, ...) {
 }
 
 char *hex_encode(const void *data, size_t size) {
-        static const char digits[] = "0123456789abcdef";
-        const uint8_t *p = data;
-        char *s;
+        char *s = malloc(size * 2 + 1);
 
-        s = malloc(size * 2 + 1);
-        if (!s)
-                return NULL;
-        for (size_t i = 0; i < size; i++) {
-                s[2 * i] = digits[p[i] >> 4];
-                s[2 * i + 1] = digits[p[i] & 0xf];
-        }
-        s[size * 2] = 0;
-        return s;
+        return s ? hex_format(data, size, s) : NULL;
 }
 
 static int unhex_char(char c) {

@@ -136,7 +136,7 @@ int attest_nonce_issue(AttestNonceStore *s, const char *vm_id, usec_t now, char 
                 }
                 got += (size_t) k;
         }
-        attest_hex_encode(raw, sizeof(raw), nonce);
+        hex_format(raw, sizeof(raw), nonce);
 
         r = add(s, vm_id, nonce, now);
         if (r < 0)

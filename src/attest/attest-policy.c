@@ -249,7 +249,7 @@ static int check_digest(const char *s, char out[static ATTEST_SHA256_HEX + 1], c
                 asprintf_or_null(ret_error, "%zu bytes, want %u", n, ATTEST_SHA256_SIZE);
                 return -EINVAL;
         }
-        attest_hex_encode(b, n, out);
+        hex_format(b, n, out);
         return 0;
 }
 
@@ -472,5 +472,5 @@ void attest_sysext_pcr(const char *measurement, char ret[static ATTEST_SHA256_HE
         extend(pcr, ATTEST_OS_SEPARATOR);
         if (measurement)
                 extend(pcr, measurement);
-        attest_hex_encode(pcr, sizeof(pcr), ret);
+        hex_format(pcr, sizeof(pcr), ret);
 }

@@ -239,7 +239,7 @@ int attest_ak_fingerprint(const TPMT_PUBLIC *pub, char ret[static ATTEST_SHA256_
                 return -EINVAL;
         if (!EVP_Digest(buf, off, digest, NULL, EVP_sha256(), NULL))
                 return -ENOMEM;
-        attest_hex_encode(digest, sizeof(digest), ret);
+        hex_format(digest, sizeof(digest), ret);
         return 0;
 }
 

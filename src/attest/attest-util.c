@@ -7,6 +7,7 @@
 
 #include "attest-util.h"
 #include "cleanup.h"
+#include "hex-util.h"
 
 int attest_error_set(ApiError *reterr, int r, const char *format, ...) {
         char *msg = NULL;
@@ -29,31 +30,10 @@ int attest_error_set(ApiError *reterr, int r, const char *format, ...) {
         return r;
 }
 
-char *attest_hex_encode(const uint8_t *data, size_t size, char *out) {
-        static const char digits[] = "0123456789abcdef";
-
-        for (size_t i = 0; i < size; i++) {
-                out[2 * i] = digits[data[i] >> 4];
-                out[2 * i + 1] = digits[data[i] & 15];
-        }
-        out[2 * size] = 0;
-        return out;
-}
-
 char *attest_hex_encode_new(const uint8_t *data, size_t size) {
         char *s = malloc(2 * size + 1);
 
-        return s ? attest_hex_encode(data, size, s) : NULL;
-}
-
-static int unhex(char c) {
-        if (c >= '0' && c <= '9')
-                return c - '0';
-        if (c >= 'a' && c <= 'f')
-                return c - 'a' + 10;
-        if (c >= 'A' && c <= 'F')
-                return c - 'A' + 10;
-        return -1;
+        return s ? hex_format(data, size, s) : NULL;
 }
 
 /* Go's InvalidByteError: "%#U" of the byte taken as a rune, which shows the character only when
@@ -89,7 +69,7 @@ int attest_hex_decode(const char *s, size_t len, uint8_t **ret, size_t *ret_size
                         return -ENOMEM;
         }
         for (i = 0, j = 1; j < len; j += 2, i++) {
-                int a = unhex(s[j - 1]), b = unhex(s[j]);
+                int a = unhexchar(s[j - 1]), b = unhexchar(s[j]);
 
                 if (a < 0 || b < 0) {
                         if (reterr_go)
@@ -100,8 +80,8 @@ int attest_hex_decode(const char *s, size_t len, uint8_t **ret, size_t *ret_size
         }
         if (len % 2 == 1) {
                 if (reterr_go)
-                        *reterr_go = unhex(s[j - 1]) < 0 ? go_invalid_byte((uint8_t) s[j - 1]) :
-                                                           strdup("encoding/hex: odd length hex string");
+                        *reterr_go = unhexchar(s[j - 1]) < 0 ? go_invalid_byte((uint8_t) s[j - 1]) :
+                                                               strdup("encoding/hex: odd length hex string");
                 return -EINVAL;
         }
         *ret = TAKE_PTR(buf);

@@ -8,6 +8,7 @@
 #include <jansson.h>
 
 #include "api-error.h"
+#include "hex-util.h"
 
 /* Helpers shared by the attestation library. The verifier's messages are data that clients and
  * tests compare byte for byte (reference/network-imds-attest.md §4), so the decoders here fail with
@@ -26,9 +27,7 @@
  * the reference and reach clients unchanged. */
 int attest_error_set(ApiError *reterr, int r, const char *format, ...) _printf_(3, 4);
 
-/* Lowercase hex of size bytes into out (2 * size + 1 bytes). Returns out. */
-char *attest_hex_encode(const uint8_t *data, size_t size, char *out);
-/* The same into a new string; NULL on OOM. */
+/* hex_format() (hex-util.h) into a new string; NULL on OOM. */
 char *attest_hex_encode_new(const uint8_t *data, size_t size);
 
 /* Decodes hex of either case as Go's hex.DecodeString does, into a new buffer (NULL with size 0

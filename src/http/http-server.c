@@ -10,6 +10,7 @@
 #include <sys/un.h>
 
 #include "cleanup.h"
+#include "hex-util.h"
 #include "http-server.h"
 #include "json-util.h"
 #include "log.h"
@@ -553,23 +554,13 @@ static void on_mhd_log(void *cls, const char *fmt, va_list ap) {
         log_debug("libmicrohttpd: %s", buf);
 }
 
-static int unhex(char c) {
-        if (c >= '0' && c <= '9')
-                return c - '0';
-        if (c >= 'a' && c <= 'f')
-                return c - 'a' + 10;
-        if (c >= 'A' && c <= 'F')
-                return c - 'A' + 10;
-        return -1;
-}
-
 /* libmicrohttpd's decoder turns "%00" into a NUL, which cuts short every string a handler sees
  * ("DELETE /api/v1/networks/a%00b" would act on "a"): decode every other escape, keep "%00". */
 static size_t unescape_keep_nul(void *cls, struct MHD_Connection *c, char *s) {
         char *w = s;
 
         for (const char *r = s; *r;) {
-                int hi = r[0] == '%' ? unhex(r[1]) : -1, lo = hi >= 0 ? unhex(r[2]) : -1;
+                int hi = r[0] == '%' ? unhexchar(r[1]) : -1, lo = hi >= 0 ? unhexchar(r[2]) : -1;
 
                 if (lo >= 0 && (hi | lo) != 0) {
                         *w++ = (char) (hi << 4 | lo);

@@ -10,6 +10,7 @@
 #include <sys/epoll.h>
 #include <sys/random.h>
 
+#include "hex-util.h"
 #include "log.h"
 #include "parse-util.h"
 #include "time-util.h"
@@ -134,16 +135,6 @@ _printf_(2, 3) static int config_error(char **ret_message, const char *format, .
         return -EINVAL;
 }
 
-static int unhex(char c) {
-        if (c >= '0' && c <= '9')
-                return c - '0';
-        if (c >= 'a' && c <= 'f')
-                return c - 'a' + 10;
-        if (c >= 'A' && c <= 'F')
-                return c - 'A' + 10;
-        return -1;
-}
-
 static bool is_blank(char c) {
         return c == ' ' || c == '\t';
 }
@@ -167,7 +158,7 @@ static int kv_token(const char *s, size_t n, bool decode, char **ret) {
                 unsigned char c = (unsigned char) s[i];
 
                 if (decode && c == '%') {
-                        int hi = i + 2 < n ? unhex(s[i + 1]) : -1, lo = hi >= 0 ? unhex(s[i + 2]) : -1;
+                        int hi = i + 2 < n ? unhexchar(s[i + 1]) : -1, lo = hi >= 0 ? unhexchar(s[i + 2]) : -1;
 
                         if (lo < 0)
                                 return -EINVAL;
@@ -491,23 +482,13 @@ static int random_id(uint8_t *p, size_t n) {
         return 0;
 }
 
-static void hex_encode(const uint8_t *p, size_t n, char *out) {
-        static const char digits[] = "0123456789abcdef";
-
-        for (size_t i = 0; i < n; i++) {
-                out[2 * i] = digits[p[i] >> 4];
-                out[2 * i + 1] = digits[p[i] & 15];
-        }
-        out[2 * n] = 0;
-}
-
 /* Lower-case hex only: the W3C format refuses upper case. */
 static int hex_decode_lower(const char *s, size_t n_bytes, uint8_t *out) {
         for (size_t i = 0; i < 2 * n_bytes; i++)
                 if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
                         return -EINVAL;
         for (size_t i = 0; i < n_bytes; i++)
-                out[i] = (uint8_t) (unhex(s[2 * i]) << 4 | unhex(s[2 * i + 1]));
+                out[i] = (uint8_t) (unhexchar(s[2 * i]) << 4 | unhexchar(s[2 * i + 1]));
         return 0;
 }
 
@@ -715,8 +696,8 @@ int span_traceparent(const Span *s, char ret[static 56]) {
         char trace_id[33], span_id[17];
 
         assert_return(s, -EINVAL);
-        hex_encode(s->trace_id, sizeof(s->trace_id), trace_id);
-        hex_encode(s->span_id, sizeof(s->span_id), span_id);
+        hex_format(s->trace_id, sizeof(s->trace_id), trace_id);
+        hex_format(s->span_id, sizeof(s->span_id), span_id);
         snprintf(ret, 56, "00-%s-%s-%s", trace_id, span_id, s->sampled ? "01" : "00");
         return 0;
 }
@@ -767,9 +748,9 @@ json_t *span_to_json(const Span *s) {
 
         if (!j || !attrs)
                 return NULL;
-        hex_encode(s->trace_id, sizeof(s->trace_id), trace_id);
-        hex_encode(s->span_id, sizeof(s->span_id), span_id);
-        hex_encode(s->parent_id, sizeof(s->parent_id), parent_id);
+        hex_format(s->trace_id, sizeof(s->trace_id), trace_id);
+        hex_format(s->span_id, sizeof(s->span_id), span_id);
+        hex_format(s->parent_id, sizeof(s->parent_id), parent_id);
         snprintf(start, sizeof(start), "%" PRIu64, s->start_ns);
         snprintf(end, sizeof(end), "%" PRIu64, s->end_ns);
 

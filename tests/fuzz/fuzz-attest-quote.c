@@ -121,23 +121,23 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 
         /* the policy the input asks for */
         if (values[11].set && values[11].size == 32) {
-                attest_hex_encode(values[11].data, 32, policy.pcr11_initrd);
-                attest_hex_encode(values[11].data, 32, policy.pcr11_ready);
+                hex_format(values[11].data, 32, policy.pcr11_initrd);
+                hex_format(values[11].data, 32, policy.pcr11_ready);
         }
         static const unsigned golden[] = { 0, 2, 3, 4, 6, 7 };
         for (size_t k = 0; (flags & 0x04) && k < ELEMENTSOF(golden); k++)
                 if (values[golden[k]].set && values[golden[k]].size == 32)
-                        attest_hex_encode(values[golden[k]].data, 32, policy.golden[golden[k]]);
+                        hex_format(values[golden[k]].data, 32, policy.golden[golden[k]]);
         if (flags & 0x08)
                 memset(policy.golden[0], 'f', ATTEST_SHA256_HEX);
         if ((flags & 0x10) && values[13].set && values[13].size == 32) {
-                attest_hex_encode(values[13].data, 32, pcr13.value);
+                hex_format(values[13].data, 32, pcr13.value);
                 policy.pcr13 = &pcr13;
                 policy.n_pcr13 = 1;
         }
 
         if (parsed && q.extra_data_size == ATTEST_NONCE_BYTES)
-                attest_hex_encode(q.extra_data, q.extra_data_size, nonce);
+                hex_format(q.extra_data, q.extra_data_size, nonce);
         else
                 memset(nonce, 'a', ATTEST_NONCE_HEX);
         assert(attest_nonce_add(nonces, VM, nonce, 1) >= 0);

@@ -58,7 +58,7 @@ static void test_hex(void **state) {
         char out[9];
         size_t n;
         assert_ok(attest_hex_decode("DEADbeef", 8, &b, &n, NULL));
-        assert_string_equal(attest_hex_encode(b, n, out), "deadbeef");
+        assert_string_equal(hex_format(b, n, out), "deadbeef");
 }
 
 static void test_base64_go_corrupt(void **state) {

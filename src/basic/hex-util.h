@@ -1,0 +1,11 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#pragma once
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* The value of one hexadecimal digit (either case), or -1. */
+int unhexchar(char c);
+
+/* size bytes of data as lower-case hex into out (2 * size + 1 bytes, NUL-terminated); returns out. */
+char *hex_format(const void *data, size_t size, char *out);
