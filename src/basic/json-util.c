@@ -242,3 +242,21 @@ int json_dispatch_variant(const char *name, json_t *v, void *dest, ApiError *ret
         *o = json_incref(v);
         return 0;
 }
+
+json_t *json_stringn_lossy(const char *s, size_t n) {
+        _cleanup_free_ char *copy = NULL;
+        json_t *j = json_stringn(s, n);
+
+        if (j)
+                return j;
+        copy = malloc(n ?: 1);
+        if (!copy)
+                return NULL;
+        for (size_t i = 0; i < n; i++)
+                copy[i] = (unsigned char) s[i] >= 0x80 ? '?' : s[i];
+        return json_stringn(copy, n);
+}
+
+json_t *json_string_lossy(const char *s) {
+        return s ? json_stringn_lossy(s, strlen(s)) : NULL;
+}

@@ -10,6 +10,11 @@
  * trailing newline. Returns a new string, or NULL on OOM. */
 char *json_dumps_pretty(const json_t *v, size_t *ret_size);
 
+/* A JSON string of n bytes that need not be UTF-8 (a path, a header, a stored upload): when they are
+ * not, every byte >= 0x80 becomes '?'. NULL on OOM; json_string_lossy(NULL) is NULL. */
+json_t *json_stringn_lossy(const char *s, size_t n);
+json_t *json_string_lossy(const char *s);
+
 /* Parses an untrusted request body into one JSON value. Empty bodies, malformed JSON, trailing bytes
  * and duplicate keys are invalid_request errors that say where the problem is. */
 int json_parse_body(const void *data, size_t size, json_t **ret, ApiError *reterr);

@@ -155,13 +155,8 @@ int vm_report_json(Vm *v, json_t **ret, ApiError *reterr) {
         if (r < 0)
                 return api_error_set(reterr, r, API_ERROR_INTERNAL, "%s: %s", path, strerror(-r));
         j = json_loadb(data, size, JSON_DECODE_ANY, NULL);
-        if (!j) {
-                /* not JSON (written by an older daemon): served as a string, invalid UTF-8 replaced */
-                for (size_t i = 0; i < size; i++)
-                        if ((unsigned char) data[i] >= 0x80)
-                                data[i] = '?';
-                j = json_stringn(data, size);
-        }
+        if (!j) /* not JSON (written by an older daemon): served as a string */
+                j = json_stringn_lossy(data, size);
         if (!j)
                 return -ENOMEM;
         *ret = j;

@@ -11,6 +11,7 @@
 #include <sys/random.h>
 
 #include "hex-util.h"
+#include "json-util.h"
 #include "log.h"
 #include "parse-util.h"
 #include "time-util.h"
@@ -703,22 +704,6 @@ int span_traceparent(const Span *s, char ret[static 56]) {
 }
 
 /* ---- OTLP JSON ---- */
-
-/* A JSON string even from bytes that are not UTF-8 (a path, a header): those become '?'. */
-static json_t *json_string_lossy(const char *s) {
-        _cleanup_free_ char *copy = NULL;
-        json_t *j = json_string(s);
-
-        if (j || !s)
-                return j;
-        copy = strdup(s);
-        if (!copy)
-                return NULL;
-        for (char *p = copy; *p; p++)
-                if ((unsigned char) *p >= 0x80)
-                        *p = '?';
-        return json_string(copy);
-}
 
 /* {"key":…,"value":{"stringValue":…}} or, for value NULL, {"intValue":"<digits>"}: int64 values
  * are strings in OTLP JSON. */

@@ -504,6 +504,17 @@ static void test_type_name(void **state) {
         }
 }
 
+static void test_string_lossy(void **state) {
+        json_auto_t *ok = json_string_lossy("gr\xc3\xbc\xc3\x9f"), *bad = json_string_lossy("a\xff\xc3z");
+        json_auto_t *nul = json_stringn_lossy("a\0\xfe", 3);
+
+        assert_string_equal(json_string_value(ok), "gr\xc3\xbc\xc3\x9f"); /* valid UTF-8 kept */
+        assert_string_equal(json_string_value(bad), "a??z");
+        assert_int_equal(json_string_length(nul), 3);
+        assert_memory_equal(json_string_value(nul), "a\0?", 3);
+        assert_null(json_string_lossy(NULL));
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_dumps_pretty),
@@ -526,6 +537,7 @@ int main(void) {
                 cmocka_unit_test(test_dispatch_integer_ranges),
                 cmocka_unit_test(test_dispatch_null_reterr),
                 cmocka_unit_test(test_type_name),
+                cmocka_unit_test(test_string_lossy),
         };
 
         return cmocka_run_group_tests(tests, NULL, NULL);
