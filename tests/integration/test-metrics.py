@@ -18,14 +18,14 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
 
 here = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, here)
-from vmmtest import Daemon, HOST, McpClient, base_env, free_port, http_request, run, tap, tool_json  # noqa: E402
+from vmmtest import (Daemon, HOST, McpClient, api, base_env, free_port, http_request, imds_request, run,  # noqa: E402
+                     tap, tool_json, wait_state)
 
 FAKES = os.path.join(here, "fakes")
 CREATE = {"memory_mib": 512, "disk_gib": 2, "require_attestation": False, "wait_for": "none"}
@@ -54,45 +54,11 @@ REPORT = {
 }
 
 
-def api(port, method, path, body=None, timeout=60):
-    status, headers, data = http_request(port, method, "/api/v1" + path,
-                                         body=json.dumps(body).encode() if body is not None else None,
-                                         timeout=timeout)
-    try:
-        doc = json.loads(data) if data else None
-    except ValueError:
-        doc = data
-    return status, doc
-
-
-def imds(sock_path, method, path, body=None):
-    s = socket.socket(socket.AF_UNIX)
-    s.settimeout(20)
-    s.connect(sock_path)
-    req = "%s %s HTTP/1.1\r\nHost: 169.254.169.254\r\nConnection: close\r\n" % (method, path)
-    if body is not None:
-        req += "Content-Type: application/json\r\nContent-Length: %d\r\n" % len(body)
-    try:
-        s.sendall(req.encode() + b"\r\n" + (body or b""))
-    except (BrokenPipeError, ConnectionResetError):
-        pass  # a body refused by its Content-Length: the answer is already there
-    data = b""
-    while True:
-        try:
-            chunk = s.recv(65536)
-        except ConnectionResetError:
-            break
-        if not chunk:
-            break
-        data += chunk
-    s.close()
-    head, _, payload = data.partition(b"\r\n\r\n")
-    return int(head.split(b"\r\n")[0].split()[1]), payload
-
-
 def upload(state, vid, doc):
     body = doc if isinstance(doc, bytes) else json.dumps(doc).encode()
-    return imds(os.path.join(state, "vms", vid, "imds.sock"), "POST", "/giantswarm/v1/report", body)
+    status, _, payload = imds_request(os.path.join(state, "vms", vid, "imds.sock"), "POST", "/giantswarm/v1/report",
+                                      body)
+    return status, payload
 
 
 def scrape(port):
@@ -141,17 +107,6 @@ def families(text):
         elif line.startswith("# HELP "):
             helps.add(line.split(" ", 3)[2])
     return types, helps
-
-
-def wait_state(port, vid, states, timeout=60):
-    deadline = time.monotonic() + timeout
-    vm = None
-    while time.monotonic() < deadline:
-        _, vm = api(port, "GET", "/vms/" + vid)
-        if vm and vm.get("state") in states:
-            return vm
-        time.sleep(0.2)
-    return vm
 
 
 def setup(work):
@@ -234,7 +189,7 @@ def run_checks(work, d, port, state, images, vars_, env):
             return
         vms[name] = vm["id"]
     for name, vid in vms.items():
-        vm = wait_state(port, vid, ("booting",))
+        vm = wait_state(port, vid, ("booting",), 60, 0.2)
         tap.result(vm and vm.get("state") == "booting", "%s: the fake installer exits 0, the installed boot runs" % name,
                    repr(vm)[:300])
 

@@ -149,6 +149,59 @@ def http_request(port, method, path, body=None, headers=None, timeout=10):
         conn.close()
 
 
+def api(port, method, path, body=None, timeout=60):
+    """A REST call under /api/v1 with a JSON body: (status, parsed JSON, or the raw bytes when the
+    answer is not JSON, or None when it is empty)."""
+    status, _, data = http_request(port, method, "/api/v1" + path,
+                                   body=json.dumps(body).encode() if body is not None else None, timeout=timeout)
+    try:
+        return status, (json.loads(data) if data else None)
+    except ValueError:
+        return status, data
+
+
+def wait_state(port, vm_id, states, timeout, step=0.5):
+    """Polls get_vm until the VM is in one of states; returns the last record seen."""
+    deadline = time.monotonic() + timeout
+    vm = None
+    while time.monotonic() < deadline:
+        status, vm = api(port, "GET", "/vms/" + vm_id)
+        if status == 200 and isinstance(vm, dict) and vm.get("state") in states:
+            return vm
+        time.sleep(step)
+    return vm
+
+
+def imds_request(sock_path, method, path, body=None, timeout=20):
+    """One request to a VM's metadata listener (<vm>/imds.sock), as the gateway delivers a guest's:
+    (status, {lower-case header: value}, payload). A body the server refuses by its Content-Length
+    may be cut short; the answer is read all the same."""
+    s = socket.socket(socket.AF_UNIX)
+    s.settimeout(timeout)
+    s.connect(sock_path)
+    req = "%s %s HTTP/1.1\r\nHost: 169.254.169.254\r\nConnection: close\r\n" % (method, path)
+    if body is not None:
+        req += "Content-Type: application/json\r\nContent-Length: %d\r\n" % len(body)
+    try:
+        s.sendall(req.encode() + b"\r\n" + (body or b""))
+    except (BrokenPipeError, ConnectionResetError):
+        pass
+    data = b""
+    while True:
+        try:
+            chunk = s.recv(65536)
+        except ConnectionResetError:
+            break
+        if not chunk:
+            break
+        data += chunk
+    s.close()
+    head, _, payload = data.partition(b"\r\n\r\n")
+    lines = head.decode(errors="replace").split("\r\n")
+    headers = {k.lower(): v.strip() for k, _, v in (x.partition(":") for x in lines[1:])}
+    return int(lines[0].split()[1]), headers, payload
+
+
 def port_refuses(port):
     s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     s.settimeout(1)
