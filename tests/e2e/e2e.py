@@ -15,8 +15,11 @@ Tests (E2E_TESTS, comma-separated; default: all):
   verify      a fresh VM on a daemon without learn mode verifies with nothing learned
   reject      a VM on another OVMF build is rejected on PCR 0; its user-data stays gated
   restart     the daemon restarts while a VM runs: with the process launcher the VM is powered
-              down and marked stopped, and start_vm brings it back (the systemd launcher's
-              reattachment is tests/integration/test-vm-systemd.py's, with the tiny image)
+              down and marked stopped; then, where a service manager is reachable (the suite runs
+              under with-systemd-user.sh), start_vm runs it as units of the systemd launcher, the
+              daemon restarts again, the VM keeps running and the next daemon attaches to it
+              (exec_vm, forward_port and stop_vm work); without one, start_vm on the process
+              launcher brings it back
 
 create, ignition, metrics, reboot and kubernetes share one VM; golden needs create's VM; verify and
 reject need golden. CI runs create, golden and reject.
@@ -44,8 +47,7 @@ ALL = ["create", "ignition", "metrics", "reboot", "kubernetes", "golden", "verif
 SELECTED = [t for t in (os.environ.get("E2E_TESTS") or ",".join(ALL)).split(",") if t]
 # TCG: an install takes 4-6 minutes, a boot 2-3; the daemon's own timeouts are raised to match.
 VM_TIMEOUT = int(os.environ.get("E2E_VM_TIMEOUT", "1800"))
-# The process launcher everywhere: the restart test checks its documented behaviour (the systemd
-# launcher's reattachment is test-vm-systemd.py's, with the tiny image).
+# The process launcher everywhere but in the restart test's second half.
 DAEMON_FLAGS = ["--install-timeout", "20m", "--boot-timeout", "15m", "--launcher", "process", "--log-level", "debug"]
 OTHER_OVMF = ("/usr/share/OVMF/OVMF_CODE.fd", "/usr/share/OVMF/OVMF_VARS.fd")
 
@@ -204,21 +206,8 @@ def t_ignition(work):
     r, why = exec_vm(port, vm["id"], "systemctl", "is-active", "e2e-hello.socket")
     tap.result(r and r.get("stdout", "").strip() == "active", "Ignition's socket unit is enabled and listening",
                why[:600])
-    status, fw = api(port, "POST", "/vms/%s/forward" % vm["id"], {"port": 8080})
-    got = b""
-    if status == 200:
-        h, p = fw["address"].rsplit(":", 1)
-        try:
-            with socket.create_connection((h, int(p)), timeout=20) as s:
-                s.settimeout(20)
-                while True:
-                    chunk = s.recv(4096)
-                    if not chunk:
-                        break
-                    got += chunk
-        except OSError as e:
-            got = repr(e).encode()
-    tap.result(got == b"hello from ignition\n", "forward_port 8080 reaches the guest's unit", "%r %r" % (fw, got))
+    got, why = forward_hello(port, vm["id"])
+    tap.result(got == b"hello from ignition\n", "forward_port 8080 reaches the guest's unit", why)
 
 
 def t_metrics(work):
@@ -361,6 +350,47 @@ def t_reject(work):
     d.stop(signal.SIGTERM, timeout=120)
 
 
+def service_manager():
+    """The private `systemd --user` of with-systemd-user.sh, when the suite runs under one."""
+    rt = os.environ.get("XDG_RUNTIME_DIR")
+    return bool(rt) and os.path.exists(os.path.join(rt, "systemd", "private"))
+
+
+def restarted_daemon(work, name, port, launcher):
+    flags = [f for f in DAEMON_FLAGS]
+    flags[flags.index("--launcher") + 1] = launcher
+    d = Daemon(work, name, ["--listen", "%s:%d" % (HOST, port), "--state-dir", ctx["learn_state"],
+                            "--image-dir", ctx["images"]] + flags + ["--attestation", "verify",
+                                                                     "--attestation-learn-golden"],
+               env=base_env(work))
+    ok, why = d.wait_healthy(port, timeout=30)
+    tap.result(ok, "restart: %s on the same state directory (--launcher %s)" % (name, launcher), why)
+    return d
+
+
+def forward_hello(port, vid):
+    status, fw = api(port, "POST", "/vms/%s/forward" % vid, {"port": 8080})
+    got = b""
+    if status == 200:
+        h, p = fw["address"].rsplit(":", 1)
+        try:
+            with socket.create_connection((h, int(p)), timeout=20) as s:
+                s.settimeout(20)
+                while True:
+                    chunk = s.recv(4096)
+                    if not chunk:
+                        break
+                    got += chunk
+        except OSError as e:
+            got = repr(e).encode()
+    return got, "%r %r" % (fw, got)
+
+
+def qemu_of(vid):
+    with open(os.path.join(ctx["learn_state"], "vms", vid, "vm.json")) as f:
+        return (json.load(f).get("processes") or {}).get("qemu") or {}
+
+
 def t_restart(work):
     vm, d, port = ctx.get("vm"), ctx.get("learn"), ctx.get("learn_port")
     if not vm or not d:
@@ -368,21 +398,61 @@ def t_restart(work):
         return
     vid = vm["id"]
     d.stop(signal.SIGTERM, timeout=180)
-    d2 = Daemon(work, "learn-2", ["--listen", "%s:%d" % (HOST, port), "--state-dir", ctx["learn_state"],
-                                  "--image-dir", ctx["images"]] + DAEMON_FLAGS + ["--attestation", "verify"],
-                env=base_env(work))
-    ok, why = d2.wait_healthy(port, timeout=30)
-    tap.result(ok, "restart: a new daemon on the same state directory", why)
+    ctx.pop("learn", None)
+    d2 = restarted_daemon(work, "learn-2", port, "process")
+    ctx["restart"] = d2
     status, v = api(port, "GET", "/vms/" + vid)
     # the process launcher: SIGTERM powered the VM down with the daemon (README, Launchers)
     tap.result(isinstance(v, dict) and v.get("state") == "stopped",
                "process launcher: the VM was powered down with the daemon and is stopped", repr(v)[:600])
-    t0 = time.monotonic()
-    status, _ = api(port, "POST", "/vms/%s/start" % vid)
-    x = wait_state(port, vid, ("ready", "failed"), VM_TIMEOUT, 5)
-    TIMINGS["restart: start_vm to ready"] = time.monotonic() - t0
-    tap.result(isinstance(x, dict) and x.get("state") == "ready", "start_vm brings it back to ready", repr(x)[:600])
+    if not service_manager():
+        t0 = time.monotonic()
+        api(port, "POST", "/vms/%s/start" % vid)
+        x = wait_state(port, vid, ("ready", "failed"), VM_TIMEOUT, 5)
+        TIMINGS["restart: start_vm to ready"] = time.monotonic() - t0
+        tap.result(isinstance(x, dict) and x.get("state") == "ready", "start_vm brings it back to ready", repr(x)[:600])
+        tap.skip("restart under the systemd launcher", "no service manager (run under with-systemd-user.sh)")
+        return
+
+    # The same VM under the systemd launcher: its processes become units of the service manager,
+    # which outlive the daemon.
     d2.stop(signal.SIGTERM, timeout=180)
+    d3 = restarted_daemon(work, "learn-3", port, "systemd")
+    ctx["restart"] = d3
+    t0 = time.monotonic()
+    api(port, "POST", "/vms/%s/start" % vid)
+    x = wait_state(port, vid, ("ready", "failed"), VM_TIMEOUT, 5)
+    TIMINGS["restart: start_vm to ready (systemd launcher)"] = time.monotonic() - t0
+    tap.result(isinstance(x, dict) and x.get("state") == "ready", "start_vm under the systemd launcher: ready",
+               repr(x)[:600])
+    if not isinstance(x, dict) or x.get("state") != "ready":
+        return
+    qemu = qemu_of(vid)
+    tap.result(qemu.get("unit") == "vm-manager-%s-qemu.service" % vid and qemu.get("pid"),
+               "QEMU runs as the unit vm-manager-%s-qemu.service" % vid, repr(qemu))
+    rc, _ = d3.stop(signal.SIGTERM, timeout=60)
+    ctx.pop("restart", None)
+    time.sleep(2)
+    alive = bool(qemu.get("pid")) and os.path.exists("/proc/%d" % qemu["pid"])
+    tap.result(rc == 0 and alive, "SIGTERM of the daemon: it exits 0 and the VM's QEMU keeps running",
+               "exit %r, pid %r alive %r" % (rc, qemu.get("pid"), alive))
+    d4 = restarted_daemon(work, "learn-4", port, "systemd")
+    ctx["restart"] = d4
+    status, again = api(port, "GET", "/vms/" + vid)
+    tap.result(status == 200 and again.get("state") == "ready" and not again.get("lastError")
+               and qemu_of(vid).get("pid") == qemu.get("pid"),
+               "the next daemon attaches to the running VM: ready, same QEMU, no error", repr(again)[:600])
+    r, why = exec_vm(port, vid, "hostname")
+    tap.result(r and r.get("stdout", "").strip() == "e2e-a", "exec_vm reaches the reattached guest", why[:600])
+    got, why = forward_hello(port, vid)
+    tap.result(got == b"hello from ignition\n", "forward_port reaches the guest's unit through the re-dialled NIC",
+               why)
+    t0 = time.monotonic()
+    status, stopped = api(port, "POST", "/vms/%s/stop" % vid, timeout=240)
+    tap.result(status == 200 and stopped.get("state") == "stopped",
+               "stop_vm through the re-dialled QMP: stopped (%.0f s)" % (time.monotonic() - t0), repr(stopped)[:400])
+    d4.stop(signal.SIGTERM, timeout=180)
+    ctx.pop("restart", None)
 
 
 TESTS = {"create": t_create, "ignition": t_ignition, "metrics": t_metrics, "reboot": t_reboot,
@@ -423,7 +493,7 @@ def e2e(work):
                     tap.result(False, "%s: ran to the end" % name, traceback.format_exc())
                 tap.diag("%s: %.0f s" % (name, time.monotonic() - t0))
     finally:
-        for key in ("verify", "learn"):
+        for key in ("verify", "learn", "restart"):
             if ctx.get(key):
                 try:
                     ctx[key].stop(signal.SIGTERM, timeout=180)
