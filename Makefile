@@ -1,10 +1,11 @@
 # Thin wrapper around meson: every target installs what it needs first (tools/install-deps.sh).
 #   make run     build, then serve in the foreground (state in ./state unless STATE_DIR or
 #                VM_MANAGER_STATE_DIR says otherwise; ARGS="--listen :9090" adds serve flags)
-#   make check   build with ASan/UBSan and run every test that can run on this machine
+#   make check   build with ASan/UBSan and run every test that can run on this machine, the CI
+#                subset of the end-to-end suite (suite e2e-ci) last
 #   make bench   run bench/ and print the figures that go into docs/benchmarks.md
-#   make e2e     real boots of the guest image through the daemon (tests/e2e; about 45 minutes
-#                under TCG; E2E_TESTS=create,reject picks tests)
+#   make e2e     real boots of the guest image through the daemon, every test (tests/e2e; about
+#                35 minutes under TCG; E2E_TESTS=create,reject picks tests)
 #   make image   build the guest image into images/build (or take it from the cache; images/README.md)
 #   make image-verify  check images/build's policy.json and signed manifests against its files
 #   make image-smoke   boot images/build under TCG without the daemon (install, READY=1, PCR 11)

@@ -114,6 +114,7 @@ int manager_new(Manager **ret, sd_event *event, const ManagerConfig *cfg, ApiErr
             strdup_to(&m->ovmf_vars, cfg->ovmf_vars) < 0)
                 return -ENOMEM;
         m->stop_timeout = cfg->stop_timeout ?: 30 * USEC_PER_SEC;
+        m->qmp_timeout = cfg->qmp_timeout ?: 30 * USEC_PER_SEC;
         m->guest_series_limit = cfg->guest_series_limit ?: GUEST_SERIES_LIMIT_DEFAULT;
         metrics_histogram_init(&m->install_seconds, install_buckets, ELEMENTSOF(install_buckets));
         metrics_histogram_init(&m->boot_to_ready_seconds, ready_buckets, ELEMENTSOF(ready_buckets));

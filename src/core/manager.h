@@ -53,6 +53,7 @@ typedef struct ManagerConfig {
         usec_t install_timeout;
         usec_t boot_timeout;
         usec_t stop_timeout;
+        usec_t qmp_timeout; /* QEMU spawned to QMP answering; 0: 30 s */
         uint32_t notify_port; /* 0: the port recorded in the state dir, else a new one */
         VmLauncherKind launcher;
         bool detach_vms_on_exit;
@@ -76,7 +77,7 @@ typedef struct Manager {
         Vm **vms;
         size_t n_vms;
         char *ovmf_code, *ovmf_vars;
-        usec_t install_timeout, boot_timeout, stop_timeout;
+        usec_t install_timeout, boot_timeout, stop_timeout, qmp_timeout;
         uint32_t notify_port;
         /* attestation: the mode, learn mode, and the nonces handed to guests */
         AttestMode attestation;

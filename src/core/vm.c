@@ -34,7 +34,6 @@
 #define VM_CONSOLE_LINES_MAX 10000
 #define VM_ERROR_CONSOLE_LINES 40
 #define VM_SWTPM_START_TIMEOUT (5 * USEC_PER_SEC)
-#define VM_QMP_START_TIMEOUT (10 * USEC_PER_SEC)
 #define VM_STOP_GRACE (5 * USEC_PER_SEC)
 #define VM_PROBE_INTERVAL (5 * USEC_PER_MSEC)
 #define VM_NOTIFY_MESSAGE_MAX (64U * 1024U)
@@ -1458,10 +1457,17 @@ static void on_qmp_ready(QmpClient *c, int error, void *userdata) {
         if (!v->starting)
                 return;
         if (error < 0) {
-                _cleanup_free_ char *qlog = vm_path(v, "qemu.log"),
+                _cleanup_free_ char *qlog = vm_path(v, "qemu.log"), *qmp = vm_path(v, "qmp.sock"),
                                     *tail = qlog ? file_tail(qlog, 8192) : NULL, *msg = NULL;
+                char d[32];
+
                 asprintf_or_null(
-                        &msg, "qemu QMP did not answer within 10s: %s (%s)", strerror(-error), tail ?: "");
+                        &msg,
+                        "qemu QMP at %s did not answer within %s: %s (%s)",
+                        qmp ?: "qmp.sock",
+                        format_duration(d, sizeof(d), v->manager->qmp_timeout),
+                        strerror(-error),
+                        tail && *tail ? tail : "qemu wrote nothing to its log");
                 start_fail(v, error, msg ?: "qemu QMP did not answer");
                 return;
         }
@@ -1568,7 +1574,7 @@ static int start_qemu(Vm *v) {
                 on_qmp_event,
                 on_qmp_disconnect,
                 v,
-                VM_QMP_START_TIMEOUT,
+                v->manager->qmp_timeout,
                 on_qmp_ready);
         if (r < 0) {
                 (void) vm_launched_kill(v->qemu, SIGKILL, true);
@@ -2743,7 +2749,7 @@ static int vm_reattach(Vm *v) {
                         log_warning_errno(r, "VM %s: cannot listen for READY=1 again, ignoring: %m", v->id);
         }
         return qmp_client_connect_retry(
-                &v->qmp, m->event, qmp, on_qmp_event, on_qmp_disconnect, v, VM_QMP_START_TIMEOUT, on_qmp_reattached);
+                &v->qmp, m->event, qmp, on_qmp_event, on_qmp_disconnect, v, v->manager->qmp_timeout, on_qmp_reattached);
 }
 
 int vm_load_all(Manager *m, ApiError *reterr) {

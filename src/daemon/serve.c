@@ -45,6 +45,7 @@ static HostNotify arg_vsock = HOST_NOTIFY_AUTO;
 static usec_t arg_install_timeout = 0; /* 0: the manager's default for the accelerator */
 static usec_t arg_boot_timeout = 0;
 static usec_t arg_stop_timeout = 30 * USEC_PER_SEC;
+static usec_t arg_qmp_timeout = 30 * USEC_PER_SEC;
 static uint32_t arg_notify_port = 0;
 static VmLauncherKind arg_launcher = VM_LAUNCHER_AUTO;
 static bool arg_detach_vms_on_exit = true;
@@ -247,6 +248,15 @@ static const Flag serve_flags[] = {
                 .help = "how long an installed boot may take to send READY=1 before the VM is marked running",
                 .parse = flag_parse_duration,
                 .dest = &arg_boot_timeout,
+        },
+        {
+                .name = "qmp-timeout",
+                .env = "VM_MANAGER_QMP_TIMEOUT",
+                .default_value = "30s",
+                .metavar = "DURATION",
+                .help = "how long a QEMU just started (or found running at start-up) may take to answer on its monitor",
+                .parse = flag_parse_duration,
+                .dest = &arg_qmp_timeout,
         },
         {
                 .name = "stop-timeout",
@@ -676,6 +686,7 @@ static int run(void) {
                         .install_timeout = arg_install_timeout,
                         .boot_timeout = arg_boot_timeout,
                         .stop_timeout = arg_stop_timeout,
+                        .qmp_timeout = arg_qmp_timeout,
                         .notify_port = arg_notify_port,
                         .launcher = arg_launcher,
                         .detach_vms_on_exit = arg_detach_vms_on_exit,
