@@ -53,7 +53,7 @@ typedef struct ManagerConfig {
         usec_t install_timeout;
         usec_t boot_timeout;
         usec_t stop_timeout;
-        usec_t qmp_timeout; /* QEMU spawned to QMP answering; 0: 30 s */
+        usec_t qmp_timeout;   /* QEMU spawned to QMP answering; 0: 30 s */
         uint32_t notify_port; /* 0: the port recorded in the state dir, else a new one */
         VmLauncherKind launcher;
         bool detach_vms_on_exit;
