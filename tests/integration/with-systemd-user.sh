@@ -1,4 +1,4 @@
-#!/bin/sh
+#!/bin/bash
 # SPDX-License-Identifier: LGPL-2.1-or-later
 #
 # Runs COMMAND... with a private `systemd --user` started for it alone (reference route 1 of
@@ -18,7 +18,7 @@ skip() {
                 [ -n "${cleanup_set:-}" ] && cleanup
                 unset XDG_RUNTIME_DIR
                 trap - EXIT
-                exec "$@"
+                exec "${command[@]}"
         fi
         echo "1..0 # SKIP $*"
         exit 0
@@ -28,6 +28,7 @@ skip() {
         echo "usage: $0 COMMAND..." >&2
         exit 2
 }
+command=("$@")
 
 systemd=/usr/lib/systemd/systemd
 [ -x "$systemd" ] || skip "no $systemd"
