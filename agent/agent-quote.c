@@ -9,6 +9,7 @@
 #include "agent-tpm.h"
 #include "agent-util.h"
 #include "cleanup.h"
+#include "hex-util.h"
 
 static const char *const stage_names[_AGENT_STAGE_MAX] = {
         [AGENT_STAGE_INITRD] = "initrd",

@@ -34,22 +34,6 @@ void agent_log_internal(int level, const char *format, ...) {
         (void) fprintf(stderr, "vm-agent: %s%s\n", prefix, msg);
 }
 
-char *hex_encode(const void *data, size_t size) {
-        char *s = malloc(size * 2 + 1);
-
-        return s ? hex_format(data, size, s) : NULL;
-}
-
-static int unhex_char(char c) {
-        if (c >= '0' && c <= '9')
-                return c - '0';
-        if (c >= 'a' && c <= 'f')
-                return c - 'a' + 10;
-        if (c >= 'A' && c <= 'F')
-                return c - 'A' + 10;
-        return -EINVAL;
-}
-
 int hex_decode(const char *s, uint8_t **ret, size_t *ret_size) {
         _cleanup_free_ uint8_t *buf = NULL;
         size_t n;
@@ -65,7 +49,7 @@ int hex_decode(const char *s, uint8_t **ret, size_t *ret_size) {
         if (!buf)
                 return -ENOMEM;
         for (size_t i = 0; i < n / 2; i++) {
-                int hi = unhex_char(s[2 * i]), lo = unhex_char(s[2 * i + 1]);
+                int hi = unhexchar(s[2 * i]), lo = unhexchar(s[2 * i + 1]);
 
                 if (hi < 0 || lo < 0)
                         return -EINVAL;

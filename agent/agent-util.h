@@ -25,9 +25,6 @@ void agent_log_internal(int level, const char *format, ...) _printf_(2, 3);
 #define agent_info(...) agent_log(LOG_INFO, __VA_ARGS__)
 #define agent_warning(...) agent_log(LOG_WARNING, __VA_ARGS__)
 
-/* Lower-case hex of data; returns a new string or NULL on OOM. */
-char *hex_encode(const void *data, size_t size);
-
 /* Decodes hex (either case, even length, no separators) into a new buffer. -EINVAL when s is not
  * hex, -ENOMEM on OOM. */
 int hex_decode(const char *s, uint8_t **ret, size_t *ret_size);

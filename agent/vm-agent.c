@@ -14,6 +14,7 @@
 #include "agent-tpm.h"
 #include "agent-util.h"
 #include "cleanup.h"
+#include "hex-util.h"
 #include "json-util.h"
 #include "parse-util.h"
 #include "version.h"

@@ -30,12 +30,6 @@ int attest_error_set(ApiError *reterr, int r, const char *format, ...) {
         return r;
 }
 
-char *attest_hex_encode_new(const uint8_t *data, size_t size) {
-        char *s = malloc(2 * size + 1);
-
-        return s ? hex_format(data, size, s) : NULL;
-}
-
 /* Go's InvalidByteError: "%#U" of the byte taken as a rune, which shows the character only when
  * strconv.IsPrint holds (printable ASCII, and Latin-1 letters and symbols except NBSP and SHY). */
 static char *go_invalid_byte(uint8_t b) {

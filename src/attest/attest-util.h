@@ -27,9 +27,6 @@
  * the reference and reach clients unchanged. */
 int attest_error_set(ApiError *reterr, int r, const char *format, ...) _printf_(3, 4);
 
-/* hex_format() (hex-util.h) into a new string; NULL on OOM. */
-char *attest_hex_encode_new(const uint8_t *data, size_t size);
-
 /* Decodes hex of either case as Go's hex.DecodeString does, into a new buffer (NULL with size 0
  * for ""). On a bad input returns -EINVAL and, when reterr_go is not NULL, Go's error text
  * ("encoding/hex: invalid byte: U+0067 'g'", "encoding/hex: odd length hex string") in a new

@@ -209,7 +209,7 @@ static int verify(
                 return set_message(res, "pcr digest: %s", err.message ?: "pcr digest mismatch");
         for (unsigned i = 0; i < ATTEST_PCR_SLOTS; i++)
                 if (q->pcr_mask & (1U << i)) {
-                        res->pcrs[i] = attest_hex_encode_new(d.values[i].data, d.values[i].size);
+                        res->pcrs[i] = hex_encode(d.values[i].data, d.values[i].size);
                         if (!res->pcrs[i])
                                 return -ENOMEM;
                 }

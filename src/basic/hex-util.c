@@ -1,4 +1,6 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
+#include <stdlib.h>
+
 #include "hex-util.h"
 
 int unhexchar(char c) {
@@ -21,4 +23,10 @@ char *hex_format(const void *data, size_t size, char *out) {
         }
         out[2 * size] = 0;
         return out;
+}
+
+char *hex_encode(const void *data, size_t size) {
+        char *s = malloc(2 * size + 1);
+
+        return s ? hex_format(data, size, s) : NULL;
 }

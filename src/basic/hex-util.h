@@ -9,3 +9,6 @@ int unhexchar(char c);
 
 /* size bytes of data as lower-case hex into out (2 * size + 1 bytes, NUL-terminated); returns out. */
 char *hex_format(const void *data, size_t size, char *out);
+
+/* The same into a new string; NULL on OOM. */
+char *hex_encode(const void *data, size_t size);

@@ -108,7 +108,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 if (parsed ? !(q.pcr_mask & (1U << i)) : i > 13)
                         continue;
                 values[i] = (AttestPcrValue){ .set = true, .data = rest, .size = n };
-                req.pcrs_sha256[i] = attest_hex_encode_new(rest, n);
+                req.pcrs_sha256[i] = hex_encode(rest, n);
                 assert(req.pcrs_sha256[i]);
                 rest += n;
                 rn -= n;
