@@ -25,7 +25,7 @@ import time
 
 here = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, here)
-from vmmtest import Daemon, HOST, base_env, free_port, http_request, run, tap  # noqa: E402
+from vmmtest import Daemon, HOST, base_env, free_port, http_request, imds_request, run, tap  # noqa: E402
 
 FAKES = os.path.join(here, "fakes")
 CREATE = {"memory_mib": 512, "disk_gib": 1, "require_attestation": False, "wait_for": "none"}
@@ -67,27 +67,6 @@ def listener(addr):
             c.close()
     threading.Thread(target=loop, daemon=True).start()
     return s.getsockname()[1], hits
-
-
-def imds_get(sock_path, path, method="GET", body=None):
-    s = socket.socket(socket.AF_UNIX)
-    s.settimeout(5)
-    s.connect(sock_path)
-    req = "%s %s HTTP/1.1\r\nHost: 169.254.169.254\r\nConnection: close\r\n" % (method, path)
-    if body is not None:
-        req += "Content-Length: %d\r\n" % len(body)
-    s.sendall(req.encode() + b"\r\n" + (body or b""))
-    data = b""
-    while True:
-        chunk = s.recv(65536)
-        if not chunk:
-            break
-        data += chunk
-    s.close()
-    head, _, payload = data.partition(b"\r\n\r\n")
-    lines = head.decode().split("\r\n")
-    headers = {k.lower(): v.strip() for k, _, v in (x.partition(":") for x in lines[1:])}
-    return int(lines[0].split()[1]), headers, payload
 
 
 def wait_guest(vmdir, timeout=60):
@@ -217,37 +196,37 @@ def test_network(work):
 
     # the IMDS on a VM's own listener, as the gateway reaches it
     sock = os.path.join(vmdir["guest-a"], "imds.sock")
-    st, h, body = imds_get(sock, "/giantswarm/v1/hostname")
+    st, h, body = imds_request(sock, "GET", "/giantswarm/v1/hostname")
     tap.result(st == 200 and body == b"guest-a" and h.get("content-type") == "text/plain; charset=utf-8",
                "imds: /hostname is the VM's hostname, text/plain, no newline added", "%d %r %r" % (st, h, body))
-    st, h, body = imds_get(sock, "/giantswarm/v1/region")
+    st, h, body = imds_request(sock, "GET", "/giantswarm/v1/region")
     tap.result(st == 200 and body == socket.gethostname().encode(), "imds: /region is the host's name",
                "%d %r" % (st, body))
-    st, h, body = imds_get(sock, "/giantswarm/v1/zone")
+    st, h, body = imds_request(sock, "GET", "/giantswarm/v1/zone")
     tap.result(st == 200 and body == b"net1", "imds: /zone is the network", "%d %r" % (st, body))
-    st, h, body = imds_get(sock, "/giantswarm/v1/public-keys/")
+    st, h, body = imds_request(sock, "GET", "/giantswarm/v1/public-keys/")
     tap.result(st == 200 and body == b"0", "imds: /public-keys/ lists index 0", "%d %r" % (st, body))
-    st, h, body = imds_get(sock, "/giantswarm/v1/public-keys/0")
+    st, h, body = imds_request(sock, "GET", "/giantswarm/v1/public-keys/0")
     tap.result(st == 200 and body.startswith(b"ssh-ed25519 ") and body.endswith(b"vm-manager@" + vms["guest-a"]["id"].encode()),
                "imds: /public-keys/0 is the VM's own key", "%d %r" % (st, body[:80]))
-    st, h, body = imds_get(sock, "/giantswarm/v1/public-keys/7")
+    st, h, body = imds_request(sock, "GET", "/giantswarm/v1/public-keys/7")
     tap.result(st == 404 and body == b"", "imds: a missing key is a 404 with an empty body", "%d %r" % (st, body))
-    st, h, body = imds_get(sock, "/giantswarm/v1/metadata/role")
+    st, h, body = imds_request(sock, "GET", "/giantswarm/v1/metadata/role")
     tap.result(st == 200 and body == b"worker", "imds: /metadata/role", "%d %r" % (st, body))
-    st, h, body = imds_get(sock, "/giantswarm/v1/user-data")
+    st, h, body = imds_request(sock, "GET", "/giantswarm/v1/user-data")
     tap.result(st == 503 and h.get("retry-after") == "2"
                and body == b"user-data is released after the initrd-stage attestation verifies",
                "imds: user-data is gated (503, Retry-After) until the installed boot", "%d %r %r" % (st, h, body))
-    st, h, body = imds_get(sock, "/giantswarm/v1/sysupdate/kubernetes/kubernetes_1.31.raw")
+    st, h, body = imds_request(sock, "GET", "/giantswarm/v1/sysupdate/kubernetes/kubernetes_1.31.raw")
     tap.result(st == 200 and body == b"sysext bytes", "imds: a sysupdate file from the image directory", "%d %r" % (st, body))
-    st, h, body = imds_get(sock, "/giantswarm/v1/sysupdate/kubernetes/../../fake_1.0.raw")
+    st, h, body = imds_request(sock, "GET", "/giantswarm/v1/sysupdate/kubernetes/../../fake_1.0.raw")
     tap.result(st != 200, "imds: no way out of the sysupdate tree", "%d" % st)
-    st, h, body = imds_get(sock, "/giantswarm/v1/report", "POST", b'{"ok": true}')
+    st, h, body = imds_request(sock, "POST", "/giantswarm/v1/report", b'{"ok": true}')
     tap.result(st == 204 and os.path.exists(os.path.join(vmdir["guest-a"], "report.json")),
                "imds: a report upload is stored, 204", "%d %r" % (st, body))
-    st, h, body = imds_get(sock, "/giantswarm/v1/report", "POST", b'not json')
+    st, h, body = imds_request(sock, "POST", "/giantswarm/v1/report", b'not json')
     tap.result(st == 400 and body == b"report is not valid JSON", "imds: a report that is not JSON is a 400", "%d %r" % (st, body))
-    st, h, body = imds_get(sock, "/giantswarm/v1/hostname", "POST", b"")
+    st, h, body = imds_request(sock, "POST", "/giantswarm/v1/hostname", b"")
     tap.result(st == 405, "imds: the wrong method is a 405", "%d" % st)
 
     # the network records show the leases
