@@ -139,8 +139,10 @@ static int verify(
         uint32_t missing;
         int r;
 
-        if (!attest_nonce_consume(nonces, p->vm_id, req->nonce, p->now))
+        if (!attest_nonce_consume(nonces, p->vm_id, req->nonce, p->now)) {
+                res->retryable = true; /* the guest asks for a new nonce and quotes again */
                 return set_message(res, "unknown or expired nonce");
+        }
 
         stage = attest_stage_from_string(req->stage);
         if (stage < 0) {
@@ -482,4 +484,13 @@ int attest_result_from_json(json_t *v, AttestResult *ret) {
         *ret = res;
         res = (AttestResult){};
         return 0;
+}
+
+uint32_t attest_policy_missing_golden(const AttestPolicy *policy) {
+        uint32_t missing = 0;
+
+        for (size_t k = 0; k < ELEMENTSOF(golden_pcrs); k++)
+                if (!policy || !attest_policy_expected(policy, golden_pcrs[k], NULL, NULL))
+                        missing |= 1U << golden_pcrs[k];
+        return missing;
 }

@@ -48,6 +48,7 @@ typedef struct AttestResult {
         unsigned learned[ATTEST_PCR_SLOTS]; /* PCRs accepted without an expected value, ascending */
         size_t n_learned;
         bool enroll; /* verified initrd quote of a VM without a pin: pin ak_fingerprint now */
+        bool retryable; /* rejected for a reason a new quote of the same boot can cure (a stale nonce) */
 } AttestResult;
 
 void attest_result_done(AttestResult *r);
@@ -70,6 +71,10 @@ typedef struct AttestVerifyParams {
  * benchmarks): everything it needs is in its arguments. */
 int attest_verify_quote(
         AttestNonceStore *nonces, const AttestQuoteRequest *req, const AttestVerifyParams *p, AttestResult *ret);
+
+/* The golden PCRs (0, 2, 3, 4, 6, 7) policy has no value for, as a bit mask: every quote of a VM on
+ * such an image is rejected unless learn mode accepts them. */
+uint32_t attest_policy_missing_golden(const AttestPolicy *policy);
 
 /* {"verified","message"(omitempty),"at":RFC 3339,"akFingerprint"(omitempty),"pcrs":{"0":…}(omitempty),
  * "learned":[…](omitempty)} as §4.5 shows a stage (pcrs keys in Go's order: sorted as strings).

@@ -71,9 +71,18 @@ static int manager_switches_start(Manager *m, ApiError *reterr);
  * pass verification here: say so once, at start. */
 static void manager_check_golden_firmware(Manager *m) {
         const char *host = host_probe_firmware_sha256(m->host);
-        for (size_t i = 0; host && i < image_catalog_size(m->images); i++) {
+        for (size_t i = 0; i < image_catalog_size(m->images); i++) {
                 const Image *img = image_catalog_at(m->images, i);
                 json_t *fw = json_object_get(img->policy, "golden_firmware");
+                if (m->attestation == ATTEST_MODE_VERIFY && !m->learn_golden &&
+                    json_object_size(json_object_get(json_object_get(img->policy, "golden"), "sha256")) == 0)
+                        log_notice(
+                                "Image %s has no golden PCR values yet: create_vm with require_attestation (the "
+                                "default) is refused until they are recorded (make golden, or see "
+                                "`vm-manager image golden --help`).",
+                                img->ref);
+                if (!host)
+                        continue;
                 const char *sha = json_string_value(json_object_get(fw, "sha256"));
                 if (sha && strcasecmp(sha, host) != 0)
                         log_warning(
@@ -318,6 +327,12 @@ Manager *manager_free(Manager *m) {
         while (m->n_vms > 0)
                 manager_remove_vm(m, m->vms[m->n_vms - 1]);
         free(m->vms);
+        for (size_t i = 0; i < m->n_quarantine; i++) {
+                free(m->quarantine[i].id);
+                free(m->quarantine[i].path);
+                free(m->quarantine[i].reason);
+        }
+        free(m->quarantine);
         while (m->n_switches > 0)
                 manager_switch_stop(m, m->switches[0].name);
         free(m->switches);
@@ -351,6 +366,13 @@ Vm *manager_find_vm(Manager *m, const char *id) {
         for (size_t i = 0; id && i < m->n_vms; i++)
                 if (streq(vm_id(m->vms[i]), id))
                         return m->vms[i];
+        return NULL;
+}
+
+const struct ManagerQuarantine *manager_find_quarantined(Manager *m, const char *id) {
+        for (size_t i = 0; id && i < m->n_quarantine; i++)
+                if (streq(m->quarantine[i].id, id))
+                        return &m->quarantine[i];
         return NULL;
 }
 

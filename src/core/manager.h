@@ -109,6 +109,13 @@ typedef struct Manager {
         size_t guest_series_limit;
         size_t metrics_size_hint; /* bytes of the last exposition */
 
+        /* VM records that did not load at start-up, set aside in <state>/quarantine/<id>: get_host
+         * lists them, delete_vm of their id removes them with their disk and lease. */
+        struct ManagerQuarantine {
+                char *id, *path, *reason;
+        } * quarantine;
+        size_t n_quarantine;
+
         /* Bumped on every change to a record, so that surfaces can cache what they rendered. */
         uint64_t generation;
 } Manager;
@@ -139,5 +146,7 @@ NetSwitch *manager_switch_get(Manager *m, const char *name);
 
 Vm *manager_find_vm(Manager *m, const char *id);
 Vm *manager_find_vm_by_name(Manager *m, const char *name);
+/* A quarantined record (see Manager.quarantine), NULL when id is none. */
+const struct ManagerQuarantine *manager_find_quarantined(Manager *m, const char *id);
 int manager_add_vm(Manager *m, Vm *v);     /* takes a reference */
 void manager_remove_vm(Manager *m, Vm *v); /* drops the manager's reference */

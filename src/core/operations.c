@@ -42,6 +42,22 @@ static int op_get_host(Manager *m, json_t *args, json_t **ret, ApiError *reterr)
                                 m->attestation == ATTEST_MODE_NOOP ?
                                         "noop attestation: any quote echoing a fresh nonce passes; never for production" :
                                         "golden PCRs without a value are learned and accepted; never for production"));
+        /* VM records that did not load: set aside, not lost */
+        a = json_array();
+        if (!a || json_object_set_new(h, "quarantine", a) < 0)
+                return -ENOMEM;
+        for (size_t i = 0; i < m->n_quarantine; i++)
+                if (json_array_append_new(
+                            a,
+                            json_pack(
+                                    "{s:s,s:s,s:s}",
+                                    "id",
+                                    m->quarantine[i].id,
+                                    "path",
+                                    m->quarantine[i].path,
+                                    "reason",
+                                    m->quarantine[i].reason)) < 0)
+                        return -ENOMEM;
         *ret = TAKE_PTR(h);
         return 0;
 }
@@ -232,6 +248,17 @@ static int op_reboot_vm(
 
 static int op_delete_vm(
         Manager *m, json_t *args, OperationDone done, OperationProgress progress, void *userdata, ApiError *reterr) {
+        const char *id = json_string_value(json_object_get(args, "id"));
+
+        /* a record that did not load at start-up goes with its disk and lease (get_host lists them) */
+        if (!manager_find_vm(m, id) && manager_find_quarantined(m, id)) {
+                json_auto_t *gone = NULL;
+                int r = vm_delete_quarantined(m, id, &gone, reterr);
+                if (r < 0)
+                        return r;
+                done(0, gone, NULL, userdata);
+                return 0;
+        }
         return run_on_vm(vm_delete, m, args, done, progress, userdata, reterr);
 }
 

@@ -24,6 +24,7 @@
 #include "manager.h"
 #include "parse-util.h"
 #include "storage.h"
+#include "string-util.h"
 #include "vm-cmdline.h"
 #include "vm-launch.h"
 #include "vm-qmp.h"
@@ -33,12 +34,14 @@
 #define VM_CONSOLE_LINES_DEFAULT 100
 #define VM_CONSOLE_LINES_MAX 10000
 #define VM_ERROR_CONSOLE_LINES 40
+#define VM_ERROR_CONSOLE_BYTES (8U * 1024U)
+/* How long after READY=1 a VM that must attest may take to post its ready-stage quote. */
+#define VM_READY_QUOTE_GRACE (2 * USEC_PER_MINUTE)
 #define VM_SWTPM_START_TIMEOUT (5 * USEC_PER_SEC)
 #define VM_STOP_GRACE (5 * USEC_PER_SEC)
 #define VM_PROBE_INTERVAL (5 * USEC_PER_MSEC)
 #define VM_NOTIFY_MESSAGE_MAX (64U * 1024U)
 #define VM_RECORD_MAX (4U * 1024U * 1024U)
-#define VM_USER_DATA_MAX (1U * 1024U * 1024U)
 
 /* ---- enumerations ---- */
 
@@ -126,6 +129,7 @@ struct Vm {
         VmGuest guest;
         usec_t created_at, installed_at, booted_at, ready_at; /* CLOCK_REALTIME, 0 = unset */
         char *last_error;
+        char *console_tail; /* the console's last lines when lastError was set by a failure */
         pid_t qemu_pid, swtpm_pid;
 
         char *dir, *volume;
@@ -149,6 +153,8 @@ struct Vm {
         char *rec_unit[3];       /* from vm.json at start-up: the units of qemu, swtpm, vsock */
         pid_t rec_pid[3];
         bool install_timed_out;
+        char *fail_reason;   /* a verdict that ended the boot: the VM is failed once QEMU is gone */
+        bool ready_reported; /* READY=1 arrived before the ready-stage quote it must wait for */
         int stop_step; /* 0: none, 1: powerdown sent, 2: SIGTERM sent, 3: SIGKILL sent */
         Pending *pending;
         struct VmObserver {
@@ -178,6 +184,10 @@ void vm_spec_done(VmSpec *s) {
 
 static void vm_stop_processes_now(Vm *v);
 static void vm_net_detach(Vm *v, bool remove);
+static void vm_begin_stop(Vm *v);
+static int on_stop_timer(sd_event_source *s, usec_t usec, void *userdata);
+static int on_phase_timeout(sd_event_source *s, usec_t usec, void *userdata);
+static void vm_ready_unattested(Vm *v);
 
 void vm_unobserve(Vm *v, void *userdata) {
         for (struct VmObserver **i = &v->observers; *i;)
@@ -230,6 +240,8 @@ static Vm *vm_free(Vm *v) {
         free(v->status);
         free(v->ssh_public_key);
         free(v->last_error);
+        free(v->console_tail);
+        free(v->fail_reason);
         free(v->dir);
         free(v->volume);
         safe_close(v->volume_fd);
@@ -472,6 +484,7 @@ static json_t *vm_record_json(Vm *v, bool for_disk) {
         json_set_time(o, "bootedAt", v->booted_at);
         json_set_time(o, "readyAt", v->ready_at);
         json_set_str(o, "lastError", v->last_error);
+        json_set_str(o, "consoleTail", v->console_tail);
 
         paths = json_pack(
                 "{s:s,s:s,s:s,s:s,s:s,s:s,s:s,s:s,s:s,s:s}",
@@ -515,7 +528,11 @@ static int vm_save(Vm *v) {
         text = json_dumps_pretty(j, &n);
         if (!text)
                 return -ENOMEM;
-        r = write_file_atomic(path, text, n, 0600);
+        /* never a record the next start refuses to read (the request limits keep it far below) */
+        if (n > VM_RECORD_MAX)
+                r = -EFBIG;
+        else
+                r = write_file_atomic(path, text, n, 0600);
         if (r < 0)
                 log_struct(
                         LOG_ERR, LOG_FIELDS({ "VM_ID", v->id }), "Failed to save %s: %s", path, strerror(-r));
@@ -549,9 +566,52 @@ static void vm_set_state(Vm *v, VmState s) {
         }
 }
 
+/* lastError, with no console tail: a failure that has one adds it after (vm_set_failure()). */
 static void vm_set_error(Vm *v, const char *text) {
         free(v->last_error);
         v->last_error = text ? strdup(text) : NULL;
+        v->console_tail = mfree(v->console_tail);
+}
+
+static char *console_tail(Vm *v, int64_t n);
+static void vm_become_ready(Vm *v);
+static void vm_fail_boot(Vm *v, const char *reason, bool graceful);
+
+/* The boot failed: state failed, lastError what (the root cause first), and the console's last lines
+ * as they were then in consoleTail, without the terminal's escape sequences. */
+static void vm_set_failure(Vm *v, const char *what, bool with_console) {
+        vm_set_state(v, VM_STATE_FAILED);
+        vm_set_error(v, what);
+        if (with_console) {
+                _cleanup_free_ char *tail = console_tail(v, VM_ERROR_CONSOLE_LINES);
+                if (tail && *tail) {
+                        size_t n;
+                        strip_terminal_escapes(tail);
+                        n = strlen(tail);
+                        /* the last lines are the telling ones: cut from the front, at a line */
+                        if (n > VM_ERROR_CONSOLE_BYTES) {
+                                const char *start = tail + n - VM_ERROR_CONSOLE_BYTES, *nl = strchr(start, '\n');
+                                memmove(tail, nl ? nl + 1 : start, strlen(nl ? nl + 1 : start) + 1);
+                        }
+                        if (*tail)
+                                v->console_tail = TAKE_PTR(tail);
+                }
+        }
+}
+
+/* The attestation verdict that explains this boot's end, when the VM had to attest and a quote of
+ * this boot was rejected: the root cause of what the guest did next. NULL otherwise. */
+static char *boot_rejection(Vm *v) {
+        const AttestResult *r = v->att.has_initrd && !v->att.initrd.verified ? &v->att.initrd :
+                v->att.has_ready && !v->att.ready.verified                   ? &v->att.ready :
+                                                                               NULL;
+        char *t = NULL;
+
+        if (!v->att.required || !r)
+                return NULL;
+        asprintf_or_null(
+                &t, "%s attestation rejected: %s", r == &v->att.initrd ? "initrd" : "ready", r->message ?: "?");
+        return t;
 }
 
 void vm_attest_changed(Vm *v, bool nonce) {
@@ -561,16 +621,41 @@ void vm_attest_changed(Vm *v, bool nonce) {
         vm_changed(v);
 }
 
+static bool vm_is_booting(Vm *v) {
+        return v->has_phase && v->phase == VM_PHASE_BOOT && v->qemu &&
+                (v->state == VM_STATE_BOOTING || v->state == VM_STATE_ATTESTING || v->state == VM_STATE_RUNNING ||
+                 v->state == VM_STATE_READY);
+}
+
 void vm_attest_verdict(Vm *v, const char *stage, bool verified, const char *message) {
         _cleanup_free_ char *prefix = NULL, *text = NULL;
+        bool ready = stage && streq(stage, "ready");
 
         if (asprintf(&prefix, "%s attestation rejected: ", stage ?: "?") < 0)
                 prefix = NULL;
         if (!verified) {
+                const AttestResult *r = ready ? &v->att.ready : &v->att.initrd;
+
                 asprintf_or_null(&text, "%s%s", prefix ?: "", message ?: "");
+                /* A VM that must attest and whose quote was rejected for good (a golden mismatch, no
+                 * golden value, another AK) will not get further: it is failed now, not minutes later
+                 * when the guest gives up. A stale nonce is the guest's to retry. */
+                if (v->att.required && vm_is_booting(v) && !r->retryable &&
+                    v->manager->attestation != ATTEST_MODE_NOOP) {
+                        /* in the initrd the guest waits for its user-data and can go at once */
+                        vm_fail_boot(v, text ?: "attestation rejected", /* graceful= */ ready);
+                        return;
+                }
                 vm_set_error(v, text);
-        } else if (prefix && v->last_error && startswith(v->last_error, prefix))
-                vm_set_error(v, NULL); /* a verified retry clears the rejection */
+        } else {
+                if (prefix && v->last_error && startswith(v->last_error, prefix))
+                        vm_set_error(v, NULL); /* a verified retry clears the rejection */
+                /* READY=1 came first and waited for this quote */
+                if (ready && v->ready_reported && vm_is_booting(v) && v->state != VM_STATE_READY) {
+                        vm_become_ready(v);
+                        return;
+                }
+        }
         vm_changed(v);
 }
 
@@ -633,18 +718,6 @@ int vm_console_json(Vm *v, int64_t lines, json_t **ret, ApiError *reterr) {
                 return -ENOMEM;
         *ret = json_pack("{s:s,s:I,s:s}", "id", v->id, "lines", (json_int_t) n, "console", text);
         return *ret ? 0 : -ENOMEM;
-}
-
-/* "<what>\nconsole:\n<last 40 lines>" for lastError. */
-static char *error_with_console(Vm *v, const char *what) {
-        _cleanup_free_ char *tail = console_tail(v, VM_ERROR_CONSOLE_LINES);
-        char *s = NULL;
-
-        if (tail && *tail)
-                asprintf_or_null(&s, "%s\nconsole:\n%s", what, tail);
-        else
-                s = strdup(what);
-        return s;
 }
 
 /* ---- waiters ---- */
@@ -784,13 +857,13 @@ static void vm_check_pending(Vm *v) {
                         }
                         if (v->state == VM_STATE_FAILED || v->state == VM_STATE_STOPPING ||
                             v->state == VM_STATE_STOPPED || v->state == VM_STATE_DELETING) {
-                                if (v->state == VM_STATE_FAILED)
+                                if (v->state == VM_STATE_FAILED || v->fail_reason)
                                         (void) api_error_set(
                                                 &e,
                                                 -EIO,
                                                 API_ERROR_VM_FAILED,
                                                 "%s; vm %s is failed (follow it with get_vm %s, delete it with delete_vm)",
-                                                v->last_error ?: "unknown error",
+                                                v->fail_reason ?: v->last_error ?: "unknown error",
                                                 v->id,
                                                 v->id);
                                 else
@@ -964,8 +1037,7 @@ static void on_qemu_exit(VmLaunched *p, int code, int status, void *userdata) {
 
                 (void) api_error_set(
                         &e, -EIO, API_ERROR_INTERNAL, "qemu exited during start (%s): %s", st ?: "?", tail ?: "");
-                vm_set_state(v, VM_STATE_FAILED);
-                vm_set_error(v, e.message);
+                vm_set_failure(v, e.message, /* with_console= */ false);
                 (void) vm_save(v);
                 manager_touch(v->manager);
                 start_finished(v, e.error, &e);
@@ -976,7 +1048,12 @@ static void on_qemu_exit(VmLaunched *p, int code, int status, void *userdata) {
         case VM_STATE_DELETING:
                 break;
         case VM_STATE_STOPPING:
-                vm_set_state(v, VM_STATE_STOPPED);
+                if (v->fail_reason) {
+                        /* powered off for a verdict: failed, and lastError still says why */
+                        _cleanup_free_ char *why = TAKE_PTR(v->fail_reason);
+                        vm_set_failure(v, why, /* with_console= */ false);
+                } else
+                        vm_set_state(v, VM_STATE_STOPPED);
                 break;
         default:
                 if (v->has_phase && v->phase == VM_PHASE_INSTALL) {
@@ -998,43 +1075,38 @@ static void on_qemu_exit(VmLaunched *p, int code, int status, void *userdata) {
                                 if (vm_start_phase(v, VM_PHASE_BOOT, &e) < 0) {
                                         _cleanup_free_ char *t = NULL;
                                         asprintf_or_null(&t, "start installed boot: %s", e.message ?: "error");
-                                        vm_set_state(v, VM_STATE_FAILED);
-                                        vm_set_error(v, t);
+                                        vm_set_failure(v, t ?: "start installed boot failed", false);
                                 }
                                 break;
                         }
                         if (v->install_timed_out) {
                                 char d[32];
-                                _cleanup_free_ char *w = NULL;
                                 format_duration(d, sizeof(d), v->manager->install_timeout);
-                                asprintf_or_null(&w, "installer did not finish within %s", d);
-                                msg = w ? error_with_console(v, w) : NULL;
-                        } else {
-                                _cleanup_free_ char *w = NULL;
-                                asprintf_or_null(&w, "installer exited: %s", st ?: "?");
-                                msg = w ? error_with_console(v, w) : NULL;
-                        }
-                        vm_set_state(v, VM_STATE_FAILED);
-                        vm_set_error(v, msg ?: "installer failed");
+                                asprintf_or_null(&msg, "installer did not finish within %s", d);
+                        } else
+                                asprintf_or_null(&msg, "installer exited: %s", st ?: "?");
+                        vm_set_failure(v, msg ?: "installer failed", /* with_console= */ true);
                         break;
                 }
                 if (ok && v->guest_exit_status && !streq(v->guest_exit_status, "0")) {
                         /* a guest whose PID 1 exited with a failure (the image does so instead of
-                         * sitting in emergency mode): a failed boot, with the console to say why */
-                        _cleanup_free_ char *w = NULL;
-                        asprintf_or_null(&w, "guest shut down (EXIT_STATUS=%s)", v->guest_exit_status);
-                        msg = w ? error_with_console(v, w) : NULL;
-                        vm_set_state(v, VM_STATE_FAILED);
-                        vm_set_error(v, msg ?: "guest shut down with a failure");
+                         * sitting in emergency mode): a failed boot, the rejected quote that made
+                         * it give up first when there is one, and the console to say the rest */
+                        _cleanup_free_ char *cause = boot_rejection(v);
+                        asprintf_or_null(
+                                &msg,
+                                "%s%sguest shut down (EXIT_STATUS=%s)",
+                                cause ?: "",
+                                cause ? "; then the " : "",
+                                v->guest_exit_status);
+                        vm_set_failure(v, msg ?: "guest shut down with a failure", /* with_console= */ true);
                 } else if (ok) {
                         vm_set_state(v, VM_STATE_STOPPED);
                         vm_set_error(v, "guest shut down");
                 } else {
-                        _cleanup_free_ char *w = NULL;
-                        asprintf_or_null(&w, "qemu exited: %s", st ?: "?");
-                        msg = w ? error_with_console(v, w) : NULL;
-                        vm_set_state(v, VM_STATE_FAILED);
-                        vm_set_error(v, msg ?: "qemu failed");
+                        _cleanup_free_ char *cause = boot_rejection(v);
+                        asprintf_or_null(&msg, "%s%sqemu exited: %s", cause ?: "", cause ? "; then " : "", st ?: "?");
+                        vm_set_failure(v, msg ?: "qemu failed", /* with_console= */ true);
                 }
         }
         v->install_timed_out = false;
@@ -1055,6 +1127,18 @@ static int on_phase_timeout(sd_event_source *s, usec_t usec, void *userdata) {
                 v->install_timed_out = true;
                 if (v->qemu)
                         (void) vm_launched_kill(v->qemu, SIGKILL, true);
+                return 0;
+        }
+        if (v->ready_reported && (v->state == VM_STATE_BOOTING || v->state == VM_STATE_ATTESTING ||
+                                  v->state == VM_STATE_RUNNING)) {
+                _cleanup_free_ char *t = NULL;
+                format_duration(d, sizeof(d), VM_READY_QUOTE_GRACE);
+                asprintf_or_null(
+                        &t,
+                        "attestation required: the guest sent READY=1, but no verified ready-stage quote followed "
+                        "within %s (its ready-stage attestation did not run or did not reach the metadata service)",
+                        d);
+                vm_fail_boot(v, t ?: "attestation required: no ready-stage quote", /* graceful= */ true);
                 return 0;
         }
         if (v->state == VM_STATE_BOOTING || v->state == VM_STATE_ATTESTING) {
@@ -1090,17 +1174,94 @@ static void on_ready_message(Vm *v, char *msg) {
         }
         if (ready &&
             (v->state == VM_STATE_BOOTING || v->state == VM_STATE_ATTESTING || v->state == VM_STATE_RUNNING)) {
-                v->ready_at = now_usec(CLOCK_REALTIME);
-                if (v->booted_at > 0 && v->ready_at >= v->booted_at)
-                        metrics_histogram_observe(
-                                &v->manager->boot_to_ready_seconds,
-                                (double) (v->ready_at - v->booted_at) / USEC_PER_SEC);
-                v->booted = true;
-                vm_set_error(v, NULL);
-                v->phase_timer = sd_event_source_disable_unref(v->phase_timer);
-                vm_set_state(v, VM_STATE_READY);
+                if (v->att.required && !(v->att.has_ready && v->att.ready.verified)) {
+                        vm_ready_unattested(v);
+                        return;
+                }
+                vm_become_ready(v);
+                return;
         }
         vm_changed(v);
+}
+
+static void vm_become_ready(Vm *v) {
+        v->ready_at = now_usec(CLOCK_REALTIME);
+        if (v->booted_at > 0 && v->ready_at >= v->booted_at)
+                metrics_histogram_observe(
+                        &v->manager->boot_to_ready_seconds, (double) (v->ready_at - v->booted_at) / USEC_PER_SEC);
+        v->booted = true;
+        v->ready_reported = false;
+        vm_set_error(v, NULL);
+        v->phase_timer = sd_event_source_disable_unref(v->phase_timer);
+        vm_set_state(v, VM_STATE_READY);
+        vm_changed(v);
+}
+
+/* READY=1 from a VM that must attest and has no verified ready-stage quote yet. Without a verified
+ * initrd quote it never will: it booted without its user-data, and is failed. Otherwise its ready
+ * quote may still be on the way, for VM_READY_QUOTE_GRACE. */
+static void vm_ready_unattested(Vm *v) {
+        _cleanup_free_ char *t = NULL;
+        int r;
+
+        v->ready_reported = true;
+        if (!(v->att.has_initrd && v->att.initrd.verified)) {
+                asprintf_or_null(
+                        &t,
+                        "attestation required: the guest sent READY=1 without a verified initrd quote (%s%s); "
+                        "its user-data was not released",
+                        v->att.has_initrd ? "its quote was rejected: " :
+                                v->att.nonce_issued_at ? "it asked for a nonce but posted no quote" :
+                                                         "it never asked for a nonce: does the image run vm-agent?",
+                        v->att.has_initrd ? v->att.initrd.message ?: "?" : "");
+                vm_fail_boot(v, t ?: "attestation required: no verified initrd quote", /* graceful= */ true);
+                return;
+        }
+        v->phase_timer = sd_event_source_disable_unref(v->phase_timer);
+        r = sd_event_add_time_relative(
+                v->manager->event,
+                &v->phase_timer,
+                CLOCK_MONOTONIC,
+                VM_READY_QUOTE_GRACE,
+                USEC_PER_SEC,
+                on_phase_timeout,
+                v);
+        if (r < 0)
+                log_warning_errno(r, "No timer for the ready quote of %s, ignoring: %m", v->id);
+        vm_changed(v);
+}
+
+/* Ends a boot that cannot succeed: the waiters hear reason at once, QEMU is powered off (SIGTERM at
+ * once, or ACPI first when graceful), and the VM is failed with reason as lastError once it is gone. */
+static void vm_fail_boot(Vm *v, const char *reason, bool graceful) {
+        _unused_ _cleanup_(vm_unrefp) Vm *pin = vm_ref(v);
+
+        if (v->fail_reason || v->state == VM_STATE_STOPPING || v->state == VM_STATE_DELETING)
+                return; /* on its way down already */
+        log_struct(
+                LOG_WARNING,
+                LOG_FIELDS({ "VM_ID", v->id }),
+                "VM %s (%s) failed: %s; powering it off.",
+                v->id,
+                v->spec.name,
+                reason);
+        v->ready_reported = false;
+        v->phase_timer = sd_event_source_disable_unref(v->phase_timer);
+        if (!v->qemu) {
+                vm_set_failure(v, reason, /* with_console= */ false);
+                vm_changed(v);
+                return;
+        }
+        v->fail_reason = strdup(reason);
+        vm_set_error(v, reason);
+        vm_set_state(v, VM_STATE_STOPPING);
+        vm_changed(v);
+        if (graceful)
+                vm_begin_stop(v);
+        else if (v->qemu && v->stop_step == 0) {
+                v->stop_step = 1;
+                (void) on_stop_timer(NULL, 0, v); /* SIGTERM now, SIGKILL after the grace */
+        }
 }
 
 typedef struct NotifyConn {
@@ -1508,18 +1669,15 @@ static int start_qemu(Vm *v) {
 
         /* the per-VM key first, then the caller's, one per line */
         {
-                size_t len = strlen(v->ssh_public_key) + 2;
+                size_t len = strlen(v->ssh_public_key) + 2, at = 0;
                 for (char **k = v->spec.ssh_authorized_keys; k && *k; k++)
                         len += strlen(*k) + 1;
                 keys = malloc(len);
                 if (!keys)
                         return -ENOMEM;
-                strcpy(keys, v->ssh_public_key);
-                strcat(keys, "\n");
-                for (char **k = v->spec.ssh_authorized_keys; k && *k; k++) {
-                        strcat(keys, *k);
-                        strcat(keys, "\n");
-                }
+                at = stpcpy(stpcpy(keys, v->ssh_public_key), "\n") - keys;
+                for (char **k = v->spec.ssh_authorized_keys; k && *k; k++)
+                        at = stpcpy(stpcpy(keys + at, *k), "\n") - keys;
         }
         if (asprintf(&notify, "vsock-stream:2:%u", v->manager->notify_port) < 0)
                 return -ENOMEM;
@@ -1707,6 +1865,8 @@ static int vm_start_phase(Vm *v, VmPhase phase, ApiError *reterr) {
                 attest_result_done(&v->att.ready);
                 v->att.has_initrd = v->att.has_ready = false;
                 v->guest_exit_status = mfree(v->guest_exit_status);
+                v->ready_reported = false;
+                v->fail_reason = mfree(v->fail_reason);
         }
 
         r = mkdir_p(tpm, 0700);
@@ -1916,6 +2076,13 @@ int vm_reboot(Vm *v, VmDoneFunc done, void *userdata, ApiError *reterr) {
         return 0;
 }
 
+static void vm_delete_volume(Manager *m, const char *id) {
+        _cleanup_free_ char *name = NULL;
+
+        if (asprintf(&name, "vm-%s", id) >= 0)
+                (void) storage_delete(m->storage, name, NULL);
+}
+
 static int release_resources(Vm *v) {
         Network *n = network_registry_get(v->manager->networks, v->spec.network);
         int r = 0;
@@ -1926,11 +2093,9 @@ static int release_resources(Vm *v) {
         if (n && network_lease_find(n, v->id))
                 r = network_lease_release(v->manager->networks, n, v->id);
         v->volume_fd = safe_close(v->volume_fd);
-        if (v->volume) {
-                _cleanup_free_ char *name = NULL;
-                if (asprintf(&name, "vm-%s", v->id) >= 0)
-                        (void) storage_delete(v->manager->storage, name, NULL);
-        }
+        /* by its name, not its recorded path: a create stopped by a crash acquired it without
+         * recording it */
+        vm_delete_volume(v->manager, v->id);
         if (v->dir)
                 (void) rm_rf(v->dir); /* only our files live there */
         return r;
@@ -2071,8 +2236,88 @@ static void problem(char **acc, const char *fmt, ...) {
         *acc = n;
 }
 
-int vm_spec_from_request(
-        json_t *request, VmSpec *ret, char **ret_user_data, VmWaitFor *ret_wait_for, ApiError *reterr) {
+/* A string the request decoder would cut at its first NUL: refused, never truncated. */
+static bool json_string_has_nul(const json_t *v) {
+        return json_is_string(v) && strlen(json_string_value(v)) != json_string_length(v);
+}
+
+static bool request_has_nul(json_t *request) {
+        const char *key, *inner;
+        json_t *v, *e;
+        size_t i;
+
+        json_object_foreach(request, key, v) {
+                if (json_string_has_nul(v))
+                        return true;
+                json_array_foreach(v, i, e) {
+                        if (json_string_has_nul(e))
+                                return true;
+                }
+                if (json_is_object(v))
+                        json_object_foreach(v, inner, e) {
+                                if (json_string_has_nul(e))
+                                        return true;
+                        }
+        }
+        return false;
+}
+
+/* The size limits of a request (vm.h). Records written before they existed still load, so a record
+ * is checked for its shape only. */
+static void check_limits(const CreateRequest *c, char **problems) {
+        size_t total = 0, n = 0;
+        const char *key;
+        json_t *val;
+
+        if (c->image && strlen(c->image) > VM_REF_MAX)
+                problem(problems, "image must be at most %u bytes", VM_REF_MAX);
+        if (c->kubernetes_version && strlen(c->kubernetes_version) > VM_REF_MAX)
+                problem(problems, "kubernetes_version must be at most %u bytes", VM_REF_MAX);
+        if (c->network && strlen(c->network) > VM_REF_MAX)
+                problem(problems, "network must be at most %u bytes", VM_REF_MAX);
+        for (char **k = c->ssh_authorized_keys; k && *k; k++, n++) {
+                if (strlen(*k) > VM_SSH_KEY_MAX) {
+                        problem(problems, "ssh authorized keys must be at most %u bytes each", VM_SSH_KEY_MAX);
+                        break;
+                }
+                total += strlen(*k) + 1;
+        }
+        if (n > VM_SSH_KEYS_MAX)
+                problem(problems, "at most %u ssh authorized keys", VM_SSH_KEYS_MAX);
+        else if (total > VM_SSH_KEYS_TOTAL_MAX)
+                problem(problems, "ssh authorized keys must be at most %u bytes together", VM_SSH_KEYS_TOTAL_MAX);
+        if (c->metadata) {
+                total = 0;
+                if (json_object_size(c->metadata) > VM_METADATA_MAX)
+                        problem(problems, "metadata must have at most %u entries", VM_METADATA_MAX);
+                json_object_foreach(c->metadata, key, val) {
+                        if (strlen(key) > VM_METADATA_KEY_MAX) {
+                                problem(problems, "metadata keys must be at most %u bytes", VM_METADATA_KEY_MAX);
+                                break;
+                        }
+                        if (json_string_length(val) > VM_METADATA_VALUE_MAX) {
+                                problem(problems,
+                                        "metadata value of \"%s\" must be at most %u bytes",
+                                        key,
+                                        VM_METADATA_VALUE_MAX);
+                                break;
+                        }
+                        total += strlen(key) + json_string_length(val);
+                }
+                if (total > VM_METADATA_TOTAL_MAX)
+                        problem(problems, "metadata must be at most %u bytes together", VM_METADATA_TOTAL_MAX);
+        }
+        if (c->user_data && strlen(c->user_data) > VM_USER_DATA_MAX)
+                problem(problems, "user_data must be at most %u bytes", VM_USER_DATA_MAX);
+}
+
+static int spec_decode(
+        json_t *request,
+        bool record,
+        VmSpec *ret,
+        char **ret_user_data,
+        VmWaitFor *ret_wait_for,
+        ApiError *reterr) {
         static const JsonDispatch table[] = {
                 { "name", json_dispatch_string, offsetof(CreateRequest, name), JSON_NULLABLE },
                 { "image", json_dispatch_string, offsetof(CreateRequest, image), JSON_NULLABLE },
@@ -2105,6 +2350,9 @@ int vm_spec_from_request(
         json_t *val;
         int r;
 
+        if (!record && json_is_object(request) && request_has_nul(request))
+                return api_error_set(
+                        reterr, -EINVAL, API_ERROR_INVALID_REQUEST, "strings must not contain NUL characters");
         r = json_dispatch(request, table, &c, reterr);
         if (r < 0)
                 return r;
@@ -2154,8 +2402,8 @@ int vm_spec_from_request(
                         problem(&problems, "ssh authorized keys must be single lines");
                         break;
                 }
-        if (c.user_data && strlen(c.user_data) > VM_USER_DATA_MAX)
-                problem(&problems, "user_data must be at most %u bytes", VM_USER_DATA_MAX);
+        if (!record)
+                check_limits(&c, &problems);
         if (problems)
                 return api_error_set(reterr, -EINVAL, API_ERROR_INVALID_REQUEST, "%s", problems);
 
@@ -2177,6 +2425,11 @@ int vm_spec_from_request(
         if (ret_wait_for)
                 *ret_wait_for = w;
         return 0;
+}
+
+int vm_spec_from_request(
+        json_t *request, VmSpec *ret, char **ret_user_data, VmWaitFor *ret_wait_for, ApiError *reterr) {
+        return spec_decode(request, /* record= */ false, ret, ret_user_data, ret_wait_for, reterr);
 }
 
 static uint32_t fnv1a(const char *s) {
@@ -2298,6 +2551,54 @@ static void create_started(int r, json_t *record, const ApiError *e, void *userd
         vm_check_pending(v);
 }
 
+/* A VM that must attest is verified against its image's policy, which needs every golden value
+ * unless learn mode records them: without them the boot would be rejected minutes from now, so the
+ * create is refused before anything is allocated, with the way to record them. */
+static int vm_check_attestable(Manager *m, const Image *img, const VmSpec *spec, ApiError *reterr) {
+        _cleanup_(attest_policy_freep) AttestPolicy *p = NULL;
+        _cleanup_(api_error_done) ApiError e = API_ERROR_NULL;
+        char list[3 * 32] = "";
+        uint32_t missing;
+
+        if (!spec->require_attestation || m->attestation != ATTEST_MODE_VERIFY || m->learn_golden)
+                return 0;
+        if (!img->policy)
+                return api_error_set(
+                        reterr,
+                        -EOPNOTSUPP,
+                        API_ERROR_UNSUPPORTED,
+                        "vm requires attestation, but image %s has no policy.json to verify its quotes against; "
+                        "use an image built by images/ (make image), or create the vm with require_attestation "
+                        "false",
+                        img->ref);
+        if (attest_policy_from_json(img->policy, &p, &e) < 0)
+                return api_error_set(
+                        reterr,
+                        -EOPNOTSUPP,
+                        API_ERROR_UNSUPPORTED,
+                        "vm requires attestation, but the policy.json of image %s does not load: %s",
+                        img->ref,
+                        e.message ?: "invalid policy");
+        missing = attest_policy_missing_golden(p);
+        if (missing == 0)
+                return 0;
+        for (unsigned i = 0, n = 0; i < 32; i++)
+                if (missing & (1U << i))
+                        n += (unsigned) snprintf(list + n, sizeof(list) - n, "%s%u", n ? "," : "", i);
+        return api_error_set(
+                reterr,
+                -EOPNOTSUPP,
+                API_ERROR_UNSUPPORTED,
+                "vm requires attestation, but image %s has no golden value for pcr %s, so its quotes cannot "
+                "verify (attestation verify, learn mode off). Record them once: run `make golden`, or serve "
+                "with --attestation-learn-golden, create one vm with require_attestation and wait_for ready, "
+                "then run `vm-manager image golden %s --from-vm <id>`. Or create this vm with "
+                "require_attestation false",
+                img->ref,
+                list,
+                img->ref);
+}
+
 int vm_create(
         Manager *m, json_t *request, VmDoneFunc done, VmProgressFunc progress, void *userdata, ApiError *reterr) {
         _cleanup_(vm_spec_done) VmSpec spec = {};
@@ -2373,6 +2674,10 @@ int vm_create(
                         "network \"%s\": not found: network \"%s\"",
                         spec.network,
                         spec.network);
+
+        r = vm_check_attestable(m, img, &spec, reterr);
+        if (r < 0)
+                return r;
 
         if (m->shutting_down)
                 return api_error_set(reterr, -ESHUTDOWN, API_ERROR_CONFLICT, "vm-manager is shutting down");
@@ -2576,7 +2881,7 @@ static int vm_from_json(Manager *m, const char *id, json_t *j, Vm **ret) {
                 json_object_get(j, "requireAttestation"),
                 "wait_for",
                 "none");
-        if (!spec_req || vm_spec_from_request(spec_req, &v->spec, NULL, NULL, &e) < 0)
+        if (!spec_req || spec_decode(spec_req, /* record= */ true, &v->spec, NULL, NULL, &e) < 0)
                 return -EBADMSG;
         v->spec.image = v->spec.image ?: strdup("");
         if ((s = json_string_value(json_object_get(j, "region"))))
@@ -2613,6 +2918,8 @@ static int vm_from_json(Manager *m, const char *id, json_t *j, Vm **ret) {
                 v->ssh_public_key = strdup(s);
         if ((s = json_string_value(json_object_get(j, "lastError"))))
                 v->last_error = strdup(s);
+        if ((s = json_string_value(json_object_get(j, "consoleTail"))))
+                v->console_tail = strdup(s);
         att = json_object_get(j, "attestation");
         v->att.required = json_is_true(json_object_get(att, "required"));
         v->att.released = json_is_true(json_object_get(att, "userDataReleased"));
@@ -2752,11 +3059,201 @@ static int vm_reattach(Vm *v) {
                 &v->qmp, m->event, qmp, on_qmp_event, on_qmp_disconnect, v, v->manager->qmp_timeout, on_qmp_reattached);
 }
 
+/* ---- records that do not load, and what crashes leave behind ---- */
+
+#define VM_QUARANTINE_REASON_FILE "quarantine-reason"
+
+static int quarantine_add(Manager *m, const char *id, const char *path, const char *reason) {
+        struct ManagerQuarantine *q;
+
+        q = reallocarray(m->quarantine, m->n_quarantine + 1, sizeof(*q));
+        if (!q)
+                return -ENOMEM;
+        m->quarantine = q;
+        q = &m->quarantine[m->n_quarantine];
+        *q = (struct ManagerQuarantine){ .id = strdup(id), .path = strdup(path), .reason = strdup(reason) };
+        if (!q->id || !q->path || !q->reason) {
+                free(q->id);
+                free(q->path);
+                free(q->reason);
+                return -ENOMEM;
+        }
+        m->n_quarantine++;
+        return 0;
+}
+
+/* The records set aside by earlier starts: <state>/quarantine/<id>, with the reason beside them. */
+static int vm_quarantine_load(Manager *m) {
+        _cleanup_free_ char *qdir = NULL;
+        _cleanup_(closedirp) DIR *d = NULL;
+        struct dirent *de;
+
+        if (asprintf(&qdir, "%s/quarantine", m->state_dir) < 0)
+                return -ENOMEM;
+        d = opendir(qdir);
+        if (!d)
+                return errno == ENOENT ? 0 : -errno;
+        while ((de = readdir(d))) {
+                _cleanup_free_ char *path = NULL, *rpath = NULL, *reason = NULL;
+                int r;
+
+                if (de->d_name[0] == '.' || manager_find_quarantined(m, de->d_name))
+                        continue;
+                if (asprintf(&path, "%s/%s", qdir, de->d_name) < 0 ||
+                    asprintf(&rpath, "%s/" VM_QUARANTINE_REASON_FILE, path) < 0)
+                        return -ENOMEM;
+                if (read_full_file(rpath, 4096, &reason, NULL) < 0)
+                        reason = strdup("unknown");
+                if (!reason)
+                        return -ENOMEM;
+                reason[strcspn(reason, "\n")] = 0;
+                r = quarantine_add(m, de->d_name, path, reason);
+                if (r < 0)
+                        return r;
+                log_warning(
+                        "VM record %s stays in quarantine (%s); delete_vm %s removes it with its disk and lease.",
+                        path,
+                        reason,
+                        de->d_name);
+        }
+        return 0;
+}
+
+/* A record that does not load is never skipped silently: its directory moves to
+ * <state>/quarantine/<id> (its disk and lease stay, for delete_vm to remove), the log and get_host
+ * say so, and it does not stand in the way of a VM of the same name. */
+static int vm_quarantine(Manager *m, const char *vms_dir, const char *id, const char *reason) {
+        _cleanup_free_ char *from = NULL, *qdir = NULL, *to = NULL, *rpath = NULL;
+        int r;
+
+        if (asprintf(&from, "%s/%s", vms_dir, id) < 0 || asprintf(&qdir, "%s/quarantine", m->state_dir) < 0 ||
+            asprintf(&to, "%s/%s", qdir, id) < 0 || asprintf(&rpath, "%s/" VM_QUARANTINE_REASON_FILE, to) < 0)
+                return -ENOMEM;
+        r = mkdir_p(qdir, 0700);
+        if (r < 0)
+                return r;
+        if (access(to, F_OK) >= 0)
+                (void) rm_rf(to); /* an older quarantine of the same id: the newer one wins */
+        if (rename(from, to) < 0)
+                return -errno;
+        (void) write_file_atomic(rpath, reason, strlen(reason), 0600);
+        log_struct(
+                LOG_ERR,
+                LOG_FIELDS({ "VM_ID", id }),
+                "VM record %s/vm.json does not load (%s): moved to %s; its disk and lease stay until delete_vm %s.",
+                from,
+                reason,
+                to,
+                id);
+        r = quarantine_add(m, id, to, reason);
+        if (r < 0)
+                return r;
+        return 0;
+}
+
+/* Releases the leases the VM id holds on every network. */
+static void vm_release_leases_of(Manager *m, const char *id) {
+        for (size_t i = 0; i < network_registry_size(m->networks); i++) {
+                Network *n = network_registry_at(m->networks, i);
+                if (network_lease_find(n, id))
+                        (void) network_lease_release(m->networks, n, id);
+        }
+}
+
+static void vm_remove_leftovers(Manager *m, const char *vms_dir, const char *id) {
+        _cleanup_free_ char *path = NULL;
+
+        if (asprintf(&path, "%s/%s", vms_dir, id) < 0)
+                return;
+        vm_release_leases_of(m, id);
+        vm_delete_volume(m, id);
+        (void) rm_rf(path);
+        log_struct(
+                LOG_NOTICE,
+                LOG_FIELDS({ "VM_ID", id }),
+                "Removed %s, a VM directory without a record (a create or delete that vm-manager was killed in), with its disk and lease.",
+                path);
+}
+
+static bool vm_id_known(Manager *m, const char *id) {
+        return manager_find_vm(m, id) || manager_find_quarantined(m, id);
+}
+
+/* Leases whose VM is gone (released by no one because a crash came first). */
+static void vm_release_stray_leases(Manager *m) {
+        for (size_t i = 0; i < network_registry_size(m->networks); i++) {
+                Network *n = network_registry_at(m->networks, i);
+                for (size_t k = 0; k < n->n_leases;) {
+                        _cleanup_free_ char *id = strdup(n->leases[k].vm_id);
+                        if (!id || vm_id_known(m, id)) {
+                                k++;
+                                continue;
+                        }
+                        log_notice("Releasing the lease of VM %s on network %s: no such VM.", id, n->name);
+                        if (network_lease_release(m->networks, n, id) < 0)
+                                k++;
+                }
+        }
+}
+
+/* Sparse-file disks (under the state dir, so ours alone) whose VM is gone. A provider's volume
+ * directory may be shared with others, and is left alone. */
+static void vm_remove_stray_volumes(Manager *m) {
+        _cleanup_free_ char *own = NULL;
+        _cleanup_(closedirp) DIR *d = NULL;
+        const char *vdir = storage_volume_dir(m->storage);
+        struct dirent *de;
+
+        if (!vdir || asprintf(&own, "%s/volumes", m->state_dir) < 0 || !streq(vdir, own))
+                return;
+        d = opendir(vdir);
+        if (!d)
+                return;
+        while ((de = readdir(d))) {
+                char id[9];
+                const char *rest = startswith(de->d_name, "vm-");
+
+                if (!rest || strlen(rest) != 8 + strlen(".volume") || !streq(rest + 8, ".volume"))
+                        continue;
+                memcpy(id, rest, 8);
+                id[8] = 0;
+                if (vm_id_known(m, id))
+                        continue;
+                log_notice("Removing the disk %s/%s: no VM %s.", vdir, de->d_name, id);
+                vm_delete_volume(m, id);
+        }
+}
+
+int vm_delete_quarantined(Manager *m, const char *id, json_t **ret, ApiError *reterr) {
+        const struct ManagerQuarantine *q = manager_find_quarantined(m, id);
+        size_t i;
+
+        if (!q)
+                return api_error_set(reterr, -ENOENT, API_ERROR_NOT_FOUND, "vm \"%s\"", id);
+        vm_release_leases_of(m, id);
+        vm_delete_volume(m, id);
+        (void) rm_rf(q->path);
+        log_struct(LOG_INFO, LOG_FIELDS({ "VM_ID", id }), "Quarantined VM record %s deleted.", q->path);
+        i = (size_t) (q - m->quarantine);
+        free(m->quarantine[i].id);
+        free(m->quarantine[i].path);
+        free(m->quarantine[i].reason);
+        memmove(m->quarantine + i, m->quarantine + i + 1, (m->n_quarantine - i - 1) * sizeof(*m->quarantine));
+        m->n_quarantine--;
+        manager_touch(m);
+        *ret = json_pack("{s:s,s:b}", "id", id, "deleted", true);
+        return *ret ? 0 : -ENOMEM;
+}
+
 int vm_load_all(Manager *m, ApiError *reterr) {
         _cleanup_free_ char *dir = NULL;
         _cleanup_(closedirp) DIR *d = NULL;
         struct dirent *de;
+        int r;
 
+        r = vm_quarantine_load(m);
+        if (r < 0)
+                return api_error_set(reterr, r, API_ERROR_INTERNAL, "reading %s/quarantine: %s", m->state_dir, strerror(-r));
         if (asprintf(&dir, "%s/vms", m->state_dir) < 0)
                 return -ENOMEM;
         d = opendir(dir);
@@ -2766,7 +3263,6 @@ int vm_load_all(Manager *m, ApiError *reterr) {
                 _cleanup_free_ char *path = NULL, *text = NULL;
                 _cleanup_(vm_unrefp) Vm *v = NULL;
                 json_auto_t *j = NULL;
-                int r;
 
                 if (de->d_name[0] == '.')
                         continue;
@@ -2774,16 +3270,39 @@ int vm_load_all(Manager *m, ApiError *reterr) {
                         return -ENOMEM;
                 (void) write_file_atomic_cleanup(path);
                 r = read_full_file(path, VM_RECORD_MAX, &text, NULL);
+                if (r == -ENOENT) {
+                        /* a create killed before its first record, or a delete killed after removing
+                         * it: nothing of the VM is left to show, so what remains goes */
+                        vm_remove_leftovers(m, dir, de->d_name);
+                        continue;
+                }
                 if (r >= 0) {
-                        j = json_loads(text, 0, NULL);
+                        json_error_t err;
+                        j = json_loads(text, 0, &err);
                         r = j ? vm_from_json(m, de->d_name, j, &v) : -EBADMSG;
                 }
+                if (r == -ENOMEM)
+                        return r;
                 if (r < 0) {
-                        log_warning("Skipping VM record %s: %s", path, strerror(-r));
+                        r = vm_quarantine(m, dir, de->d_name, strerror(-r));
+                        if (r < 0)
+                                return api_error_set(
+                                        reterr, r, API_ERROR_INTERNAL, "quarantining %s: %s", path, strerror(-r));
                         continue;
                 }
 
-                if (v->state == VM_STATE_CREATING || v->state == VM_STATE_DELETING) {
+                if (v->state == VM_STATE_DELETING) {
+                        /* a delete_vm the previous daemon did not finish: finish it */
+                        log_struct(
+                                LOG_NOTICE,
+                                LOG_FIELDS({ "VM_ID", v->id }),
+                                "Finishing the deletion of VM %s (%s) that vm-manager was killed in.",
+                                v->id,
+                                v->spec.name);
+                        (void) release_resources(v);
+                        continue;
+                }
+                if (v->state == VM_STATE_CREATING) {
                         _cleanup_free_ char *t = NULL;
                         asprintf_or_null(
                                 &t,
@@ -2821,6 +3340,8 @@ int vm_load_all(Manager *m, ApiError *reterr) {
                         (void) vm_save(v);
         }
         qsort(m->vms, m->n_vms, sizeof(Vm *), vm_cmp_created);
+        vm_release_stray_leases(m);
+        vm_remove_stray_volumes(m);
         return 0;
 }
 

@@ -66,6 +66,19 @@ typedef struct VmSpec {
 
 void vm_spec_done(VmSpec *s);
 
+/* Limits of what create_vm takes (api/openapi.yaml documents them): they keep a VM's record, its
+ * QEMU argv (the keys travel as an SMBIOS credential, one argument, which the kernel caps at 128 KiB)
+ * and the metadata service's answers bounded, and they are checked before anything is allocated. */
+#define VM_SSH_KEYS_MAX 32U
+#define VM_SSH_KEY_MAX 4096U                  /* bytes of one key line */
+#define VM_SSH_KEYS_TOTAL_MAX (32U * 1024U)   /* bytes of all keys */
+#define VM_METADATA_MAX 64U                   /* entries */
+#define VM_METADATA_KEY_MAX 128U              /* bytes */
+#define VM_METADATA_VALUE_MAX (16U * 1024U)   /* bytes */
+#define VM_METADATA_TOTAL_MAX (64U * 1024U)   /* bytes of keys and values */
+#define VM_USER_DATA_MAX (1U * 1024U * 1024U) /* bytes */
+#define VM_REF_MAX 255U                       /* bytes of image, kubernetes_version, network */
+
 /* Decodes and validates a create_vm request, applying the API defaults first. Every problem is
  * collected into one invalid_request message. ret_user_data and ret_wait_for are the parts that
  * never enter the record. */
@@ -173,6 +186,10 @@ int vm_metrics_json(Vm *v, json_t **ret, ApiError *reterr);
 
 /* The record as the API shows it (camelCase, the reference's key order); a new reference. */
 json_t *vm_to_json(Vm *v);
+
+/* delete_vm of a record that did not load (Manager.quarantine): its directory, disk and leases go.
+ * {"id","deleted":true}; not_found when id is not quarantined. */
+int vm_delete_quarantined(Manager *m, const char *id, json_t **ret, ApiError *reterr);
 
 /* Loads every <state>/vms/<id>/vm.json: VMs whose processes are gone become stopped with a note;
  * creating/deleting become failed. */

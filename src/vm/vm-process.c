@@ -55,7 +55,7 @@ static int on_child(sd_event_source *s, const siginfo_t *si, void *userdata) {
 }
 
 /* Only async-signal-safe calls between fork() and exec(). */
-_noreturn_ static void child_exec(const VmProcessOptions *o, int log_fd) {
+_noreturn_ static void child_exec(const VmProcessOptions *o, int log_fd, pid_t parent) {
         int null_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
 
         if (null_fd < 0 || dup2(null_fd, STDIN_FILENO) < 0)
@@ -67,7 +67,10 @@ _noreturn_ static void child_exec(const VmProcessOptions *o, int log_fd) {
                 _exit(127);
         /* Our own session, so that a terminal's Ctrl-C goes to the daemon, which stops VMs its way. */
         (void) setsid();
-        (void) prctl(PR_SET_PDEATHSIG, SIGKILL); /* plain children end with the daemon */
+        /* Plain children end with the daemon. A daemon that died between fork() and here sent no
+         * signal: we were handed to another parent already, and must not run on as an orphan. */
+        if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != parent)
+                _exit(127);
         for (int sig = 1; sig < _NSIG; sig++)
                 (void) signal(sig, SIG_DFL);
         /* Nothing blocked: the daemon blocks SIGTERM, SIGINT and SIGCHLD for its signalfd, and a
@@ -88,7 +91,7 @@ int vm_process_spawn(
         _cleanup_(vm_process_freep) VmProcess *p = NULL;
         _cleanup_close_ int log_fd = -EBADF;
         sigset_t all, old;
-        pid_t pid;
+        pid_t pid, self = getpid();
         int r;
 
         assert_return(ret && e && o && o->argv && o->argv[0], -EINVAL);
@@ -111,7 +114,7 @@ int vm_process_spawn(
                 return -errno;
         pid = fork();
         if (pid == 0)
-                child_exec(o, log_fd);
+                child_exec(o, log_fd, self);
         r = pid < 0 ? -errno : 0;
         (void) sigprocmask(SIG_SETMASK, &old, NULL);
         if (r < 0)

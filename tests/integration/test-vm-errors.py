@@ -60,8 +60,10 @@ def test_installer_fails(work):
                "an installer exiting 3: 500 vm_failed, installer exited: exit status 3", repr(err)[:300])
     status, vms = api(port, "GET", "/vms")
     last = vms[0].get("lastError", "") if vms else ""
-    tap.result(vms and vms[0]["state"] == "failed" and "fake guest: installer boot" in last,
-               "... the VM is failed with the console tail in lastError", repr(vms)[:300])
+    tail = vms[0].get("consoleTail", "") if vms else ""
+    tap.result(vms and vms[0]["state"] == "failed" and last == "installer exited: exit status 3"
+               and "fake guest: installer boot" in tail,
+               "... the VM is failed: lastError is the cause, the console's tail is in consoleTail", repr(vms)[:300])
     d.stop(signal.SIGTERM, timeout=30)
 
 

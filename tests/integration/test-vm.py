@@ -11,7 +11,7 @@ installed boot), built into VM_MANAGER_TEST_IMAGE_DIR by tests/image/build.sh.
     over DHCP from the network's switch, and the IMDS at 169.254.169.254 told it its hostname and
     its VM id;
   * the same chain over MCP for create and delete;
-  * an installer that never finishes: failed, with the console tail in lastError;
+  * an installer that never finishes: failed, the cause in lastError and the console in consoleTail;
   * kill -9 of the daemon while a VM runs: the VM's processes end with it, and the next start
     finds the record stopped with a note; start_vm boots it again.
 
@@ -320,8 +320,9 @@ def test_install_failure(work):
     tap.result(status == 500 and err["error"]["code"] == "vm_failed" and "installer did not finish within 15s" in msg,
                "an installer that overruns: 500 vm_failed, with the VM id", repr(err)[:400])
     status, vms = api(port, "GET", "/vms")
-    tap.result(len(vms) == 1 and vms[0]["state"] == "failed" and "\nconsole:\n" in vms[0].get("lastError", ""),
-               "... the VM is kept, failed, with the console tail in lastError", repr(vms)[:400])
+    tap.result(len(vms) == 1 and vms[0]["state"] == "failed"
+               and vms[0].get("lastError") == "installer did not finish within 15s" and vms[0].get("consoleTail"),
+               "... the VM is kept, failed: the cause in lastError, the console's tail in consoleTail", repr(vms)[:400])
 
     # A guest that ignores ACPI (firmware with nothing to boot): stop_vm escalates to SIGTERM after
     # --stop-timeout.
@@ -351,9 +352,11 @@ def test_guest_exit(work):
                    "create_vm of a guest that exits with status 70: 500 vm_failed", repr(err)[:400])
         status, vms = api(port, "GET", "/vms")
         last = vms[0].get("lastError", "") if vms else ""
-        tap.result(vms and vms[0]["state"] == "failed" and last.startswith("guest shut down (EXIT_STATUS=70)")
-                   and "\nconsole:\n" in last,
-                   "... failed, lastError names EXIT_STATUS=70 and carries the console tail", repr(vms)[:600])
+        tail = vms[0].get("consoleTail", "") if vms else ""
+        tap.result(vms and vms[0]["state"] == "failed" and last == "guest shut down (EXIT_STATUS=70)"
+                   and tail and "\x1b" not in tail and "\r" not in tail,
+                   "... failed, lastError names EXIT_STATUS=70, the console's tail (no escapes) is in consoleTail",
+                   repr(vms)[:600])
     finally:
         d.stop(signal.SIGTERM, timeout=60)
 

@@ -1,0 +1,54 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#include <stdbool.h>
+
+#include "string-util.h"
+
+#define ESC '\033'
+#define BEL '\007'
+
+char *strip_terminal_escapes(char *s) {
+        char *w = s;
+
+        if (!s)
+                return NULL;
+        for (const char *r = s; *r;) {
+                unsigned char c = (unsigned char) *r;
+
+                if (c == ESC && r[1] == '[') {
+                        /* CSI: parameter and intermediate bytes (0x20-0x3f), then one final byte */
+                        r += 2;
+                        while (*r && (unsigned char) *r >= 0x20 && (unsigned char) *r <= 0x3f)
+                                r++;
+                        if (*r)
+                                r++;
+                        continue;
+                }
+                if (c == ESC && r[1] == ']') {
+                        /* OSC: up to BEL or the string terminator ESC \ */
+                        r += 2;
+                        while (*r && *r != BEL && !(*r == ESC && r[1] == '\\'))
+                                r++;
+                        if (*r == BEL)
+                                r++;
+                        else if (*r)
+                                r += 2;
+                        continue;
+                }
+                if (c == ESC) {
+                        /* other escape sequences: intermediate bytes (0x20-0x2f), then a final byte */
+                        r++;
+                        while (*r && (unsigned char) *r >= 0x20 && (unsigned char) *r <= 0x2f)
+                                r++;
+                        if (*r)
+                                r++;
+                        continue;
+                }
+                if ((c < 0x20 && c != '\n' && c != '\t') || c == 0x7f) {
+                        r++;
+                        continue;
+                }
+                *w++ = *r++;
+        }
+        *w = 0;
+        return s;
+}
