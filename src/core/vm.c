@@ -35,7 +35,8 @@
 #define VM_CONSOLE_LINES_MAX 10000
 #define VM_ERROR_CONSOLE_LINES 40
 #define VM_ERROR_CONSOLE_BYTES (8U * 1024U)
-/* How long after READY=1 a VM that must attest may take to post its ready-stage quote. */
+/* How long after READY=1 a VM that must attest may take to post its ready-stage quote (or the boot
+ * timeout, when that is shorter). */
 #define VM_READY_QUOTE_GRACE (2 * USEC_PER_MINUTE)
 #define VM_SWTPM_START_TIMEOUT (5 * USEC_PER_SEC)
 #define VM_STOP_GRACE (5 * USEC_PER_SEC)
@@ -188,6 +189,7 @@ static void vm_begin_stop(Vm *v);
 static int on_stop_timer(sd_event_source *s, usec_t usec, void *userdata);
 static int on_phase_timeout(sd_event_source *s, usec_t usec, void *userdata);
 static void vm_ready_unattested(Vm *v);
+static usec_t vm_ready_quote_grace(Vm *v);
 
 void vm_unobserve(Vm *v, void *userdata) {
         for (struct VmObserver **i = &v->observers; *i;)
@@ -1132,7 +1134,7 @@ static int on_phase_timeout(sd_event_source *s, usec_t usec, void *userdata) {
         if (v->ready_reported && (v->state == VM_STATE_BOOTING || v->state == VM_STATE_ATTESTING ||
                                   v->state == VM_STATE_RUNNING)) {
                 _cleanup_free_ char *t = NULL;
-                format_duration(d, sizeof(d), VM_READY_QUOTE_GRACE);
+                format_duration(d, sizeof(d), vm_ready_quote_grace(v));
                 asprintf_or_null(
                         &t,
                         "attestation required: the guest sent READY=1, but no verified ready-stage quote followed "
@@ -1200,6 +1202,10 @@ static void vm_become_ready(Vm *v) {
 /* READY=1 from a VM that must attest and has no verified ready-stage quote yet. Without a verified
  * initrd quote it never will: it booted without its user-data, and is failed. Otherwise its ready
  * quote may still be on the way, for VM_READY_QUOTE_GRACE. */
+static usec_t vm_ready_quote_grace(Vm *v) {
+        return MIN(VM_READY_QUOTE_GRACE, v->manager->boot_timeout);
+}
+
 static void vm_ready_unattested(Vm *v) {
         _cleanup_free_ char *t = NULL;
         int r;
@@ -1222,8 +1228,8 @@ static void vm_ready_unattested(Vm *v) {
                 v->manager->event,
                 &v->phase_timer,
                 CLOCK_MONOTONIC,
-                VM_READY_QUOTE_GRACE,
-                USEC_PER_SEC,
+                vm_ready_quote_grace(v),
+                USEC_PER_MSEC,
                 on_phase_timeout,
                 v);
         if (r < 0)

@@ -27,8 +27,8 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from vmmtest import (BIN, Daemon, HOST, McpClient, base_env, free_port, http_request, run, tap,  # noqa: E402
-                     tool_json)
+from vmmtest import (BIN, Daemon, HOST, McpClient, base_env, free_port, http_request, processes_under, run,  # noqa: E402
+                     tap, tool_json)
 
 IMAGE_DIR = os.environ.get("VM_MANAGER_TEST_IMAGE_DIR")
 SOURCE_ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
@@ -47,23 +47,6 @@ def api(port, method, path, body=None, timeout=600):
                                          body=json.dumps(body).encode() if body is not None else None,
                                          timeout=timeout)
     return status, (json.loads(data) if data else None)
-
-
-def processes_under(path):
-    """Processes whose command line mentions path (QEMU, swtpm and vhost-device-vsock all name the
-    VM's directory)."""
-    found = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open("/proc/%s/cmdline" % pid, "rb") as f:
-                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if path in cmd:
-            found.append("%s %s" % (pid, cmd[:120]))
-    return found
 
 
 def console_lines(text):

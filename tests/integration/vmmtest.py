@@ -503,3 +503,60 @@ def start_thread(fn, *args):
     t = threading.Thread(target=fn, args=args, daemon=True)
     t.start()
     return t
+
+
+def processes_under(path):
+    """Processes whose command line mentions path (QEMU, swtpm and vhost-device-vsock all name the
+    VM's directory)."""
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open("/proc/%s/cmdline" % pid, "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if path in cmd:
+            found.append("%s %s" % (pid, cmd[:120]))
+    return found
+
+
+def imds_relay(unix_path):
+    """A TCP listener on 127.0.0.1 whose connections go to unix_path (a VM's imds.sock), as the
+    gateway hands a guest's connections over; returns its port. For clients that speak TCP only
+    (vm-agent)."""
+    srv = socket.socket()
+    srv.bind((HOST, 0))
+    srv.listen(16)
+
+    def pipe(a, b):
+        try:
+            while True:
+                d = a.recv(65536)
+                if not d:
+                    break
+                b.sendall(d)
+        except OSError:
+            pass
+        finally:
+            try:
+                b.shutdown(socket.SHUT_WR)
+            except OSError:
+                pass
+
+    def loop():
+        while True:
+            c, _ = srv.accept()
+            u = socket.socket(socket.AF_UNIX)
+            try:
+                u.connect(unix_path)
+            except OSError:
+                c.close()
+                continue
+            start_thread(pipe, c, u)
+            start_thread(pipe, u, c)
+
+    start_thread(loop)
+    return srv.getsockname()[1]
+

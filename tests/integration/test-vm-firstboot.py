@@ -1,0 +1,346 @@
+#!/usr/bin/env python3
+"""A first VM that works, or says at once why not (issue: a new user's first hour), and no VM that
+must attest becoming ready without having attested. Against the fake QEMU of tests/integration/fakes
+(an installer that exits 0, then an installed boot that runs until powered down), a real swtpm quoted
+by agent/vm-agent through the VM's own metadata listener, and READY=1 sent by the test on the VM's
+notify socket, as vhost-device-vsock would hand it over:
+
+  * create_vm with require_attestation on an image without golden values (verify mode, no learn
+    flag) is refused before anything is allocated, naming the bring-up (make golden); allowed with
+    require_attestation false or in learn mode;
+  * a rejected initrd quote (a golden mismatch) fails the VM at once: the waiting create_vm answers
+    vm_failed with the verdict, the VM is failed and powered off, lastError is the verdict;
+  * a stale nonce is the guest's to retry: the VM goes on;
+  * READY=1 from a guest that never attested fails the VM (it is never ready);
+  * READY=1 before the ready-stage quote waits for it, and the verified quote makes the VM ready;
+  * READY=1 without a ready-stage quote fails the VM once the grace is over.
+"""
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+here = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, here)
+from vmmtest import (Daemon, HOST, base_env, free_port, http_request, imds_relay, processes_under,  # noqa: E402
+                     run, tap)
+
+FAKES = os.path.join(here, "fakes")
+ZERO = "00" * 32
+NOTIFY_PORT = 5005
+AGENT = os.environ.get("VM_AGENT")
+CREATE = {"memory_mib": 512, "disk_gib": 1}
+TIMINGS = {}
+
+
+def api(port, method, path, body=None, timeout=120):
+    status, headers, data = http_request(port, method, "/api/v1" + path,
+                                         body=json.dumps(body).encode() if body is not None else None,
+                                         timeout=timeout)
+    return status, (json.loads(data) if data else None)
+
+
+def policy(golden):
+    p = {"image_id": "fake", "image_version": "1.0",
+         "pcr11": {"enter-initrd": ZERO, "enter-initrd:leave-initrd:sysinit:ready": ZERO}}
+    if golden:
+        p["golden"] = {"sha256": {str(i): golden for i in (0, 2, 3, 4, 6, 7)}}
+    return p
+
+
+def daemon(work, name, golden, *extra, boot_timeout="2m"):
+    images = os.path.join(work, "images-" + name)
+    os.makedirs(images)
+    for ext in (".efi", ".raw"):
+        with open(os.path.join(images, "fake_1.0" + ext), "wb") as f:
+            f.write(b"\0" * 4096)
+    with open(os.path.join(images, "fake_1.0.policy.json"), "w") as f:
+        json.dump(policy(golden), f)
+    vars_ = os.path.join(work, "vars-" + name)
+    with open(vars_, "wb") as f:
+        f.write(b"\0" * 4096)
+    env = base_env(work, FAKE_QEMU="install-exit:0")
+    env["PATH"] = FAKES + ":" + env.get("PATH", "/usr/bin:/bin")
+    port = free_port()
+    state = os.path.join(work, "s-" + name)
+    d = Daemon(work, name, ["--listen", "%s:%d" % (HOST, port), "--state-dir", state, "--image-dir", images,
+                            "--ovmf-code", vars_, "--ovmf-vars", vars_, "--launcher", "process", "--vsock",
+                            "vhost-user", "--notify-port", str(NOTIFY_PORT), "--boot-timeout", boot_timeout,
+                            "--stop-timeout", "3s", "--log-level", "debug", *extra], env=env)
+    ok, why = d.wait_healthy(port, timeout=20)
+    tap.result(ok, "%s: serving with the fake QEMU" % name, why)
+    return d, port, state
+
+
+class Swtpm:
+    """A fresh swtpm (every PCR zero) that vm-agent quotes through its TCTI."""
+
+    def __init__(self, work, name):
+        self.dir = os.path.join(work, "tpm-" + name)
+        os.makedirs(self.dir)
+        sock = os.path.join(self.dir, "sock")
+        self.proc = subprocess.Popen(
+            ["swtpm", "socket", "--tpm2", "--tpmstate", "dir=" + self.dir, "--server", "type=unixio,path=" + sock,
+             "--ctrl", "type=unixio,path=" + sock + ".ctrl", "--flags", "not-need-init,startup-clear"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.tcti = "swtpm:path=" + sock
+        for _ in range(50):
+            if os.path.exists(sock):
+                break
+            time.sleep(0.1)
+
+    def attest(self, url, stage):
+        env = dict(os.environ, TSS2_LOG="all+none")
+        p = subprocess.run([AGENT, "attest", "--stage=" + stage, "--imds-url=" + url, "--tpm=" + self.tcti,
+                            "--timeout=20s"], capture_output=True, text=True, env=env, timeout=60)
+        return p.returncode, p.stdout + p.stderr
+
+    def stop(self):
+        self.proc.kill()
+        self.proc.wait()
+
+
+class Create:
+    """create_vm (wait_for ready) on a thread: its answer arrives while the test plays the guest."""
+
+    def __init__(self, port, body):
+        self.answer = None
+        self.done_at = None
+        self.thread = threading.Thread(target=self.run, args=(port, body), daemon=True)
+        self.thread.start()
+
+    def run(self, port, body):
+        self.answer = api(port, "POST", "/vms", body, timeout=300)
+        self.done_at = time.monotonic()
+
+    def wait(self, timeout):
+        self.thread.join(timeout)
+        return self.answer
+
+
+def booting_vm(port, name, timeout=30):
+    """The VM named name once its installed boot runs (the fake installer exits 0 after a second)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        status, vms = api(port, "GET", "/vms")
+        for v in vms or []:
+            if v["name"] == name and v.get("phase") == "boot" and v["state"] in ("booting", "attesting"):
+                return v
+        time.sleep(0.2)
+    return None
+
+
+def send_ready(state, vid):
+    """READY=1 as PID 1 sends it: one message on a connection to the VM's notify socket."""
+    s = socket.socket(socket.AF_UNIX)
+    s.connect(os.path.join(state, "vms", vid, "vsock_%d" % NOTIFY_PORT))
+    s.sendall(b"READY=1\nSTATUS=Startup finished\n")
+    s.shutdown(socket.SHUT_WR)
+    s.recv(16)  # the daemon closes once it has the message
+    s.close()
+
+
+def imds_url(state, vid):
+    return "http://127.0.0.1:%d/giantswarm/v1" % imds_relay(os.path.join(state, "vms", vid, "imds.sock"))
+
+
+def test_refused(work):
+    d, port, state = daemon(work, "nogolden", golden=None)
+    try:
+        t0 = time.monotonic()
+        status, err = api(port, "POST", "/vms", dict(CREATE, name="first"))
+        TIMINGS["refused create_vm, request to answer"] = time.monotonic() - t0
+        msg = (err or {}).get("error", {}).get("message", "")
+        tap.result(status == 501 and err["error"]["code"] == "unsupported"
+                   and "no golden value for pcr 0,2,3,4,6,7" in msg and "make golden" in msg
+                   and "--attestation-learn-golden" in msg and "require_attestation false" in msg,
+                   "require_attestation on an image without golden values: 501 unsupported, naming the bring-up",
+                   repr(err)[:600])
+        status, vms = api(port, "GET", "/vms")
+        status, net = api(port, "GET", "/networks/default")
+        vmdir = os.path.join(state, "vms")
+        tap.result(vms == [] and net["leases"] == [] and (not os.path.isdir(vmdir) or os.listdir(vmdir) == []),
+                   "... refused before anything was allocated: no record, no lease, no directory",
+                   "%r %r" % (vms, net))
+        status, vm = api(port, "POST", "/vms", dict(CREATE, name="plain", require_attestation=False,
+                                                    wait_for="none"))
+        tap.result(status == 201, "... the same image with require_attestation false is created", repr(vm)[:300])
+        if status == 201:
+            api(port, "DELETE", "/vms/" + vm["id"])
+    finally:
+        d.stop(signal.SIGTERM, timeout=30)
+    d, port, state = daemon(work, "learn", None, "--attestation-learn-golden")
+    try:
+        status, vm = api(port, "POST", "/vms", dict(CREATE, name="learner", wait_for="none"))
+        tap.result(status == 201 and vm["requireAttestation"] is True,
+                   "... and in learn mode a VM that must attest is created (its boot records the values)",
+                   repr(vm)[:300])
+        if status == 201:
+            api(port, "DELETE", "/vms/" + vm["id"])
+    finally:
+        d.stop(signal.SIGTERM, timeout=30)
+
+
+def test_rejected(work):
+    if not AGENT or not shutil.which("swtpm"):
+        tap.skip("a rejected quote fails the VM", "needs agent/vm-agent and swtpm")
+        return
+    d, port, state = daemon(work, "reject", golden="11" * 32)
+    tpm = Swtpm(work, "reject")
+    try:
+        t0 = time.monotonic()
+        create = Create(port, dict(CREATE, name="rejected"))
+        vm = booting_vm(port, "rejected")
+        tap.result(vm is not None, "the VM's installed boot runs", "")
+        if not vm:
+            return
+        url = imds_url(state, vm["id"])
+
+        # a stale nonce first: the guest's to retry, nothing fails
+        st, _, body = http_request_unix(state, vm["id"], "POST", "/giantswarm/v1/attest/quote",
+                                        json.dumps({"stage": "initrd", "nonce": "ab" * 32, "ak_pub": "AAAA",
+                                                    "quote": "AAAA", "signature": "AAAA",
+                                                    "pcrs": {"sha256": {"0": ZERO}}}).encode())
+        status, v = api(port, "GET", "/vms/" + vm["id"])
+        tap.result(st == 403 and b"unknown or expired nonce" in body and v["state"] in ("booting", "attesting")
+                   and create.answer is None,
+                   "a quote with a stale nonce is rejected and the VM goes on (the guest retries)",
+                   "%r %r %r" % (st, body[:200], v.get("state")))
+
+        verdict_at = time.monotonic()  # vm-agent asks for a nonce, quotes and posts: the verdict follows
+        rc, out = tpm.attest(url, "initrd")
+        answer = create.wait(30)
+        TIMINGS["rejected boot, quote posted to create_vm's answer"] = (create.done_at or time.monotonic()) - verdict_at
+        TIMINGS["rejected boot, request to answer (fake QEMU)"] = (create.done_at or time.monotonic()) - t0
+        status, err = answer or (None, None)
+        msg = (err or {}).get("error", {}).get("message", "")
+        tap.result(rc == 2 and status == 500 and err["error"]["code"] == "vm_failed"
+                   and msg.startswith("vm failed: initrd attestation rejected: golden mismatch: pcr 0 expected "
+                                      + "11" * 32),
+                   "a golden mismatch fails the VM at once: create_vm answers vm_failed with the verdict",
+                   "rc %r %s; %r %r" % (rc, out[-200:], status, err))
+        tap.result(create.done_at is not None and create.done_at - verdict_at < 10,
+                   "... within seconds of the quote (%.1f s)" % ((create.done_at or 0) - verdict_at), "")
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            status, v = api(port, "GET", "/vms/" + vm["id"])
+            if v["state"] == "failed":
+                break
+            time.sleep(0.2)
+        tap.result(v["state"] == "failed" and v["lastError"].startswith("initrd attestation rejected: golden mismatch")
+                   and "\n" not in v["lastError"],
+                   "... the VM is failed and lastError is the verdict", repr(v)[:500])
+        tap.result(processes_under(v["paths"]["dir"]) == [], "... and powered off: nothing of it runs",
+                   "\n".join(processes_under(v["paths"]["dir"])))
+        status, att = api(port, "GET", "/vms/%s/attestation" % vm["id"])
+        tap.result(att["initrd"]["verified"] is False and not att["userDataReleased"],
+                   "... get_vm_attestation keeps the verdict; user-data was never released", repr(att)[:300])
+    finally:
+        tpm.stop()
+        d.stop(signal.SIGTERM, timeout=30)
+
+
+def http_request_unix(state, vid, method, path, body=None):
+    s = socket.socket(socket.AF_UNIX)
+    s.settimeout(20)
+    s.connect(os.path.join(state, "vms", vid, "imds.sock"))
+    head = "%s %s HTTP/1.1\r\nHost: 169.254.169.254\r\nConnection: close\r\n" % (method, path)
+    if body is not None:
+        head += "Content-Type: application/json\r\nContent-Length: %d\r\n" % len(body)
+    s.sendall(head.encode() + b"\r\n" + (body or b""))
+    data = b""
+    while True:
+        chunk = s.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    s.close()
+    head, _, payload = data.partition(b"\r\n\r\n")
+    return int(head.split()[1]), head, payload
+
+
+def test_ready_without_attestation(work):
+    d, port, state = daemon(work, "noagent", golden=ZERO)
+    try:
+        create = Create(port, dict(CREATE, name="noagent"))
+        vm = booting_vm(port, "noagent")
+        tap.result(vm is not None, "a VM whose guest runs no attestation agent boots", "")
+        if not vm:
+            return
+        send_ready(state, vm["id"])
+        status, err = create.wait(30) or (None, None)
+        msg = (err or {}).get("error", {}).get("message", "")
+        tap.result(status == 500 and err["error"]["code"] == "vm_failed"
+                   and msg.startswith("vm failed: attestation required: the guest sent READY=1 without a verified "
+                                      "initrd quote")
+                   and "never asked for a nonce" in msg,
+                   "READY=1 from a guest that never attested: create_vm (wait_for ready) fails, it is never ready",
+                   repr(err)[:500])
+        status, v = api(port, "GET", "/vms/" + vm["id"])
+        status, att = api(port, "GET", "/vms/%s/attestation" % vm["id"])
+        tap.result(v["state"] in ("stopping", "failed") and v["lastError"].startswith("attestation required")
+                   and not v.get("readyAt") and att == {"required": True, "userDataReleased": False},
+                   "... its state, lastError and attestation say what is missing", "%r %r" % (v, att))
+    finally:
+        d.stop(signal.SIGTERM, timeout=30)
+
+
+def test_ready_waits_for_quote(work):
+    if not AGENT or not shutil.which("swtpm"):
+        tap.skip("READY=1 waits for the ready quote", "needs agent/vm-agent and swtpm")
+        return
+    d, port, state = daemon(work, "waits", golden=ZERO, boot_timeout="6s")
+    tpm = Swtpm(work, "waits")
+    try:
+        create = Create(port, dict(CREATE, name="waits"))
+        vm = booting_vm(port, "waits")
+        if not vm:
+            tap.result(False, "the VM's installed boot runs", "")
+            return
+        url = imds_url(state, vm["id"])
+        rc, out = tpm.attest(url, "initrd")
+        send_ready(state, vm["id"])
+        time.sleep(1)
+        status, v = api(port, "GET", "/vms/" + vm["id"])
+        tap.result(rc == 0 and v["state"] == "attesting" and create.answer is None,
+                   "READY=1 before the ready-stage quote: the VM is not ready yet (attesting)",
+                   "rc %r %s %r" % (rc, out[-200:], v.get("state")))
+        rc, out = tpm.attest(url, "ready")
+        status, vm2 = create.wait(30) or (None, None)
+        tap.result(rc == 0 and status == 201 and vm2["state"] == "ready" and vm2["attestation"]["ready"]["verified"],
+                   "... the verified ready quote makes it ready, and create_vm answers 201",
+                   "rc %r %s %r" % (rc, out[-200:], vm2))
+
+        # The next one never posts its ready quote: failed once the grace (the 6 s boot timeout) is over.
+        create = Create(port, dict(CREATE, name="late"))
+        vm = booting_vm(port, "late")
+        if not vm:
+            tap.result(False, "the second VM's installed boot runs", "")
+            return
+        rc, out = tpm.attest(imds_url(state, vm["id"]), "initrd")
+        send_ready(state, vm["id"])
+        status, err = create.wait(30) or (None, None)
+        msg = (err or {}).get("error", {}).get("message", "")
+        tap.result(rc == 0 and status == 500 and err["error"]["code"] == "vm_failed"
+                   and "no verified ready-stage quote followed within 6s" in msg,
+                   "READY=1 and no ready-stage quote: failed once the grace is over",
+                   "rc %r %s %r" % (rc, out[-200:], err))
+    finally:
+        tpm.stop()
+        d.stop(signal.SIGTERM, timeout=30)
+
+
+def test_timings(work):
+    for k, v in TIMINGS.items():
+        tap.diag("timing: %s: %.3f s" % (k, v))
+
+
+if __name__ == "__main__":
+    run([test_refused, test_rejected, test_ready_without_attestation, test_ready_waits_for_quote, test_timings],
+        deadline=240, prefix="vmm-first-")
