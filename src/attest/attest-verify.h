@@ -47,7 +47,7 @@ typedef struct AttestResult {
         char *pcrs[ATTEST_PCR_SLOTS]; /* lowercase hex of every quoted PCR, set once the digest matched */
         unsigned learned[ATTEST_PCR_SLOTS]; /* PCRs accepted without an expected value, ascending */
         size_t n_learned;
-        bool enroll; /* verified initrd quote of a VM without a pin: pin ak_fingerprint now */
+        bool enroll;    /* verified initrd quote of a VM without a pin: pin ak_fingerprint now */
         bool retryable; /* rejected for a reason a new quote of the same boot can cure (a stale nonce) */
 } AttestResult;
 

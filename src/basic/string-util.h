@@ -4,6 +4,7 @@
 #include <stddef.h>
 
 /* Removes what a terminal would interpret rather than show: escape sequences (CSI "ESC [ … final",
- * OSC "ESC ] … BEL or ESC \", and the others: "ESC", intermediate bytes, a final byte), and control characters other than newline and
- * tab. Carriage returns go too, so that "\r\n" line ends become "\n". In place; returns s. */
+ * OSC "ESC ] … BEL or ESC \", and the others: "ESC", intermediate bytes, a final byte), and control
+ * characters other than newline and tab. Carriage returns go too, so that "\r\n" line ends become "\n". In
+ * place; returns s. */
 char *strip_terminal_escapes(char *s);

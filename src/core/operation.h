@@ -44,7 +44,11 @@ typedef struct OperationParam {
         ParamFlags flags;
         const char *description;
         const char *const *enum_values; /* NULL-terminated, or NULL */
+        size_t max_length;              /* bytes of a string; 0: PARAM_STRING_MAX */
 } OperationParam;
+
+/* The longest string a parameter takes unless it says otherwise; array elements and map values too. */
+#define PARAM_STRING_MAX ((size_t) 65536)
 
 /* Runs the operation. args is an object holding exactly the declared parameters, already checked
  * for type and presence. *ret is the resource JSON (a new reference); NULL for "no content". */

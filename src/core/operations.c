@@ -427,21 +427,26 @@ static const OperationParam create_vm_params[] = {
         { .name = "network", .type = PARAM_STRING, .description = "Network to attach to, default \"default\"" },
         { .name = "user_data",
           .type = PARAM_STRING,
+          .max_length = VM_USER_DATA_MAX,
           .description =
-                  "Ignition JSON as a string (Cluster API's bootstrap data); the metadata service releases it only after attestation" },
+                  "Ignition JSON as a string (Cluster API's bootstrap data), at most 1 MiB; the metadata service releases it only after attestation" },
         { .name = "ssh_authorized_keys",
           .type = PARAM_STRING_ARRAY,
-          .description = "SSH public keys for root, one line each" },
+          .max_length = VM_SSH_KEY_MAX,
+          .description =
+                  "SSH public keys for root, one line each: at most 32 keys of at most 4096 bytes, 32 KiB together" },
         { .name = "hostname",
           .type = PARAM_STRING,
           .description = "Guest hostname, a DNS label; default the name" },
         { .name = "metadata",
           .type = PARAM_STRING_MAP,
-          .description = "Free-form string labels; keys without slashes or spaces" },
+          .max_length = VM_METADATA_VALUE_MAX,
+          .description =
+                  "Free-form string labels; keys without slashes or spaces: at most 64 entries, keys of 128 and values of 16384 bytes, 64 KiB together" },
         { .name = "require_attestation",
           .type = PARAM_BOOLEAN,
           .description =
-                  "Release user_data only after a verified TPM quote, default true; false releases it as soon as the installed boot starts" },
+                  "Release user_data only after a verified TPM quote, and report ready only after a verified ready-stage quote; default true. Refused when the image has no golden PCR values (unless the server learns them); false releases user_data as soon as the installed boot starts" },
         { .name = "wait_for",
           .type = PARAM_STRING,
           .enum_values = wait_for_values,
@@ -769,18 +774,17 @@ static bool param_type_matches(ParamType t, json_t *v) {
         }
 }
 
-/* Strings reach file names, logs and other programs: no NUL, and a sane size. */
-#define PARAM_STRING_MAX 65536
-
-static int check_string(const char *name, json_t *v, ApiError *reterr) {
-        if (json_string_length(v) > PARAM_STRING_MAX)
+/* Strings reach file names, logs, records and other programs: no NUL (C would cut them there, and the
+ * record would not load again), and a sane size. Also the elements of arrays and values of maps. */
+static int check_string(const char *name, json_t *v, size_t max, ApiError *reterr) {
+        if (json_string_length(v) > max)
                 return api_error_set(
                         reterr,
                         -EINVAL,
                         API_ERROR_INVALID_REQUEST,
-                        "field \"%s\": longer than %d bytes",
+                        "field \"%s\": longer than %zu bytes",
                         name,
-                        PARAM_STRING_MAX);
+                        max);
         if (memchr(json_string_value(v), 0, json_string_length(v)))
                 return api_error_set(
                         reterr,
@@ -828,8 +832,25 @@ int operation_check_args(const Operation *op, json_t *args, ApiError *reterr) {
                                 key,
                                 param_type_expect(p->type),
                                 json_type_name(v));
+                if (p->type == PARAM_STRING_ARRAY || p->type == PARAM_STRING_MAP) {
+                        const char *k;
+                        json_t *e;
+                        size_t i;
+
+                        json_array_foreach(v, i, e) {
+                                r = check_string(key, e, p->max_length ?: PARAM_STRING_MAX, reterr);
+                                if (r < 0)
+                                        return r;
+                        }
+                        if (json_is_object(v))
+                                json_object_foreach(v, k, e) {
+                                        r = check_string(key, e, p->max_length ?: PARAM_STRING_MAX, reterr);
+                                        if (r < 0)
+                                                return r;
+                                }
+                }
                 if (p->type == PARAM_STRING) {
-                        r = check_string(key, v, reterr);
+                        r = check_string(key, v, p->max_length ?: PARAM_STRING_MAX, reterr);
                         if (r < 0)
                                 return r;
                         if (p->enum_values) {

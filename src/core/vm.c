@@ -156,7 +156,7 @@ struct Vm {
         bool install_timed_out;
         char *fail_reason;   /* a verdict that ended the boot: the VM is failed once QEMU is gone */
         bool ready_reported; /* READY=1 arrived before the ready-stage quote it must wait for */
-        int stop_step; /* 0: none, 1: powerdown sent, 2: SIGTERM sent, 3: SIGKILL sent */
+        int stop_step;       /* 0: none, 1: powerdown sent, 2: SIGTERM sent, 3: SIGKILL sent */
         Pending *pending;
         struct VmObserver {
                 VmProgressFunc fn;
@@ -592,7 +592,8 @@ static void vm_set_failure(Vm *v, const char *what, bool with_console) {
                         n = strlen(tail);
                         /* the last lines are the telling ones: cut from the front, at a line */
                         if (n > VM_ERROR_CONSOLE_BYTES) {
-                                const char *start = tail + n - VM_ERROR_CONSOLE_BYTES, *nl = strchr(start, '\n');
+                                const char *start = tail + n - VM_ERROR_CONSOLE_BYTES,
+                                           *nl = strchr(start, '\n');
                                 memmove(tail, nl ? nl + 1 : start, strlen(nl ? nl + 1 : start) + 1);
                         }
                         if (*tail)
@@ -625,8 +626,8 @@ void vm_attest_changed(Vm *v, bool nonce) {
 
 static bool vm_is_booting(Vm *v) {
         return v->has_phase && v->phase == VM_PHASE_BOOT && v->qemu &&
-                (v->state == VM_STATE_BOOTING || v->state == VM_STATE_ATTESTING || v->state == VM_STATE_RUNNING ||
-                 v->state == VM_STATE_READY);
+                (v->state == VM_STATE_BOOTING || v->state == VM_STATE_ATTESTING ||
+                 v->state == VM_STATE_RUNNING || v->state == VM_STATE_READY);
 }
 
 void vm_attest_verdict(Vm *v, const char *stage, bool verified, const char *message) {
@@ -865,7 +866,9 @@ static void vm_check_pending(Vm *v) {
                                                 -EIO,
                                                 API_ERROR_VM_FAILED,
                                                 "%s; vm %s is failed (follow it with get_vm %s, delete it with delete_vm)",
-                                                v->fail_reason ?: v->last_error ?: "unknown error",
+                                                v->fail_reason        ?:
+                                                        v->last_error ?:
+                                                                        "unknown error",
                                                 v->id,
                                                 v->id);
                                 else
@@ -1107,7 +1110,8 @@ static void on_qemu_exit(VmLaunched *p, int code, int status, void *userdata) {
                         vm_set_error(v, "guest shut down");
                 } else {
                         _cleanup_free_ char *cause = boot_rejection(v);
-                        asprintf_or_null(&msg, "%s%sqemu exited: %s", cause ?: "", cause ? "; then " : "", st ?: "?");
+                        asprintf_or_null(
+                                &msg, "%s%sqemu exited: %s", cause ?: "", cause ? "; then " : "", st ?: "?");
                         vm_set_failure(v, msg ?: "qemu failed", /* with_console= */ true);
                 }
         }
@@ -1131,8 +1135,8 @@ static int on_phase_timeout(sd_event_source *s, usec_t usec, void *userdata) {
                         (void) vm_launched_kill(v->qemu, SIGKILL, true);
                 return 0;
         }
-        if (v->ready_reported && (v->state == VM_STATE_BOOTING || v->state == VM_STATE_ATTESTING ||
-                                  v->state == VM_STATE_RUNNING)) {
+        if (v->ready_reported &&
+            (v->state == VM_STATE_BOOTING || v->state == VM_STATE_ATTESTING || v->state == VM_STATE_RUNNING)) {
                 _cleanup_free_ char *t = NULL;
                 format_duration(d, sizeof(d), vm_ready_quote_grace(v));
                 asprintf_or_null(
@@ -1190,7 +1194,8 @@ static void vm_become_ready(Vm *v) {
         v->ready_at = now_usec(CLOCK_REALTIME);
         if (v->booted_at > 0 && v->ready_at >= v->booted_at)
                 metrics_histogram_observe(
-                        &v->manager->boot_to_ready_seconds, (double) (v->ready_at - v->booted_at) / USEC_PER_SEC);
+                        &v->manager->boot_to_ready_seconds,
+                        (double) (v->ready_at - v->booted_at) / USEC_PER_SEC);
         v->booted = true;
         v->ready_reported = false;
         vm_set_error(v, NULL);
@@ -1217,8 +1222,9 @@ static void vm_ready_unattested(Vm *v) {
                         "attestation required: the guest sent READY=1 without a verified initrd quote (%s%s); "
                         "its user-data was not released",
                         v->att.has_initrd ? "its quote was rejected: " :
-                                v->att.nonce_issued_at ? "it asked for a nonce but posted no quote" :
-                                                         "it never asked for a nonce: does the image run vm-agent?",
+                                v->att.nonce_issued_at ?
+                                            "it asked for a nonce but posted no quote" :
+                                            "it never asked for a nonce: does the image run vm-agent?",
                         v->att.has_initrd ? v->att.initrd.message ?: "?" : "");
                 vm_fail_boot(v, t ?: "attestation required: no verified initrd quote", /* graceful= */ true);
                 return;
@@ -2242,32 +2248,6 @@ static void problem(char **acc, const char *fmt, ...) {
         *acc = n;
 }
 
-/* A string the request decoder would cut at its first NUL: refused, never truncated. */
-static bool json_string_has_nul(const json_t *v) {
-        return json_is_string(v) && strlen(json_string_value(v)) != json_string_length(v);
-}
-
-static bool request_has_nul(json_t *request) {
-        const char *key, *inner;
-        json_t *v, *e;
-        size_t i;
-
-        json_object_foreach(request, key, v) {
-                if (json_string_has_nul(v))
-                        return true;
-                json_array_foreach(v, i, e) {
-                        if (json_string_has_nul(e))
-                                return true;
-                }
-                if (json_is_object(v))
-                        json_object_foreach(v, inner, e) {
-                                if (json_string_has_nul(e))
-                                        return true;
-                        }
-        }
-        return false;
-}
-
 /* The size limits of a request (vm.h). Records written before they existed still load, so a record
  * is checked for its shape only. */
 static void check_limits(const CreateRequest *c, char **problems) {
@@ -2291,7 +2271,9 @@ static void check_limits(const CreateRequest *c, char **problems) {
         if (n > VM_SSH_KEYS_MAX)
                 problem(problems, "at most %u ssh authorized keys", VM_SSH_KEYS_MAX);
         else if (total > VM_SSH_KEYS_TOTAL_MAX)
-                problem(problems, "ssh authorized keys must be at most %u bytes together", VM_SSH_KEYS_TOTAL_MAX);
+                problem(problems,
+                        "ssh authorized keys must be at most %u bytes together",
+                        VM_SSH_KEYS_TOTAL_MAX);
         if (c->metadata) {
                 total = 0;
                 if (json_object_size(c->metadata) > VM_METADATA_MAX)
@@ -2318,12 +2300,7 @@ static void check_limits(const CreateRequest *c, char **problems) {
 }
 
 static int spec_decode(
-        json_t *request,
-        bool record,
-        VmSpec *ret,
-        char **ret_user_data,
-        VmWaitFor *ret_wait_for,
-        ApiError *reterr) {
+        json_t *request, bool record, VmSpec *ret, char **ret_user_data, VmWaitFor *ret_wait_for, ApiError *reterr) {
         static const JsonDispatch table[] = {
                 { "name", json_dispatch_string, offsetof(CreateRequest, name), JSON_NULLABLE },
                 { "image", json_dispatch_string, offsetof(CreateRequest, image), JSON_NULLABLE },
@@ -2356,9 +2333,6 @@ static int spec_decode(
         json_t *val;
         int r;
 
-        if (!record && json_is_object(request) && request_has_nul(request))
-                return api_error_set(
-                        reterr, -EINVAL, API_ERROR_INVALID_REQUEST, "strings must not contain NUL characters");
         r = json_dispatch(request, table, &c, reterr);
         if (r < 0)
                 return r;
@@ -3259,7 +3233,8 @@ int vm_load_all(Manager *m, ApiError *reterr) {
 
         r = vm_quarantine_load(m);
         if (r < 0)
-                return api_error_set(reterr, r, API_ERROR_INTERNAL, "reading %s/quarantine: %s", m->state_dir, strerror(-r));
+                return api_error_set(
+                        reterr, r, API_ERROR_INTERNAL, "reading %s/quarantine: %s", m->state_dir, strerror(-r));
         if (asprintf(&dir, "%s/vms", m->state_dir) < 0)
                 return -ENOMEM;
         d = opendir(dir);

@@ -342,5 +342,5 @@ def test_timings(work):
 
 
 if __name__ == "__main__":
-    run([test_refused, test_rejected, test_ready_without_attestation, test_ready_waits_for_quote, test_timings],
-        deadline=240, prefix="vmm-first-")
+    sys.exit(run([test_refused, test_rejected, test_ready_without_attestation, test_ready_waits_for_quote, test_timings],
+        deadline=240, prefix="vmm-first-"))

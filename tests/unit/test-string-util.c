@@ -24,7 +24,9 @@ static void test_strip_terminal_escapes(void **state) {
         /* OSC with BEL and with ST; two-byte sequences */
         check("\033]0;title\007x\033]2;t\033\\y\033cz\033(Bw", "xyzw");
         /* other control characters; tabs and newlines stay */
-        check("a\bb\tc\nd\x7f\x01" "e", "ab\tc\nde");
+        check("a\bb\tc\nd\x7f\x01"
+              "e",
+              "ab\tc\nde");
         /* truncated sequences at the end are dropped whole */
         check("abc\033[12", "abc");
         check("abc\033", "abc");
