@@ -1,4 +1,6 @@
 # Thin wrapper around meson: every target installs what it needs first (tools/install-deps.sh).
+#   make golden  record the golden PCRs of the guest image on this host (one learn-mode VM, about 7
+#                minutes under TCG): VMs that must attest (the default) verify against them
 #   make run     build, then serve in the foreground (state in ./state unless STATE_DIR or
 #                VM_MANAGER_STATE_DIR says otherwise; ARGS="--listen :9090" adds serve flags)
 #   make check   build with ASan/UBSan and run every test that can run on this machine, the CI
@@ -21,7 +23,7 @@ SUITES ?= unit integration fuzz style image e2e-ci
 IMAGE_DIR ?= $(CURDIR)/images/build
 
 .PHONY: all deps-run deps-check deps-bench build build-check run check e2e bench fuzz format tools-doc clean \
-	image image-verify image-smoke
+	image image-verify image-smoke golden
 
 all: build
 
@@ -52,6 +54,10 @@ run: build image
 
 image: build
 	$(MAKE) -C images image OUT="$(IMAGE_DIR)"
+
+# Once per image and host firmware, beside or before `make run` (tools/golden.sh).
+golden: build image
+	./tools/golden.sh $(BUILD)/src/daemon/vm-manager "$(IMAGE_DIR)"
 
 image-verify:
 	$(MAKE) -C images image-verify OUT="$(IMAGE_DIR)"

@@ -60,7 +60,8 @@ void image_golden_help(void) {
         printf("Usage: vm-manager image golden IMAGE (--from-vm ID | --clear) [FLAGS]\n\n"
                "Records in IMAGE's policy.json the golden sha256 PCRs 0,2,3,4,6,7,13 that VM ID's verified\n"
                "ready-stage quote carried, with the firmware build of the server's host; or, with --clear,\n"
-               "removes them. The server reads policies at start-up: restart it afterwards.\n\nFlags:\n");
+               "removes them. A server serving the directory reads the new policy within a second (it watches\n"
+               "the directory); `make golden` in a checkout does the whole bring-up.\n\nFlags:\n");
         flags_print_help(stdout, golden_flags, ELEMENTSOF(golden_flags));
 }
 
