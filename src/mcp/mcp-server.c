@@ -227,14 +227,16 @@ static void reply_jsonrpc(HttpRequest *req, unsigned status, json_t *msg) {
 }
 
 static json_t *handle_initialize(McpServer *s, json_t *params, McpSession **ret_session) {
-        const char *want = json_string_value(json_object_get(params, "protocolVersion"));
+        json_t *w = json_object_get(params, "protocolVersion");
+        const char *want = json_string_cstr(w);
         const char *version;
         McpSession *x;
 
-        /* Echo a version we speak; otherwise offer the newest, and the client decides. */
+        /* Echo a version we speak; otherwise offer the newest, and the client decides. No version
+         * (or an empty one) is a client older than the field. */
         if (want && version_supported(want))
                 version = want;
-        else if (!want || !*want)
+        else if (!json_is_string(w) || json_string_length(w) == 0)
                 version = "2025-03-26";
         else
                 version = MCP_LATEST_VERSION;
@@ -453,16 +455,17 @@ static json_t *handle_tools_call(
         json_auto_t *resource = NULL, *empty = NULL;
         const Operation *op;
         const char *name;
-        json_t *args;
+        json_t *args, *v;
         int r;
 
-        name = json_string_value(json_object_get(params, "name"));
-        if (!name) {
+        v = json_object_get(params, "name");
+        if (!json_is_string(v)) {
                 *ret_code = JSONRPC_INVALID_PARAMS;
                 *ret_message = "tools/call needs params.name, a string";
                 return NULL;
         }
-        op = operation_find(name);
+        name = json_string_cstr(v); /* NULL with a NUL inside: no tool has such a name */
+        op = name ? operation_find(name) : NULL;
         if (!op) {
                 *ret_code = JSONRPC_INVALID_PARAMS;
                 *ret_message = "unknown tool";
@@ -558,7 +561,7 @@ int mcp_server_process_post(McpServer *s, McpPost *p) {
         const char *ctype = p->content_type, *sid = p->session_id, *pver = p->protocol_version;
         const char *method, *jsonrpc;
         McpSession *session = NULL;
-        json_t *id, *params;
+        json_t *id, *params, *v;
         int code = 0;
         const char *message = NULL;
 
@@ -597,12 +600,15 @@ int mcp_server_process_post(McpServer *s, McpPost *p) {
                         jsonrpc_error(NULL, JSONRPC_INVALID_REQUEST, "id must be a string or an integer"));
                 return 0;
         }
-        jsonrpc = json_string_value(json_object_get(msg, "jsonrpc"));
+        jsonrpc = json_string_cstr(json_object_get(msg, "jsonrpc"));
         if (!jsonrpc || !streq(jsonrpc, "2.0")) {
                 post_reply(p, 400, jsonrpc_error(id, JSONRPC_INVALID_REQUEST, "jsonrpc must be \"2.0\""));
                 return 0;
         }
-        method = json_string_value(json_object_get(msg, "method"));
+        v = json_object_get(msg, "method");
+        method = json_string_cstr(v);
+        if (!method && json_is_string(v))
+                method = ""; /* a NUL inside: no method has such a name (and "" is none either) */
         params = json_object_get(msg, "params");
         if (params && !json_is_object(params)) {
                 post_reply(p, 400, jsonrpc_error(id, JSONRPC_INVALID_PARAMS, "params must be an object"));
