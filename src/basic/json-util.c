@@ -48,6 +48,14 @@ int json_parse_body(const void *data, size_t size, json_t **ret, ApiError *reter
         return 0;
 }
 
+const char *json_string_cstr(const json_t *v) {
+        const char *s = json_string_value(v);
+
+        if (!s || memchr(s, 0, json_string_length(v)))
+                return NULL;
+        return s;
+}
+
 const char *json_type_name(const json_t *v) {
         switch (json_typeof(v)) {
         case JSON_OBJECT:
@@ -125,7 +133,7 @@ int json_dispatch_string(const char *name, json_t *v, void *dest, ApiError *rete
 
         if (!json_is_string(v))
                 return type_error(name, v, "a string", reterr);
-        if (memchr(json_string_value(v), 0, json_string_length(v)))
+        if (!json_string_cstr(v))
                 return api_error_set(
                         reterr,
                         -EINVAL,
@@ -208,7 +216,7 @@ int json_dispatch_strv(const char *name, json_t *v, void *dest, ApiError *reterr
                                 name,
                                 i,
                                 json_type_name(e));
-                if (memchr(json_string_value(e), 0, json_string_length(e)))
+                if (!json_string_cstr(e))
                         return api_error_set(
                                 reterr,
                                 -EINVAL,

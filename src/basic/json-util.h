@@ -48,5 +48,10 @@ int json_dispatch_strv(const char *name, json_t *v, void *dest, ApiError *reterr
 int json_dispatch_object(const char *name, json_t *v, void *dest, ApiError *reterr);
 int json_dispatch_variant(const char *name, json_t *v, void *dest, ApiError *reterr);
 
+/* The value of a JSON string as a C string, for comparing and looking up: NULL for anything but a
+ * string, and for a string with a NUL inside (bodies are parsed with JSON_ALLOW_NUL, and such a
+ * string compared as a C string would pass for its prefix: "get_info\u0000junk" for "get_info"). */
+const char *json_string_cstr(const json_t *v);
+
 /* The JSON type name a user understands: "string", "integer", "object", … */
 const char *json_type_name(const json_t *v);

@@ -33,6 +33,7 @@
 
 static char *arg_listen = NULL;
 static char *arg_mcp_path = NULL;
+static usec_t arg_mcp_keepalive = MCP_KEEPALIVE_DEFAULT;
 static char *arg_state_dir = NULL;
 static char *arg_image_dir = NULL;
 static int arg_log_level = LOG_INFO;
@@ -105,6 +106,23 @@ static int parse_series_limit(const Flag *f, const char *value, const char **ret
         return r;
 }
 
+static int parse_keepalive(const Flag *f, const char *value, const char **ret_reason) {
+        usec_t u = 0;
+        Flag g = *f;
+        int r;
+
+        g.dest = &u;
+        r = flag_parse_duration(&g, value, ret_reason);
+        if (r < 0)
+                return r;
+        if (u < USEC_PER_SEC || u > USEC_PER_HOUR) {
+                *ret_reason = "want a duration from 1s to 1h";
+                return -ERANGE;
+        }
+        *(usec_t *) f->dest = u;
+        return 0;
+}
+
 static int parse_accel(const Flag *f, const char *value, const char **ret_reason) {
         HostAccel a = host_accel_from_string(value);
 
@@ -156,6 +174,15 @@ static const Flag serve_flags[] = {
                 .help = "URL path of the MCP endpoint",
                 .parse = flag_parse_url_path,
                 .dest = &arg_mcp_path,
+        },
+        {
+                .name = "mcp-keepalive",
+                .env = "VM_MANAGER_MCP_KEEPALIVE",
+                .default_value = "15s",
+                .metavar = "DURATION",
+                .help = "longest silence on an MCP event stream: a keep-alive comment is sent after it (1s to 1h)",
+                .parse = parse_keepalive,
+                .dest = &arg_mcp_keepalive,
         },
         {
                 .name = "state-dir",
@@ -717,6 +744,7 @@ static int run(void) {
                         .path = arg_mcp_path,
                         .loopback_only = address_is_loopback(http_server_address(d.http)),
                         .tracer = d.tracer,
+                        .keepalive = arg_mcp_keepalive,
                 });
         if (r < 0)
                 return log_error_errno(r, "Failed to set up MCP: %m");

@@ -51,6 +51,10 @@ struct HttpRequest {
         bool stream_parked; /* the content reader suspended the connection: no data yet */
         char *stream_buf;
         size_t stream_len, stream_off;
+        usec_t stream_last_write;          /* CLOCK_MONOTONIC of the last write */
+        sd_event_source *keepalive_source; /* http_request_stream_keepalive()'s timer */
+        usec_t keepalive_interval;
+        char *keepalive_data;
 
         HttpRequest *prev, *next; /* the server's list of live requests */
 };
@@ -82,6 +86,11 @@ static void server_kick(HttpServer *s);
 static void on_connection(
         void *cls, struct MHD_Connection *c, void **socket_context, enum MHD_ConnectionNotificationCode code);
 
+static void keepalive_stop(HttpRequest *r) {
+        r->keepalive_source = sd_event_source_disable_unref(r->keepalive_source);
+        r->keepalive_data = mfree(r->keepalive_data);
+}
+
 HttpRequest *http_request_ref(HttpRequest *r) {
         if (r)
                 r->n_ref++;
@@ -97,6 +106,7 @@ HttpRequest *http_request_unref(HttpRequest *r) {
         if (r->response)
                 MHD_destroy_response(r->response);
         strv_free(r->headers);
+        keepalive_stop(r);
         free(r->stream_buf);
         free(r->body);
         free(r->path);
@@ -297,6 +307,7 @@ int http_request_reply_stream(HttpRequest *r, unsigned status, const char *conte
                 return -ENOMEM;
         http_request_ref(r); /* held by the response, dropped in stream_reader_free() */
         r->streaming = true;
+        r->stream_last_write = now_usec(CLOCK_MONOTONIC);
         return request_set_response(r, status, content_type, resp);
 }
 
@@ -314,6 +325,7 @@ int http_request_stream_write(HttpRequest *r, const void *data, size_t size) {
         memcpy(b + r->stream_len, data, size);
         r->stream_buf = b;
         r->stream_len += size;
+        r->stream_last_write = now_usec(CLOCK_MONOTONIC);
         stream_unpark(r);
         return 0;
 }
@@ -321,7 +333,55 @@ int http_request_stream_write(HttpRequest *r, const void *data, size_t size) {
 int http_request_stream_end(HttpRequest *r) {
         assert_return(r && r->streaming, -EINVAL);
         r->stream_ended = true;
+        keepalive_stop(r);
         stream_unpark(r);
+        return 0;
+}
+
+/* Fires interval after the last write (any write moves the deadline): writes the filler, or stops
+ * for good when the stream cannot take it (ended, client gone, or not reading). */
+static int on_keepalive(sd_event_source *source, usec_t usec, void *userdata) {
+        HttpRequest *r = userdata;
+        int k;
+
+        if (usec < r->stream_last_write + r->keepalive_interval ||
+            http_request_stream_write(r, r->keepalive_data, strlen(r->keepalive_data)) >= 0) {
+                k = sd_event_source_set_time(source, r->stream_last_write + r->keepalive_interval);
+                if (k >= 0)
+                        k = sd_event_source_set_enabled(source, SD_EVENT_ONESHOT);
+                if (k >= 0)
+                        return 0;
+        }
+        keepalive_stop(r);
+        return 0;
+}
+
+int http_request_stream_keepalive(HttpRequest *r, usec_t interval, const char *data) {
+        _cleanup_free_ char *copy = NULL;
+        int k;
+
+        assert_return(r && r->streaming && interval > 0 && data && *data, -EINVAL);
+        if (r->stream_ended)
+                return -EPIPE;
+        if (!r->connection)
+                return -ECONNRESET;
+        copy = strdup(data);
+        if (!copy)
+                return -ENOMEM;
+        keepalive_stop(r);
+        k = sd_event_add_time(
+                r->server->event,
+                &r->keepalive_source,
+                CLOCK_MONOTONIC,
+                r->stream_last_write + interval,
+                /* accuracy= */ interval / 20,
+                on_keepalive,
+                r);
+        if (k < 0)
+                return k;
+        (void) sd_event_source_set_description(r->keepalive_source, "http-keepalive");
+        r->keepalive_interval = interval;
+        r->keepalive_data = TAKE_PTR(copy);
         return 0;
 }
 
@@ -531,6 +591,7 @@ static void on_completed(
         }
 
         r->connection = NULL;
+        keepalive_stop(r); /* the client went away, or the stream ended */
         if (r->prev)
                 r->prev->next = r->next;
         else

@@ -95,6 +95,11 @@ int http_request_reply_text(HttpRequest *r, unsigned status, const char *text);
 int http_request_reply_stream(HttpRequest *r, unsigned status, const char *content_type);
 int http_request_stream_write(HttpRequest *r, const void *data, size_t size);
 int http_request_stream_end(HttpRequest *r);
+/* Writes data (a NUL-terminated filler the client ignores, such as an SSE comment) whenever nothing
+ * was written to the stream for interval, so that clients and proxies with an idle timeout keep
+ * it. The timer is the request's: every write moves it, and it is gone once the stream ends or the
+ * client went away (noticed when a write fails, so at the latest at the second filler after). */
+int http_request_stream_keepalive(HttpRequest *r, usec_t interval, const char *data);
 #define HTTP_STREAM_MAX_BACKLOG ((size_t) 1 << 20)
 
 /* Adds a response header to the reply that follows. */

@@ -15,6 +15,16 @@
 #define MCP_SESSIONS_DEFAULT 1024
 #define MCP_SESSION_IDLE_MAX (24 * USEC_PER_HOUR)
 
+/* A tools/call that blocks (create_vm and the other asynchronous tools, waiting for a state) and is
+ * still running after MCP_STREAM_AFTER is answered as an event stream, where the client's Accept
+ * lists text/event-stream: the stream can carry keep-alives, a JSON answer that comes only at the
+ * end cannot (clients and proxies give up on a response that stays silent for minutes). A call that
+ * finishes sooner keeps its plain JSON answer, as does a client that accepts only JSON. With a
+ * progressToken the answer is a stream from the first progress notification on. */
+#define MCP_STREAM_AFTER (1 * USEC_PER_SEC)
+/* An SSE comment: clients skip it, and it moves the idle timers of everything on the way. */
+#define MCP_KEEPALIVE_EVENT ": keep-alive\n\n"
+
 /* JSON-RPC 2.0 error codes. */
 #define JSONRPC_PARSE_ERROR -32700
 #define JSONRPC_INVALID_REQUEST -32600
@@ -56,6 +66,7 @@ struct McpServer {
         Tracer *tracer;
         char *path;
         bool loopback_only;
+        usec_t keepalive;
         McpSession *sessions;
         size_t n_sessions, max_sessions;
 };
@@ -70,6 +81,7 @@ int mcp_server_new(McpServer **ret, Manager *m, const McpServerOptions *o) {
         s->manager = m;
         s->tracer = o->tracer;
         s->loopback_only = o->loopback_only;
+        s->keepalive = o->keepalive ?: MCP_KEEPALIVE_DEFAULT;
         s->max_sessions = o->max_sessions ?: MCP_SESSIONS_DEFAULT;
         s->path = strdup(o->path);
         s->sessions = calloc(s->max_sessions, sizeof(McpSession));
@@ -179,6 +191,41 @@ static bool origin_is_loopback(const char *origin) {
         return host_is_loopback(p, strcspn(p, "/"));
 }
 
+/* Whether an Accept header lists text/event-stream (and not with q=0). Wildcards do not count: the
+ * MCP transport asks clients to name it, and a client that did not may not read a stream. */
+static bool accepts_event_stream(const char *accept) {
+        static const char type[] = "text/event-stream";
+
+        for (const char *p = accept; p && *p;) {
+                size_t n = strcspn(p, ",");
+                const char *end = p + n, *params;
+                size_t len;
+
+                p += strspn(p, " \t");
+                params = memchr(p, ';', (size_t) (end - p));
+                len = (size_t) ((params ?: end) - p);
+                while (len > 0 && (p[len - 1] == ' ' || p[len - 1] == '\t'))
+                        len--;
+                if (len == strlen(type) && strncasecmp(p, type, len) == 0) {
+                        bool refused = false;
+
+                        /* q=0, q=0.0, q=0.00, q=0.000: "not acceptable" */
+                        for (const char *q = params; q && q < end;
+                             q = memchr(q + 1, ';', (size_t) (end - q - 1))) {
+                                const char *x = q + 1 + strspn(q + 1, " \t");
+                                if ((x[0] == 'q' || x[0] == 'Q') && x[1] == '=' && x[2] == '0') {
+                                        size_t z = strspn(x + 3, ".0");
+                                        refused = x + 3 + z >= end || strchr(" \t;", x[3 + z]);
+                                }
+                        }
+                        if (!refused)
+                                return true;
+                }
+                p = *end ? end + 1 : end;
+        }
+        return false;
+}
+
 static void reply_text(HttpRequest *req, unsigned status, const char *text) {
         (void) http_request_reply_text(req, status, text);
 }
@@ -227,14 +274,16 @@ static void reply_jsonrpc(HttpRequest *req, unsigned status, json_t *msg) {
 }
 
 static json_t *handle_initialize(McpServer *s, json_t *params, McpSession **ret_session) {
-        const char *want = json_string_value(json_object_get(params, "protocolVersion"));
+        json_t *w = json_object_get(params, "protocolVersion");
+        const char *want = json_string_cstr(w);
         const char *version;
         McpSession *x;
 
-        /* Echo a version we speak; otherwise offer the newest, and the client decides. */
+        /* Echo a version we speak; otherwise offer the newest, and the client decides. No version
+         * (or an empty one) is a client older than the field. */
         if (want && version_supported(want))
                 version = want;
-        else if (!want || !*want)
+        else if (!json_is_string(w) || json_string_length(w) == 0)
                 version = "2025-03-26";
         else
                 version = MCP_LATEST_VERSION;
@@ -333,19 +382,23 @@ static json_t *tool_error(const ApiError *e) {
                 true);
 }
 
-/* tools/call: returns the result, or sets *ret_code and *ret_message for a protocol fault. */
-/* An asynchronous tool call in flight: answered when the operation completes. */
+/* An asynchronous tool call in flight: answered when the operation completes. Once its request is
+ * gone (answered, or its client left first) only the operation's reference is left: the operation
+ * goes on, and its completion frees the rest. */
 typedef struct ToolCall {
         const Operation *op;
-        HttpRequest *req; /* NULL without a connection (the fuzz target) */
+        HttpRequest *req; /* NULL without a connection (the fuzz target) or once the client left */
         json_t *id;
-        json_t *progress_token; /* the client's, when it asked for progress */
-        unsigned progress;      /* notifications sent */
-        bool streaming;         /* the answer became an event stream */
-        bool in_call;           /* still inside the handler: completion is synchronous */
-        json_t *result;         /* the tool result, when it completed synchronously */
-        Span *tool_span;        /* ends when the tool produced its result */
-        Span *call_span;        /* the request's, when its answer is deferred: ends with the answer */
+        json_t *progress_token;        /* the client's, when it asked for progress */
+        unsigned progress;             /* notifications sent */
+        bool streaming;                /* the answer became an event stream */
+        bool in_call;                  /* still inside the handler: completion is synchronous */
+        json_t *result;                /* the tool result, when it completed synchronously */
+        usec_t keepalive;              /* of the event stream */
+        sd_event_source *stream_timer; /* turns the answer into an event stream after MCP_STREAM_AFTER */
+        Span *tool_span;               /* ends when the tool produced its result */
+        Span *call_span;               /* the request's, when its answer is deferred: ends with the answer */
+        Span *post_span;               /* the POST's, ended with the HTTP request */
 } ToolCall;
 
 /* A span "<prefix><name>" below parent; NULL without a tracer. */
@@ -372,6 +425,38 @@ static int stream_message(HttpRequest *req, json_t *msg) {
         return http_request_stream_write(req, event, strlen(event));
 }
 
+/* Turns the answer into an event stream (headers now, the result as its last event) that carries
+ * keep-alives while nothing else is sent. */
+static int tool_call_stream(ToolCall *c) {
+        int r;
+
+        if (c->streaming)
+                return 0;
+        c->stream_timer = sd_event_source_disable_unref(c->stream_timer);
+        r = http_request_add_header(c->req, "Cache-Control", "no-cache");
+        if (r < 0)
+                return r;
+        r = http_request_reply_stream(c->req, 200, "text/event-stream");
+        if (r < 0)
+                return r;
+        c->streaming = true;
+        r = http_request_stream_keepalive(c->req, c->keepalive, MCP_KEEPALIVE_EVENT);
+        if (r < 0)
+                log_debug_errno(
+                        r, "tools/call %s: no keep-alives on its event stream, ignoring: %m", c->op->name);
+        return 0;
+}
+
+static int on_stream_timer(sd_event_source *source, usec_t usec, void *userdata) {
+        ToolCall *c = userdata;
+
+        c->stream_timer = sd_event_source_disable_unref(c->stream_timer);
+        /* The headers leave with the first bytes of the body: send them now, not a keep-alive later. */
+        if (c->req && tool_call_stream(c) >= 0)
+                (void) http_request_stream_write(c->req, MCP_KEEPALIVE_EVENT, strlen(MCP_KEEPALIVE_EVENT));
+        return 0;
+}
+
 /* A state change while the tool runs: with a progressToken, the answer turns into an event stream
  * whose events are notifications/progress, and whose last event is the result. */
 static void tool_call_progress(const char *message, void *userdata) {
@@ -380,12 +465,8 @@ static void tool_call_progress(const char *message, void *userdata) {
 
         if (!c->progress_token || !c->req || c->in_call)
                 return;
-        if (!c->streaming) {
-                if (http_request_add_header(c->req, "Cache-Control", "no-cache") < 0 ||
-                    http_request_reply_stream(c->req, 200, "text/event-stream") < 0)
-                        return;
-                c->streaming = true;
-        }
+        if (tool_call_stream(c) < 0)
+                return;
         c->progress++;
         note = json_pack(
                 "{s:s,s:s,s:{s:O,s:I,s:s}}",
@@ -402,6 +483,25 @@ static void tool_call_progress(const char *message, void *userdata) {
                 message);
         if (note)
                 (void) stream_message(c->req, note);
+}
+
+static void on_post_done(unsigned status, void *userdata) {
+        span_end_http_server(userdata, status);
+}
+
+/* The request ended before the answer: its client went away (noticed by a failed write, so with an
+ * event stream at the latest at its second keep-alive), or the server is shutting down. */
+static void tool_call_on_request_done(unsigned status, void *userdata) {
+        ToolCall *c = userdata;
+
+        log_debug("tools/call %s: the request ended before the answer; the operation goes on.", c->op->name);
+        span_end_http_server(TAKE_PTR(c->post_span), status);
+        span_set_error(c->call_span, "the request ended before the answer");
+        span_end(TAKE_PTR(c->call_span));
+        c->stream_timer = sd_event_source_disable_unref(c->stream_timer);
+        c->req = http_request_unref(c->req);
+        json_decref(TAKE_PTR(c->id));
+        json_decref(TAKE_PTR(c->progress_token));
 }
 
 static void tool_call_done(int r, json_t *resource, const ApiError *e, void *userdata) {
@@ -425,6 +525,11 @@ static void tool_call_done(int r, json_t *resource, const ApiError *e, void *use
         if (c->req) {
                 json_auto_t *msg = result ? jsonrpc_result(c->id, result) :
                                             jsonrpc_error(c->id, JSONRPC_INTERNAL_ERROR, "out of memory");
+
+                /* the POST's completion goes back to ending its span */
+                c->stream_timer = sd_event_source_disable_unref(c->stream_timer);
+                http_request_on_done(c->req, c->post_span ? on_post_done : NULL, c->post_span);
+                c->post_span = NULL;
                 if (c->streaming) {
                         if (msg)
                                 (void) stream_message(c->req, msg);
@@ -453,16 +558,17 @@ static json_t *handle_tools_call(
         json_auto_t *resource = NULL, *empty = NULL;
         const Operation *op;
         const char *name;
-        json_t *args;
+        json_t *args, *v;
         int r;
 
-        name = json_string_value(json_object_get(params, "name"));
-        if (!name) {
+        v = json_object_get(params, "name");
+        if (!json_is_string(v)) {
                 *ret_code = JSONRPC_INVALID_PARAMS;
                 *ret_message = "tools/call needs params.name, a string";
                 return NULL;
         }
-        op = operation_find(name);
+        name = json_string_cstr(v); /* NULL with a NUL inside: no tool has such a name */
+        op = name ? operation_find(name) : NULL;
         if (!op) {
                 *ret_code = JSONRPC_INVALID_PARAMS;
                 *ret_message = "unknown tool";
@@ -525,6 +631,21 @@ static json_t *handle_tools_call(
                 }
                 c->req = http_request_ref(post->request);
                 c->call_span = TAKE_PTR(*call_span);
+                c->post_span = post->span;
+                c->keepalive = s->keepalive;
+                http_request_on_done(c->req, tool_call_on_request_done, c);
+                if (accepts_event_stream(post->accept)) {
+                        r = sd_event_add_time_relative(
+                                s->manager->event,
+                                &c->stream_timer,
+                                CLOCK_MONOTONIC,
+                                MCP_STREAM_AFTER,
+                                /* accuracy= */ 0,
+                                on_stream_timer,
+                                c);
+                        if (r < 0)
+                                log_debug_errno(r, "tools/call %s: answers in JSON, no timer: %m", op->name);
+                }
                 post->deferred = true;
                 return NULL;
         }
@@ -558,7 +679,7 @@ int mcp_server_process_post(McpServer *s, McpPost *p) {
         const char *ctype = p->content_type, *sid = p->session_id, *pver = p->protocol_version;
         const char *method, *jsonrpc;
         McpSession *session = NULL;
-        json_t *id, *params;
+        json_t *id, *params, *v;
         int code = 0;
         const char *message = NULL;
 
@@ -597,12 +718,15 @@ int mcp_server_process_post(McpServer *s, McpPost *p) {
                         jsonrpc_error(NULL, JSONRPC_INVALID_REQUEST, "id must be a string or an integer"));
                 return 0;
         }
-        jsonrpc = json_string_value(json_object_get(msg, "jsonrpc"));
+        jsonrpc = json_string_cstr(json_object_get(msg, "jsonrpc"));
         if (!jsonrpc || !streq(jsonrpc, "2.0")) {
                 post_reply(p, 400, jsonrpc_error(id, JSONRPC_INVALID_REQUEST, "jsonrpc must be \"2.0\""));
                 return 0;
         }
-        method = json_string_value(json_object_get(msg, "method"));
+        v = json_object_get(msg, "method");
+        method = json_string_cstr(v);
+        if (!method && json_is_string(v))
+                method = ""; /* a NUL inside: no method has such a name (and "" is none either) */
         params = json_object_get(msg, "params");
         if (params && !json_is_object(params)) {
                 post_reply(p, 400, jsonrpc_error(id, JSONRPC_INVALID_PARAMS, "params must be an object"));
@@ -696,11 +820,12 @@ int mcp_server_process_post(McpServer *s, McpPost *p) {
         return 0;
 }
 
-static void handle_post(McpServer *s, HttpRequest *req, const Span *span) {
+static void handle_post(McpServer *s, HttpRequest *req, Span *span) {
         McpPost p = {
                 .content_type = http_request_header(req, "Content-Type"),
                 .session_id = http_request_header(req, "Mcp-Session-Id"),
                 .protocol_version = http_request_header(req, "MCP-Protocol-Version"),
+                .accept = http_request_header(req, "Accept"),
                 .span = span,
         };
 
@@ -726,8 +851,9 @@ static void handle_get(McpServer *s, HttpRequest *req) {
         const char *sid = http_request_header(req, "Mcp-Session-Id");
         const char *accept = http_request_header(req, "Accept");
         McpSession *session;
+        int r;
 
-        if (!accept || !strstr(accept, "text/event-stream")) {
+        if (!accepts_event_stream(accept)) {
                 reply_text(req, 406, "Not Acceptable: the GET stream is text/event-stream\n");
                 return;
         }
@@ -741,7 +867,8 @@ static void handle_get(McpServer *s, HttpRequest *req) {
                 return;
         }
         /* One stream per session: a new one replaces the old. Nothing is pushed on it today (the tool
-         * list is static); it stays open until the client leaves, the session ends or we shut down. */
+         * list is static) but keep-alives; it stays open until the client leaves, the session ends or
+         * we shut down. */
         session_close_stream(session);
         if (http_request_add_header(req, "Cache-Control", "no-cache") < 0 ||
             http_request_reply_stream(req, 200, "text/event-stream") < 0) {
@@ -749,6 +876,10 @@ static void handle_get(McpServer *s, HttpRequest *req) {
                 return;
         }
         (void) http_request_stream_write(req, ": stream open\n\n", strlen(": stream open\n\n"));
+        r = http_request_stream_keepalive(req, s->keepalive, MCP_KEEPALIVE_EVENT);
+        if (r < 0)
+                log_debug_errno(
+                        r, "MCP session %s: no keep-alives on its GET stream, ignoring: %m", session->id);
         session->stream = http_request_ref(req);
         session->last_used = now_usec(CLOCK_MONOTONIC);
 }
@@ -768,10 +899,6 @@ static void handle_delete(McpServer *s, HttpRequest *req) {
         }
         session_remove(s, session);
         (void) http_request_reply(req, 204, NULL, NULL, 0);
-}
-
-static void on_post_done(unsigned status, void *userdata) {
-        span_end_http_server(userdata, status);
 }
 
 bool mcp_server_handle(McpServer *s, HttpRequest *req) {

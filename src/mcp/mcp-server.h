@@ -11,11 +11,17 @@
 
 typedef struct McpServer McpServer;
 
+/* The longest an event stream of this endpoint stays silent: a keep-alive comment is written when
+ * nothing else was for this long, well inside the idle timeouts of clients (undici's fetch: 300 s)
+ * and of the proxies in front of them (often 60 s, some 30 s). */
+#define MCP_KEEPALIVE_DEFAULT (15 * USEC_PER_SEC)
+
 typedef struct McpServerOptions {
         const char *path;      /* the endpoint, e.g. "/mcp" */
         bool loopback_only;    /* the listener is on a loopback address: guard against DNS rebinding */
         unsigned max_sessions; /* 0: default */
         Tracer *tracer;        /* borrowed, may be NULL: spans for POSTs, their requests and tools */
+        usec_t keepalive;      /* 0: MCP_KEEPALIVE_DEFAULT */
 } McpServerOptions;
 
 int mcp_server_new(McpServer **ret, Manager *m, const McpServerOptions *o);
@@ -27,10 +33,12 @@ typedef struct McpPost {
         const char *content_type;
         const char *session_id;
         const char *protocol_version;
+        const char *accept; /* the Accept header: a slow tools/call streams only where it names SSE */
         const void *body;
         size_t size;
         HttpRequest *request; /* for answers that come later; NULL: none can */
-        const Span *span;     /* the POST's span, parent of the request's; may be NULL */
+        Span *span;           /* the POST's span, parent of the request's; may be NULL. A deferred tools/call
+                               * takes over the request's done callback, and ends it with the request. */
 
         unsigned status;            /* set by mcp_server_process_post() */
         json_t *reply;              /* the JSON-RPC answer, owned; NULL: an empty body */

@@ -947,6 +947,23 @@ def test_mcp_protocol(work):
               rpc_error({"jsonrpc": "2.0", "id": 6, "method": "tools/call", "params": {"name": "nope"}}, -32602))
     tap.check("tools/call without a tool name: -32602",
               rpc_error({"jsonrpc": "2.0", "id": 6, "method": "tools/call", "params": {}}, -32602))
+    # A string with a NUL inside is not its C prefix (the body parser keeps such strings whole).
+    tap.check("tools/call of \"get_info\\u0000junk\": -32602, get_info does not run",
+              rpc_error({"jsonrpc": "2.0", "id": 6, "method": "tools/call", "params": {"name": "get_info\0junk"}},
+                        -32602))
+    tap.check("method \"ping\\u0000x\": -32601", rpc_error({"jsonrpc": "2.0", "id": 6, "method": "ping\0x"}, -32601))
+    tap.check("method \"\\u0000\": -32601", rpc_error({"jsonrpc": "2.0", "id": 6, "method": "\0"}, -32601))
+    tap.check("jsonrpc \"2.0\\u0000\": -32600", rpc_error({"jsonrpc": "2.0\0", "id": 6, "method": "ping"}, -32600, 400))
+
+    def version_with_nul():
+        got = {}
+        for v in ("2025-06-18\0x", "\0"):
+            status, headers, doc = McpClient(port).request("initialize", {"protocolVersion": v}, session=False)
+            got[v] = (status, (doc or {}).get("result", {}).get("protocolVersion"))
+        return all(x == (200, LATEST_VERSION) for x in got.values()), repr(got)
+
+    tap.check("initialize with protocolVersion \"2025-06-18\\u0000x\" or \"\\u0000\": a version it does not "
+              "speak, so the newest (%s)" % LATEST_VERSION, version_with_nul)
     for args in ("x", [], 1, True):
         tap.check("tools/call with arguments %s (not an object): -32602" % json.dumps(args),
                   rpc_error({"jsonrpc": "2.0", "id": 7, "method": "tools/call",

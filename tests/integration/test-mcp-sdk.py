@@ -2,11 +2,18 @@
 # SPDX-License-Identifier: LGPL-2.1-or-later
 """vm-manager's MCP endpoint against a real MCP client: the official TypeScript SDK.
 
-Installs @modelcontextprotocol/sdk (pinned in mcp-sdk/package.json and mcp-sdk/package-lock.json)
-with `npm ci` into a cache directory outside the source tree, reused while the lock file is
-unchanged; starts the daemon on a free 127.0.0.1 port with a temporary state directory; runs
-mcp-sdk/client.mjs against it and passes the client's TAP through (renumbered); stops the daemon
-with SIGTERM and expects exit status 0 (under ASan that includes no leak).
+Installs @modelcontextprotocol/sdk and undici (pinned in mcp-sdk/package.json and
+mcp-sdk/package-lock.json) with `npm ci` into a cache directory outside the source tree, reused
+while the lock file is unchanged; starts the daemon on a free 127.0.0.1 port with a temporary state
+directory; runs mcp-sdk/client.mjs against it and passes the client's TAP through (renumbered).
+
+Meanwhile mcp-sdk/keepalive.mjs runs a 90 s create_vm through a client whose fetch gives up after
+30 s of silence, against two more daemons on the fake QEMU of tests/integration/fakes (its guest
+sends READY=1 90 s into the installed boot): one with the default --mcp-keepalive, where the call
+gets its result, and one with --mcp-keepalive 60s, where it fails with a body timeout. That takes
+about 95 s, the longest part of this test.
+
+Every daemon is stopped with SIGTERM and must exit with status 0 (under ASan that includes no leak).
 
 Without node (>= 18) or npm this prints "1..0 # SKIP" and exits 0: meson 1.0.1 turns exit status 77
 of a TAP test into an ERROR. tools/install-deps.sh check installs both.
@@ -33,9 +40,12 @@ import time
 import traceback
 
 HOST = "127.0.0.1"
-GLOBAL_DEADLINE = 115  # seconds, npm ci on a cold cache included; meson allows 300
+GLOBAL_DEADLINE = 280  # seconds, npm ci on a cold cache included; meson allows 300
 NPM_CI_TIMEOUT = 90
 CLIENT_TIMEOUT = 50  # client.mjs bails out by itself after 45 s
+KEEPALIVE_CLIENT_TIMEOUT = 180  # keepalive.mjs bails out by itself after 170 s
+FAKE_READY_AFTER = 90  # seconds from the fake guest's installed boot to READY=1 (keepalive.mjs knows it too)
+FAKES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fakes")
 NODE_MIN_MAJOR = 18
 STAMP_FORMAT = b"vm-manager mcp-sdk cache v1\0"
 
@@ -194,10 +204,10 @@ def install_sdk(npm):
     return True, "npm ci into %s took %.1f s" % (CACHE_DIR, took)
 
 
-def stage_client():
-    """client.mjs imports the SDK by name: run it from the directory that holds node_modules."""
-    path = os.path.join(CACHE_DIR, "client.mjs")
-    with open(os.path.join(SDK_DIR, "client.mjs"), "rb") as f:
+def stage_client(name="client.mjs"):
+    """The clients import the SDK by name: run them from the directory that holds node_modules."""
+    path = os.path.join(CACHE_DIR, name)
+    with open(os.path.join(SDK_DIR, name), "rb") as f:
         write_atomic(path, f.read())
     return path
 
@@ -294,79 +304,81 @@ def pass_through(out):
     return seen, failed, plan, bailed
 
 
-def run(work, node, npm):
-    ok, diag = install_sdk(npm)
-    if not tap.result(ok, "npm ci: @modelcontextprotocol/sdk %s installed or cached" % pinned_sdk_version(), diag):
-        return
-    client = stage_client()
-
+def start_daemon(work, name, extra=(), fakes=False):
+    """vm-manager serve on a free port: (process, port, stderr path, (ok, diag) of its /healthz)."""
     port = free_port()
-    state = os.path.join(work, "state")
-    stderr_path = os.path.join(work, "daemon.stderr")
+    stderr_path = os.path.join(work, name + ".stderr")
+    env = daemon_env(work)
+    args = [BIN, "serve", "--listen", "%s:%d" % (HOST, port), "--state-dir", os.path.join(work, name),
+            "--log-level", "debug"]
+    if fakes:
+        # The fake QEMU, swtpm and vhost-device-vsock first on PATH, a fake image and firmware.
+        images, vars_ = os.path.join(work, name + "-images"), os.path.join(work, name + "-vars")
+        os.makedirs(images)
+        for path in (os.path.join(images, "fake_1.0.efi"), os.path.join(images, "fake_1.0.raw"), vars_):
+            with open(path, "wb") as f:
+                f.write(b"\0" * 4096)
+        env.update(FAKE_QEMU="install-exit:0", FAKE_READY_AFTER=str(FAKE_READY_AFTER))
+        env["PATH"] = FAKES + ":" + env.get("PATH", "/usr/bin:/bin")
+        args += ["--image-dir", images, "--ovmf-code", vars_, "--ovmf-vars", vars_, "--launcher", "process",
+                 "--vsock", "vhost-user"]
     with open(stderr_path, "wb") as err:
-        proc = subprocess.Popen(
-            [BIN, "serve", "--listen", "%s:%d" % (HOST, port), "--state-dir", state, "--log-level", "debug"],
-            stdin=subprocess.DEVNULL,
-            stdout=err,
-            stderr=err,
-            env=daemon_env(work),
-            close_fds=True,
-        )
-    try:
-        ok, diag = wait_healthy(proc, port, stderr_path)
-        if not tap.result(ok, "daemon starts on 127.0.0.1:%d and answers /healthz" % port, diag):
-            return
+        proc = subprocess.Popen(args + list(extra), stdin=subprocess.DEVNULL, stdout=err, stderr=err, env=env,
+                                close_fds=True)
+    return proc, port, stderr_path, wait_healthy(proc, port, stderr_path, timeout=20)
 
-        cenv = {k: v for k, v in os.environ.items() if not k.startswith("VM_MANAGER_")}
-        start = time.monotonic()
-        c = subprocess.Popen(
-            [node, client, str(port)],
-            cwd=CACHE_DIR,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env=cenv,
-        )
-        try:
-            out, cerr = c.communicate(timeout=CLIENT_TIMEOUT)
-            rc = c.returncode
-        except subprocess.TimeoutExpired:
-            c.kill()
-            out, cerr = c.communicate()
-            rc = None
-        finally:
-            if c.poll() is None:  # GlobalTimeout
-                c.kill()
-                c.wait()
-        took = time.monotonic() - start
-        seen, failed, plan, bailed = pass_through(out.decode("utf-8", "replace"))
-        # Exit status 1 with a complete plan is the client reporting the failures listed above;
-        # anything else (a crash, a bail-out, a missing plan, a kill) fails here.
-        finished = seen > 0 and plan == seen and not bailed and rc == (1 if failed else 0)
-        tap.result(
-            finished,
-            "client.mjs: ran to the end, %d tests, %d failed (%.1f s)" % (seen, failed, took),
-            None
-            if finished
-            else "exit status %r, plan %r, %d tests seen%s\nstderr:\n%s\ndaemon stderr:\n%s"
-            % (
-                rc,
-                plan,
-                seen,
-                " (killed after %d s)" % CLIENT_TIMEOUT if rc is None else "",
-                tail(cerr),
-                tail(read_text(stderr_path)),
-            ),
-        )
+
+def start_client(node, script, args):
+    cenv = {k: v for k, v in os.environ.items() if not k.startswith("VM_MANAGER_")}
+    return subprocess.Popen([node, script] + [str(a) for a in args], cwd=CACHE_DIR, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=cenv), time.monotonic()
+
+
+def finish_client(name, c, start, timeout, stderr_paths):
+    """Waits for a client started with start_client(), passes its TAP through and checks it ran to
+    the end."""
+    try:
+        out, cerr = c.communicate(timeout=max(1, timeout - (time.monotonic() - start)))
+        rc = c.returncode
+    except subprocess.TimeoutExpired:
+        c.kill()
+        out, cerr = c.communicate()
+        rc = None
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-        try:
-            rc = proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-            rc = None
+        if c.poll() is None:  # GlobalTimeout
+            c.kill()
+            c.wait()
+    took = time.monotonic() - start
+    seen, failed, plan, bailed = pass_through(out.decode("utf-8", "replace"))
+    # Exit status 1 with a complete plan is the client reporting the failures listed above;
+    # anything else (a crash, a bail-out, a missing plan, a kill) fails here.
+    finished = seen > 0 and plan == seen and not bailed and rc == (1 if failed else 0)
+    tap.result(
+        finished,
+        "%s: ran to the end, %d tests, %d failed (%.1f s)" % (name, seen, failed, took),
+        None
+        if finished
+        else "exit status %r, plan %r, %d tests seen%s\nstderr:\n%s\n%s"
+        % (
+            rc,
+            plan,
+            seen,
+            " (killed after %d s)" % timeout if rc is None else "",
+            tail(cerr),
+            "\n".join("daemon stderr %s:\n%s" % (p, tail(read_text(p))) for p in stderr_paths),
+        ),
+    )
+
+
+def stop_daemon(name, proc, stderr_path):
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+    try:
+        rc = proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        rc = None
     text = read_text(stderr_path)
     problems = [
         line
@@ -387,9 +399,41 @@ def run(work, node, npm):
     clean = rc == 0 and not problems
     tap.result(
         clean,
-        "SIGTERM: daemon exits with status 0 within 10 s, no sanitizer report",
+        "SIGTERM: daemon %s exits with status 0, no sanitizer report" % name,
         None if clean else "exit status %r%s\nstderr:\n%s" % (rc, " (killed)" if rc is None else "", report),
     )
+
+
+def run(work, node, npm):
+    ok, diag = install_sdk(npm)
+    if not tap.result(ok, "npm ci: @modelcontextprotocol/sdk %s installed or cached" % pinned_sdk_version(), diag):
+        return
+    client = stage_client()
+    keepalive = stage_client("keepalive.mjs")
+
+    daemons = {}
+    try:
+        # The long client first: it runs alongside client.mjs.
+        daemons["keepalive"] = start_daemon(work, "keepalive", fakes=True)
+        daemons["silent"] = start_daemon(work, "silent", ["--mcp-keepalive", "60s"], fakes=True)
+        ok = True
+        for name, (proc, port, stderr_path, (up, why)) in daemons.items():
+            ok = tap.result(up, "daemon %s on the fake QEMU starts on 127.0.0.1:%d" % (name, port), why) and ok
+        k = None
+        if ok:
+            k = start_client(node, keepalive, [daemons["keepalive"][1], daemons["silent"][1]])
+
+        daemons["main"] = start_daemon(work, "main")
+        proc, port, stderr_path, (up, why) = daemons["main"]
+        if tap.result(up, "daemon starts on 127.0.0.1:%d and answers /healthz" % port, why):
+            c = start_client(node, client, [port])
+            finish_client("client.mjs", *c, CLIENT_TIMEOUT, [stderr_path])
+        if k:
+            finish_client("keepalive.mjs", *k, KEEPALIVE_CLIENT_TIMEOUT,
+                          [daemons["keepalive"][2], daemons["silent"][2]])
+    finally:
+        for name, (proc, port, stderr_path, _) in daemons.items():
+            stop_daemon(name, proc, stderr_path)
 
 
 def main():

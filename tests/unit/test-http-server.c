@@ -34,7 +34,26 @@ typedef struct Fixture {
         unsigned slow_answered_at, fast_answered_at;
         unsigned done_status[8]; /* what http_request_on_done() reported, in completion order */
         unsigned n_done;
+        HttpRequest *stream; /* an open event stream */
+        sd_event_source *stream_write_timer, *stream_end_timer;
 } Fixture;
+
+#define KEEPALIVE (100 * USEC_PER_MSEC)
+
+static int on_stream_write(sd_event_source *s, uint64_t usec, void *userdata) {
+        Fixture *f = userdata;
+
+        assert_int_equal(http_request_stream_write(f->stream, "data: x\n\n", 9), 0);
+        return 0;
+}
+
+static int on_stream_end(sd_event_source *s, uint64_t usec, void *userdata) {
+        Fixture *f = userdata;
+
+        assert_int_equal(http_request_stream_end(f->stream), 0);
+        f->stream = http_request_unref(f->stream);
+        return 0;
+}
 
 static void on_request_done(unsigned status, void *userdata) {
         Fixture *f = userdata;
@@ -96,6 +115,35 @@ static void handler(HttpRequest *req, void *userdata) {
                 assert_int_equal(http_request_reply_text(req, 200, q ?: "(none)"), 0);
                 return;
         }
+        if (streq(path, "/stream") || streq(path, "/stream-open")) {
+                assert_int_equal(http_request_reply_stream(req, 200, "text/event-stream"), 0);
+                assert_int_equal(http_request_stream_keepalive(req, KEEPALIVE, ": ka\n\n"), 0);
+                f->stream = http_request_ref(req);
+                if (streq(path, "/stream-open"))
+                        return; /* until the client leaves */
+                /* an event of its own after 250 ms, the end after 650 ms */
+                assert_int_equal(
+                        sd_event_add_time_relative(
+                                f->event,
+                                &f->stream_write_timer,
+                                CLOCK_MONOTONIC,
+                                250 * USEC_PER_MSEC,
+                                1,
+                                on_stream_write,
+                                f),
+                        0);
+                assert_int_equal(
+                        sd_event_add_time_relative(
+                                f->event,
+                                &f->stream_end_timer,
+                                CLOCK_MONOTONIC,
+                                650 * USEC_PER_MSEC,
+                                1,
+                                on_stream_end,
+                                f),
+                        0);
+                return;
+        }
         if (streq(path, "/silent"))
                 return; /* a handler bug: the server must still answer */
         assert_int_equal(http_request_reply_text(req, 404, "nope\n"), 0);
@@ -133,6 +181,9 @@ static int teardown(void **state) {
 
         f->park_timer = sd_event_source_disable_unref(f->park_timer);
         f->parked = http_request_unref(f->parked);
+        f->stream_write_timer = sd_event_source_disable_unref(f->stream_write_timer);
+        f->stream_end_timer = sd_event_source_disable_unref(f->stream_end_timer);
+        f->stream = http_request_unref(f->stream);
         f->server = http_server_free(f->server);
         f->event = sd_event_unref(f->event);
         free(f);
@@ -428,6 +479,59 @@ static void test_free_answers_suspended(void **state) {
         assert_false(http_request_is_connected(f->parked));
 }
 
+static unsigned count(const char *haystack, const char *needle) {
+        unsigned n = 0;
+
+        for (const char *p = strstr(haystack, needle); p; p = strstr(p + 1, needle))
+                n++;
+        return n;
+}
+
+static void test_stream_keepalive(void **state) {
+        Fixture *f = *state;
+        Exchange x;
+        ClientJob job = { .exchanges = &x, .n = 1 };
+        const char *body, *data;
+        unsigned before, total;
+
+        set_request(&x, f->port, GET("/stream"));
+        run_clients(f, &job);
+
+        assert_int_equal(x.status, 200);
+        body = body_of(&x);
+        data = strstr(body, "data: x\n\n");
+        assert_non_null(data);
+        /* silent for 100 ms: a filler; the event moves the next one; none more often than that */
+        before = count(body, ": ka\n\n") - count(data, ": ka\n\n");
+        total = count(body, ": ka\n\n");
+        assert_in_range(before, 1, 2);
+        assert_in_range(total, 3, 6);
+        assert_null(f->stream);
+        assert_int_equal(http_server_active_requests(f->server), 0);
+}
+
+static void test_stream_keepalive_client_gone(void **state) {
+        Fixture *f = *state;
+        Exchange x;
+        ClientJob job = { .exchanges = &x, .n = 1 };
+        usec_t deadline = now_usec(CLOCK_MONOTONIC) + 5 * USEC_PER_SEC;
+
+        set_request(&x, f->port, GET("/stream-open"));
+        x.close_early = 1;
+        run_clients(f, &job);
+
+        /* Nobody ends the stream: its fillers find the client gone, and the request completes. */
+        while (f->n_done < 1 && now_usec(CLOCK_MONOTONIC) < deadline)
+                assert_true(sd_event_run(f->event, 100 * USEC_PER_MSEC) >= 0);
+        assert_int_equal(f->n_done, 1);
+        assert_int_equal(f->done_status[0], 0);
+        assert_false(http_request_is_connected(f->stream));
+        assert_int_equal(http_server_active_requests(f->server), 0);
+        /* and no filler is written any more */
+        assert_int_equal(http_request_stream_write(f->stream, "x", 1), -ECONNRESET);
+        assert_int_equal(sd_event_run(f->event, 3 * KEEPALIVE), 0);
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test_setup_teardown(test_suspend_does_not_block_others, setup, teardown),
@@ -437,6 +541,8 @@ int main(void) {
                 cmocka_unit_test_setup_teardown(test_body_limit, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_query_and_silent_handler, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_free_answers_suspended, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_stream_keepalive, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_stream_keepalive_client_gone, setup, teardown),
         };
         log_set_max_level(LOG_WARNING);
         return cmocka_run_group_tests(tests, NULL, NULL);

@@ -442,6 +442,26 @@ static void test_dispatch_string_nul(void **state) {
         api_error_done(&e);
 }
 
+static void test_string_cstr(void **state) {
+        json_auto_t *plain = json_string("get_info"), *empty = json_string("");
+        json_auto_t *nul = json_stringn("get_info\0junk", 13), *only_nul = json_stringn("\0", 1);
+        json_auto_t *number = json_integer(1), *parsed = NULL;
+        ApiError e = API_ERROR_NULL;
+
+        assert_string_equal(json_string_cstr(plain), "get_info");
+        assert_string_equal(json_string_cstr(empty), "");
+        /* a string with a NUL inside is not its C prefix */
+        assert_null(json_string_cstr(nul));
+        assert_null(json_string_cstr(only_nul));
+        assert_null(json_string_cstr(number));
+        assert_null(json_string_cstr(NULL));
+
+        /* bodies keep such strings whole (JSON_ALLOW_NUL): the helper is what tells them apart */
+        assert_ok(json_parse_body("{\"name\":\"get_info\\u0000junk\"}", 29, &parsed, &e));
+        assert_int_equal(json_string_length(json_object_get(parsed, "name")), 13);
+        assert_null(json_string_cstr(json_object_get(parsed, "name")));
+}
+
 static void test_dispatch_integer_ranges(void **state) {
         ApiError e = API_ERROR_NULL;
         _cleanup_(req_done) Req req = { .memory = 7, .cpus = 7 };
@@ -534,6 +554,7 @@ int main(void) {
                 cmocka_unit_test(test_dispatch_nullable),
                 cmocka_unit_test(test_dispatch_strv_element),
                 cmocka_unit_test(test_dispatch_string_nul),
+                cmocka_unit_test(test_string_cstr),
                 cmocka_unit_test(test_dispatch_integer_ranges),
                 cmocka_unit_test(test_dispatch_null_reterr),
                 cmocka_unit_test(test_type_name),
