@@ -50,7 +50,7 @@ int vm_forward_port(Vm *v, int64_t port, json_t **ret, ApiError *reterr) {
                         API_ERROR_INTERNAL,
                         "forward port %" PRIi64 ": the network has no switch",
                         port);
-        r = net_port_add_loopback_forward(p, (uint16_t) port, &host_port);
+        r = net_port_add_loopback_forward(p, (uint16_t) port, /* host_port= */ 0, &host_port);
         if (r < 0)
                 return api_error_set(
                         reterr, r, API_ERROR_INTERNAL, "forward port %" PRIi64 ": %s", port, strerror(-r));
