@@ -671,9 +671,11 @@ static const Operation operations[] = {
         {
                 .name = "forward_port",
                 .description =
-                        "WRITES: expose a guest TCP port (e.g. 22 or 6443) on a new listener at 127.0.0.1 and "
-                        "return its address; every call adds one, and they last until the VM is deleted or "
-                        "vm-manager stops. The VM needs an address, not a running guest.",
+                        "WRITES: expose a guest TCP port (e.g. 22 or 6443) on a listener at 127.0.0.1 and "
+                        "return its address; asking again for the same port returns the same forward. Forwards "
+                        "are listed in the VM's record and last until the VM is deleted, across vm-manager "
+                        "restarts; while the VM is not running, a connection to one is closed at once. The VM "
+                        "needs an address, not a running guest: call get_vm first for its ip and forwards.",
                 .hints = OP_HINTS_IDEMPOTENT,
                 .method = "POST",
                 .path = "/vms/{id}/forward",
