@@ -322,6 +322,11 @@ static const OperationParam create_network_params[] = {
           .type = PARAM_STRING,
           .flags = 0,
           .description = "DNS search domain handed to guests by DHCP, e.g. lab.internal (optional)" },
+        { .name = "enable_host_alias",
+          .type = PARAM_BOOLEAN,
+          .flags = 0,
+          .description =
+                  "Expose the host's loopback to guests: a guest's connection to the network's host alias (the last address before the broadcast, e.g. .254 of a /24) reaches 127.0.0.1 on the host, every service listening there included (vm-manager's own API when it listens on loopback). Default false" },
         { .name = "mtu",
           .type = PARAM_INTEGER,
           .flags = 0,

@@ -587,5 +587,60 @@ def test_forwards(work):
         taken.close()
 
 
+def test_host_alias(work):
+    """create_network's enable_host_alias: with it on (REST), a guest reaches a host loopback listener
+    through the network's .254; with it off (MCP, explicitly false), it does not."""
+    guest = os.environ.get("FAKE_GUEST")
+    if not guest or not os.access(guest, os.X_OK):
+        tap.skip("host alias", "FAKE_GUEST (tests/net/fake-guest) not built")
+        return
+    images, vars_ = fake_images(work, "h")
+    loop_port, loop_hits = listener("127.0.0.1")
+    plan_file = os.path.join(work, "plan-h.json")
+    with open(plan_file, "w") as f:
+        json.dump({"ha-on": ["--timeout-ms", "4000", "dhcp", "tcp", "10.61.0.254:%d" % loop_port],
+                   "ha-off": ["--timeout-ms", "4000", "dhcp", "tcp-fail", "10.62.0.254:%d" % loop_port]}, f)
+    env = base_env(work, FAKE_QEMU="", FAKE_GUEST=guest, FAKE_GUEST_PLAN=plan_file)
+    env["PATH"] = FAKES + ":" + env.get("PATH", "/usr/bin:/bin")
+    state = os.path.join(work, "state-h")
+    port = free_port()
+    d = Daemon(work, "alias", ["--listen", "%s:%d" % (HOST, port), "--state-dir", state, "--image-dir", images,
+                               "--ovmf-code", vars_, "--ovmf-vars", vars_, "--launcher", "process",
+                               "--log-level", "debug"], env=env)
+    ok, why = d.wait_healthy(port, timeout=20)
+    tap.result(ok, "alias: serving", why)
+    if not ok:
+        return
+    try:
+        status, n = api(port, "POST", "/networks", {"name": "alias-on", "cidr": "10.61.0.0/24",
+                                                     "enable_host_alias": True})
+        tap.result(status == 201 and n["spec"].get("enableHostAlias") is True,
+                   "create_network enable_host_alias true (REST): the spec says so", repr(n)[:300])
+        mcp = McpClient(port)
+        mcp.initialize()
+        text, sc = tool_json(mcp.call("create_network", {"name": "alias-off", "cidr": "10.62.0.0/24",
+                                                         "enable_host_alias": False}))
+        tap.result("enableHostAlias" not in text["spec"] and sc == text,
+                   "create_network enable_host_alias false (MCP): off, as by default", repr(text)[:300])
+        status, n = api(port, "GET", "/networks/alias-on")
+        text, _ = tool_json(mcp.call("get_network", {"name": "alias-on"}))
+        tap.result(status == 200 and n["spec"].get("enableHostAlias") is True and text == n,
+                   "get_network shows enableHostAlias on REST and MCP", repr(n)[:300])
+        vmdir = {}
+        for host, net in (("ha-on", "alias-on"), ("ha-off", "alias-off")):
+            status, vm = api(port, "POST", "/vms", dict(CREATE, name=host, hostname=host, network=net))
+            tap.result(status == 201, "create_vm %s on %s" % (host, net), repr(vm)[:300])
+            if status != 201:
+                return
+            vmdir[host] = os.path.join(state, "vms", vm["id"])
+        out_on, out_off = wait_guest(vmdir["ha-on"]), wait_guest(vmdir["ha-off"])
+        check(out_on, "ok tcp 10.61.0.254:%d" % loop_port,
+              "alias on: the guest reaches the host's 127.0.0.1 through 10.61.0.254")
+        check(out_off, "ok tcp-fail 10.62.0.254:%d" % loop_port, "alias off: 10.62.0.254 reaches nothing")
+        tap.result(len(loop_hits) == 1, "the loopback listener saw exactly the one connection", repr(loop_hits))
+    finally:
+        d.stop(signal.SIGTERM, timeout=30)
+
+
 if __name__ == "__main__":
-    sys.exit(run([test_network, test_exec_forward, test_forwards], 300, "vmm-net-"))
+    sys.exit(run([test_network, test_exec_forward, test_forwards, test_host_alias], 300, "vmm-net-"))
