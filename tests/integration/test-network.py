@@ -26,10 +26,14 @@ import time
 here = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, here)
 from vmmtest import (  # noqa: E402
+    FAKES,
     HOST,
     Daemon,
     McpClient,
     base_env,
+    fake_daemon,
+    fake_images,
+    forward_read,
     free_port,
     http_request,
     imds_request,
@@ -39,7 +43,6 @@ from vmmtest import (  # noqa: E402
     wait_state,
 )
 
-FAKES = os.path.join(here, "fakes")
 CREATE = {"memory_mib": 512, "disk_gib": 1, "require_attestation": False, "wait_for": "none"}
 
 
@@ -301,14 +304,7 @@ def start_sshd(work, ns, sshd, ip, pubkey, name):
 
 
 def run_exec_forward(work, ns, sshd, procs):
-    images = os.path.join(work, "images-x")
-    os.makedirs(images)
-    for ext in (".efi", ".raw"):
-        with open(os.path.join(images, "fake_1.0" + ext), "wb") as f:
-            f.write(b"\0" * 4096)
-    vars_ = os.path.join(work, "vars-x")
-    with open(vars_, "wb") as f:
-        f.write(b"\0" * 4096)
+    images, vars_ = fake_images(work, "x")
     tapname = "vmmx%d" % (os.getpid() % 100000)
     plan_file = os.path.join(work, "plan-x.json")
     with open(plan_file, "w") as f:
@@ -400,44 +396,6 @@ def run_exec_forward(work, ns, sshd, procs):
         d.stop(signal.SIGTERM, timeout=30)
 
 
-def fake_images(work, suffix):
-    images = os.path.join(work, "images-" + suffix)
-    os.makedirs(images)
-    for ext in (".efi", ".raw"):
-        with open(os.path.join(images, "fake_1.0" + ext), "wb") as f:
-            f.write(b"\0" * 4096)
-    vars_ = os.path.join(work, "vars-" + suffix)
-    with open(vars_, "wb") as f:
-        f.write(b"\0" * 4096)
-    return images, vars_
-
-
-def forward_read(address, timeout=20):
-    """Connects to a forward and reads until the other side ends: ("data", bytes) when it answered,
-    ("closed", b"") when the connection ended at once without a byte, ("timeout", bytes) when
-    nothing ended it, ("refused", b"") when nothing listens."""
-    h, p = address.rsplit(":", 1)
-    try:
-        s = socket.create_connection((h, int(p)), timeout=timeout)
-    except OSError:
-        return "refused", b""
-    s.settimeout(timeout)
-    data = b""
-    try:
-        while True:
-            chunk = s.recv(4096)
-            if not chunk:
-                break
-            data += chunk
-    except socket.timeout:
-        return "timeout", data
-    except ConnectionResetError:
-        pass
-    finally:
-        s.close()
-    return ("data" if data else "closed"), data
-
-
 def test_forwards(work):
     """forward_port on the fake guest's TCP server (serve 8080): the same forward again for the same
     port on REST and MCP, the forwards in the VM record, a stopped VM's forward that ends connections
@@ -456,11 +414,7 @@ def test_forwards(work):
     state = os.path.join(work, "state-f")
 
     def start(name):
-        port = free_port()
-        d = Daemon(work, name, ["--listen", "%s:%d" % (HOST, port), "--state-dir", state, "--image-dir", images,
-                                "--ovmf-code", vars_, "--ovmf-vars", vars_, "--launcher", "process",
-                                "--log-level", "debug"], env=env)
-        ok, why = d.wait_healthy(port, timeout=20)
+        d, port, ok, why = fake_daemon(work, name, state, images, vars_, env)
         tap.result(ok, "forwards: %s serving" % name, why)
         return d, port, ok
 
@@ -603,11 +557,7 @@ def test_host_alias(work):
     env = base_env(work, FAKE_QEMU="", FAKE_GUEST=guest, FAKE_GUEST_PLAN=plan_file)
     env["PATH"] = FAKES + ":" + env.get("PATH", "/usr/bin:/bin")
     state = os.path.join(work, "state-h")
-    port = free_port()
-    d = Daemon(work, "alias", ["--listen", "%s:%d" % (HOST, port), "--state-dir", state, "--image-dir", images,
-                               "--ovmf-code", vars_, "--ovmf-vars", vars_, "--launcher", "process",
-                               "--log-level", "debug"], env=env)
-    ok, why = d.wait_healthy(port, timeout=20)
+    d, port, ok, why = fake_daemon(work, "alias", state, images, vars_, env)
     tap.result(ok, "alias: serving", why)
     if not ok:
         return
