@@ -670,6 +670,7 @@ static int registry_add(
         const char *name,
         const char *cidr,
         const char *dns_search_domain,
+        bool enable_host_alias,
         unsigned mtu,
         Network **ret,
         ApiError *reterr) {
@@ -684,7 +685,7 @@ static int registry_add(
                 cidr,
                 dns_search_domain,
                 /* enable_imds= */ true,
-                /* enable_host_alias= */ false,
+                enable_host_alias,
                 mtu,
                 &n,
                 reterr);
@@ -726,6 +727,7 @@ typedef struct CreateNetworkRequest {
         char *name;
         char *cidr;
         char *dns_search_domain;
+        bool enable_host_alias;
         uint32_t mtu;
 } CreateNetworkRequest;
 
@@ -743,6 +745,7 @@ int network_create(NetworkRegistry *reg, json_t *request, Network **ret, ApiErro
                   json_dispatch_string,
                   offsetof(CreateNetworkRequest, dns_search_domain),
                   JSON_NULLABLE },
+                { "enable_host_alias", json_dispatch_bool, offsetof(CreateNetworkRequest, enable_host_alias), 0 },
                 { "mtu", json_dispatch_uint32, offsetof(CreateNetworkRequest, mtu), 0 },
                 {},
         };
@@ -763,7 +766,8 @@ int network_create(NetworkRegistry *reg, json_t *request, Network **ret, ApiErro
                         "mtu 0 must be between %u and %u",
                         NETWORK_MTU_MIN,
                         NETWORK_MTU_MAX);
-        return registry_add(reg, req.name, req.cidr, req.dns_search_domain, req.mtu, ret, reterr);
+        return registry_add(
+                reg, req.name, req.cidr, req.dns_search_domain, req.enable_host_alias, req.mtu, ret, reterr);
 }
 
 static int strcmp_ptr(const void *a, const void *b) {
@@ -838,7 +842,14 @@ int network_ensure_default(NetworkRegistry *reg, const char *name, const char *c
         n = network_registry_get(reg, name);
         if (!n) {
                 r = registry_add(
-                        reg, name, cidr, /* dns_search_domain= */ NULL, NETWORK_MTU_DEFAULT, /* ret= */ NULL, reterr);
+                        reg,
+                        name,
+                        cidr,
+                        /* dns_search_domain= */ NULL,
+                        /* enable_host_alias= */ false,
+                        NETWORK_MTU_DEFAULT,
+                        /* ret= */ NULL,
+                        reterr);
                 return r < 0 ? r : 1;
         }
 

@@ -57,10 +57,10 @@ Network *network_registry_get(NetworkRegistry *reg, const char *name);
 /* Borrowed, in name order; NULL when i is out of range. */
 Network *network_registry_at(NetworkRegistry *reg, size_t i);
 
-/* Decodes a create_network request ({"name", "cidr", "dns_search_domain"?}) strictly, validates it,
- * refuses a duplicate name (conflict) or a network beyond NETWORKS_MAX (conflict), adds it and
- * saves networks.json. On failure nothing changes, in memory or on disk. ret (optional) is
- * borrowed. */
+/* Decodes a create_network request ({"name", "cidr", "dns_search_domain"?, "enable_host_alias"?,
+ * "mtu"?}) strictly, validates it, refuses a duplicate name (conflict) or a network beyond
+ * NETWORKS_MAX (conflict), adds it and saves networks.json. On failure nothing changes, in memory
+ * or on disk. ret (optional) is borrowed. */
 int network_create(NetworkRegistry *reg, json_t *request, Network **ret, ApiError *reterr);
 
 /* Returns the name to show for a VM id, or NULL when unknown. The string is borrowed and must stay

@@ -349,6 +349,11 @@ static const OperationParam create_network_params[] = {
           .type = PARAM_STRING,
           .flags = 0,
           .description = "DNS search domain handed to guests by DHCP, e.g. lab.internal (optional)" },
+        { .name = "enable_host_alias",
+          .type = PARAM_BOOLEAN,
+          .flags = 0,
+          .description =
+                  "Expose the host's loopback to guests: a guest's connection to the network's host alias (the last address before the broadcast, e.g. .254 of a /24) reaches 127.0.0.1 on the host, every service listening there included (vm-manager's own API when it listens on loopback). Default false" },
         { .name = "mtu",
           .type = PARAM_INTEGER,
           .flags = 0,
@@ -703,9 +708,11 @@ static const Operation operations[] = {
         {
                 .name = "forward_port",
                 .description =
-                        "WRITES: expose a guest TCP port (e.g. 22 or 6443) on a new listener at 127.0.0.1 and "
-                        "return its address; every call adds one, and they last until the VM is deleted or "
-                        "vm-manager stops. The VM needs an address, not a running guest.",
+                        "WRITES: expose a guest TCP port (e.g. 22 or 6443) on a listener at 127.0.0.1 and "
+                        "return its address; asking again for the same port returns the same forward. Forwards "
+                        "are listed in the VM's record and last until the VM is deleted, across vm-manager "
+                        "restarts; while the VM is not running, a connection to one is closed at once. The VM "
+                        "needs an address, not a running guest: call get_vm first for its ip and forwards.",
                 .hints = OP_HINTS_IDEMPOTENT,
                 .method = "POST",
                 .path = "/vms/{id}/forward",

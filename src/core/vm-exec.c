@@ -1,11 +1,11 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-/* The host reaching into a guest: forward_port and exec_vm.
+/* The host reaching into a guest: exec_vm (forward_port is vm-forward.c's).
  *
- * Both go through the network's gateway, never around it. forward_port asks the gateway for a
- * listener on 127.0.0.1. exec_vm asks it for a unix listener in the VM's directory whose connections
- * become TCP to the guest's port 22, and speaks SSH over that with libssh. libssh blocks, and the
- * gateway that carries its bytes runs on our loop, so the session runs in a child process: it reports
- * one JSON object on a pipe and exits; the loop never waits for it. */
+ * It goes through the network's gateway, never around it: exec_vm asks the gateway for a unix
+ * listener in the VM's directory whose connections become TCP to the guest's port 22, and speaks SSH
+ * over that with libssh. libssh blocks, and the gateway that carries its bytes runs on our loop, so
+ * the session runs in a child process: it reports one JSON object on a pipe and exits; the loop never
+ * waits for it. */
 #include <fcntl.h>
 #include <libssh/libssh.h>
 #include <signal.h>
@@ -24,49 +24,6 @@
 #include "manager.h"
 #include "parse-util.h"
 #include "vm.h"
-
-int vm_forward_port(Vm *v, int64_t port, json_t **ret, ApiError *reterr) {
-        char address[32];
-        uint16_t host_port = 0;
-        NetPort *p;
-        int r;
-
-        if (port < 1 || port > 65535)
-                return api_error_set(
-                        reterr, -EINVAL, API_ERROR_INVALID_REQUEST, "port %" PRIi64 " out of range", port);
-        if (!vm_ip(v) || vm_state(v) == VM_STATE_DELETING)
-                return api_error_set(
-                        reterr,
-                        -EADDRNOTAVAIL,
-                        API_ERROR_CONFLICT,
-                        "vm %s has no address (%s)",
-                        vm_id(v),
-                        vm_state_to_string(vm_state(v)));
-        p = vm_port(v, true);
-        if (!p)
-                return api_error_set(
-                        reterr,
-                        -ENOENT,
-                        API_ERROR_INTERNAL,
-                        "forward port %" PRIi64 ": the network has no switch",
-                        port);
-        r = net_port_add_loopback_forward(p, (uint16_t) port, &host_port);
-        if (r < 0)
-                return api_error_set(
-                        reterr, r, API_ERROR_INTERNAL, "forward port %" PRIi64 ": %s", port, strerror(-r));
-        snprintf(address, sizeof(address), "127.0.0.1:%u", (unsigned) host_port);
-        log_struct(
-                LOG_INFO,
-                LOG_FIELDS({ "VM_ID", vm_id(v) }),
-                "VM %s: guest port %" PRIi64 " forwarded from %s.",
-                vm_id(v),
-                port,
-                address);
-        *ret = json_pack("{s:s,s:I,s:s}", "id", vm_id(v), "port", (json_int_t) port, "address", address);
-        return *ret ? 0 : -ENOMEM;
-}
-
-/* ---- exec_vm ---- */
 
 /* 'word' → 'word', with ' inside as '\'' : the remote shell sees the argv as given. */
 static char *shell_join(char **argv) {

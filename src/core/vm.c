@@ -128,6 +128,7 @@ struct Vm {
         char *ssh_public_key;
         VmAttestation att;
         VmGuest guest;
+        VmForwards forwards;
         usec_t created_at, installed_at, booted_at, ready_at; /* CLOCK_REALTIME, 0 = unset */
         char *last_error;
         char *console_tail; /* the console's last lines when lastError was set by a failure */
@@ -487,6 +488,8 @@ static json_t *vm_record_json(Vm *v, bool for_disk) {
         json_set_time(o, "readyAt", v->ready_at);
         json_set_str(o, "lastError", v->last_error);
         json_set_str(o, "consoleTail", v->console_tail);
+        if (json_object_set_new(o, "forwards", vm_forwards_to_json(v)) < 0)
+                return NULL;
 
         paths = json_pack(
                 "{s:s,s:s,s:s,s:s,s:s,s:s,s:s,s:s,s:s,s:s}",
@@ -546,6 +549,14 @@ static void vm_changed(Vm *v) {
         (void) vm_save(v);
         manager_touch(v->manager);
         vm_check_pending(v);
+}
+
+VmForwards *vm_forwards(Vm *v) {
+        return &v->forwards;
+}
+
+void vm_forwards_changed(Vm *v) {
+        vm_changed(v);
 }
 
 static void vm_set_state(Vm *v, VmState s) {
@@ -2900,6 +2911,7 @@ static int vm_from_json(Manager *m, const char *id, json_t *j, Vm **ret) {
                 v->last_error = strdup(s);
         if ((s = json_string_value(json_object_get(j, "consoleTail"))))
                 v->console_tail = strdup(s);
+        vm_forwards_from_json(v, json_object_get(j, "forwards"));
         att = json_object_get(j, "attestation");
         v->att.required = json_is_true(json_object_get(att, "required"));
         v->att.released = json_is_true(json_object_get(att, "userDataReleased"));
@@ -3319,6 +3331,7 @@ int vm_load_all(Manager *m, ApiError *reterr) {
                         }
                 } else
                         (void) vm_save(v);
+                vm_forwards_restore(v);
         }
         qsort(m->vms, m->n_vms, sizeof(Vm *), vm_cmp_created);
         vm_release_stray_leases(m);

@@ -137,8 +137,32 @@ bool vm_has_process(Vm *v); /* QEMU runs, or its start chain does */
 NetPort *vm_port(Vm *v, bool create);
 
 /* forward_port: a listener on 127.0.0.1 whose connections reach the guest's port, until the VM is
- * deleted. {"id","port","address"}. */
+ * deleted. {"id","port","address"}; the same forward again for a port forwarded already. */
 int vm_forward_port(Vm *v, int64_t port, json_t **ret, ApiError *reterr);
+
+/* A VM's forwards, kept in its record ("forwards": [{"port","address"}]) and listening while the
+ * VM exists, whether it runs or not. */
+#define VM_FORWARDS_MAX 32U
+typedef struct VmForward {
+        uint16_t port;      /* the guest's */
+        uint16_t host_port; /* on 127.0.0.1 */
+} VmForward;
+typedef struct VmForwards {
+        VmForward items[VM_FORWARDS_MAX];
+        size_t n;
+} VmForwards;
+
+VmForwards *vm_forwards(Vm *v);
+/* After a change to the forwards: saves the record. */
+void vm_forwards_changed(Vm *v);
+/* The record's "forwards" array; a new reference, NULL on OOM. */
+json_t *vm_forwards_to_json(Vm *v);
+/* Reads the record's "forwards" (NULL: none); entries that do not parse are skipped. */
+void vm_forwards_from_json(Vm *v, json_t *a);
+/* At start-up, once the VM is loaded (and its units attached to; the NIC is linked later, when its QMP
+ * answers): listens again on each forward's host port, on a new one (logged, recorded) when another
+ * process took it meanwhile. */
+void vm_forwards_restore(Vm *v);
 
 /* exec_vm: runs command (argv) in the guest as root over ssh with the VM's own key, the guest's host
  * key pinned on first use. Output beyond VM_EXEC_OUTPUT_MAX per stream is dropped (and flagged), and

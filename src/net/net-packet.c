@@ -28,6 +28,10 @@
 #define UDP_OFF_CHECKSUM 6
 #define TCP_MIN_HLEN 20
 #define TCP_OFF_CHECKSUM 16
+#define TCP_FLAG_FIN 0x01
+#define TCP_FLAG_SYN 0x02
+#define TCP_FLAG_RST 0x04
+#define TCP_FLAG_ACK 0x10
 
 #define DHCP_SERVER_PORT 67
 #define DHCP_CLIENT_PORT 68
@@ -457,4 +461,72 @@ int net_udp_build(
         put_be16(udp + UDP_OFF_CHECKSUM, csum == 0 ? 0xffff : csum);
 
         return (int) len;
+}
+
+static uint32_t get_be32(const uint8_t *p) {
+        return (uint32_t) get_be16(p) << 16 | get_be16(p + 2);
+}
+
+static void put_be32(uint8_t *p, uint32_t v) {
+        put_be16(p, (uint16_t) (v >> 16));
+        put_be16(p + 2, (uint16_t) v);
+}
+
+int net_tcp_build_reset(
+        uint8_t out[static NET_TCP_RESET_FRAME_LEN], const uint8_t *seg, size_t len, const NetFrame *f) {
+        uint8_t pseudo[12], *ip = out + NET_ETH_HLEN, *tcp = ip + IPV4_MIN_HLEN;
+        const uint8_t *in;
+        size_t doff;
+        uint32_t sum;
+
+        assert_return(out && seg && f, -EINVAL);
+
+        if (!f->is_ipv4 || f->ip_fragment || f->ip_proto != NET_IPPROTO_TCP || !f->has_ports ||
+            (f->tcp_flags & TCP_FLAG_RST))
+                return -EINVAL;
+        /* f must describe seg: its TCP header lies inside it */
+        if (f->l4_offset > len || len - f->l4_offset < TCP_MIN_HLEN || f->l4_length < TCP_MIN_HLEN)
+                return -EINVAL;
+        in = seg + f->l4_offset;
+        doff = (size_t) (in[12] >> 4) * 4;
+        if (doff < TCP_MIN_HLEN || doff > f->l4_length)
+                return -EINVAL;
+
+        memcpy(out, f->src, NET_ETH_ALEN);
+        memcpy(out + NET_ETH_ALEN, f->dst, NET_ETH_ALEN);
+        put_be16(out + 2 * NET_ETH_ALEN, NET_ETHERTYPE_IPV4);
+
+        memset(ip, 0, IPV4_MIN_HLEN + TCP_MIN_HLEN);
+        ip[0] = 0x45;
+        put_be16(ip + IPV4_OFF_TOTAL_LENGTH, IPV4_MIN_HLEN + TCP_MIN_HLEN);
+        ip[8] = IPV4_TTL;
+        ip[IPV4_OFF_PROTO] = NET_IPPROTO_TCP;
+        put_addr(ip + IPV4_OFF_SRC, f->ip_dst);
+        put_addr(ip + IPV4_OFF_DST, f->ip_src);
+        put_be16(ip + IPV4_OFF_CHECKSUM, (uint16_t) ~net_checksum_fold(net_checksum_add(0, ip, IPV4_MIN_HLEN)));
+
+        put_be16(tcp, f->dport);
+        put_be16(tcp + 2, f->sport);
+        if (f->tcp_flags & TCP_FLAG_ACK) {
+                /* the sequence number the segment acknowledged */
+                put_be32(tcp + 4, get_be32(in + 8));
+                tcp[13] = TCP_FLAG_RST;
+        } else {
+                /* sequence 0, acknowledging all the segment occupied: data, SYN and FIN */
+                uint32_t ack = get_be32(in + 4) + (uint32_t) (f->l4_length - doff) +
+                        !!(f->tcp_flags & TCP_FLAG_SYN) + !!(f->tcp_flags & TCP_FLAG_FIN);
+                put_be32(tcp + 8, ack);
+                tcp[13] = TCP_FLAG_RST | TCP_FLAG_ACK;
+        }
+        tcp[12] = (TCP_MIN_HLEN / 4) << 4;
+
+        put_addr(pseudo, f->ip_dst);
+        put_addr(pseudo + 4, f->ip_src);
+        pseudo[8] = 0;
+        pseudo[9] = NET_IPPROTO_TCP;
+        put_be16(pseudo + 10, TCP_MIN_HLEN);
+        sum = net_checksum_add(0, pseudo, sizeof(pseudo));
+        sum = net_checksum_add(sum, tcp, TCP_MIN_HLEN);
+        put_be16(tcp + TCP_OFF_CHECKSUM, (uint16_t) ~net_checksum_fold(sum));
+        return NET_TCP_RESET_FRAME_LEN;
 }

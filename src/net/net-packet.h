@@ -128,6 +128,15 @@ int net_udp_build(
         const uint8_t *payload,
         size_t payload_len);
 
+/* Builds the reset a host answers a TCP segment with when it belongs to no connection there (RFC 9293
+ * 3.10.7.1): from the segment's destination back to its source; with the sequence number the segment
+ * acknowledged, or, when it acknowledged nothing (a SYN), sequence 0 and an ACK of what it occupied.
+ * Returns NET_TCP_RESET_FRAME_LEN, or -EINVAL when f (describing seg) is not TCP on an unfragmented
+ * IPv4 datagram, or is itself a reset. */
+#define NET_TCP_RESET_FRAME_LEN (NET_ETH_HLEN + 20 + 20)
+int net_tcp_build_reset(
+        uint8_t out[static NET_TCP_RESET_FRAME_LEN], const uint8_t *seg, size_t len, const NetFrame *f);
+
 /* The Internet checksum (RFC 1071) of data, folded, not inverted, starting from sum. */
 uint32_t net_checksum_add(uint32_t sum, const void *data, size_t len);
 uint16_t net_checksum_fold(uint32_t sum);

@@ -815,7 +815,8 @@ static int pick_loopback_port(uint16_t *ret) {
         return 0;
 }
 
-int net_slirp_add_loopback_forward(NetSlirp *s, struct in_addr guest, uint16_t port, uint16_t *ret_host_port) {
+int net_slirp_add_loopback_forward(
+        NetSlirp *s, struct in_addr guest, uint16_t port, uint16_t want_host_port, uint16_t *ret_host_port) {
         struct sockaddr_in ga = { .sin_family = AF_INET, .sin_addr = guest, .sin_port = htons(port) };
         int r = -EADDRINUSE;
 
@@ -825,13 +826,16 @@ int net_slirp_add_loopback_forward(NetSlirp *s, struct in_addr guest, uint16_t p
 
         if (!net_slirp_is_guest_address(s, guest))
                 return -EINVAL;
-        for (unsigned attempt = 0; attempt < 8; attempt++) {
+        /* a given port is tried once; a free one is picked again when another process took it */
+        for (unsigned attempt = 0; attempt < (want_host_port > 0 ? 1 : 8); attempt++) {
                 struct sockaddr_in ha = { .sin_family = AF_INET, .sin_addr = { htonl(INADDR_LOOPBACK) } };
-                uint16_t host_port = 0;
+                uint16_t host_port = want_host_port;
 
-                r = pick_loopback_port(&host_port);
-                if (r < 0)
-                        return r;
+                if (host_port == 0) {
+                        r = pick_loopback_port(&host_port);
+                        if (r < 0)
+                                return r;
+                }
                 ha.sin_port = htons(host_port);
                 errno = 0;
                 if (slirp_add_hostxfwd(

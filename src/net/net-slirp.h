@@ -46,7 +46,9 @@ int net_slirp_remove_unix_forward(NetSlirp *s, struct in_addr addr, uint16_t por
 int net_slirp_add_host_forward(NetSlirp *s, const char *path, struct in_addr guest, uint16_t port);
 int net_slirp_remove_host_forward(NetSlirp *s, const char *path);
 
-/* Host → guest over TCP: slirp listens on 127.0.0.1 at a free port (*ret_host_port) and turns each
- * connection there into one from the host alias to guest:port. */
-int net_slirp_add_loopback_forward(NetSlirp *s, struct in_addr guest, uint16_t port, uint16_t *ret_host_port);
+/* Host → guest over TCP: slirp listens on 127.0.0.1 at host_port, or at a free port when it is 0
+ * (*ret_host_port says which), and turns each connection there into one from the host alias to
+ * guest:port. A host_port already taken is -EADDRINUSE. */
+int net_slirp_add_loopback_forward(
+        NetSlirp *s, struct in_addr guest, uint16_t port, uint16_t host_port, uint16_t *ret_host_port);
 int net_slirp_remove_loopback_forward(NetSlirp *s, uint16_t host_port);

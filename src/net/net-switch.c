@@ -268,6 +268,16 @@ static void slirp_output(const uint8_t *frame, size_t len, void *userdata) {
         p = port_by_mac(s, f.dst);
         if (!p)
                 return;
+        /* No link behind the port (its VM does not run): TCP from the gateway is answered with a
+         * reset, as a host without that connection would, so that a forward's connection ends at once
+         * rather than hang on the host's side until slirp gives up. */
+        if ((p->fd < 0 || p->dead) && f.is_ipv4 && f.ip_proto == NET_IPPROTO_TCP) {
+                uint8_t rst[NET_TCP_RESET_FRAME_LEN];
+                if (net_tcp_build_reset(rst, frame, len, &f) > 0)
+                        (void) net_slirp_input_later(s->slirp, rst, sizeof(rst));
+                port_drop(p);
+                return;
+        }
         /* the IMDS answers as 169.254.169.254:80, and only to the guest whose port it came in for */
         if (f.has_ports && f.ip_proto == NET_IPPROTO_TCP && f.ip_src == s->policy.network) {
                 if (p->imds_port == 0 || f.sport != p->imds_port)
@@ -740,7 +750,7 @@ void net_switch_get_stats(NetSwitch *s, NetStats *ret) {
         *ret = s->stats;
 }
 
-int net_port_add_loopback_forward(NetPort *p, uint16_t guest_port, uint16_t *ret_host_port) {
+int net_port_add_loopback_forward(NetPort *p, uint16_t guest_port, uint16_t host_port, uint16_t *ret_host_port) {
         HostForward *f;
         int r;
 
@@ -750,7 +760,7 @@ int net_port_add_loopback_forward(NetPort *p, uint16_t guest_port, uint16_t *ret
         if (!f)
                 return -ENOMEM;
         r = net_slirp_add_loopback_forward(
-                p->sw->slirp, (struct in_addr){ p->policy.ip }, guest_port, &f->host_port);
+                p->sw->slirp, (struct in_addr){ p->policy.ip }, guest_port, host_port, &f->host_port);
         if (r < 0) {
                 free(f);
                 return r;

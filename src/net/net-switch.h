@@ -61,7 +61,8 @@ void net_switch_get_stats(NetSwitch *s, NetStats *ret);
 
 /* Adds a port for a lease. id (a VM id) names it; -EEXIST when the id, the MAC or the address is
  * taken already, -EINVAL for an address outside the network. The port is unconnected: frames for it
- * are dropped until net_port_dial() or net_port_attach_fd(). */
+ * are dropped (the gateway's TCP answered with a reset) until net_port_dial() or
+ * net_port_attach_fd(). */
 int net_switch_add_port(
         NetSwitch *s, const char *id, const uint8_t mac[NET_ETH_ALEN], struct in_addr ip, NetPort **ret);
 NetPort *net_switch_find_port(NetSwitch *s, const char *id);
@@ -88,5 +89,7 @@ int net_port_set_imds(NetPort *p, const char *path);
 int net_port_add_host_forward(NetPort *p, const char *path, uint16_t guest_port);
 
 /* Host → guest over TCP: a listener on 127.0.0.1:<*ret_host_port> whose connections reach the guest's
- * port. Removed with the port. */
-int net_port_add_loopback_forward(NetPort *p, uint16_t guest_port, uint16_t *ret_host_port);
+ * port; at host_port, or at a free port when it is 0 (-EADDRINUSE when host_port is taken). It
+ * listens while the port has no link too: the gateway's TCP towards a port without a link is reset,
+ * so a connection made then ends at once. Removed with the port. */
+int net_port_add_loopback_forward(NetPort *p, uint16_t guest_port, uint16_t host_port, uint16_t *ret_host_port);

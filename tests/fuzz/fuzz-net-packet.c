@@ -11,7 +11,8 @@
 /* Frames as a guest sends them: whatever the bytes, the parse stays inside them and tells the
  * truth about them, the filter gives a verdict consistent with the policy, and the IMDS rewrite
  * changes only the address, the port and the two checksums, keeps valid checksums valid, and
- * is undone exactly by the rewrite of the reply. */
+ * is undone exactly by the rewrite of the reply. The reset built for a TCP segment goes back to its
+ * sender, parses, and has valid checksums. */
 
 #define NETWORK htobe32(0x0a4d0000U) /* 10.77.0.0/24 */
 #define NETMASK htobe32(0xffffff00U)
@@ -234,6 +235,25 @@ static void check_rewrite(const uint8_t *data, size_t size, const NetFrame *f, b
         free(copy);
 }
 
+static void check_reset(const uint8_t *data, size_t size, const NetFrame *f) {
+        uint8_t out[NET_TCP_RESET_FRAME_LEN];
+        NetFrame r;
+        int n = net_tcp_build_reset(out, data, size, f);
+
+        if (n < 0) {
+                assert(n == -EINVAL);
+                assert(!f->is_ipv4 || f->ip_proto != NET_IPPROTO_TCP || !f->has_ports ||
+                       (f->tcp_flags & 0x04));
+                return;
+        }
+        assert(n == NET_TCP_RESET_FRAME_LEN);
+        assert(net_frame_parse(out, sizeof(out), &r) == 0);
+        assert(r.is_ipv4 && r.has_ports && r.ip_proto == NET_IPPROTO_TCP && (r.tcp_flags & 0x04));
+        assert(r.ip_src == f->ip_dst && r.ip_dst == f->ip_src && r.sport == f->dport && r.dport == f->sport);
+        assert(memcmp(r.dst, f->src, NET_ETH_ALEN) == 0 && memcmp(r.src, f->dst, NET_ETH_ALEN) == 0);
+        assert(ip_checksum_valid(out, &r) && tcp_checksum_valid(out, &r));
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         NetFrame f;
         int r;
@@ -251,6 +271,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         check_filter(&f);
         check_rewrite(data, size, &f, /* to_guest= */ false);
         check_rewrite(data, size, &f, /* to_guest= */ true);
+        check_reset(data, size, &f);
 
         /* A frame parses the same with padding after it. */
         uint8_t *padded = malloc(size + 4);

@@ -307,6 +307,28 @@ def test_parity(work):
 
     tap.check("get_host is stable between two calls (devices do not change)", host_twice)
 
+    # enable_host_alias: shown in the spec when on, the same through both surfaces
+    alias = {"name": "par-alias", "cidr": "10.20.1.0/24", "enable_host_alias": True}
+    a_status, a_headers, a_data = rest("POST", "/networks", alias)
+    tap.check("create_network enable_host_alias true (REST): 201, spec.enableHostAlias true",
+              lambda: (a_status == 201 and json.loads(a_data)["spec"] == {
+                  "name": "par-alias", "cidr": "10.20.1.0/24", "enableIMDS": True, "enableHostAlias": True,
+                  "mtu": 1500}, a_data[:300]))
+    status, headers, data = rest("GET", "/networks/par-alias")
+    parity_checks("get_network par-alias", "get_network", status, headers, data, 200,
+                  mcp().call("get_network", {"name": "par-alias"}))
+    tap.check("... get_network shows enableHostAlias true",
+              lambda: (status == 200 and json.loads(data)["spec"].get("enableHostAlias") is True, data[:300]))
+    rest("DELETE", "/networks/par-alias")
+    parity_checks("create_network enable_host_alias true (REST 201 vs MCP)", "create_network", a_status, a_headers,
+                  a_data, 201, mcp().call("create_network", alias))
+    rest("DELETE", "/networks/par-alias")
+    off = {"name": "par-off", "cidr": "10.20.2.0/24", "enable_host_alias": False}
+    status, headers, data = rest("POST", "/networks", off)
+    tap.check("create_network enable_host_alias false: as without it, no enableHostAlias in the spec",
+              lambda: (status == 201 and "enableHostAlias" not in json.loads(data)["spec"], data[:300]))
+    rest("DELETE", "/networks/par-off")
+
 
 # ---------------------------------------------------------------------------------------------
 # 2. every error code through both surfaces
@@ -394,10 +416,12 @@ def bad_input_cases():
         for tlabel, v in (("integer", 1), ("real", 1.5), ("boolean", True), ("array", []), ("array of strings", ["a"]),
                           ("object", {}), ("object of strings", {"a": "b"})):
             cases.append(case("%s is %s" % (field, tlabel), body_with(**{field: v}), field))
+    for tlabel, v in (("a string", "true"), ("integer", 1), ("null", None), ("array", [True]), ("object", {})):
+        cases.append(case("enable_host_alias is %s" % tlabel, body_with(enable_host_alias=v), "enable_host_alias"))
     # null: an absent optional field (dns_search_domain: null is accepted and means none).
     cases.append(case("name is null", body_with(name=None), "name"))
     cases.append(case("cidr is null", body_with(cidr=None), "cidr"))
-    for key in ("bogus", "NAME", "enable_imds", "enableIMDS", "dnsSearchDomain", "gateway"):
+    for key in ("bogus", "NAME", "enable_imds", "enableIMDS", "enableHostAlias", "dnsSearchDomain", "gateway"):
         cases.append(case("unknown key %r" % key, body_with(**{key: "x"}), key))
     cases.append(case("missing name", body_with(name=MISSING), "name"))
     cases.append(case("missing cidr", body_with(cidr=MISSING), "cidr"))
@@ -1039,7 +1063,9 @@ def test_mcp_protocol(work):
     def expected_schemas():
         by = {t["name"]: t for t in tools}
         cn = by["create_network"]["inputSchema"]
-        ok = (cn["required"] == ["name", "cidr"] and set(cn["properties"]) == {"name", "cidr", "dns_search_domain", "mtu"}
+        ok = (cn["required"] == ["name", "cidr"] and set(cn["properties"]) == {"name", "cidr", "dns_search_domain",
+                                                                                   "enable_host_alias", "mtu"}
+              and cn["properties"]["enable_host_alias"]["type"] == "boolean"
               and by["get_image"]["inputSchema"]["required"] == ["ref"]
               and by["delete_network"]["inputSchema"]["required"] == ["name"]
               and by["delete_network"]["annotations"]["destructiveHint"] is True

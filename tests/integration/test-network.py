@@ -25,9 +25,24 @@ import time
 
 here = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, here)
-from vmmtest import Daemon, HOST, base_env, free_port, http_request, imds_request, run, tap  # noqa: E402
+from vmmtest import (  # noqa: E402
+    FAKES,
+    HOST,
+    Daemon,
+    McpClient,
+    base_env,
+    fake_daemon,
+    fake_images,
+    forward_read,
+    free_port,
+    http_request,
+    imds_request,
+    run,
+    tap,
+    tool_json,
+    wait_state,
+)
 
-FAKES = os.path.join(here, "fakes")
 CREATE = {"memory_mib": 512, "disk_gib": 1, "require_attestation": False, "wait_for": "none"}
 
 
@@ -289,14 +304,7 @@ def start_sshd(work, ns, sshd, ip, pubkey, name):
 
 
 def run_exec_forward(work, ns, sshd, procs):
-    images = os.path.join(work, "images-x")
-    os.makedirs(images)
-    for ext in (".efi", ".raw"):
-        with open(os.path.join(images, "fake_1.0" + ext), "wb") as f:
-            f.write(b"\0" * 4096)
-    vars_ = os.path.join(work, "vars-x")
-    with open(vars_, "wb") as f:
-        f.write(b"\0" * 4096)
+    images, vars_ = fake_images(work, "x")
     tapname = "vmmx%d" % (os.getpid() % 100000)
     plan_file = os.path.join(work, "plan-x.json")
     with open(plan_file, "w") as f:
@@ -388,5 +396,201 @@ def run_exec_forward(work, ns, sshd, procs):
         d.stop(signal.SIGTERM, timeout=30)
 
 
+def test_forwards(work):
+    """forward_port on the fake guest's TCP server (serve 8080): the same forward again for the same
+    port on REST and MCP, the forwards in the VM record, a stopped VM's forward that ends connections
+    at once and works again after start_vm, and forwards that come back after a daemon restart, on
+    the same port or, when another process took it meanwhile, on a new one."""
+    guest = os.environ.get("FAKE_GUEST")
+    if not guest or not os.access(guest, os.X_OK):
+        tap.skip("forwards", "FAKE_GUEST (tests/net/fake-guest) not built")
+        return
+    images, vars_ = fake_images(work, "f")
+    plan_file = os.path.join(work, "plan-f.json")
+    with open(plan_file, "w") as f:
+        json.dump({"fwd": ["--timeout-ms", "120000", "dhcp", "serve", "8080"]}, f)
+    env = base_env(work, FAKE_QEMU="install-exit:0", FAKE_GUEST=guest, FAKE_GUEST_PLAN=plan_file)
+    env["PATH"] = FAKES + ":" + env.get("PATH", "/usr/bin:/bin")
+    state = os.path.join(work, "state-f")
+
+    def start(name):
+        d, port, ok, why = fake_daemon(work, name, state, images, vars_, env)
+        tap.result(ok, "forwards: %s serving" % name, why)
+        return d, port, ok
+
+    d, port, ok = start("fwd-1")
+    if not ok:
+        return
+    try:
+        status, vm = api(port, "POST", "/vms", dict(CREATE, name="fwd", hostname="fwd"))
+        tap.result(status == 201 and vm.get("forwards") == [], "create_vm: the record has an empty forwards array",
+                   repr(vm)[:300])
+        if status != 201:
+            return
+        vid = vm["id"]
+        hello = ("hello from %s\n" % vm["ip"]).encode()
+        # while the installer runs: the forward is the VM's, not the boot's
+        status, fw = api(port, "POST", "/vms/%s/forward" % vid, {"port": 8080})
+        tap.result(status == 200 and fw["id"] == vid and fw["port"] == 8080 and fw["address"].startswith("127.0.0.1:"),
+                   "forward_port 8080 during the install: a loopback address", repr(fw)[:200])
+        if status != 200:
+            return
+        vm = wait_state(port, vid, ("booting",), 60, 0.2)
+        tap.result(vm and vm["state"] == "booting", "the fake installer exits 0, the installed boot runs",
+                   repr(vm)[:200])
+        got = forward_read(fw["address"])
+        tap.result(got == ("data", hello), "the forward reaches the guest's server in the installed boot", repr(got))
+
+        status, again = api(port, "POST", "/vms/%s/forward" % vid, {"port": 8080})
+        tap.result(status == 200 and again == fw, "forward_port 8080 again (REST): the same forward, same address",
+                   "%r, first %r" % (again, fw))
+        mcp = McpClient(port)
+        mcp.initialize()
+        text, sc = tool_json(mcp.call("forward_port", {"id": vid, "port": 8080}))
+        tap.result(text == fw and sc == fw, "forward_port 8080 again (MCP): the same forward, same address",
+                   "%r %r" % (text, sc))
+        status, fw2 = api(port, "POST", "/vms/%s/forward" % vid, {"port": 9090})
+        tap.result(status == 200 and fw2["address"] != fw["address"], "forward_port 9090: another address",
+                   repr(fw2)[:200])
+        want = [{"port": 8080, "address": fw["address"]}, {"port": 9090, "address": fw2["address"]}]
+        status, rec = api(port, "GET", "/vms/" + vid)
+        tap.result(status == 200 and rec.get("forwards") == want, "get_vm lists both forwards (REST)",
+                   repr(rec.get("forwards")))
+        text, sc = tool_json(mcp.call("get_vm", {"id": vid}))
+        tap.result(text.get("forwards") == want and sc.get("forwards") == want, "get_vm lists both forwards (MCP)",
+                   repr(text.get("forwards")))
+        status, vms = api(port, "GET", "/vms")
+        tap.result(status == 200 and [v.get("forwards") for v in vms] == [want], "list_vms shows them too",
+                   repr(vms)[:300])
+        text, sc = tool_json(mcp.call("list_vms"))
+        tap.result([v.get("forwards") for v in text] == [want] and [v.get("forwards") for v in sc["vms"]] == [want],
+                   "... on MCP as well", repr(sc)[:300])
+        with open(os.path.join(state, "vms", vid, "vm.json")) as f:
+            disk = json.load(f)
+        tap.result(disk.get("forwards") == want, "vm.json keeps them", repr(disk.get("forwards")))
+
+        # stopped: the forward stays, and a connection ends at once instead of hanging
+        status, rec = api(port, "POST", "/vms/%s/stop" % vid)
+        tap.result(status == 200 and rec["state"] == "stopped" and rec.get("forwards") == want,
+                   "stop_vm: stopped, the forwards still listed", repr(rec)[:300])
+        t0 = time.monotonic()
+        got = forward_read(fw["address"], timeout=20)
+        tap.result(got == ("closed", b""),
+                   "a forward of a stopped VM ends the connection at once (%.2f s)" % (time.monotonic() - t0),
+                   repr(got))
+        status, rec = api(port, "POST", "/vms/%s/start" % vid)
+        tap.result(status == 200, "start_vm", repr(rec)[:300])
+        got = forward_read(fw["address"])
+        tap.result(got == ("data", hello), "... and the same forward reaches the guest again", repr(got))
+    finally:
+        d.stop(signal.SIGTERM, timeout=30)
+
+    # the process launcher stops the VM with the daemon; its forwards come back with the next one
+    d, port, ok = start("fwd-2")
+    if not ok:
+        return
+    try:
+        status, rec = api(port, "GET", "/vms/" + vid)
+        tap.result(status == 200 and rec["state"] == "stopped" and rec.get("forwards") == want,
+                   "after a restart: the forwards are listed, same addresses", repr(rec)[:300])
+        got = forward_read(fw["address"])
+        tap.result(got == ("closed", b""), "... and listen (the VM is stopped: the connection ends)", repr(got))
+    finally:
+        d.stop(signal.SIGTERM, timeout=30)
+
+    # another process takes 8080's host port while no daemon runs: the next one moves the forward
+    taken = socket.socket()
+    taken.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # past the TIME_WAIT of the last connection
+    taken.bind(("127.0.0.1", int(fw["address"].rsplit(":", 1)[1])))
+    taken.listen(1)
+    try:
+        d, port, ok = start("fwd-3")
+        if not ok:
+            return
+        try:
+            status, rec = api(port, "GET", "/vms/" + vid)
+            moved = (rec or {}).get("forwards") or []
+            tap.result(status == 200 and len(moved) == 2 and moved[0]["port"] == 8080
+                       and moved[0]["address"] not in (fw["address"], fw2["address"]) and moved[1] == want[1],
+                       "a host port taken meanwhile: that forward moves to a new port, the other stays",
+                       "%r, before %r" % (moved, want))
+            tap.result("was taken by another process; the forward moved to %s" % (moved[0]["address"] if moved else "?")
+                       in d.stderr(), "... and the daemon says so in its log", d.stderr()[-600:])
+            with open(os.path.join(state, "vms", vid, "vm.json")) as f:
+                disk = json.load(f)
+            tap.result(disk.get("forwards") == moved, "... and records the new address", repr(disk.get("forwards")))
+            status, rec = api(port, "POST", "/vms/%s/start" % vid)
+            got = forward_read(moved[0]["address"]) if moved else None
+            tap.result(status == 200 and got == ("data", hello), "start_vm: the moved forward reaches the guest",
+                       repr(got))
+            # a VM has at most 32 forwards; at the limit, the ones it has are still answered
+            codes = [api(port, "POST", "/vms/%s/forward" % vid, {"port": 10000 + i})[0] for i in range(30)]
+            status, r = api(port, "POST", "/vms/%s/forward" % vid, {"port": 11000})
+            tap.result(codes == [200] * 30 and status == 409 and r["error"]["code"] == "conflict"
+                       and r["error"]["message"] == "conflict: vm %s has 32 forwards, the most a VM can have" % vid,
+                       "a 33rd forward is a conflict", "%r %r" % (codes, r))
+            status, r = api(port, "POST", "/vms/%s/forward" % vid, {"port": 8080})
+            tap.result(status == 200 and r["address"] == moved[0]["address"], "... an existing one is still answered",
+                       repr(r))
+            status, _ = api(port, "DELETE", "/vms/" + vid, timeout=60)
+            gone = [forward_read(f["address"], timeout=3)[0] for f in moved]
+            tap.result(status == 204 and gone == ["refused", "refused"], "delete_vm closes every forward", repr(gone))
+        finally:
+            d.stop(signal.SIGTERM, timeout=30)
+    finally:
+        taken.close()
+
+
+def test_host_alias(work):
+    """create_network's enable_host_alias: with it on (REST), a guest reaches a host loopback listener
+    through the network's .254; with it off (MCP, explicitly false), it does not."""
+    guest = os.environ.get("FAKE_GUEST")
+    if not guest or not os.access(guest, os.X_OK):
+        tap.skip("host alias", "FAKE_GUEST (tests/net/fake-guest) not built")
+        return
+    images, vars_ = fake_images(work, "h")
+    loop_port, loop_hits = listener("127.0.0.1")
+    plan_file = os.path.join(work, "plan-h.json")
+    with open(plan_file, "w") as f:
+        json.dump({"ha-on": ["--timeout-ms", "4000", "dhcp", "tcp", "10.61.0.254:%d" % loop_port],
+                   "ha-off": ["--timeout-ms", "4000", "dhcp", "tcp-fail", "10.62.0.254:%d" % loop_port]}, f)
+    env = base_env(work, FAKE_QEMU="", FAKE_GUEST=guest, FAKE_GUEST_PLAN=plan_file)
+    env["PATH"] = FAKES + ":" + env.get("PATH", "/usr/bin:/bin")
+    state = os.path.join(work, "state-h")
+    d, port, ok, why = fake_daemon(work, "alias", state, images, vars_, env)
+    tap.result(ok, "alias: serving", why)
+    if not ok:
+        return
+    try:
+        status, n = api(port, "POST", "/networks", {"name": "alias-on", "cidr": "10.61.0.0/24",
+                                                     "enable_host_alias": True})
+        tap.result(status == 201 and n["spec"].get("enableHostAlias") is True,
+                   "create_network enable_host_alias true (REST): the spec says so", repr(n)[:300])
+        mcp = McpClient(port)
+        mcp.initialize()
+        text, sc = tool_json(mcp.call("create_network", {"name": "alias-off", "cidr": "10.62.0.0/24",
+                                                         "enable_host_alias": False}))
+        tap.result("enableHostAlias" not in text["spec"] and sc == text,
+                   "create_network enable_host_alias false (MCP): off, as by default", repr(text)[:300])
+        status, n = api(port, "GET", "/networks/alias-on")
+        text, _ = tool_json(mcp.call("get_network", {"name": "alias-on"}))
+        tap.result(status == 200 and n["spec"].get("enableHostAlias") is True and text == n,
+                   "get_network shows enableHostAlias on REST and MCP", repr(n)[:300])
+        vmdir = {}
+        for host, net in (("ha-on", "alias-on"), ("ha-off", "alias-off")):
+            status, vm = api(port, "POST", "/vms", dict(CREATE, name=host, hostname=host, network=net))
+            tap.result(status == 201, "create_vm %s on %s" % (host, net), repr(vm)[:300])
+            if status != 201:
+                return
+            vmdir[host] = os.path.join(state, "vms", vm["id"])
+        out_on, out_off = wait_guest(vmdir["ha-on"]), wait_guest(vmdir["ha-off"])
+        check(out_on, "ok tcp 10.61.0.254:%d" % loop_port,
+              "alias on: the guest reaches the host's 127.0.0.1 through 10.61.0.254")
+        check(out_off, "ok tcp-fail 10.62.0.254:%d" % loop_port, "alias off: 10.62.0.254 reaches nothing")
+        tap.result(len(loop_hits) == 1, "the loopback listener saw exactly the one connection", repr(loop_hits))
+    finally:
+        d.stop(signal.SIGTERM, timeout=30)
+
+
 if __name__ == "__main__":
-    sys.exit(run([test_network, test_exec_forward], 300, "vmm-net-"))
+    sys.exit(run([test_network, test_exec_forward, test_forwards, test_host_alias], 300, "vmm-net-"))

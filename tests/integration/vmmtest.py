@@ -216,6 +216,33 @@ def port_refuses(port):
     return False
 
 
+def forward_read(address, timeout=20):
+    """Connects to a forward_port address and reads until the other side ends the connection:
+    ("data", bytes) when it answered, ("closed", b"") when it ended without a byte (a reset
+    included), ("timeout", bytes so far) when nothing ended it, ("refused", b"") when nothing
+    listens."""
+    try:
+        h, p = address.rsplit(":", 1)
+        s = socket.create_connection((h, int(p)), timeout=timeout)
+    except (OSError, AttributeError, ValueError):
+        return "refused", b""
+    s.settimeout(timeout)
+    data = b""
+    try:
+        while True:
+            chunk = s.recv(4096)
+            if not chunk:
+                break
+            data += chunk
+    except socket.timeout:
+        return "timeout", data
+    except ConnectionResetError:
+        pass
+    finally:
+        s.close()
+    return ("data" if data else "closed"), data
+
+
 def content_type(headers):
     return headers.get("content-type", "").split(";")[0].strip()
 
@@ -360,6 +387,34 @@ class Daemon:
 
 # ---------------------------------------------------------------------------------------------
 # MCP
+
+
+FAKES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fakes")
+
+
+def fake_images(workdir, suffix):
+    """An image directory holding fake_1.0 and a firmware file, for the fake QEMU of fakes/:
+    (image dir, firmware path)."""
+    images = os.path.join(workdir, "images-" + suffix)
+    os.makedirs(images)
+    for ext in (".efi", ".raw"):
+        with open(os.path.join(images, "fake_1.0" + ext), "wb") as f:
+            f.write(b"\0" * 4096)
+    firmware = os.path.join(workdir, "vars-" + suffix)
+    with open(firmware, "wb") as f:
+        f.write(b"\0" * 4096)
+    return images, firmware
+
+
+def fake_daemon(workdir, name, state, images, firmware, env, launcher="process", timeout=20):
+    """`vm-manager serve` on the fake QEMU (env's PATH must start with FAKES) on a free port:
+    (Daemon, port, ok, why)."""
+    port = free_port()
+    d = Daemon(workdir, name, ["--listen", "%s:%d" % (HOST, port), "--state-dir", state, "--image-dir", images,
+                               "--ovmf-code", firmware, "--ovmf-vars", firmware, "--launcher", launcher,
+                               "--log-level", "debug"], env=env)
+    ok, why = d.wait_healthy(port, timeout=timeout)
+    return d, port, ok, why
 
 
 class McpClient:

@@ -1099,6 +1099,90 @@ static void test_udp_build_zero_checksum(void **state) {
         assert_true(checksums_valid(out, &f));
 }
 
+/* The reset for a segment that belongs to no connection: addresses and ports swapped, checksums right,
+ * and the numbers RFC 9293 3.10.7.1 asks for. */
+static void test_tcp_build_reset(void **state) {
+        uint8_t frame[256], out[NET_TCP_RESET_FRAME_LEN];
+        TestPacket p = {
+                .src_mac = other_guest_mac,
+                .src = HOST_ALIAS,
+                .dst = GUEST,
+                .sport = 41000,
+                .dport = 22,
+                .tcp_flags = TCP_SYN,
+                .tcp_options = 12,
+        };
+        size_t len = build_packet(frame, sizeof(frame), &p);
+        NetFrame f, r;
+
+        /* a SYN (sequence 0x11112222): sequence 0, ACK of the SYN */
+        assert_ok(net_frame_parse(frame, len, &f));
+        memset(out, 0xaa, sizeof(out));
+        assert_int_equal(net_tcp_build_reset(out, frame, len, &f), NET_TCP_RESET_FRAME_LEN);
+        assert_memory_equal(out, other_guest_mac, NET_ETH_ALEN);
+        assert_memory_equal(out + NET_ETH_ALEN, gateway_mac, NET_ETH_ALEN);
+        assert_ok(net_frame_parse(out, sizeof(out), &r));
+        assert_true(r.is_ipv4 && r.has_ports);
+        assert_int_equal(r.ip_src, GUEST);
+        assert_int_equal(r.ip_dst, HOST_ALIAS);
+        assert_int_equal(r.sport, 22);
+        assert_int_equal(r.dport, 41000);
+        assert_int_equal(r.tcp_flags, 0x04 | TCP_ACK);
+        assert_int_equal(r.l4_length, 20);
+        assert_true(checksums_valid(out, &r));
+        assert_int_equal(be16_at(out + r.l4_offset + 4), 0);
+        assert_int_equal(be16_at(out + r.l4_offset + 6), 0);
+        assert_int_equal(be16_at(out + r.l4_offset + 8), 0x1111);
+        assert_int_equal(be16_at(out + r.l4_offset + 10), 0x2223);
+
+        /* a SYN with data and FIN: all of it acknowledged */
+        p.tcp_flags = TCP_SYN | 0x01;
+        p.payload_len = 5;
+        len = build_packet(frame, sizeof(frame), &p);
+        assert_ok(net_frame_parse(frame, len, &f));
+        assert_int_equal(net_tcp_build_reset(out, frame, len, &f), NET_TCP_RESET_FRAME_LEN);
+        assert_ok(net_frame_parse(out, sizeof(out), &r));
+        assert_true(checksums_valid(out, &r));
+        assert_int_equal(be16_at(out + r.l4_offset + 10), 0x2222 + 5 + 2);
+
+        /* a segment that acknowledges: the reset takes its sequence number from that, without ACK */
+        p.tcp_flags = TCP_ACK;
+        p.payload_len = 0;
+        len = build_packet(frame, sizeof(frame), &p);
+        put16(frame + NET_ETH_HLEN + 20 + 8, 0xdead);
+        put16(frame + NET_ETH_HLEN + 20 + 10, 0xbeef);
+        assert_ok(net_frame_parse(frame, len, &f));
+        assert_int_equal(net_tcp_build_reset(out, frame, len, &f), NET_TCP_RESET_FRAME_LEN);
+        assert_ok(net_frame_parse(out, sizeof(out), &r));
+        assert_true(checksums_valid(out, &r));
+        assert_int_equal(r.tcp_flags, 0x04);
+        assert_int_equal(be16_at(out + r.l4_offset + 4), 0xdead);
+        assert_int_equal(be16_at(out + r.l4_offset + 6), 0xbeef);
+        assert_int_equal(be16_at(out + r.l4_offset + 8), 0);
+        assert_int_equal(be16_at(out + r.l4_offset + 10), 0);
+
+        /* never a reset for a reset, nor for what is not TCP or not whole */
+        p.tcp_flags = 0x04 | TCP_ACK;
+        len = build_packet(frame, sizeof(frame), &p);
+        assert_ok(net_frame_parse(frame, len, &f));
+        assert_errno(net_tcp_build_reset(out, frame, len, &f), -EINVAL);
+        p.tcp_flags = TCP_SYN;
+        p.proto = NET_IPPROTO_UDP;
+        len = build_packet(frame, sizeof(frame), &p);
+        assert_ok(net_frame_parse(frame, len, &f));
+        assert_errno(net_tcp_build_reset(out, frame, len, &f), -EINVAL);
+        p.proto = 0;
+        p.frag = IP_MF;
+        len = build_packet(frame, sizeof(frame), &p);
+        assert_ok(net_frame_parse(frame, len, &f));
+        assert_errno(net_tcp_build_reset(out, frame, len, &f), -EINVAL);
+        /* f must describe the frame it is given */
+        p.frag = 0;
+        len = build_packet(frame, sizeof(frame), &p);
+        assert_ok(net_frame_parse(frame, len, &f));
+        assert_errno(net_tcp_build_reset(out, frame, NET_ETH_HLEN + 30, &f), -EINVAL);
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_checksum),
@@ -1120,6 +1204,7 @@ int main(void) {
                 cmocka_unit_test(test_arp_build),
                 cmocka_unit_test(test_udp_build),
                 cmocka_unit_test(test_udp_build_zero_checksum),
+                cmocka_unit_test(test_tcp_build_reset),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -340,9 +340,101 @@ static void test_ports(void **state) {
         assert_null(net_switch_find_port(f->sw, "a"));
 }
 
+/* A client of a loopback forward: a connection to 127.0.0.1:port (the kernel completes it against
+ * slirp's listener), made non-blocking for the loop. */
+static int forward_connect(uint16_t port) {
+        struct sockaddr_in sa = { .sin_family = AF_INET,
+                                  .sin_port = htons(port),
+                                  .sin_addr = { htonl(INADDR_LOOPBACK) } };
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+        assert_true(fd >= 0);
+        assert_ok(RET_NERRNO(connect(fd, (struct sockaddr *) &sa, sizeof(sa))));
+        assert_ok(RET_NERRNO(fcntl(fd, F_SETFL, O_NONBLOCK)));
+        return fd;
+}
+
+/* Runs the loop and reads fd until its end (EOF or a reset) or the timeout; returns whether it ended,
+ * with what was read in buf. */
+static bool forward_read_all(Fixture *f, int fd, char *buf, size_t size, usec_t timeout) {
+        usec_t deadline = now_usec(CLOCK_MONOTONIC) + timeout;
+        size_t n = 0;
+
+        buf[0] = 0;
+        while (now_usec(CLOCK_MONOTONIC) < deadline) {
+                ssize_t k;
+
+                assert_true(sd_event_run(f->event, 20 * USEC_PER_MSEC) >= 0);
+                k = recv(fd, buf + n, size - 1 - n, 0);
+                if (k > 0) {
+                        n += (size_t) k;
+                        buf[n] = 0;
+                } else if (k == 0 || errno != EAGAIN)
+                        return true;
+        }
+        return false;
+}
+
+/* forward_port's listener: at a free port or a given one; with no link behind the port a connection
+ * ends at once (the gateway's SYN is reset) instead of hanging until slirp gives up after 75 s; with
+ * a guest behind it, the connection reaches the guest's port. */
+static void test_loopback_forward(void **state) {
+        Fixture *f = *state;
+        char *server[] = { (char *) "--timeout-ms",
+                           (char *) "5000",
+                           (char *) "--ip",
+                           (char *) "10.77.0.3",
+                           (char *) "serve",
+                           (char *) "8080",
+                           NULL };
+        struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr = { htonl(INADDR_LOOPBACK) } };
+        socklen_t salen = sizeof(sa);
+        _cleanup_close_ int taken = -EBADF;
+        uint16_t host_port, again;
+        char buf[256];
+        uint8_t mac[6];
+        NetPort *p;
+        int fd;
+
+        switch_new(f, NULL);
+        mac_of(2, mac);
+        assert_ok(net_switch_add_port(f->sw, "a", mac, (struct in_addr){ inet_addr("10.77.0.2") }, &p));
+        assert_ok(net_port_add_loopback_forward(p, 22, /* host_port= */ 0, &host_port));
+        assert_true(host_port > 0);
+        fd = forward_connect(host_port);
+        assert_true(forward_read_all(f, fd, buf, sizeof(buf), 10 * USEC_PER_SEC));
+        assert_string_equal(buf, "");
+        safe_close(fd);
+
+        /* the same host port again once the port (and its listener) is gone */
+        net_port_remove(p);
+        assert_ok(net_switch_add_port(f->sw, "a", mac, (struct in_addr){ inet_addr("10.77.0.2") }, &p));
+        assert_ok(net_port_add_loopback_forward(p, 22, host_port, &again));
+        assert_int_equal(again, host_port);
+        /* a port another process listens on */
+        taken = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        assert_true(taken >= 0);
+        assert_ok(RET_NERRNO(bind(taken, (struct sockaddr *) &sa, sizeof(sa))));
+        assert_ok(RET_NERRNO(listen(taken, 1)));
+        assert_ok(RET_NERRNO(getsockname(taken, (struct sockaddr *) &sa, &salen)));
+        assert_errno(net_port_add_loopback_forward(p, 80, ntohs(sa.sin_port), &again), -EADDRINUSE);
+
+        if (!fake_guest())
+                return;
+        Guest *g = guest_start(f, 3, 0, server);
+        assert_ok(net_port_add_loopback_forward(g->port, 8080, /* host_port= */ 0, &host_port));
+        fd = forward_connect(host_port);
+        assert_true(forward_read_all(f, fd, buf, sizeof(buf), 10 * USEC_PER_SEC));
+        assert_string_equal(buf, "hello from 10.77.0.3\n");
+        safe_close(fd);
+        run_guests(f);
+        assert_line(g, "ok serve 8080 connections=1");
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test_setup_teardown(test_ports, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_loopback_forward, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_neighbours_and_spoofing, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_hundred_guests, setup, teardown),
         };

@@ -250,6 +250,12 @@ static void test_create_accepts_edges(void **state) {
         create(reg, "{\"name\":\"e\",\"cidr\":\"1.0.0.0/16\"}");
         create(reg, "{\"name\":\"f\",\"cidr\":\"126.255.0.0/16\"}");
         assert_int_equal(network_registry_size(reg), 8);
+
+        /* The host alias, off unless asked for. */
+        n = create(reg, "{\"name\":\"g\",\"cidr\":\"10.8.0.0/24\",\"enable_host_alias\":true}");
+        assert_true(n->enable_host_alias);
+        n = create(reg, "{\"name\":\"h\",\"cidr\":\"10.8.1.0/24\",\"enable_host_alias\":false}");
+        assert_false(n->enable_host_alias);
 }
 
 typedef struct InvalidCase {
@@ -270,6 +276,9 @@ static const InvalidCase invalid_cases[] = {
         { "{\"name\":\"x\",\"cidr\":\"10.0.0.0/24\",\"dns_search_domain\":5}",
           "\"dns_search_domain\"",
           "expected a string" },
+        { "{\"name\":\"x\",\"cidr\":\"10.0.0.0/24\",\"enable_host_alias\":\"yes\"}",
+          "\"enable_host_alias\"",
+          "expected a boolean" },
         { "{\"name\":\"x\",\"cidr\":\"10.0.0.0/24\",\"enableHostAlias\":true}",
           "\"enableHostAlias\"",
           "unknown field" },
