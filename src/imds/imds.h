@@ -23,3 +23,6 @@ void imds_handle(HttpRequest *req, void *userdata);
 #define IMDS_USER_DATA_GATED "user-data is released after the initrd-stage attestation verifies"
 #define IMDS_RETRY_AFTER "2"
 #define IMDS_REPORT_MAX ((size_t) 8 << 20)
+#define IMDS_REPORT_BUSY "the previous report is still being stored; retry later"
+#define IMDS_REPORTS_BUSY "too many reports are being stored; retry later"
+#define IMDS_REPORT_RETRY_AFTER "1"

@@ -61,6 +61,16 @@ def upload(state, vid, doc):
     return status, payload
 
 
+def wait_mapped(port, vid, timeout=60):
+    """get_vm_metrics once the stored report a restarted daemon maps again (off its loop) is back."""
+    deadline = time.monotonic() + timeout
+    while True:
+        status, m = api(port, "GET", "/vms/%s/metrics" % vid)
+        if status != 200 or m.get("guest") is not None or time.monotonic() > deadline:
+            return m
+        time.sleep(0.05)
+
+
 def scrape(port):
     status, headers, data = http_request(port, "GET", "/metrics", timeout=30)
     return status, {k.lower(): v for k, v in headers.items()}, data.decode("utf-8", "replace")
@@ -357,7 +367,8 @@ def run_checks(work, d, port, state, images, vars_, env):
     if not ok:
         return
     try:
-        status, m = api(port2, "GET", "/vms/%s/metrics" % vid)
+        m = wait_mapped(port2, vid)
+        wait_mapped(port2, vb)
         g, g0 = m.get("guest") or {}, before.get("guest") or {}
         tap.result(g.get("series_exported") == 8 and g.get("received_at") == g0.get("received_at")
                    and g.get("generated_at") == "2026-09-12T14:17:48Z",
