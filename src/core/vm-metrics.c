@@ -188,6 +188,8 @@ static void upload_take(Vm *v, ReportJob *j) {
         manager_touch(vm_manager(v));
 }
 
+static void report_load_next(Manager *m);
+
 /* Back on the loop. */
 static void report_done(void *userdata, bool ran) {
         _cleanup_(report_job_freep) ReportJob *j = userdata;
@@ -199,20 +201,18 @@ static void report_done(void *userdata, bool ran) {
         int r;
 
         if (j->load) {
-                g->loading = false;
-                if (!ran || gone)
-                        return;
-                if (j->r < 0) {
+                g->loading = g->load_running = false;
+                if (ran && !gone && j->r < 0)
                         log_warning(
                                 "VM %s: its stored report %s is not used: %s",
                                 vm_id(v),
                                 j->path,
                                 strerror(-j->r));
-                        return;
-                }
                 /* an upload that came in meanwhile is newer */
-                if (g->uploads == 0)
+                else if (ran && !gone && g->uploads == 0)
                         guest_take(v, TAKE_PTR(j->report), j->received_at);
+                if (ran)
+                        report_load_next(m);
                 return;
         }
 
@@ -306,24 +306,57 @@ int vm_report_upload(Vm *v, const void *body, size_t size, VmReportDone done, vo
         return 0;
 }
 
-void vm_report_load(Vm *v) {
+/* Maps v's stored report off the loop. */
+static int report_load_submit(Vm *v) {
         _cleanup_(report_job_freep) ReportJob *j = NULL;
         int r;
 
         r = report_job_new(v, /* load= */ true, &j);
-        if (r >= 0) {
-                /* what a daemon killed while storing an upload left behind */
-                (void) write_file_atomic_cleanup(j->path);
-                if (access(j->path, F_OK) < 0)
-                        return;
+        if (r >= 0)
                 r = report_submit(vm_manager(v), j);
-        }
         if (r < 0) {
                 log_warning("VM %s: its stored report is not used: %s", vm_id(v), strerror(-r));
-                return;
+                vm_guest(v)->loading = false;
+                return r;
         }
         TAKE_PTR(j);
+        vm_guest(v)->load_running = true;
+        return 0;
+}
+
+/* The stored reports go to the worker one at a time, so that an upload waits behind one of them
+ * at most. */
+static void report_load_next(Manager *m) {
+        for (size_t i = 0; i < m->n_vms; i++)
+                if (vm_guest(m->vms[i])->load_running)
+                        return;
+        for (size_t i = 0; i < m->n_vms; i++) {
+                VmGuest *g = vm_guest(m->vms[i]);
+
+                if (g->loading && g->uploads > 0)
+                        g->loading = false; /* an upload came first: the stored one is older */
+                else if (g->loading && report_load_submit(m->vms[i]) >= 0)
+                        return;
+        }
+}
+
+void vm_report_load(Vm *v) {
+        _cleanup_free_ char *path = vm_path(v, "report.json");
+        Manager *m = vm_manager(v);
+
+        if (!path)
+                return;
+        /* what a daemon killed while storing an upload left behind */
+        (void) write_file_atomic_cleanup(path);
+        if (access(path, F_OK) < 0)
+                return;
         vm_guest(v)->loading = true;
+        /* v joins the registry after this: the first load starts here, the others follow from
+         * report_done() */
+        for (size_t i = 0; i < m->n_vms; i++)
+                if (vm_guest(m->vms[i])->loading)
+                        return;
+        (void) report_load_submit(v);
 }
 
 int vm_report_json(Vm *v, json_t **ret, ApiError *reterr) {

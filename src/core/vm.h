@@ -157,7 +157,8 @@ typedef struct VmGuest {
         uint64_t uploads;                  /* since the daemon started */
         uint64_t dropped[_GUEST_DROP_MAX]; /* series dropped, summed over uploads */
         bool uploading;                    /* an upload is being parsed and stored */
-        bool loading;                      /* the stored report is being mapped again (start-up) */
+        bool loading;                      /* the stored report waits to be mapped again (start-up) */
+        bool load_running;                 /* ... and is being mapped */
 } VmGuest;
 
 VmGuest *vm_guest(Vm *v);

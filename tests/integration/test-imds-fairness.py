@@ -7,6 +7,7 @@ IMDS listeners (<vm>/imds.sock, as the gateway delivers a guest's connections) o
   * a second upload of a VM whose first is still in flight gets 429 with Retry-After, and an
     upload beyond the daemon-wide number in flight 503 with Retry-After;
   * a VM deleted while its upload is processed leaves no directory behind;
+  * after a restart the daemon answers while the stored reports are mapped again;
   * 4,200 connections held on one VM's listener (beyond the 4,096 the server takes in all): that
     VM's connections beyond its own limit are closed, another VM still answers, and once the
     held connections close the VM answers again;
@@ -100,7 +101,8 @@ def imds(sock, path):
         return None, repr(e)
 
 
-def start(work, name):
+def start(work, name, state_of=None):
+    """A daemon on the state directory of name (or of state_of, to start one again)."""
     images = os.path.join(work, "images")
     os.makedirs(images, exist_ok=True)
     for ext in (".efi", ".raw"):
@@ -111,7 +113,7 @@ def start(work, name):
         f.write(b"\0" * 4096)
     env = base_env(work, FAKE_QEMU="install-exit:0")
     env["PATH"] = FAKES + ":" + env.get("PATH", "/usr/bin:/bin")
-    state = os.path.join(work, "state-" + name)
+    state = os.path.join(work, "state-" + (state_of or name))
     port = free_port()
     d = Daemon(work, name, ["--listen", "%s:%d" % (HOST, port), "--state-dir", state, "--image-dir", images,
                             "--ovmf-code", vars_, "--ovmf-vars", vars_, "--launcher", "process"], env=env)
@@ -212,6 +214,30 @@ def test_uploads(work):
                "gone" % up.status,
                "delete %r, left: %r" % (status, os.listdir(vm_dir) if os.path.exists(vm_dir) else None))
     tap.result(healthz(port) == 200, "... and the daemon serves on", "")
+
+    # a restart maps the stored reports again off the loop: the daemon answers before they are
+    # all back, and says so for those still waiting
+    del vms["up-f"]
+    stored = [Upload(sock, body).wait() for _, sock in vms.values()]
+    tap.result(stored == [204] * len(vms), "an 8 MiB report stored for each of %d VMs" % len(vms), repr(stored))
+    rc, _ = d.stop(timeout=60)
+    tap.result(rc == 0, "the daemon stops cleanly", rc)
+    d, port, _, ok = start(work, "uploads-again", state_of="uploads")
+    if not ok:
+        return
+    notes = [api(port, "GET", "/vms/%s/metrics" % vid)[1].get("note") for vid, _ in vms.values()]
+    loading = "the guest's stored report is being mapped again after a restart; its series follow"
+    tap.result(loading in notes, "right after a restart, /healthz and get_vm_metrics answer while the stored "
+               "reports are mapped again: the note says so", repr(notes))
+    deadline = time.monotonic() + 120
+    mapped = []
+    while time.monotonic() < deadline:
+        mapped = [(api(port, "GET", "/vms/%s/metrics" % vid)[1].get("guest") or {}).get("series")
+                  for vid, _ in vms.values()]
+        if mapped == [32000] * len(vms):
+            break
+        time.sleep(0.1)
+    tap.result(mapped == [32000] * len(vms), "... and then all %d are back" % len(vms), repr(mapped))
     rc, _ = d.stop(timeout=60)
     tap.result(rc == 0, "the daemon stops cleanly", rc)
 
