@@ -359,6 +359,33 @@ void vm_report_load(Vm *v) {
         (void) report_load_submit(v);
 }
 
+int vm_report_open(Vm *v, int *ret_fd, uint64_t *ret_size, ApiError *reterr) {
+        _cleanup_free_ char *path = NULL;
+        _cleanup_close_ int fd = -EBADF;
+        struct stat st;
+
+        /* Only an upload this daemon parsed (taken, or mapped again at start-up) is known to be
+         * JSON: a file still being mapped, or left by a daemon that stored any bytes, is not. */
+        if (!vm_guest(v)->has_upload)
+                return -EMEDIUMTYPE;
+        path = vm_path(v, "report.json");
+        if (!path)
+                return -ENOMEM;
+        fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+        if (fd < 0 && errno == ENOENT)
+                return api_error_set(
+                        reterr,
+                        -ENOENT,
+                        API_ERROR_NOT_FOUND,
+                        "vm \"%s\" has no systemd-report upload yet",
+                        vm_id(v));
+        if (fd < 0 || fstat(fd, &st) < 0)
+                return api_error_set(reterr, -errno, API_ERROR_INTERNAL, "%s: %m", path);
+        *ret_fd = TAKE_FD(fd);
+        *ret_size = (uint64_t) st.st_size;
+        return 0;
+}
+
 int vm_report_json(Vm *v, json_t **ret, ApiError *reterr) {
         _cleanup_free_ char *path = vm_path(v, "report.json"), *data = NULL;
         json_t *j;

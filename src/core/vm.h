@@ -175,8 +175,10 @@ int vm_report_upload(Vm *v, const void *body, size_t size, VmReportDone done, vo
 /* At start-up: the upload a previous daemon stored, mapped again off the loop (its file time is the
  * receive time). An upload that arrives first wins. */
 void vm_report_load(Vm *v);
-/* GET /vms/{id}/report: the last upload re-encoded (a JSON string when it is not JSON); not_found when
- * there is none. */
+/* GET /vms/{id}/report: the stored upload, to be sent as it is (a file of 8 MiB is not parsed on the
+ * loop): a new fd and its size. -EMEDIUMTYPE when it is not known to be JSON: vm_report_json() then. */
+int vm_report_open(Vm *v, int *ret_fd, uint64_t *ret_size, ApiError *reterr);
+/* ... the last upload re-encoded (a JSON string when it is not JSON); not_found when there is none. */
 int vm_report_json(Vm *v, json_t **ret, ApiError *reterr);
 /* get_vm_metrics: the host's view of the VM and a summary of its last report (api-contract §5.10). */
 int vm_metrics_json(Vm *v, json_t **ret, ApiError *reterr);

@@ -7,6 +7,7 @@ IMDS listeners (<vm>/imds.sock, as the gateway delivers a guest's connections) o
   * a second upload of a VM whose first is still in flight gets 429 with Retry-After, and an
     upload beyond the daemon-wide number in flight 503 with Retry-After;
   * a VM deleted while its upload is processed leaves no directory behind;
+  * GET /vms/{id}/report sends the stored upload as it is;
   * after a restart the daemon answers while the stored reports are mapped again;
   * 4,200 connections held on one VM's listener (beyond the 4,096 the server takes in all): that
     VM's connections beyond its own limit are closed, another VM still answers, and once the
@@ -187,6 +188,11 @@ def test_uploads(work):
     g = (m or {}).get("guest") or {}
     tap.result(status == 200 and g.get("series") == 32000 and g.get("series_exported") == 1000,
                "the upload is mapped: 32,000 entries, 1,000 exported", repr(g)[:300])
+    # read back as stored, not parsed and re-encoded on the loop
+    status, headers, data = http_request(port, "GET", "/api/v1/vms/%s/report" % vms["up-a"][0], timeout=60)
+    tap.result(status == 200 and headers.get("content-type") == "application/json" and data == body,
+               "GET /vms/{id}/report: the 8 MiB upload byte for byte, as application/json",
+               "%r %r %d bytes" % (status, headers.get("content-type"), len(data)))
 
     # six VMs upload at once: the bodies arrive interleaved, so they are complete at about the
     # same time, and those beyond the daemon-wide number in flight are refused
