@@ -25,8 +25,8 @@ import time
 
 here = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, here)
-from vmmtest import (Daemon, HOST, api, base_env, free_port, http_request, imds_request, run,  # noqa: E402
-                     tap, wait_state)
+from vmmtest import (Daemon, HOST, api, base_env, fake_image_dir, free_port, http_request, imds_request,  # noqa: E402
+                     run, tap, wait_state)
 
 FAKES = os.path.join(here, "fakes")
 CREATE = {"memory_mib": 512, "disk_gib": 1, "require_attestation": False, "wait_for": "none"}
@@ -104,14 +104,7 @@ def imds(sock, path):
 
 def start(work, name, state_of=None):
     """A daemon on the state directory of name (or of state_of, to start one again)."""
-    images = os.path.join(work, "images")
-    os.makedirs(images, exist_ok=True)
-    for ext in (".efi", ".raw"):
-        with open(os.path.join(images, "fake_1.0" + ext), "wb") as f:
-            f.write(b"\0" * 4096)
-    vars_ = os.path.join(work, "vars")
-    with open(vars_, "wb") as f:
-        f.write(b"\0" * 4096)
+    images, vars_ = fake_image_dir(work)
     env = base_env(work, FAKE_QEMU="install-exit:0")
     env["PATH"] = FAKES + ":" + env.get("PATH", "/usr/bin:/bin")
     state = os.path.join(work, "state-" + (state_of or name))
