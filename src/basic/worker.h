@@ -32,7 +32,8 @@ typedef struct WorkerOptions {
 
 int worker_new(sd_event *event, const WorkerOptions *o, Worker **ret);
 /* Ends the pool: jobs not yet started are finished with done(job, false) at once, running ones are
- * waited for (the loop blocks for as long as the longest of them) and finished with done(job, true). */
+ * waited for (the loop blocks for as long as the longest of them) and finished with done(job, true).
+ * Not from a done() callback of the same pool. */
 Worker *worker_free(Worker *w);
 DEFINE_TRIVIAL_CLEANUP_FUNC(Worker *, worker_free);
 
