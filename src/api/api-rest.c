@@ -215,8 +215,18 @@ bool api_rest_handle(ApiRest *a, HttpRequest *req) {
                         v = vid ? manager_find_vm(a->manager, vid) : NULL;
                         if (!v)
                                 r = api_error_set(&e, -ENOENT, API_ERROR_NOT_FOUND, "vm \"%s\"", vid ?: "");
-                        else
-                                r = vm_report_json(v, &result, &e);
+                        else {
+                                int fd;
+                                uint64_t size;
+
+                                r = vm_report_open(v, &fd, &size, &e);
+                                if (r >= 0) {
+                                        (void) http_request_reply_fd(req, 200, "application/json", fd, size);
+                                        return true;
+                                }
+                                if (r == -EMEDIUMTYPE)
+                                        r = vm_report_json(v, &result, &e);
+                        }
                         if (r < 0)
                                 reply_error(req, &e);
                         else

@@ -324,6 +324,8 @@ static int manager_switches_start(Manager *m, ApiError *reterr) {
 Manager *manager_free(Manager *m) {
         if (!m)
                 return NULL;
+        /* first: the jobs still running finish while their VMs exist */
+        m->report_worker = worker_free(m->report_worker);
         while (m->n_vms > 0)
                 manager_remove_vm(m, m->vms[m->n_vms - 1]);
         free(m->vms);

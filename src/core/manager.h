@@ -14,6 +14,7 @@
 #include "storage.h"
 #include "vm-unit.h"
 #include "vm.h"
+#include "worker.h"
 
 /* The service behind both surfaces: it owns the records (networks, images, host facts, and the VMs
  * of later parts) and runs every operation. REST and MCP only translate to and from it. */
@@ -108,6 +109,7 @@ typedef struct Manager {
         MetricsHistogram install_seconds, boot_to_ready_seconds;
         size_t guest_series_limit;
         size_t metrics_size_hint; /* bytes of the last exposition */
+        Worker *report_worker;    /* parses and stores guest reports off the loop; made on first use */
 
         /* VM records that did not load at start-up, set aside in <state>/quarantine/<id>: get_host
          * lists them, delete_vm of their id removes them with their disk and lease. */

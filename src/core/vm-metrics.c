@@ -24,6 +24,8 @@
 #define GUEST_NOTE_NONE "no systemd-report upload from the guest yet; host metrics only"
 #define GUEST_NOTE_NOT_REPORT \
         "the guest's last upload is not a systemd-report and was not exported; see raw_report_url"
+#define GUEST_NOTE_LOADING \
+        "the guest's stored report is being mapped again after a restart; its series follow"
 
 void vm_guest_done(VmGuest *g) {
         g->report = guest_report_free(g->report);
@@ -76,28 +78,97 @@ static void guest_take(Vm *v, GuestReport *rep, usec_t received_at) {
         g->report = rep;
 }
 
-int vm_report_upload(Vm *v, const void *body, size_t size, ApiError *reterr) {
-        _cleanup_(guest_report_freep) GuestReport *rep = NULL;
-        _cleanup_free_ char *path = vm_path(v, "report.json");
-        VmGuest *g = vm_guest(v);
-        struct timespec ts[2];
-        usec_t now;
-        int r;
+/* ---- parsing and storing off the loop ---------------------------------------------------------- */
 
-        if (!path)
+/* An upload of 8 MiB takes a tenth of a second or more to parse (more under sanitizers), and storing
+ * it fsyncs: both run on the report worker, one job at a time, at a lower priority than the loop. The
+ * loop keeps the VM, the manager and the answer; the worker gets the bytes and gives back the
+ * GuestReport. */
+typedef struct ReportJob {
+        /* the loop's */
+        Vm *vm; /* a reference */
+        VmReportDone done;
+        void *userdata;
+        /* the worker's input */
+        bool load; /* map the stored file again (start-up), else parse and store body */
+        char *dir, *path;
+        char *body;
+        size_t size, series_limit;
+        usec_t received_at; /* an upload's receive time, which becomes the file's; a load reads it back */
+        /* the worker's output */
+        int r;       /* of the parse (of reading the file, for a load) */
+        int r_store; /* of writing the file */
+        GuestReport *report;
+} ReportJob;
+
+static ReportJob *report_job_free(ReportJob *j) {
+        if (!j)
+                return NULL;
+        vm_unref(j->vm);
+        free(j->dir);
+        free(j->path);
+        free(j->body);
+        guest_report_free(j->report);
+        free(j);
+        return NULL;
+}
+
+DEFINE_TRIVIAL_CLEANUP_FUNC(ReportJob *, report_job_free);
+
+static int report_job_new(Vm *v, bool load, ReportJob **ret) {
+        _cleanup_(report_job_freep) ReportJob *j = calloc(1, sizeof(ReportJob));
+
+        if (!j)
                 return -ENOMEM;
-        r = guest_report_parse(body ?: "", size, vm_manager(v)->guest_series_limit, &rep);
-        if (r < 0)
-                return report_error(r, reterr);
-        r = write_file_atomic(path, body ?: "", size, 0600);
-        if (r < 0)
-                return api_error_set(reterr, r, API_ERROR_INTERNAL, "report not stored: %s", strerror(-r));
+        j->vm = vm_ref(v);
+        j->load = load;
+        j->dir = vm_path(v, "");
+        j->path = vm_path(v, "report.json");
+        if (!j->dir || !j->path)
+                return -ENOMEM;
+        j->series_limit = vm_manager(v)->guest_series_limit;
+        *ret = TAKE_PTR(j);
+        return 0;
+}
 
+/* On the worker thread: nothing but the job. */
+static void report_run(void *userdata) {
+        ReportJob *j = userdata;
+        _cleanup_free_ char *data = NULL;
+        struct timespec ts[2];
+        struct stat st;
+        size_t size;
+
+        if (j->load) {
+                if (stat(j->path, &st) < 0) {
+                        j->r = -errno;
+                        return;
+                }
+                j->received_at = (usec_t) st.st_mtim.tv_sec * USEC_PER_SEC +
+                        (usec_t) st.st_mtim.tv_nsec / NSEC_PER_USEC;
+                j->r = read_full_file(j->path, GUEST_REPORT_SIZE_MAX, &data, &size);
+                if (j->r >= 0)
+                        j->r = guest_report_parse(data, size, j->series_limit, &j->report);
+                return;
+        }
+
+        j->r = guest_report_parse(j->body, j->size, j->series_limit, &j->report);
+        if (j->r < 0)
+                return;
+        j->r_store = write_file_atomic(j->path, j->body, j->size, 0600);
+        if (j->r_store < 0)
+                return;
         /* the file's time is the receive time a restarted daemon reads back */
-        now = now_usec(CLOCK_REALTIME);
-        ts[0] = ts[1] = (struct timespec){ .tv_sec = (time_t) (now / USEC_PER_SEC),
-                                           .tv_nsec = (long) (now % USEC_PER_SEC) * 1000 };
-        (void) utimensat(AT_FDCWD, path, ts, 0);
+        ts[0] = ts[1] = (struct timespec){ .tv_sec = (time_t) (j->received_at / USEC_PER_SEC),
+                                           .tv_nsec = (long) (j->received_at % USEC_PER_SEC) * 1000 };
+        (void) utimensat(AT_FDCWD, j->path, ts, 0);
+        j->body = mfree(j->body);
+}
+
+/* A stored upload becomes the VM's current one. */
+static void upload_take(Vm *v, ReportJob *j) {
+        VmGuest *g = vm_guest(v);
+        GuestReport *rep = TAKE_PTR(j->report);
 
         g->uploads++;
         if (rep->is_report) {
@@ -110,34 +181,209 @@ int vm_report_upload(Vm *v, const void *body, size_t size, ApiError *reterr) {
                                 vm_id(v),
                                 rep->n_entries,
                                 rep->dropped[GUEST_DROP_LIMIT],
-                                vm_manager(v)->guest_series_limit);
+                                j->series_limit);
         } else
                 log_info("VM %s: its upload is not a systemd-report; stored, not exported.", vm_id(v));
-        guest_take(v, TAKE_PTR(rep), now);
+        guest_take(v, rep, j->received_at);
         manager_touch(vm_manager(v));
+}
+
+static void report_load_next(Manager *m);
+
+/* Back on the loop. */
+static void report_done(void *userdata, bool ran) {
+        _cleanup_(report_job_freep) ReportJob *j = userdata;
+        _cleanup_(api_error_done) ApiError e = API_ERROR_NULL;
+        Vm *v = j->vm;
+        Manager *m = vm_manager(v);
+        VmGuest *g = vm_guest(v);
+        bool gone = manager_find_vm(m, vm_id(v)) != v || vm_state(v) == VM_STATE_DELETING;
+        int r;
+
+        if (j->load) {
+                g->loading = g->load_running = false;
+                if (ran && !gone && j->r < 0)
+                        log_warning(
+                                "VM %s: its stored report %s is not used: %s",
+                                vm_id(v),
+                                j->path,
+                                strerror(-j->r));
+                /* an upload that came in meanwhile is newer */
+                else if (ran && !gone && g->uploads == 0)
+                        guest_take(v, TAKE_PTR(j->report), j->received_at);
+                if (ran)
+                        report_load_next(m);
+                return;
+        }
+
+        g->uploading = false;
+        if (!ran)
+                r = api_error_set(&e, -ESHUTDOWN, API_ERROR_CONFLICT, "vm-manager is shutting down");
+        else if (gone) {
+                /* The deletion may have emptied the directory while the worker wrote into it: once
+                 * the VM is out of the registry, nothing else removes what the worker left. */
+                if (!manager_find_vm(m, vm_id(v)))
+                        (void) rm_rf(j->dir);
+                r = api_error_set(&e, -ENOENT, API_ERROR_NOT_FOUND, "vm %s was deleted", vm_id(v));
+        } else if (j->r < 0)
+                r = report_error(j->r, &e);
+        else if (j->r_store < 0)
+                r = api_error_set(
+                        &e, j->r_store, API_ERROR_INTERNAL, "report not stored: %s", strerror(-j->r_store));
+        else {
+                upload_take(v, j);
+                r = 0;
+        }
+        if (j->done)
+                j->done(r, r < 0 ? &e : NULL, j->userdata);
+}
+
+static int report_submit(Manager *m, ReportJob *j) {
+        int r;
+
+        if (!m->report_worker) {
+                r = worker_new(
+                        m->event,
+                        &(WorkerOptions){
+                                .name = "vmm-report",
+                                .threads = 1,
+                                /* every VM's start-up load, and the uploads */
+                                .max_jobs = MANAGER_VMS_MAX + VM_REPORT_UPLOADS_MAX,
+                                .nice = 10,
+                        },
+                        &m->report_worker);
+                if (r < 0)
+                        return r;
+        }
+        return worker_submit(m->report_worker, j, report_run, report_done);
+}
+
+static unsigned uploads_in_flight(Manager *m) {
+        unsigned n = 0;
+
+        for (size_t i = 0; i < m->n_vms; i++)
+                n += vm_guest(m->vms[i])->uploading;
+        return n;
+}
+
+int vm_report_upload(Vm *v, const void *body, size_t size, VmReportDone done, void *userdata, ApiError *reterr) {
+        _cleanup_(report_job_freep) ReportJob *j = NULL;
+        Manager *m = vm_manager(v);
+        VmGuest *g = vm_guest(v);
+        int r;
+
+        assert_return(body || size == 0, -EINVAL);
+        if (size > GUEST_REPORT_SIZE_MAX)
+                return report_error(-EMSGSIZE, reterr);
+        if (g->uploading)
+                return api_error_set(
+                        reterr,
+                        -EBUSY,
+                        API_ERROR_CONFLICT,
+                        "the previous report of vm %s is still being stored",
+                        vm_id(v));
+        if (uploads_in_flight(m) >= VM_REPORT_UPLOADS_MAX)
+                return api_error_set(
+                        reterr, -EAGAIN, API_ERROR_CONFLICT, "%u reports are being stored", VM_REPORT_UPLOADS_MAX);
+
+        r = report_job_new(v, /* load= */ false, &j);
+        if (r < 0)
+                return r;
+        j->body = malloc(size + 1);
+        if (!j->body)
+                return -ENOMEM;
+        memcpy(j->body, body, size);
+        j->body[size] = 0;
+        j->size = size;
+        j->received_at = now_usec(CLOCK_REALTIME);
+        j->done = done;
+        j->userdata = userdata;
+        r = report_submit(m, j);
+        if (r < 0)
+                return api_error_set(reterr, r, API_ERROR_INTERNAL, "report not queued: %s", strerror(-r));
+        TAKE_PTR(j);
+        g->uploading = true;
         return 0;
 }
 
-void vm_report_load(Vm *v) {
-        _cleanup_(guest_report_freep) GuestReport *rep = NULL;
-        _cleanup_free_ char *path = vm_path(v, "report.json"), *data = NULL;
-        struct stat st;
-        size_t size;
+/* Maps v's stored report off the loop. */
+static int report_load_submit(Vm *v) {
+        _cleanup_(report_job_freep) ReportJob *j = NULL;
         int r;
 
-        if (!path || stat(path, &st) < 0)
-                return;
-        r = read_full_file(path, GUEST_REPORT_SIZE_MAX, &data, &size);
+        r = report_job_new(v, /* load= */ true, &j);
         if (r >= 0)
-                r = guest_report_parse(data, size, vm_manager(v)->guest_series_limit, &rep);
+                r = report_submit(vm_manager(v), j);
         if (r < 0) {
-                log_warning("VM %s: its stored report %s is not used: %s", vm_id(v), path, strerror(-r));
-                return;
+                log_warning("VM %s: its stored report is not used: %s", vm_id(v), strerror(-r));
+                vm_guest(v)->loading = false;
+                return r;
         }
-        guest_take(
-                v,
-                TAKE_PTR(rep),
-                (usec_t) st.st_mtim.tv_sec * USEC_PER_SEC + (usec_t) st.st_mtim.tv_nsec / 1000);
+        TAKE_PTR(j);
+        vm_guest(v)->load_running = true;
+        return 0;
+}
+
+/* The stored reports go to the worker one at a time, so that an upload waits behind one of them
+ * at most. */
+static void report_load_next(Manager *m) {
+        for (size_t i = 0; i < m->n_vms; i++)
+                if (vm_guest(m->vms[i])->load_running)
+                        return;
+        for (size_t i = 0; i < m->n_vms; i++) {
+                VmGuest *g = vm_guest(m->vms[i]);
+
+                if (g->loading && g->uploads > 0)
+                        g->loading = false; /* an upload came first: the stored one is older */
+                else if (g->loading && report_load_submit(m->vms[i]) >= 0)
+                        return;
+        }
+}
+
+void vm_report_load(Vm *v) {
+        _cleanup_free_ char *path = vm_path(v, "report.json");
+        Manager *m = vm_manager(v);
+
+        if (!path)
+                return;
+        /* what a daemon killed while storing an upload left behind */
+        (void) write_file_atomic_cleanup(path);
+        if (access(path, F_OK) < 0)
+                return;
+        vm_guest(v)->loading = true;
+        /* v joins the registry after this: the first load starts here, the others follow from
+         * report_done() */
+        for (size_t i = 0; i < m->n_vms; i++)
+                if (vm_guest(m->vms[i])->loading)
+                        return;
+        (void) report_load_submit(v);
+}
+
+int vm_report_open(Vm *v, int *ret_fd, uint64_t *ret_size, ApiError *reterr) {
+        _cleanup_free_ char *path = NULL;
+        _cleanup_close_ int fd = -EBADF;
+        struct stat st;
+
+        /* Only an upload this daemon parsed (taken, or mapped again at start-up) is known to be
+         * JSON: a file still being mapped, or left by a daemon that stored any bytes, is not. */
+        if (!vm_guest(v)->has_upload)
+                return -EMEDIUMTYPE;
+        path = vm_path(v, "report.json");
+        if (!path)
+                return -ENOMEM;
+        fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+        if (fd < 0 && errno == ENOENT)
+                return api_error_set(
+                        reterr,
+                        -ENOENT,
+                        API_ERROR_NOT_FOUND,
+                        "vm \"%s\" has no systemd-report upload yet",
+                        vm_id(v));
+        if (fd < 0 || fstat(fd, &st) < 0)
+                return api_error_set(reterr, -errno, API_ERROR_INTERNAL, "%s: %m", path);
+        *ret_fd = TAKE_FD(fd);
+        *ret_size = (uint64_t) st.st_size;
+        return 0;
 }
 
 int vm_report_json(Vm *v, json_t **ret, ApiError *reterr) {
@@ -324,15 +570,16 @@ int vm_metrics_json(Vm *v, json_t **ret, ApiError *reterr) {
         if (json_object_set_new(o, "id", json_string(vm_id(v))) < 0 ||
             json_object_set(o, "host", host) < 0 || json_object_set(o, "guest", guest ?: json_null()) < 0)
                 return -ENOMEM;
-        if (g->has_upload) {
+        if (g->has_upload || g->loading) {
                 snprintf(url, sizeof(url), "/api/v1/vms/%s/report", vm_id(v));
                 if (json_object_set_new(o, "raw_report_url", json_string(url)) < 0)
                         return -ENOMEM;
         }
         if (!g->has_upload || !guest) {
-                if (json_object_set_new(
-                            o, "note", json_string(g->has_upload ? GUEST_NOTE_NOT_REPORT : GUEST_NOTE_NONE)) <
-                    0)
+                const char *note = g->has_upload ? GUEST_NOTE_NOT_REPORT :
+                        g->loading               ? GUEST_NOTE_LOADING :
+                                                   GUEST_NOTE_NONE;
+                if (json_object_set_new(o, "note", json_string(note)) < 0)
                         return -ENOMEM;
         }
         *ret = TAKE_PTR(o);

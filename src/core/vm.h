@@ -193,17 +193,29 @@ typedef struct VmGuest {
         usec_t received_at;                /* CLOCK_REALTIME of the last upload */
         uint64_t uploads;                  /* since the daemon started */
         uint64_t dropped[_GUEST_DROP_MAX]; /* series dropped, summed over uploads */
+        bool uploading;                    /* an upload is being parsed and stored */
+        bool loading;                      /* the stored report waits to be mapped again (start-up) */
+        bool load_running;                 /* ... and is being mapped */
 } VmGuest;
 
 VmGuest *vm_guest(Vm *v);
 void vm_guest_done(VmGuest *g);
-/* Stores and maps an upload. 400-class problems (not JSON, too deep, too large) are invalid_request
- * errors and change nothing; valid JSON that is not a report is stored and not exported. */
-int vm_report_upload(Vm *v, const void *body, size_t size, ApiError *reterr);
-/* At start-up: the upload a previous daemon stored, mapped again (its file time is the receive time). */
+/* Called on the loop once an upload is stored and mapped (r >= 0) or refused: 400-class problems (not
+ * JSON, too deep, too large) are invalid_request errors and change nothing; valid JSON that is not a
+ * report is stored and not exported. e is borrowed. */
+typedef void (*VmReportDone)(int r, const ApiError *e, void *userdata);
+/* Takes a copy of an upload, parsed, stored and mapped off the loop; done follows exactly once, always
+ * after this returned 0. Refused at once, without done, as conflicts: -EBUSY while an upload of this
+ * VM is in flight, -EAGAIN while VM_REPORT_UPLOADS_MAX of all VMs are. */
+int vm_report_upload(Vm *v, const void *body, size_t size, VmReportDone done, void *userdata, ApiError *reterr);
+#define VM_REPORT_UPLOADS_MAX 4U
+/* At start-up: the upload a previous daemon stored, mapped again off the loop (its file time is the
+ * receive time). An upload that arrives first wins. */
 void vm_report_load(Vm *v);
-/* GET /vms/{id}/report: the last upload re-encoded (a JSON string when it is not JSON); not_found when
- * there is none. */
+/* GET /vms/{id}/report: the stored upload, to be sent as it is (a file of 8 MiB is not parsed on the
+ * loop): a new fd and its size. -EMEDIUMTYPE when it is not known to be JSON: vm_report_json() then. */
+int vm_report_open(Vm *v, int *ret_fd, uint64_t *ret_size, ApiError *reterr);
+/* ... the last upload re-encoded (a JSON string when it is not JSON); not_found when there is none. */
 int vm_report_json(Vm *v, json_t **ret, ApiError *reterr);
 /* get_vm_metrics: the host's view of the VM and a summary of its last report (api-contract §5.10). */
 int vm_metrics_json(Vm *v, json_t **ret, ApiError *reterr);

@@ -930,6 +930,15 @@ int http_server_add_connection(HttpServer *s, int fd, const char *tag) {
 
         if (!s || fd < 0 || !s->daemon || s->quiesced)
                 return -EINVAL;
+        if (tag && s->options.max_connections_per_tag > 0) {
+                unsigned n = 0;
+
+                for (size_t i = 0; i < s->n_tags; i++)
+                        if (s->tags[i].fd != fd && s->tags[i].tag && streq(s->tags[i].tag, tag))
+                                n++;
+                if (n >= s->options.max_connections_per_tag)
+                        return -EBUSY;
+        }
         copy = tag ? strdup(tag) : NULL;
         if (tag && !copy)
                 return -ENOMEM;

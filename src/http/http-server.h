@@ -27,6 +27,8 @@ typedef struct HttpServerOptions {
         bool no_listen;     /* no socket of its own: connections come from http_server_add_connection() */
         size_t max_body;    /* bytes; larger bodies get 413 */
         unsigned max_connections;
+        /* connections handed in with the same tag (0: no limit); more are refused (-EBUSY) */
+        unsigned max_connections_per_tag;
         usec_t idle_timeout; /* closes idle keep-alive connections */
         HttpHandler handler;
         void *userdata;
@@ -40,7 +42,7 @@ DEFINE_TRIVIAL_CLEANUP_FUNC(HttpServer *, http_server_free);
 
 /* Serves a connection accepted elsewhere, say on a listener that is itself an identity (one per VM).
  * Takes fd, whatever happens. tag (copied) is what http_request_connection_tag() returns for every
- * request on that connection. */
+ * request on that connection. -EBUSY: max_connections_per_tag connections with this tag are open. */
 int http_server_add_connection(HttpServer *s, int fd, const char *tag);
 /* The tag of the request's connection; NULL for a connection the server accepted itself. */
 const char *http_request_connection_tag(HttpRequest *r);

@@ -100,6 +100,31 @@ static void serve_user_data(HttpRequest *req, Vm *v) {
         (void) http_request_reply(req, 200, TEXT, data, size);
 }
 
+/* The answer to an upload, once the report worker is done with it; userdata is the request. */
+static void on_report_done(int r, const ApiError *e, void *userdata) {
+        HttpRequest *req = userdata;
+        /* the guest reads plain text: the message without the API's "invalid request: " */
+        const char *m = e && e->message ? (startswith(e->message, "invalid request: ") ?: e->message) : NULL;
+
+        if (r >= 0)
+                (void) http_request_reply(req, 204, NULL, "", 0);
+        else {
+                log_debug(
+                        "VM %s: its report upload was refused: %s",
+                        http_request_connection_tag(req) ?: "?",
+                        m ?: strerror(-r));
+                if (r == -EMSGSIZE)
+                        reply_text(req, 413, m ?: "report too large");
+                else if (e && e->code == API_ERROR_INVALID_REQUEST)
+                        reply_text(req, 400, m ?: "report refused");
+                else
+                        reply_text(req, 500, "report not stored");
+        }
+        http_request_unref(req);
+}
+
+/* Parsing and storing run off the loop: the request waits for them, suspended, while this VM's other
+ * requests and every other VM's go on. One upload per VM at a time, VM_REPORT_UPLOADS_MAX in all. */
 static void serve_report(HttpRequest *req, Vm *v) {
         _cleanup_(api_error_done) ApiError e = API_ERROR_NULL;
         const void *body;
@@ -107,21 +132,21 @@ static void serve_report(HttpRequest *req, Vm *v) {
         int r;
 
         body = http_request_body(req, &size);
-        r = vm_report_upload(v, body, size, &e);
-        if (r < 0) {
-                /* the guest reads plain text: the message without the API's "invalid request: " */
-                const char *m = e.message ? (startswith(e.message, "invalid request: ") ?: e.message) : NULL;
-
-                log_debug("VM %s: its report upload was refused: %s", vm_id(v), m ?: strerror(-r));
-                if (r == -EMSGSIZE)
-                        reply_text(req, 413, m ?: "report too large");
-                else if (e.code == API_ERROR_INVALID_REQUEST)
-                        reply_text(req, 400, m ?: "report refused");
+        r = vm_report_upload(v, body, size, on_report_done, http_request_ref(req), &e);
+        if (r == -EBUSY || r == -EAGAIN) {
+                (void) http_request_add_header(req, "Retry-After", IMDS_REPORT_RETRY_AFTER);
+                if (r == -EBUSY)
+                        reply_text(req, 429, IMDS_REPORT_BUSY);
                 else
-                        reply_text(req, 500, "report not stored");
+                        reply_text(req, 503, IMDS_REPORTS_BUSY);
+                http_request_unref(req);
                 return;
         }
-        (void) http_request_reply(req, 204, NULL, "", 0);
+        if (r < 0) {
+                on_report_done(r, &e, req); /* takes the reference */
+                return;
+        }
+        http_request_suspend(req);
 }
 
 static void serve_nonce(HttpRequest *req, Vm *v) {
@@ -282,11 +307,18 @@ method:
         reply_text(req, 405, "Method Not Allowed\n");
 }
 
+/* A VM with IMDS_VM_CONNECTIONS_MAX open has its next connections closed at once: what one guest
+ * holds never fills the server for the others. */
 static void on_accept(void *userdata, Vm *v, int fd) {
         ImdsServer *s = userdata;
         int r = http_server_add_connection(s->http, fd, vm_id(v));
 
-        if (r < 0)
+        if (r == -EBUSY)
+                log_debug(
+                        "VM %s: %u metadata connections open, closing a new one.",
+                        vm_id(v),
+                        IMDS_VM_CONNECTIONS_MAX);
+        else if (r < 0)
                 log_debug("VM %s: metadata connection dropped: %s", vm_id(v), strerror(-r));
 }
 
@@ -306,8 +338,9 @@ int imds_server_new(Manager *m, ImdsServer **ret) {
                         .listen_fd = -EBADF,
                         .no_listen = true,
                         .max_body = IMDS_REPORT_MAX,
-                        .max_connections = 4096,
-                        .idle_timeout = 60 * USEC_PER_SEC,
+                        .max_connections = IMDS_CONNECTIONS_MAX,
+                        .max_connections_per_tag = IMDS_VM_CONNECTIONS_MAX,
+                        .idle_timeout = IMDS_IDLE_TIMEOUT,
                         .handler = imds_handle,
                         .userdata = s,
                 },

@@ -23,3 +23,12 @@ void imds_handle(HttpRequest *req, void *userdata);
 #define IMDS_USER_DATA_GATED "user-data is released after the initrd-stage attestation verifies"
 #define IMDS_RETRY_AFTER "2"
 #define IMDS_REPORT_MAX ((size_t) 8 << 20)
+#define IMDS_REPORT_BUSY "the previous report is still being stored; retry later"
+#define IMDS_REPORTS_BUSY "too many reports are being stored; retry later"
+#define IMDS_REPORT_RETRY_AFTER "1"
+
+/* Connections: at most IMDS_VM_CONNECTIONS_MAX per VM (beyond, a new one is closed at once) and
+ * IMDS_CONNECTIONS_MAX in all; a connection idle for IMDS_IDLE_TIMEOUT is closed. */
+#define IMDS_VM_CONNECTIONS_MAX 16U
+#define IMDS_CONNECTIONS_MAX 4096U
+#define IMDS_IDLE_TIMEOUT (15 * USEC_PER_SEC)

@@ -24,8 +24,8 @@ import time
 
 here = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, here)
-from vmmtest import (Daemon, HOST, McpClient, api, base_env, free_port, http_request, imds_request, run,  # noqa: E402
-                     tap, tool_json, wait_state)
+from vmmtest import (Daemon, HOST, McpClient, api, base_env, fake_image_dir, free_port, http_request,  # noqa: E402
+                     imds_request, run, tap, tool_json, wait_state)
 
 FAKES = os.path.join(here, "fakes")
 CREATE = {"memory_mib": 512, "disk_gib": 2, "require_attestation": False, "wait_for": "none"}
@@ -59,6 +59,16 @@ def upload(state, vid, doc):
     status, _, payload = imds_request(os.path.join(state, "vms", vid, "imds.sock"), "POST", "/giantswarm/v1/report",
                                       body)
     return status, payload
+
+
+def wait_mapped(port, vid, timeout=60):
+    """get_vm_metrics once the stored report a restarted daemon maps again (off its loop) is back."""
+    deadline = time.monotonic() + timeout
+    while True:
+        status, m = api(port, "GET", "/vms/%s/metrics" % vid)
+        if status != 200 or m.get("guest") is not None or time.monotonic() > deadline:
+            return m
+        time.sleep(0.05)
 
 
 def scrape(port):
@@ -110,14 +120,7 @@ def families(text):
 
 
 def setup(work):
-    images = os.path.join(work, "images")
-    os.makedirs(images)
-    for ext in (".efi", ".raw"):
-        with open(os.path.join(images, "fake_1.0" + ext), "wb") as f:
-            f.write(b"\0" * 4096)
-    vars_ = os.path.join(work, "vars")
-    with open(vars_, "wb") as f:
-        f.write(b"\0" * 4096)
+    images, vars_ = fake_image_dir(work)
     plan = os.path.join(work, "plan.json")
     with open(plan, "w") as f:
         json.dump({"m-a": ["--timeout-ms", "4000", "dhcp", "http", "169.254.169.254:80", "/giantswarm/v1/hostname",
@@ -357,7 +360,8 @@ def run_checks(work, d, port, state, images, vars_, env):
     if not ok:
         return
     try:
-        status, m = api(port2, "GET", "/vms/%s/metrics" % vid)
+        m = wait_mapped(port2, vid)
+        wait_mapped(port2, vb)
         g, g0 = m.get("guest") or {}, before.get("guest") or {}
         tap.result(g.get("series_exported") == 8 and g.get("received_at") == g0.get("received_at")
                    and g.get("generated_at") == "2026-09-12T14:17:48Z",

@@ -202,6 +202,18 @@ def imds_request(sock_path, method, path, body=None, timeout=20):
     return int(lines[0].split()[1]), headers, payload
 
 
+def fake_image_dir(workdir):
+    """An image directory with the empty image fake_1.0 and a firmware file, for the fake QEMU of
+    tests/integration/fakes: (image dir, firmware path), made once per workdir."""
+    images = os.path.join(workdir, "images")
+    firmware = os.path.join(workdir, "vars")
+    os.makedirs(images, exist_ok=True)
+    for path in (os.path.join(images, "fake_1.0.efi"), os.path.join(images, "fake_1.0.raw"), firmware):
+        with open(path, "wb") as f:
+            f.write(b"\0" * 4096)
+    return images, firmware
+
+
 def port_refuses(port):
     s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     s.settimeout(1)

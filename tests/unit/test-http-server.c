@@ -530,6 +530,52 @@ static void test_stream_keepalive_client_gone(void **state) {
         /* and no filler is written any more */
         assert_int_equal(http_request_stream_write(f->stream, "x", 1), -ECONNRESET);
         assert_int_equal(sd_event_run(f->event, 3 * KEEPALIVE), 0);
+/* Connections handed in with one tag are capped; other tags are not affected, and a closed
+ * connection frees its slot. */
+static void test_connections_per_tag(void **state) {
+        _cleanup_(sd_event_unrefp) sd_event *e = NULL;
+        _cleanup_(http_server_freep) HttpServer *s = NULL;
+        int a[3][2], b[2], r = -EBUSY;
+        char c;
+
+        assert_int_equal(sd_event_new(&e), 0);
+        assert_int_equal(
+                http_server_new(
+                        &s,
+                        e,
+                        &(HttpServerOptions){
+                                .listen_fd = -EBADF,
+                                .no_listen = true,
+                                .max_connections_per_tag = 2,
+                                .handler = handler,
+                        },
+                        NULL),
+                0);
+        for (size_t i = 0; i < ELEMENTSOF(a); i++)
+                assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, a[i]), 0);
+        assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, b), 0);
+
+        assert_int_equal(http_server_add_connection(s, a[0][1], "vm-a"), 0);
+        assert_int_equal(http_server_add_connection(s, a[1][1], "vm-a"), 0);
+        assert_int_equal(http_server_add_connection(s, a[2][1], "vm-a"), -EBUSY);
+        assert_int_equal(read(a[2][0], &c, 1), 0); /* closed at once */
+        assert_int_equal(http_server_add_connection(s, b[1], "vm-b"), 0);
+
+        /* once the server has seen one of vm-a's connections close, vm-a gets a slot again */
+        close(a[0][0]);
+        close(a[2][0]);
+        for (unsigned i = 0; i < 100 && r == -EBUSY; i++) {
+                assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, a[2]), 0);
+                r = http_server_add_connection(s, a[2][1], "vm-a");
+                if (r == -EBUSY) {
+                        close(a[2][0]);
+                        assert_true(sd_event_run(e, 50 * USEC_PER_MSEC) >= 0);
+        assert_int_equal(r, 0);
+
+        s = http_server_free(s);
+        close(a[1][0]);
+        close(a[2][0]);
+        close(b[0]);
 }
 
 int main(void) {
@@ -543,6 +589,7 @@ int main(void) {
                 cmocka_unit_test_setup_teardown(test_free_answers_suspended, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_stream_keepalive, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_stream_keepalive_client_gone, setup, teardown),
+                cmocka_unit_test(test_connections_per_tag),
         };
         log_set_max_level(LOG_WARNING);
         return cmocka_run_group_tests(tests, NULL, NULL);
