@@ -530,6 +530,8 @@ static void test_stream_keepalive_client_gone(void **state) {
         /* and no filler is written any more */
         assert_int_equal(http_request_stream_write(f->stream, "x", 1), -ECONNRESET);
         assert_int_equal(sd_event_run(f->event, 3 * KEEPALIVE), 0);
+}
+
 /* Connections handed in with one tag are capped; other tags are not affected, and a closed
  * connection frees its slot. */
 static void test_connections_per_tag(void **state) {
@@ -570,6 +572,8 @@ static void test_connections_per_tag(void **state) {
                 if (r == -EBUSY) {
                         close(a[2][0]);
                         assert_true(sd_event_run(e, 50 * USEC_PER_MSEC) >= 0);
+                }
+        }
         assert_int_equal(r, 0);
 
         s = http_server_free(s);
