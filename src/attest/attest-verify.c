@@ -133,6 +133,7 @@ static int verify(
         _cleanup_(decoded_done) Decoded d = {};
         _cleanup_(text_done) Text mismatched = {}, unknown = {}, learned = {};
         _cleanup_free_ AttestQuote *q = NULL;
+        _cleanup_free_ char *log_message = NULL;
         const char *phase, *want, *matched_kubernetes = NULL;
         char list[3 * ATTEST_PCR_SLOTS], list2[3 * ATTEST_PCR_SLOTS];
         AttestStage stage;
@@ -231,6 +232,21 @@ static int verify(
                         q->ak_fingerprint,
                         ATTEST_SHORT_FP,
                         p->pinned_ak);
+
+        r = attest_event_log_check(
+                req->event_log,
+                req->event_log_size,
+                req->userspace_log,
+                req->userspace_log_size,
+                q->pcr_mask,
+                d.values,
+                &res->event_log,
+                &log_message);
+        if (r < 0)
+                return r;
+        res->has_event_log = true;
+        if (log_message)
+                return set_message(res, "%s", log_message);
 
         want = attest_policy_pcr11(p->policy, phase);
         if (!want || !streq(want, res->pcrs[11]))
@@ -413,6 +429,19 @@ json_t *attest_result_to_json(const AttestResult *r) {
                                 return NULL;
                 }
         }
+        if (r->has_event_log &&
+            json_object_set_new(
+                    o,
+                    "eventLog",
+                    json_pack(
+                            "{s:b,s:I,s:I}",
+                            "replayed",
+                            r->event_log.replayed,
+                            "firmwareEvents",
+                            (json_int_t) r->event_log.firmware_events,
+                            "userspaceEvents",
+                            (json_int_t) r->event_log.userspace_events)) < 0)
+                return NULL;
         if (r->n_learned > 0) {
                 json_t *l = json_array();
 
@@ -468,6 +497,21 @@ int attest_result_from_json(json_t *v, AttestResult *ret) {
                 res.pcrs[k] = strdup(json_string_value(e));
                 if (!res.pcrs[k])
                         return -ENOMEM;
+        }
+        e = json_object_get(v, "eventLog");
+        if (e) {
+                json_t *fw = json_object_get(e, "firmwareEvents"), *us = json_object_get(e, "userspaceEvents");
+
+                if (!json_is_boolean(json_object_get(e, "replayed")) || !json_is_integer(fw) ||
+                    !json_is_integer(us) || json_integer_value(fw) < 0 || json_integer_value(fw) > UINT32_MAX ||
+                    json_integer_value(us) < 0 || json_integer_value(us) > UINT32_MAX)
+                        return -EINVAL;
+                res.has_event_log = true;
+                res.event_log = (AttestEventLogSummary){
+                        .replayed = json_is_true(json_object_get(e, "replayed")),
+                        .firmware_events = (unsigned) json_integer_value(fw),
+                        .userspace_events = (unsigned) json_integer_value(us),
+                };
         }
         learned = json_object_get(v, "learned");
         if (learned && (!json_is_array(learned) || json_array_size(learned) > ATTEST_PCR_SLOTS))
