@@ -440,31 +440,6 @@ int attest_userspace_log_replay(
         return r;
 }
 
-/* A growing message. */
-typedef struct Message {
-        char *s;
-        bool oom;
-} Message;
-
-_printf_(2, 3) static void message_add(Message *m, const char *format, ...) {
-        _cleanup_free_ char *part = NULL;
-        char *joined = NULL;
-        va_list ap;
-        int k;
-
-        if (m->oom)
-                return;
-        va_start(ap, format);
-        k = vasprintf(&part, format, ap);
-        va_end(ap);
-        if (k < 0 || asprintf(&joined, "%s%s", m->s ?: "", part) < 0) {
-                m->oom = true;
-                return;
-        }
-        free(m->s);
-        m->s = joined;
-}
-
 int attest_event_log_check(
         const uint8_t *firmware_log,
         size_t firmware_size,
@@ -477,7 +452,7 @@ int attest_event_log_check(
         _cleanup_(api_error_done) ApiError err = API_ERROR_NULL;
         _cleanup_(extender_done) Extender e = {};
         AttestPcrBank bank, quoted;
-        Message msg = {};
+        _cleanup_(attest_text_done) AttestText msg = {};
         Match m = { .mask = mask, .quoted = &quoted, .matched = -1 };
         int r;
 
@@ -531,17 +506,17 @@ int attest_event_log_check(
                         if ((mask & (1U << i)) && memcmp(bank.pcr[i], quoted.pcr[i], ATTEST_SHA256_SIZE) != 0)
                                 len += (size_t) snprintf(
                                         list + len, sizeof(list) - len, "%s%u", n++ ? "," : "", i);
-                message_add(
+                attest_text_add(
                         &msg, "no event log: the quote carries none, but %s %s", n > 1 ? "pcrs" : "pcr", list);
-                message_add(&msg, n > 1 ? " are not at their reset values" : " is not at its reset value");
+                attest_text_add(&msg, n > 1 ? " are not at their reset values" : " is not at its reset value");
         } else {
-                message_add(&msg, "event log mismatch: ");
+                attest_text_add(&msg, "event log mismatch: ");
                 for (unsigned i = 0, n = 0; i < ATTEST_PCR_SLOTS; i++) {
                         char got[ATTEST_SHA256_HEX + 1], want[ATTEST_SHA256_HEX + 1];
 
                         if (!(mask & (1U << i)) || memcmp(bank.pcr[i], quoted.pcr[i], ATTEST_SHA256_SIZE) == 0)
                                 continue;
-                        message_add(
+                        attest_text_add(
                                 &msg,
                                 "%spcr %u replays to %s but the quote says %s",
                                 n++ ? "; " : "",
@@ -550,14 +525,12 @@ int attest_event_log_check(
                                 hex_format(quoted.pcr[i], ATTEST_SHA256_SIZE, want));
                 }
                 if (firmware_size == 0)
-                        message_add(&msg, "; the quote carries no firmware log");
+                        attest_text_add(&msg, "; the quote carries no firmware log");
                 if (userspace_size == 0)
-                        message_add(&msg, "; the quote carries no userspace log");
+                        attest_text_add(&msg, "; the quote carries no userspace log");
         }
-        if (msg.oom) {
-                free(msg.s);
+        if (msg.oom)
                 return -ENOMEM;
-        }
-        *ret_message = msg.s;
+        *ret_message = TAKE_PTR(msg.s);
         return 0;
 }

@@ -60,43 +60,6 @@ _printf_(2, 3) static int set_message(AttestResult *res, const char *format, ...
         return 0;
 }
 
-/* A growing text buffer for the joined parts of a message. */
-typedef struct Text {
-        char *s;
-        size_t n;
-        bool oom;
-} Text;
-
-_printf_(2, 3) static void text_add(Text *t, const char *format, ...) {
-        char *part = NULL, *s;
-        va_list ap;
-        int k;
-
-        if (t->oom)
-                return;
-        va_start(ap, format);
-        k = vasprintf(&part, format, ap);
-        va_end(ap);
-        if (k < 0) {
-                t->oom = true;
-                return;
-        }
-        s = realloc(t->s, t->n + (size_t) k + 1);
-        if (!s) {
-                free(part);
-                t->oom = true;
-                return;
-        }
-        memcpy(s + t->n, part, (size_t) k + 1);
-        t->s = s;
-        t->n += (size_t) k;
-        free(part);
-}
-
-static void text_done(Text *t) {
-        free(t->s);
-}
-
 /* "0,1,2" for a mask of indexes, ascending. */
 static char *index_list(uint32_t mask, char buf[static 3 * ATTEST_PCR_SLOTS]) {
         size_t n = 0;
@@ -131,7 +94,7 @@ static int verify(
 
         _cleanup_(api_error_done) ApiError err = API_ERROR_NULL;
         _cleanup_(decoded_done) Decoded d = {};
-        _cleanup_(text_done) Text mismatched = {}, unknown = {}, learned = {};
+        _cleanup_(attest_text_done) AttestText mismatched = {}, unknown = {}, learned = {};
         _cleanup_free_ AttestQuote *q = NULL;
         _cleanup_free_ char *log_message = NULL;
         const char *phase, *want, *matched_kubernetes = NULL;
@@ -264,12 +227,12 @@ static int verify(
                 want = attest_policy_expected(p->policy, i, p->kubernetes_version, &kubernetes);
                 if (!want && (p->learn_golden || i == 13)) {
                         res->learned[res->n_learned++] = i;
-                        text_add(&learned, "%s%u=%s", learned.n ? " " : "", i, got);
+                        attest_text_add(&learned, "%s%u=%s", learned.n ? " " : "", i, got);
                 } else if (!want)
-                        text_add(&unknown, "%s%u", unknown.n ? "," : "", i);
+                        attest_text_add(&unknown, "%s%u", unknown.n ? "," : "", i);
                 else if (!streq(want, got)) {
                         if (kubernetes)
-                                text_add(
+                                attest_text_add(
                                         &mismatched,
                                         "%spcr %u expected %s for kubernetes %s, got %s",
                                         mismatched.n ? "; " : "",
@@ -278,7 +241,7 @@ static int verify(
                                         kubernetes,
                                         got);
                         else
-                                text_add(
+                                attest_text_add(
                                         &mismatched,
                                         "%spcr %u expected %s, got %s",
                                         mismatched.n ? "; " : "",
