@@ -68,11 +68,11 @@ static uint16_t le16(const uint8_t *p) {
         return (uint16_t) (p[0] | p[1] << 8);
 }
 
-static bool all_zero(const uint8_t *p, size_t n) {
-        for (size_t i = 0; i < n; i++)
-                if (p[i])
-                        return false;
-        return true;
+/* Where the run of zero bytes that ends the log begins (size when the last byte is not zero). */
+static size_t trailing_zeros_start(const uint8_t *p, size_t size) {
+        while (size > 0 && p[size - 1] == 0)
+                size--;
+        return size;
 }
 
 /* A bounded reader over the log. */
@@ -155,6 +155,7 @@ static int parse_header(Cursor *c, SpecId *id, ApiError *reterr) {
 
 static int replay_firmware(Extender *e, const uint8_t *log, size_t size, AttestPcrBank *bank, ApiError *reterr) {
         Cursor c = { log, size };
+        size_t padding;
         bool pcr0_extended = false;
         unsigned measured = 0;
         SpecId id = {};
@@ -165,13 +166,14 @@ static int replay_firmware(Extender *e, const uint8_t *log, size_t size, AttestP
         r = parse_header(&c, &id, reterr);
         if (r < 0)
                 return r;
+        padding = trailing_zeros_start(log, size);
 
         for (unsigned k = 1; c.left > 0; k++) {
                 const uint8_t *h, *sha256 = NULL, *data;
                 uint32_t pcr, type, count, data_size;
 
                 /* firmware that hands out a fixed-size area leaves zeros after the last event */
-                if (all_zero(c.p, c.left))
+                if ((size_t) (c.p - log) >= padding)
                         break;
 
                 h = take(&c, 4 + 4 + 4);
@@ -229,7 +231,14 @@ static int replay_firmware(Extender *e, const uint8_t *log, size_t size, AttestP
                          * from is PCR 0's reset value */
                         if (data_size >= SIGNATURE_SIZE + 1 &&
                             memcmp(data, STARTUP_LOCALITY_SIGNATURE, SIGNATURE_SIZE) == 0) {
-                                if (pcr != 0 || pcr0_extended)
+                                if (pcr != 0)
+                                        return attest_error_set(
+                                                reterr,
+                                                -EBADMSG,
+                                                "event %u: a StartupLocality event for pcr %" PRIu32,
+                                                k,
+                                                pcr);
+                                if (pcr0_extended)
                                         return attest_error_set(
                                                 reterr,
                                                 -EBADMSG,
