@@ -273,3 +273,33 @@ const char *attest_json_go_type(const json_t *v) {
         }
         return "value";
 }
+
+void attest_text_add(AttestText *t, const char *format, ...) {
+        char *part = NULL, *s;
+        va_list ap;
+        int k;
+
+        if (t->oom)
+                return;
+        va_start(ap, format);
+        k = vasprintf(&part, format, ap);
+        va_end(ap);
+        if (k < 0) {
+                t->oom = true;
+                return;
+        }
+        s = realloc(t->s, t->n + (size_t) k + 1);
+        if (!s) {
+                free(part);
+                t->oom = true;
+                return;
+        }
+        memcpy(s + t->n, part, (size_t) k + 1);
+        t->s = s;
+        t->n += (size_t) k;
+        free(part);
+}
+
+void attest_text_done(AttestText *t) {
+        free(t->s);
+}

@@ -47,3 +47,14 @@ bool attest_memeq(const void *a, size_t a_size, const void *b, size_t b_size);
 
 /* The name Go's encoding/json gives a JSON value's type in its unmarshal errors. */
 const char *attest_json_go_type(const json_t *v);
+
+/* A growing text for the joined parts of a message: attest_text_add() appends, and on OOM sets oom
+ * and ignores what follows. s is NULL until something was added. */
+typedef struct AttestText {
+        char *s;
+        size_t n;
+        bool oom;
+} AttestText;
+
+void attest_text_add(AttestText *t, const char *format, ...) _printf_(2, 3);
+void attest_text_done(AttestText *t);

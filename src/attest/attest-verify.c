@@ -60,43 +60,6 @@ _printf_(2, 3) static int set_message(AttestResult *res, const char *format, ...
         return 0;
 }
 
-/* A growing text buffer for the joined parts of a message. */
-typedef struct Text {
-        char *s;
-        size_t n;
-        bool oom;
-} Text;
-
-_printf_(2, 3) static void text_add(Text *t, const char *format, ...) {
-        char *part = NULL, *s;
-        va_list ap;
-        int k;
-
-        if (t->oom)
-                return;
-        va_start(ap, format);
-        k = vasprintf(&part, format, ap);
-        va_end(ap);
-        if (k < 0) {
-                t->oom = true;
-                return;
-        }
-        s = realloc(t->s, t->n + (size_t) k + 1);
-        if (!s) {
-                free(part);
-                t->oom = true;
-                return;
-        }
-        memcpy(s + t->n, part, (size_t) k + 1);
-        t->s = s;
-        t->n += (size_t) k;
-        free(part);
-}
-
-static void text_done(Text *t) {
-        free(t->s);
-}
-
 /* "0,1,2" for a mask of indexes, ascending. */
 static char *index_list(uint32_t mask, char buf[static 3 * ATTEST_PCR_SLOTS]) {
         size_t n = 0;
@@ -131,8 +94,9 @@ static int verify(
 
         _cleanup_(api_error_done) ApiError err = API_ERROR_NULL;
         _cleanup_(decoded_done) Decoded d = {};
-        _cleanup_(text_done) Text mismatched = {}, unknown = {}, learned = {};
+        _cleanup_(attest_text_done) AttestText mismatched = {}, unknown = {}, learned = {};
         _cleanup_free_ AttestQuote *q = NULL;
+        _cleanup_free_ char *log_message = NULL;
         const char *phase, *want, *matched_kubernetes = NULL;
         char list[3 * ATTEST_PCR_SLOTS], list2[3 * ATTEST_PCR_SLOTS];
         AttestStage stage;
@@ -234,6 +198,21 @@ static int verify(
                         ATTEST_SHORT_FP,
                         p->pinned_ak);
 
+        r = attest_event_log_check(
+                req->event_log,
+                req->event_log_size,
+                req->userspace_log,
+                req->userspace_log_size,
+                q->pcr_mask,
+                d.values,
+                &res->event_log,
+                &log_message);
+        if (r < 0)
+                return r;
+        res->has_event_log = true;
+        if (log_message)
+                return set_message(res, "%s", log_message);
+
         want = attest_policy_pcr11(p->policy, phase);
         if (!want || !streq(want, res->pcrs[11]))
                 return set_message(
@@ -250,12 +229,12 @@ static int verify(
                 want = attest_policy_expected(p->policy, i, p->kubernetes_version, &kubernetes);
                 if (!want && (p->learn_golden || i == 13)) {
                         res->learned[res->n_learned++] = i;
-                        text_add(&learned, "%s%u=%s", learned.n ? " " : "", i, got);
+                        attest_text_add(&learned, "%s%u=%s", learned.n ? " " : "", i, got);
                 } else if (!want)
-                        text_add(&unknown, "%s%u", unknown.n ? "," : "", i);
+                        attest_text_add(&unknown, "%s%u", unknown.n ? "," : "", i);
                 else if (!streq(want, got)) {
                         if (kubernetes)
-                                text_add(
+                                attest_text_add(
                                         &mismatched,
                                         "%spcr %u expected %s for kubernetes %s, got %s",
                                         mismatched.n ? "; " : "",
@@ -264,7 +243,7 @@ static int verify(
                                         kubernetes,
                                         got);
                         else
-                                text_add(
+                                attest_text_add(
                                         &mismatched,
                                         "%spcr %u expected %s, got %s",
                                         mismatched.n ? "; " : "",
@@ -415,6 +394,19 @@ json_t *attest_result_to_json(const AttestResult *r) {
                                 return NULL;
                 }
         }
+        if (r->has_event_log &&
+            json_object_set_new(
+                    o,
+                    "eventLog",
+                    json_pack(
+                            "{s:b,s:I,s:I}",
+                            "replayed",
+                            r->event_log.replayed,
+                            "firmwareEvents",
+                            (json_int_t) r->event_log.firmware_events,
+                            "userspaceEvents",
+                            (json_int_t) r->event_log.userspace_events)) < 0)
+                return NULL;
         if (r->n_learned > 0) {
                 json_t *l = json_array();
 
@@ -470,6 +462,21 @@ int attest_result_from_json(json_t *v, AttestResult *ret) {
                 res.pcrs[k] = strdup(json_string_value(e));
                 if (!res.pcrs[k])
                         return -ENOMEM;
+        }
+        e = json_object_get(v, "eventLog");
+        if (e) {
+                json_t *fw = json_object_get(e, "firmwareEvents"), *us = json_object_get(e, "userspaceEvents");
+
+                if (!json_is_boolean(json_object_get(e, "replayed")) || !json_is_integer(fw) ||
+                    !json_is_integer(us) || json_integer_value(fw) < 0 || json_integer_value(fw) > UINT32_MAX ||
+                    json_integer_value(us) < 0 || json_integer_value(us) > UINT32_MAX)
+                        return -EINVAL;
+                res.has_event_log = true;
+                res.event_log = (AttestEventLogSummary){
+                        .replayed = json_is_true(json_object_get(e, "replayed")),
+                        .firmware_events = (unsigned) json_integer_value(fw),
+                        .userspace_events = (unsigned) json_integer_value(us),
+                };
         }
         learned = json_object_get(v, "learned");
         if (learned && (!json_is_array(learned) || json_array_size(learned) > ATTEST_PCR_SLOTS))

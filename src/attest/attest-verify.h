@@ -5,6 +5,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "attest-eventlog.h"
 #include "attest-nonce.h"
 #include "attest-policy.h"
 #include "attest-request.h"
@@ -18,7 +19,8 @@
  *   1 nonce consumed for this VM   2 stage known        3 policy present    4 quote parses
  *   5 signature verifies           6 nonce matches      7 bank is sha256    8 a value per quoted PCR
  *   9 PCR digest matches          10 stage's PCRs covered (initrd 0–7,11; ready 0–7,11,13)
- *  11 AK equals the pinned one    12 PCR 11 per phase  13 golden 0,2,3,4,6,7 (+13 at ready)
+ *  11 AK equals the pinned one    11a the event logs replay to the quoted PCRs (attest-eventlog.h)
+ *  12 PCR 11 per phase            13 golden 0,2,3,4,6,7 (+13 at ready)
  *  14 verified                    15 TOFU: an initrd quote without a pin enrolls its AK; a ready
  *                                    quote without a pin is rejected
  *
@@ -47,6 +49,8 @@ typedef struct AttestResult {
         char *pcrs[ATTEST_PCR_SLOTS]; /* lowercase hex of every quoted PCR, set once the digest matched */
         unsigned learned[ATTEST_PCR_SLOTS]; /* PCRs accepted without an expected value, ascending */
         size_t n_learned;
+        bool has_event_log; /* the logs were replayed (check 11a ran) */
+        AttestEventLogSummary event_log;
         bool enroll;    /* verified initrd quote of a VM without a pin: pin ak_fingerprint now */
         bool retryable; /* rejected for a reason a new quote of the same boot can cure (a stale nonce) */
 } AttestResult;
@@ -77,7 +81,8 @@ int attest_verify_quote(
 uint32_t attest_policy_missing_golden(const AttestPolicy *policy);
 
 /* {"verified","message"(omitempty),"at":RFC 3339,"akFingerprint"(omitempty),"pcrs":{"0":…}(omitempty),
- * "learned":[…](omitempty)} as §4.5 shows a stage (pcrs keys in Go's order: sorted as strings).
+ * "learned":[…](omitempty)} as §4.5 shows a stage (pcrs keys in Go's order: sorted as strings), and
+ * "eventLog":{"replayed","firmwareEvents","userspaceEvents"} once the logs were replayed.
  * New reference, NULL on OOM. */
 json_t *attest_result_to_json(const AttestResult *r);
 /* The inverse, for records read back from disk. -EINVAL for JSON of another shape. */

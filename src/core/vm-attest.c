@@ -4,9 +4,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "attest-policy.h"
 #include "attest-request.h"
+#include "fs-util.h"
 #include "json-util.h"
 #include "log.h"
 #include "manager.h"
@@ -30,6 +32,63 @@ json_t *vm_attestation_to_json(Vm *v) {
         return TAKE_PTR(o);
 }
 
+/* The event logs of each stage's last quote, as the guest sent them, kept in the VM's directory
+ * (so delete_vm removes them): <vm>/attest-<stage>-firmware.log (TCG2 binary) and
+ * <vm>/attest-<stage>-userspace.log (systemd's JSON sequence). Each is at most ATTEST_LOG_MAX
+ * bytes, as the request decoder refuses a bigger one, so a VM keeps at most 16 MiB of them. */
+static const char *const log_kinds[] = { "firmware", "userspace" };
+
+static char *log_path(Vm *v, const char *stage, const char *kind) {
+        _cleanup_free_ char *name = NULL;
+
+        if (asprintf(&name, "attest-%s-%s.log", stage, kind) < 0)
+                return NULL;
+        return vm_path(v, name);
+}
+
+/* Replaces the stage's stored logs with the quote's (a log it left out is removed); a failure is
+ * logged and changes no verdict. */
+static void store_logs(Vm *v, const char *stage, const AttestQuoteRequest *req) {
+        const struct {
+                const uint8_t *data;
+                size_t size;
+        } logs[] = { { req->event_log, req->event_log_size }, { req->userspace_log, req->userspace_log_size } };
+
+        for (size_t k = 0; k < ELEMENTSOF(logs); k++) {
+                _cleanup_free_ char *path = log_path(v, stage, log_kinds[k]);
+                int r;
+
+                if (!path)
+                        r = -ENOMEM;
+                else if (logs[k].size > 0)
+                        r = write_file_atomic(path, logs[k].data, logs[k].size, 0600);
+                else {
+                        r = RET_NERRNO(unlink(path));
+                        if (r == -ENOENT)
+                                r = 0;
+                }
+                if (r < 0)
+                        log_warning_errno(
+                                r,
+                                "VM %s: cannot keep the %s %s event log, ignoring: %m",
+                                vm_id(v),
+                                stage,
+                                log_kinds[k]);
+        }
+}
+
+/* A new boot's first nonce: the logs of the boot before are no longer the VM's. */
+static void remove_logs(Vm *v) {
+        for (AttestStage s = 0; s < _ATTEST_STAGE_MAX; s++)
+                for (size_t k = 0; k < ELEMENTSOF(log_kinds); k++) {
+                        _cleanup_free_ char *path = log_path(v, attest_stage_to_string(s), log_kinds[k]);
+
+                        if (path && unlink(path) < 0 && errno != ENOENT)
+                                log_warning_errno(
+                                        errno, "VM %s: cannot remove %s, ignoring: %m", vm_id(v), path);
+                }
+}
+
 int vm_attest_nonce(Vm *v, char ret[static 65]) {
         Manager *m = vm_manager(v);
         VmAttestation *a = vm_attestation(v);
@@ -39,6 +98,7 @@ int vm_attest_nonce(Vm *v, char ret[static 65]) {
         if (r < 0)
                 return r;
         if (a->nonce_issued_at == 0) {
+                remove_logs(v);
                 a->nonce_issued_at = now_usec(CLOCK_REALTIME);
                 vm_attest_changed(v, /* nonce= */ true);
         }
@@ -164,6 +224,9 @@ int vm_attest_quote(Vm *v, const void *body, size_t size, unsigned *ret_status, 
         if (!*ret)
                 return -ENOMEM;
         *ret_status = res.verified ? 200 : 403;
+
+        if (stage >= 0)
+                store_logs(v, attest_stage_to_string(stage), &req);
 
         /* the verdict is kept per stage; a verified initrd quote opens the gate */
         if (stage == ATTEST_STAGE_INITRD) {

@@ -11,6 +11,7 @@
  *
  *   flags:u8  quote_len:u16be  signature_len:u16be  ak_pub_len:u16be  quote  signature  ak_pub
  *   then 32-byte PCR values, given in turn to the indexes the quote selects, ascending
+ *   then firmware_log_len:u32be  firmware_log  userspace_log (the rest), the quote's event logs
  *
  * The policy is made from the input, so that a real quote (the seeds come from the swtpm fixtures
  * of tests/data/attest/) gets through every check: PCR 11 of both phases is the value sent, and
@@ -83,7 +84,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         bool parsed;
         json_t *j;
 
-        if (size < 7 || size > 16384)
+        if (size < 7 || size > 65536)
                 return 0;
         flags = data[0];
         qn = u16(data + 1);
@@ -112,6 +113,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 assert(req.pcrs_sha256[i]);
                 rest += n;
                 rn -= n;
+        }
+        /* the event logs, whatever is left */
+        if (rn >= 4) {
+                size_t fn = (size_t) rest[0] << 24 | (size_t) rest[1] << 16 | (size_t) rest[2] << 8 | rest[3];
+
+                rest += 4;
+                rn -= 4;
+                fn = MIN(fn, rn);
+                req.event_log = (uint8_t *) rest;
+                req.event_log_size = fn;
+                req.userspace_log = (uint8_t *) rest + fn;
+                req.userspace_log_size = rn - fn;
         }
         if (parsed) {
                 _cleanup_(api_error_done) ApiError err = API_ERROR_NULL;

@@ -5,6 +5,7 @@ relay, as the gateway would), the daemon verifies against the image's policy.jso
 user-data gate. Then the tampers, each rejected with its own message."""
 
 import base64
+import hashlib
 import json
 import os
 import shutil
@@ -21,6 +22,7 @@ sys.path.insert(0, here)
 from vmmtest import Daemon, HOST, base_env, free_port, http_request, run, tap  # noqa: E402
 
 FAKES = os.path.join(here, "fakes")
+TESTS = os.path.dirname(here)
 ZERO = "00" * 32
 
 
@@ -112,7 +114,9 @@ def test_attest(work):
     vars_ = os.path.join(work, "vars")
     with open(vars_, "wb") as f:
         f.write(b"\0" * 4096)
-    env = base_env(work, FAKE_QEMU="")
+    # the installer exits at once, so that the attestation happens on an installed boot, which
+    # stop_vm and start_vm can follow with another one
+    env = base_env(work, FAKE_QEMU="install-exit:0")
     env["PATH"] = FAKES + ":" + env.get("PATH", "/usr/bin:/bin")
     port = free_port()
     state = os.path.join(work, "state")
@@ -124,7 +128,7 @@ def test_attest(work):
         tap.result(ok, "serving with the fake QEMU", why)
         status, vm = api(port, "POST", "/vms", {"name": "att", "memory_mib": 512, "disk_gib": 1,
                                                 "user_data": "{\"ignition\":{\"version\":\"3.4.0\"}}",
-                                                "wait_for": "none"})
+                                                "wait_for": "installed"})
         tap.result(status == 201, "create_vm with require_attestation (the default)", repr(vm)[:200])
         if status != 201:
             return
@@ -146,6 +150,8 @@ def test_attest(work):
         tap.result(rc == 0 and ini.get("verified") is True and ini.get("message", "").startswith("verified: ak ")
                    and "pcr 11 phase enter-initrd" in ini.get("message", "") and att.get("userDataReleased") is True,
                    "a real initrd quote verifies and releases user-data", "rc %d %s %r" % (rc, out[-300:], att))
+        tap.result(ini.get("eventLog") == {"replayed": True, "firmwareEvents": 0, "userspaceEvents": 0},
+                   "a fresh swtpm measured nothing: the quote replays without logs", repr(ini.get("eventLog")))
         fp = ini.get("akFingerprint", "")
         tap.result(len(fp) == 64 and sorted(ini.get("pcrs", {}), key=int) == [str(i) for i in list(range(8)) + [11]],
                    "get_vm_attestation shows the AK fingerprint and the quoted PCRs", repr(ini)[:300])
@@ -237,23 +243,87 @@ def test_attest(work):
         tap.result("initrd attestation rejected:" in (vmrec or {}).get("lastError", ""),
                    "a rejected initrd quote is named in lastError", (vmrec or {}).get("lastError"))
 
-        # a golden mismatch on PCR 0
+        # a measurement into PCR 0 that no event log explains
         subprocess.run(["tpm2_pcrextend", "0:sha256=" + "42" * 32], env=tenv, check=True, capture_output=True)
         rc, out = attest("initrd")
-        tap.result(rc == 2 and "golden mismatch: pcr 0 expected " + ZERO in out,
-                   "a golden mismatch on PCR 0 is rejected (vm-agent exits 2)", out[-300:])
+        tap.result(rc == 2 and "Attestation rejected: no event log: the quote carries none, but pcr 0 is not at its "
+                   "reset value" in out, "a measured PCR without an event log is rejected (vm-agent exits 2)", out[-300:])
+
+        # Through the cmd TCTI the agent sends the logs it is pointed at, as in a VM: a userspace log
+        # whose record explains the measurement, so that the golden value decides.
+        vmdir = os.path.join(state, "vms", vid)
+        uslog = os.path.join(work, "tpm2-measure.log")
+        proxy = "cmd:%s %s %s" % (sys.executable, os.path.join(TESTS, "agent", "tcti-proxy.py"), sock)
+
+        def record(pcr, digest):
+            return (b'\x1e{"pcr":%d,"digests":[{"hashAlg":"sha256","digest":"%s"}],"content_type":"systemd",'
+                    b'"content":{"string":"test"}}\n' % (pcr, digest.encode()))
+
+        def attest_logged(log, stage="initrd"):
+            with open(uslog, "wb") as f:
+                f.write(log)
+            env = dict(tenv, VM_AGENT_USERSPACE_LOG=uslog, VM_AGENT_EVENT_LOG=os.path.join(work, "none"))
+            p = subprocess.run([agent, "attest", "--stage=" + stage, "--imds-url=" + url, "--tpm=" + proxy,
+                                "--timeout=20s"], capture_output=True, text=True, env=env, timeout=60)
+            return p.returncode, p.stdout + p.stderr
+
+        def extended(*digests):
+            v = bytes(32)
+            for d in digests:
+                v = hashlib.sha256(v + bytes.fromhex(d)).digest()
+            return v.hex()
+
+        log0 = record(0, "42" * 32)
+        rc, out = attest_logged(log0)
+        status, att = api(port, "GET", "/vms/%s/attestation" % vid)
+        ini = (att or {}).get("initrd", {})
+        tap.result(rc == 2 and "golden mismatch: pcr 0 expected " + ZERO in out
+                   and ini.get("eventLog") == {"replayed": True, "firmwareEvents": 0, "userspaceEvents": 1},
+                   "with its event log, a golden mismatch on PCR 0 is rejected (vm-agent exits 2)",
+                   "%s %r" % (out[-300:], ini.get("eventLog")))
+        try:
+            kept = open(os.path.join(vmdir, "attest-initrd-userspace.log"), "rb").read()
+        except OSError as e:
+            kept = repr(e)
+        tap.result(kept == log0 and not os.path.exists(os.path.join(vmdir, "attest-initrd-firmware.log")),
+                   "the quote's userspace log is kept in the VM's directory, the missing firmware log is not",
+                   repr(kept)[:200])
+
+        # a log whose digest is not what the TPM measured
+        rc, out = attest_logged(record(0, "41" * 32))
+        tap.result(rc == 2 and "event log mismatch: pcr 0 replays to %s but the quote says %s; the quote carries "
+                   "no firmware log" % (extended("41" * 32), extended("42" * 32)) in out,
+                   "an event log that does not replay to the quote is rejected", out[-300:])
 
         # PCR 11 that is not in the policy
         subprocess.run(["tpm2_pcrextend", "11:sha256=" + "43" * 32], env=tenv, check=True, capture_output=True)
-        rc, out = attest("initrd")
+        rc, out = attest_logged(log0 + record(11, "43" * 32))
         tap.result(rc == 2 and "pcr 11 mismatch for phase enter-initrd: expected " + ZERO in out,
                    "a PCR 11 the policy does not know is rejected", out[-300:])
+
+        # the next boot's first nonce removes the logs of the boot before; delete_vm the directory
+        kept = sorted(f for f in os.listdir(vmdir) if f.startswith("attest-"))
+        status, stopped = api(port, "POST", "/vms/%s/stop" % vid)
+        status2, started = api(port, "POST", "/vms/%s/start" % vid)
+        st, _ = http(rport, "GET", "/attest/nonce")
+        left = sorted(f for f in os.listdir(vmdir) if f.startswith("attest-"))
+        tap.result(kept == ["attest-initrd-userspace.log"] and status == 200 and status2 == 200 and st == 200
+                   and left == [], "a new boot's first nonce removes the event logs of the boot before",
+                   "%r %d %d %d %r %r %r" % (kept, status, status2, st, left, stopped, started))
 
         # another AK after pinning
         subprocess.run(["tpm2_evictcontrol", "-C", "o", "-c", "0x81010002"], env=tenv, check=True, capture_output=True)
         rc, out = attest("initrd")
         tap.result(rc == 2 and "is not the key enrolled for this vm (%s)" % fp[:16] in out,
                    "a different AK after pinning is rejected", out[-300:])
+
+        # a rejected quote's logs are kept too, until delete_vm removes the VM's directory
+        rc, out = attest_logged(log0 + record(11, "43" * 32))
+        kept = os.path.exists(os.path.join(vmdir, "attest-initrd-userspace.log"))
+        status, _ = api(port, "DELETE", "/vms/" + vid)
+        tap.result(rc == 2 and kept and status == 204 and not os.path.exists(vmdir),
+                   "a rejected quote's logs are kept, and delete_vm removes them with the VM's directory",
+                   "%d %r %d %r" % (rc, kept, status, os.path.exists(vmdir)))
     finally:
         d.stop(signal.SIGTERM, timeout=30)
         sw.kill()

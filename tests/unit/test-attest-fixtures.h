@@ -3,7 +3,8 @@
 
 /* The swtpm quotes of tests/data/attest/ (made by its gen.sh), for the attest tests: three AKs
  * (ecdsa, rsassa, rsapss), each with an initrd quote over sha256:0-7,11 and a ready quote over
- * sha256:0-7,11,13, all with the nonce of nonce.hex, and the policy they satisfy. */
+ * sha256:0-7,11,13, all with the nonce of nonce.hex, the event logs that replay to their PCRs
+ * (firmware.log, tpm2-measure-<stage>.log) and the policy they satisfy. */
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -66,6 +67,17 @@ static inline char *fixture_pcr(const char *stage, unsigned index) {
         return e ? strdup(json_string_value(e)) : NULL;
 }
 
+/* The event logs of stage into req (the firmware's, and systemd's as it stood at that quote). */
+static inline void fixture_logs(const char *stage, AttestQuoteRequest *req) {
+        _cleanup_free_ char *us = NULL;
+
+        assert_true(asprintf(&us, "tpm2-measure-%s.log", stage) > 0);
+        free(req->event_log);
+        free(req->userspace_log);
+        req->event_log = fixture_read("firmware.log", &req->event_log_size);
+        req->userspace_log = fixture_read(us, &req->userspace_log_size);
+}
+
 /* A decoded QuoteRequest of key's quote for stage (file "initrd" or "ready", or another quote of
  * the key, e.g. "partial"), with the PCR values of pcrs_stage. */
 static inline void fixture_request_full(
@@ -85,6 +97,7 @@ static inline void fixture_request_full(
         ret->n_pcr_banks = 1;
         for (unsigned i = 0; i < ATTEST_PCR_SLOTS; i++)
                 ret->pcrs_sha256[i] = fixture_pcr(pcrs_stage, i);
+        fixture_logs(pcrs_stage, ret);
 }
 
 static inline void fixture_request(const char *key, const char *stage, AttestQuoteRequest *ret) {

@@ -81,6 +81,10 @@ static void verifies_initrd(Ctx *c, const char *key) {
                         assert_string_equal(c->res.pcrs[i], c->req.pcrs_sha256[i]);
                 else
                         assert_null(c->res.pcrs[i]);
+        /* the logs replayed: OVMF's 36 measurements, systemd's enter-initrd and os-separator */
+        assert_true(c->res.has_event_log && c->res.event_log.replayed);
+        assert_int_equal(c->res.event_log.firmware_events, 36);
+        assert_int_equal(c->res.event_log.userspace_events, 2);
         /* the nonce was used up */
         assert_int_equal(attest_nonce_count(c->nonces, FIXTURE_VM), 0);
 }
@@ -593,6 +597,101 @@ static void test_learn_mode(void **state) {
         attest_policy_free(edited);
 }
 
+/* Check 11a: the logs replay to the quoted PCRs, after the digest, coverage and AK checks and before
+ * PCR 11 and the golden values. */
+static void test_event_log(void **state) {
+        _cleanup_free_ char *pin = NULL, *want = NULL, *a = NULL, *b = NULL;
+        json_auto_t *pj = fixture_policy_json();
+        AttestPolicy *edited;
+        Ctx *c = *state;
+        char *d;
+
+        /* a quote without its logs: nothing explains the measured PCRs */
+        load(c, "ecdsa", "initrd");
+        c->req.event_log = mfree(c->req.event_log);
+        c->req.event_log_size = 0;
+        c->req.userspace_log = mfree(c->req.userspace_log);
+        c->req.userspace_log_size = 0;
+        run(c);
+        assert_false(c->res.verified);
+        assert_string_equal(
+                c->res.message,
+                "no event log: the quote carries none, but pcrs 0,1,2,3,4,5,6,7,11 are not at their reset values");
+        assert_true(c->res.has_event_log);
+        assert_false(c->res.event_log.replayed);
+        assert_non_null(c->res.pcrs[0]);
+
+        /* a userspace log whose enter-initrd record was edited: the log lies about PCR 11. It is
+         * named before a PCR 11 and a golden value that do not match either. */
+        assert_ok(json_object_set_new(
+                json_object_get(pj, "pcr11"),
+                "enter-initrd",
+                json_string("1111111111111111111111111111111111111111111111111111111111111111")));
+        assert_ok(json_object_set_new(
+                json_object_get(json_object_get(pj, "golden"), "sha256"),
+                "0",
+                json_string("0000000000000000000000000000000000000000000000000000000000000000")));
+        edited = fixture_policy_edited(pj);
+        c->params.policy = edited;
+        load(c, "rsassa", "initrd");
+        d = strstr((char *) c->req.userspace_log, "\"hashAlg\":\"sha256\",\"digest\":\"");
+        assert_non_null(d);
+        d += strlen("\"hashAlg\":\"sha256\",\"digest\":\"");
+        d[0] = d[0] == '0' ? '1' : '0';
+        run(c);
+        assert_false(c->res.verified);
+        assert_startswith(c->res.message, "event log mismatch: pcr 11 replays to ");
+        assert_contains(c->res.message, c->req.pcrs_sha256[11]);
+        assert_null(strchr(c->res.message, ';'));
+        assert_false(c->res.event_log.replayed);
+        c->params.policy = c->policy;
+        attest_policy_free(edited);
+
+        /* the AK pin is checked before it */
+        load(c, "ecdsa", "initrd");
+        run(c);
+        pin = strdup(c->res.ak_fingerprint);
+        c->params.pinned_ak = pin;
+        load(c, "rsapss", "initrd");
+        c->req.userspace_log_size = 0;
+        run(c);
+        a = short_fp(c->res.ak_fingerprint);
+        b = short_fp(pin);
+        assert_true(asprintf(&want, "ak %s is not the key enrolled for this vm (%s)", a, b) > 0);
+        assert_string_equal(c->res.message, want);
+        assert_false(c->res.has_event_log);
+        c->params.pinned_ak = NULL;
+
+        /* and the PCR digest too: a log cannot vouch for values the TPM did not sign */
+        load(c, "rsapss", "initrd");
+        c->req.pcrs_sha256[4][0] = c->req.pcrs_sha256[4][0] == '0' ? '1' : '0';
+        run(c);
+        assert_string_equal(c->res.message, "pcr digest: pcr digest mismatch");
+        assert_false(c->res.has_event_log);
+
+        /* at ready, the log has the records of both stages and replays to PCRs 11 and 13 */
+        load(c, "ecdsa", "initrd");
+        run(c);
+        free(pin);
+        pin = strdup(c->res.ak_fingerprint);
+        c->params.pinned_ak = pin;
+        c->params.kubernetes_version = FIXTURE_KUBERNETES;
+        load(c, "ecdsa", "ready");
+        run(c);
+        assert_true(c->res.verified);
+        assert_true(c->res.event_log.replayed);
+        assert_int_equal(c->res.event_log.userspace_events, 7);
+
+        /* the ready quote with the initrd's log falls short of PCRs 11 and 13 */
+        load(c, "ecdsa", "ready");
+        fixture_logs("initrd", &c->req);
+        run(c);
+        assert_startswith(c->res.message, "event log mismatch: pcr 11 replays to ");
+        assert_contains(c->res.message, "; pcr 13 replays to ");
+        c->params.pinned_ak = NULL;
+        c->params.kubernetes_version = NULL;
+}
+
 static void test_result_json(void **state) {
         _cleanup_(attest_result_done) AttestResult back = {};
         _cleanup_free_ char *s = NULL, *s2 = NULL;
@@ -620,7 +719,9 @@ static void test_result_json(void **state) {
         assert_contains(s, "\"at\":\"2024-05-01T12:00:00.123456Z\",\"akFingerprint\":\"");
         assert_contains(s, "\"pcrs\":{\"0\":");
         assert_contains(s, ",\"11\":");
-        assert_contains(s, "\"learned\":[0,2,3,4,6,7]}");
+        assert_contains(
+                s,
+                "\"eventLog\":{\"replayed\":true,\"firmwareEvents\":36,\"userspaceEvents\":2},\"learned\":[0,2,3,4,6,7]}");
         /* Go orders map keys as text: 11 before 2 */
         assert_true(strstr(s, "\"11\":") < strstr(s, "\"2\":"));
 
@@ -633,6 +734,8 @@ static void test_result_json(void **state) {
         assert_string_equal(back.ak_fingerprint, c->res.ak_fingerprint);
         assert_string_equal(back.pcrs[11], c->res.pcrs[11]);
         assert_int_equal(back.n_learned, 6);
+        assert_true(back.has_event_log && back.event_log.replayed);
+        assert_int_equal(back.event_log.firmware_events, 36);
         j = attest_result_to_json(&back);
         s2 = json_dumps(j, JSON_PRESERVE_ORDER | JSON_COMPACT);
         json_decref(j);
@@ -669,6 +772,7 @@ int main(void) {
                 cmocka_unit_test_setup_teardown(test_pcr11, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_golden, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_learn_mode, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_event_log, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_result_json, setup, teardown),
         };
 
