@@ -303,7 +303,12 @@ def test_attest(work):
 
         # the next boot's first nonce removes the logs of the boot before; delete_vm the directory
         kept = sorted(f for f in os.listdir(vmdir) if f.startswith("attest-"))
-        status, stopped = api(port, "POST", "/vms/%s/stop" % vid)
+        # the rejections above ended the boot of this VM, which must attest: it is failed, powered off
+        status, stopped = api(port, "GET", "/vms/" + vid)
+        tap.result(status == 200 and stopped["state"] == "failed"
+                   and stopped.get("lastError", "").startswith("initrd attestation rejected: "),
+                   "the first rejection that a new quote cannot cure failed the VM (it must attest)",
+                   repr(stopped)[:300])
         status2, started = api(port, "POST", "/vms/%s/start" % vid)
         st, _ = http(rport, "GET", "/attest/nonce")
         left = sorted(f for f in os.listdir(vmdir) if f.startswith("attest-"))
