@@ -138,7 +138,10 @@ def base_env(workdir, **extra):
 
 
 def http_request(port, method, path, body=None, headers=None, timeout=10):
-    """One request on a fresh connection: (status, {lower-case header: value}, body bytes)."""
+    """One request on a fresh connection: (status, {lower-case header: value}, body bytes). A body
+    sent without headers goes as application/json, as the REST API wants; pass headers to choose."""
+    if headers is None and body is not None:
+        headers = {"Content-Type": "application/json"}
     conn = http.client.HTTPConnection(HOST, port, timeout=timeout)
     try:
         conn.request(method, path, body=body, headers=headers or {})
