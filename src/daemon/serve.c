@@ -544,6 +544,11 @@ static void serve_metrics(Daemon *d, HttpRequest *req) {
                 (void) http_request_reply_text(req, 503, "starting\n");
                 return;
         }
+        /* VM names and addresses: not for a page that rebound its name to our loopback address */
+        if (http_request_check_site(req, &e) < 0) {
+                (void) http_request_reply_error_status(req, 403, &e);
+                return;
+        }
         r = manager_metrics_text(d->manager, &text, &size);
         if (r < 0) {
                 (void) api_error_set(&e, r, API_ERROR_INTERNAL, "metrics: %s", strerror(-r));
