@@ -6,6 +6,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -65,8 +66,9 @@ struct HttpRequest {
 /* Whoever a per-peer limit counts against: a source address, or the tag of connections handed in. */
 struct HttpPeer {
         char *key;
-        unsigned open;  /* connections not being closed */
-        unsigned n_ref; /* connections pointing here, those being closed included */
+        unsigned open;                   /* connections not being closed */
+        unsigned n_ref;                  /* connections pointing here, those being closed included */
+        HttpConnection *oldest, *newest; /* its connections by since, those being closed included */
         HttpPeer *prev, *next;
 };
 
@@ -78,9 +80,10 @@ struct HttpConnection {
         HttpPeer *peer; /* NULL without a per-peer limit or for an unnamed peer */
         usec_t since;   /* start of the current wait: for a request, or for a response to go out */
         HttpRequest *request;
-        unsigned refused_target; /* 414 when on_uri() refused the request target */
-        bool closing;            /* shut down by us, MHD has yet to notice */
-        bool refused;            /* over the limits: answered 503 on accept */
+        unsigned refused_target;               /* 414 when on_uri() refused the request target */
+        bool closing;                          /* shut down by us, MHD has yet to notice */
+        HttpConnection *peer_prev, *peer_next; /* the peer's connections, by since */
+        bool refused;                          /* over the limits: answered 503 on accept */
         HttpConnection *prev, *next;
 };
 
@@ -114,6 +117,7 @@ static void server_kick(HttpServer *s);
 static void on_connection(
         void *cls, struct MHD_Connection *c, void **socket_context, enum MHD_ConnectionNotificationCode code);
 static void connection_close(HttpConnection *c);
+static void connection_touch(HttpConnection *c);
 static int on_sweep(sd_event_source *es, usec_t usec, void *userdata);
 
 HttpRequest *http_request_ref(HttpRequest *r) {
@@ -218,7 +222,7 @@ static enum MHD_Result request_queue(HttpRequest *r) {
         r->response = NULL;
         r->state = REQUEST_DONE;
         if (r->conn)
-                r->conn->since = now_usec(CLOCK_MONOTONIC); /* the response has request_timeout to go out */
+                connection_touch(r->conn); /* the response has request_timeout to go out */
         return ret;
 }
 
@@ -632,7 +636,7 @@ static void on_completed(
         if (r->conn) {
                 /* the connection waits for its next request from now on */
                 r->conn->request = NULL;
-                r->conn->since = now_usec(CLOCK_MONOTONIC);
+                connection_touch(r->conn);
                 r->conn = NULL;
         }
         if (r->prev)
@@ -1043,18 +1047,66 @@ static bool connection_evictable(HttpConnection *c) {
         return !c->closing && (c->refused || !c->request || c->request->state == REQUEST_RECEIVING);
 }
 
+/* Whether the kernel holds bytes of the connection that MHD has yet to read: a request that
+ * arrived while we were busy, on a connection that looks idle. Such a one is not idle. */
+static bool connection_has_input(HttpConnection *c) {
+        int n = 0;
+
+        return ioctl(c->fd, FIONREAD, &n) >= 0 && n > 0;
+}
+
+static void peer_list_remove(HttpConnection *c) {
+        HttpPeer *p = c->peer;
+
+        if (c->peer_prev)
+                c->peer_prev->peer_next = c->peer_next;
+        else
+                p->oldest = c->peer_next;
+        if (c->peer_next)
+                c->peer_next->peer_prev = c->peer_prev;
+        else
+                p->newest = c->peer_prev;
+        c->peer_prev = c->peer_next = NULL;
+}
+
+static void peer_list_append(HttpConnection *c) {
+        HttpPeer *p = c->peer;
+
+        c->peer_prev = p->newest;
+        c->peer_next = NULL;
+        if (p->newest)
+                p->newest->peer_next = c;
+        else
+                p->oldest = c;
+        p->newest = c;
+}
+
+/* The connection starts waiting on its client now: for a request, or for a response to be taken.
+ * Its peer's list stays ordered by that, oldest first, so that eviction finds the idlest at once. */
+static void connection_touch(HttpConnection *c) {
+        c->since = now_usec(CLOCK_MONOTONIC);
+        if (!c->peer || c->peer->newest == c)
+                return;
+        peer_list_remove(c);
+        peer_list_append(c);
+}
+
 /* The connection of peer (of anyone when NULL), except the one given, whose closing costs least:
- * a refused one, else the one that has waited longest on its client. */
+ * the one that has waited longest on its client without a request pending. */
 static HttpConnection *connection_pick_victim(HttpServer *s, HttpPeer *peer, HttpConnection *except) {
         HttpConnection *best = NULL;
 
-        for (HttpConnection *c = s->connections; c; c = c->next) {
-                if (c == except || (peer && c->peer != peer) || !connection_evictable(c))
-                        continue;
-                if (!best || (c->refused && !best->refused) ||
-                    (c->refused == best->refused && c->since < best->since))
-                        best = c;
+        if (peer) {
+                for (HttpConnection *c = peer->oldest; c; c = c->peer_next)
+                        if (c != except && connection_evictable(c) && !connection_has_input(c))
+                                return c;
+                return NULL;
         }
+        /* no peer to look at: the rare way, through every connection */
+        for (HttpConnection *c = s->connections; c; c = c->next)
+                if (c != except && connection_evictable(c) && (!best || c->since < best->since) &&
+                    !connection_has_input(c))
+                        best = c;
         return best;
 }
 
@@ -1209,6 +1261,7 @@ static void connection_started(HttpServer *s, struct MHD_Connection *mc, void **
                                 return;
                         }
                         c->peer->open++;
+                        peer_list_append(c);
                 }
         }
 
@@ -1252,6 +1305,8 @@ static void on_connection(
         if (c->next)
                 c->next->prev = c->prev;
         s->n_connections--;
+        if (c->peer)
+                peer_list_remove(c);
         peer_unref(s, c->peer);
         free(c->tag);
         free(c);
