@@ -83,6 +83,7 @@ struct HttpConnection {
         unsigned refused_target;               /* 414 when on_uri() refused the request target */
         bool closing;                          /* shut down by us, MHD has yet to notice */
         HttpConnection *peer_prev, *peer_next; /* the peer's connections, by since */
+        bool served;                           /* a request of it was answered */
         bool refused;                          /* over the limits: answered 503 on accept */
         HttpConnection *prev, *next;
 };
@@ -636,6 +637,7 @@ static void on_completed(
         if (r->conn) {
                 /* the connection waits for its next request from now on */
                 r->conn->request = NULL;
+                r->conn->served = r->conn->served || toe == MHD_REQUEST_TERMINATED_COMPLETED_OK;
                 connection_touch(r->conn);
                 r->conn = NULL;
         }
@@ -1092,22 +1094,27 @@ static void connection_touch(HttpConnection *c) {
 }
 
 /* The connection of peer (of anyone when NULL), except the one given, whose closing costs least:
- * the one that has waited longest on its client without a request pending. */
+ * the one that has waited longest on its client without a request pending, among those that never
+ * had a request answered if there are any (a flood of idle or slow connections), else among all
+ * (a keep-alive client that went quiet). */
 static HttpConnection *connection_pick_victim(HttpServer *s, HttpPeer *peer, HttpConnection *except) {
-        HttpConnection *best = NULL;
+        for (int pass = 0; pass < 2; pass++) {
+                HttpConnection *best = NULL;
 
-        if (peer) {
-                for (HttpConnection *c = peer->oldest; c; c = c->peer_next)
-                        if (c != except && connection_evictable(c) && !connection_has_input(c))
-                                return c;
-                return NULL;
+                if (peer) {
+                        for (HttpConnection *c = peer->oldest; c && !best; c = c->peer_next)
+                                if (c != except && (pass > 0 || !c->served) && connection_evictable(c) &&
+                                    !connection_has_input(c))
+                                        best = c;
+                } else /* no peer to look at: the rare way, through every connection */
+                        for (HttpConnection *c = s->connections; c; c = c->next)
+                                if (c != except && (pass > 0 || !c->served) && connection_evictable(c) &&
+                                    (!best || c->since < best->since) && !connection_has_input(c))
+                                        best = c;
+                if (best)
+                        return best;
         }
-        /* no peer to look at: the rare way, through every connection */
-        for (HttpConnection *c = s->connections; c; c = c->next)
-                if (c != except && connection_evictable(c) && (!best || c->since < best->since) &&
-                    !connection_has_input(c))
-                        best = c;
-        return best;
+        return NULL;
 }
 
 static HttpPeer *peer_heaviest(HttpServer *s) {

@@ -729,6 +729,42 @@ static void test_per_peer_evicts_idle(void **state) {
         assert_false(job.result[2]); /* the other stayed */
 }
 
+static void served_then_flood(ClientJob *job) {
+        int a = client_connect(job->port), b, c;
+        Exchange x;
+
+        /* a is a keep-alive client with a request answered, idle since; b never sent anything */
+        client_send(a, "GET /fast HTTP/1.1\r\nHost: t\r\n\r\n");
+        usleep(200 * 1000);
+        b = client_connect(job->port);
+        usleep(100 * 1000);
+        c = client_connect(job->port);
+        set_request(&x, job->port, GET("/fast"));
+        client_send(c, x.request);
+        client_read_all(c, &x);
+        job->result[0] = (int) x.status;
+        job->result[1] = client_hung_up(b, 2000);
+        /* a still works: its answer is waiting, then a second request */
+        job->result[2] = recv(a, x.response, sizeof(x.response) - 1, 0) > 0;
+        client_send(a, GET("/fast"));
+        client_read_all(a, &x);
+        job->result[3] = (int) x.status;
+        close(a);
+        close(b);
+        close(c);
+}
+
+static void test_per_peer_spares_served(void **state) {
+        Fixture *f = *state;
+        ClientJob job = { .script = served_then_flood, .port = f->port };
+
+        run_clients(f, &job);
+        assert_int_equal(job.result[0], 200);
+        assert_true(job.result[1]); /* the one that never sent a request went, although a waited longer */
+        assert_true(job.result[2]);
+        assert_int_equal(job.result[3], 200);
+}
+
 static void busy_then_request(ClientJob *job) {
         int a = client_connect(job->port), b = client_connect(job->port), c, d;
         Exchange x;
@@ -914,6 +950,7 @@ int main(void) {
                 cmocka_unit_test_setup_teardown(test_host_required, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_target_limits, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_per_peer_evicts_idle, setup_limits, teardown),
+                cmocka_unit_test_setup_teardown(test_per_peer_spares_served, setup_limits, teardown),
                 cmocka_unit_test_setup_teardown(test_per_peer_busy_gets_503, setup_limits, teardown),
                 cmocka_unit_test_setup_teardown(test_global_limit_takes_from_heaviest, setup_limits, teardown),
                 cmocka_unit_test_setup_teardown(test_request_timeout, setup_request_timeout, teardown),
