@@ -33,6 +33,7 @@ from vmmtest import (  # noqa: E402
     McpClient,
     base_env,
     check_json_error,
+    fake_image_dir,
     free_port,
     http_request,
     run,
@@ -48,14 +49,7 @@ CREATE = {"memory_mib": 512, "disk_gib": 1, "require_attestation": False, "wait_
 
 
 def start(work, name, listen=None, extra=()):
-    images = os.path.join(work, "images-" + name)
-    os.makedirs(images)
-    for ext in (".efi", ".raw"):
-        with open(os.path.join(images, "fake_1.0" + ext), "wb") as f:
-            f.write(b"\0" * 4096)
-    vars_ = os.path.join(work, "vars-" + name)
-    with open(vars_, "wb") as f:
-        f.write(b"\0" * 4096)
+    images, vars_ = fake_image_dir(work, name)
     env = base_env(work)
     env["PATH"] = FAKES + ":" + env.get("PATH", "/usr/bin:/bin")
     port = free_port()

@@ -286,6 +286,20 @@ def diff_snapshots(a, b):
 # daemons
 
 
+def fake_image_dir(workdir, name):
+    """An image directory with one tiny image (fake_1.0) and a firmware variable store, for a
+    daemon whose QEMU is the fake of tests/integration/fakes: (image dir, vars path)."""
+    images = os.path.join(workdir, "images-" + name)
+    os.makedirs(images)
+    for ext in (".efi", ".raw"):
+        with open(os.path.join(images, "fake_1.0" + ext), "wb") as f:
+            f.write(b"\0" * 4096)
+    vars_ = os.path.join(workdir, "vars-" + name)
+    with open(vars_, "wb") as f:
+        f.write(b"\0" * 4096)
+    return images, vars_
+
+
 class Daemon:
     all = []
 

@@ -699,6 +699,14 @@ static void test_target_limits(void **state) {
         }
 }
 
+/* Sends path's GET (Connection: close) on fd and reads the answer: its status. */
+static unsigned client_get(int fd, uint16_t port, const char *path, Exchange *x) {
+        set_request(x, port, "GET %s HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n", path);
+        client_send(fd, x->request);
+        client_read_all(fd, x);
+        return x->status;
+}
+
 static void idle_then_request(ClientJob *job) {
         int a = client_connect(job->port), b, c;
         Exchange x;
@@ -708,10 +716,7 @@ static void idle_then_request(ClientJob *job) {
         usleep(100 * 1000);
         /* a third connection from the same address: a, idle longest, makes room */
         c = client_connect(job->port);
-        set_request(&x, job->port, GET("/fast"));
-        client_send(c, x.request);
-        client_read_all(c, &x);
-        job->result[0] = (int) x.status;
+        job->result[0] = (int) client_get(c, job->port, "/fast", &x);
         job->result[1] = client_hung_up(a, 2000);
         job->result[2] = client_hung_up(b, 300);
         close(a);
@@ -739,16 +744,11 @@ static void served_then_flood(ClientJob *job) {
         b = client_connect(job->port);
         usleep(100 * 1000);
         c = client_connect(job->port);
-        set_request(&x, job->port, GET("/fast"));
-        client_send(c, x.request);
-        client_read_all(c, &x);
-        job->result[0] = (int) x.status;
+        job->result[0] = (int) client_get(c, job->port, "/fast", &x);
         job->result[1] = client_hung_up(b, 2000);
         /* a still works: its answer is waiting, then a second request */
         job->result[2] = recv(a, x.response, sizeof(x.response) - 1, 0) > 0;
-        client_send(a, GET("/fast"));
-        client_read_all(a, &x);
-        job->result[3] = (int) x.status;
+        job->result[3] = (int) client_get(a, job->port, "/fast", &x);
         close(a);
         close(b);
         close(c);
@@ -780,10 +780,7 @@ static void busy_then_request(ClientJob *job) {
                 strstr(x.response, "Retry-After: 1") != NULL;
         /* another address is not affected */
         d = client_connect_from(job->port, 2);
-        set_request(&x, job->port, GET("/fast"));
-        client_send(d, x.request);
-        client_read_all(d, &x);
-        job->result[2] = (int) x.status;
+        job->result[2] = (int) client_get(d, job->port, "/fast", &x);
         close(a);
         close(b);
         close(c);
@@ -811,10 +808,7 @@ static void global_limit(ClientJob *job) {
                 usleep(20 * 1000);
         }
         c = client_connect_from(job->port, 4);
-        set_request(&x, job->port, GET("/fast"));
-        client_send(c, x.request);
-        client_read_all(c, &x);
-        job->result[0] = (int) x.status;
+        job->result[0] = (int) client_get(c, job->port, "/fast", &x);
         for (size_t i = 0; i < 4; i++)
                 closed += client_hung_up(idle[i], i == 0 ? 2000 : 300);
         job->result[1] = closed;
