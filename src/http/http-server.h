@@ -27,12 +27,12 @@ typedef struct HttpServerOptions {
         bool no_listen;     /* no socket of its own: connections come from http_server_add_connection() */
         size_t max_body;    /* bytes; larger bodies get 413 */
         unsigned max_connections;
-        /* Connections one peer may hold: a TCP source address (an IPv6 /64), or the tag of a connection
-         * handed in. A newcomer over the limit closes that peer's connection that has waited longest
-         * for a request (an idle keep-alive one, or one still sending its request); when none is
-         * waiting, the newcomer is answered 503 and closed. With a per-peer limit, max_connections
-         * works the same way against the peer holding the most connections, instead of refusing to
-         * accept. 0: no per-peer limit, max_connections is a hard cap. */
+        /* Connections one peer may hold: a TCP source address (an IPv6 /64), or the tag of a
+         * connection handed in. A newcomer over the limit closes that peer's connection that has
+         * waited longest for a request (still sending it, or idle), those that never had a request
+         * answered first; when none is waiting, the newcomer is answered 503 and closed. With a
+         * per-peer limit, max_connections works the same way against the peer holding the most,
+         * instead of refusing to accept. 0: no per-peer limit, max_connections is a hard cap. */
         unsigned max_connections_per_peer;
         usec_t idle_timeout; /* closes connections without traffic for this long */
         /* A connection gets this long to deliver a request, headers and body, counted from its
