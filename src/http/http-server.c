@@ -117,6 +117,7 @@ static void server_arm(HttpServer *s);
 static void server_kick(HttpServer *s);
 static void on_connection(
         void *cls, struct MHD_Connection *c, void **socket_context, enum MHD_ConnectionNotificationCode code);
+static HttpConnection *connection_of(struct MHD_Connection *mc);
 static void connection_close(HttpConnection *c);
 static void connection_touch(HttpConnection *c);
 static int on_sweep(sd_event_source *es, usec_t usec, void *userdata);
@@ -497,9 +498,7 @@ static enum MHD_Result on_access(
         HttpRequest *r = *con_cls;
 
         if (!r) {
-                const union MHD_ConnectionInfo *info = MHD_get_connection_info(
-                        connection, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
-                HttpConnection *c = info ? info->socket_context : NULL;
+                HttpConnection *c = connection_of(connection);
                 const char *cl;
 
                 if (c && c->refused)
@@ -697,16 +696,16 @@ static void *on_uri(void *cls, const char *uri, struct MHD_Connection *mc) {
         HttpConnection *c = connection_of(mc);
         char *q = strchr(uri, '?');
         unsigned n_args = 0;
+        bool refuse;
 
         if (q)
                 for (const char *p = q; p; p = strchr(p + 1, '&'))
                         n_args++;
-        if (strlen(uri) <= HTTP_MAX_TARGET && n_args <= HTTP_MAX_QUERY_ARGS)
-                return NULL;
-        if (q)
+        refuse = strlen(uri) > HTTP_MAX_TARGET || n_args > HTTP_MAX_QUERY_ARGS;
+        if (refuse && q)
                 q[1] = 0;
         if (c)
-                c->refused_target = 414;
+                c->refused_target = refuse ? 414 : 0;
         return NULL;
 }
 
