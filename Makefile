@@ -75,6 +75,7 @@ bench: deps-bench build
 	./bench/run.sh $(BUILD)/src/daemon/vm-manager
 	./bench/metrics.sh $(BUILD)/src/daemon/vm-manager
 	./bench/mcp-keepalive.py $(BUILD)/src/daemon/vm-manager
+	./bench/hardening.sh $(BUILD)/src/daemon/vm-manager
 
 # docs/tools.md is generated from the operation table; the tools-doc test fails when it is stale.
 tools-doc: build

@@ -39,7 +39,7 @@ after_rss=$(kib VmRSS)
 # The API: 100 networks recorded (as many records as the VM budget's 100 VMs), then the list route
 # and an MCP tools/call of get_host, each under the same load as /healthz.
 for i in $(seq 100); do
-        curl -fsS -o /dev/null -X POST "http://127.0.0.1:$port/api/v1/networks" \
+        curl -fsS -o /dev/null -X POST "http://127.0.0.1:$port/api/v1/networks" -H "Content-Type: application/json" \
                 -d "{\"name\":\"bench-$i\",\"cidr\":\"10.$((i / 256)).$((i % 256)).0/24\"}"
 done
 rss_100=$(kib VmRSS)

@@ -236,7 +236,7 @@ hz=$(getconf CLK_TCK)
 started() { awk -v o="$boot_offset" -v hz="$hz" '{ sub(/^.*\) /, ""); printf "%.3f", $20 / hz + o }' "/proc/$1/stat"; }
 for k in $(seq "$qmp_runs"); do
         t0=$EPOCHREALTIME
-        t=$(curl -sS -o "$work/vm.json" -w '%{time_total}' -X POST "$api/vms" \
+        t=$(curl -sS -o "$work/vm.json" -w '%{time_total}' -X POST "$api/vms" -H 'Content-Type: application/json' \
                 -d "{\"name\":\"series-$k\",\"memory_mib\":512,\"disk_gib\":1,\"require_attestation\":false,\"wait_for\":\"none\"}")
         t1=$EPOCHREALTIME
         s_create+=("$(ms "$t")")
@@ -283,7 +283,7 @@ b_install=() b_ready=()
 l_define=() l_start=() l_boot=() l_shutdown=() l_poweroff=() l_gone=() l_restart=() l_destroy=() l_rss1=()
 for i in $(seq "$rounds"); do
         # vm-manager: create (answered once QEMU's QMP answers), installer, first boot, stop
-        t=$(curl -sS -o "$work/vm.json" -w '%{time_total}' -X POST "$api/vms" \
+        t=$(curl -sS -o "$work/vm.json" -w '%{time_total}' -X POST "$api/vms" -H 'Content-Type: application/json' \
                 -d "{\"name\":\"bench-$i\",\"memory_mib\":512,\"disk_gib\":1,\"require_attestation\":false,\"wait_for\":\"none\"}")
         create+=("$(ms "$t")")
         id=$(jget "$work/vm.json" '["id"]')

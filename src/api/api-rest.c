@@ -4,6 +4,7 @@
 
 #include "api-rest.h"
 #include "cleanup.h"
+#include "http-util.h"
 #include "json-util.h"
 #include "log.h"
 #include "operation.h"
@@ -121,6 +122,34 @@ static void reply_error(HttpRequest *req, ApiError *e) {
         (void) http_request_reply_error(req, e);
 }
 
+/* A write's body must say it is JSON: a web page can send text/plain or a form to any address
+ * without asking, but not application/json. A write without a body (DELETE, start, stop) needs no
+ * Content-Type; one it gives must still be application/json. */
+static int check_content_type(const Operation *op, HttpRequest *req, ApiError *reterr) {
+        const char *method = http_request_method(req), *ct = http_request_header(req, "Content-Type");
+        size_t size = 0;
+
+        if (streq(method, "GET") || streq(method, "HEAD"))
+                return 0;
+        (void) http_request_body(req, &size);
+        if (!ct && !op->rest_body && size == 0)
+                return 0;
+        if (http_content_type_is_json(ct))
+                return 0;
+        if (!ct)
+                return api_error_set(
+                        reterr,
+                        -EMEDIUMTYPE,
+                        API_ERROR_INVALID_REQUEST,
+                        "Content-Type: missing, a body must be application/json");
+        return api_error_set(
+                reterr,
+                -EMEDIUMTYPE,
+                API_ERROR_INVALID_REQUEST,
+                "Content-Type: \"%.100s\" is not application/json",
+                ct);
+}
+
 /* Query parameters declared by the operation, converted to their declared type. */
 static int add_query_params(const Operation *op, HttpRequest *req, json_t *args, ApiError *reterr) {
         for (const OperationParam *p = op->params; p->name; p++) {
@@ -190,6 +219,13 @@ bool api_rest_handle(ApiRest *a, HttpRequest *req) {
         if (span)
                 http_request_on_done(req, on_request_done, span);
 
+        /* Before anything else, also a read: a rebound name must not learn what exists. */
+        r = http_request_check_site(req, &e);
+        if (r < 0) {
+                (void) http_request_reply_error_status(req, 403, &e);
+                return true;
+        }
+
         bool get = streq(method, "GET") || streq(method, "HEAD");
         if (get && streq(sub, "/openapi.yaml")) {
                 span_set_http_route(span, API_REST_PREFIX, sub);
@@ -257,6 +293,12 @@ bool api_rest_handle(ApiRest *a, HttpRequest *req) {
                 return true;
         }
         span_set_http_route(span, API_REST_PREFIX, op->path);
+
+        r = check_content_type(op, req, &e);
+        if (r < 0) {
+                (void) http_request_reply_error_status(req, 415, &e);
+                return true;
+        }
 
         /* The order of checks decides 400 against 404: the body is decoded and checked before any
          * record is looked up. */

@@ -197,6 +197,14 @@ static int op_get_vm_console(Manager *m, json_t *args, json_t **ret, ApiError *r
         int r;
 
         /* the argument is checked before the lookup */
+        if (lines && (json_integer_value(lines) < 1 || json_integer_value(lines) > VM_CONSOLE_LINES_MAX))
+                return api_error_set(
+                        reterr,
+                        -EINVAL,
+                        API_ERROR_INVALID_REQUEST,
+                        "lines: %" JSON_INTEGER_FORMAT " is out of range (1..%d)",
+                        json_integer_value(lines),
+                        VM_CONSOLE_LINES_MAX);
         r = lookup_vm(m, args, &v, reterr);
         if (r < 0)
                 return r;
@@ -378,7 +386,7 @@ static const OperationParam vm_console_params[] = {
         { .name = "lines",
           .type = PARAM_INTEGER,
           .flags = PARAM_IN_QUERY,
-          .description = "How many of the last lines to return, default 100, at most 10000" },
+          .description = "How many of the last lines to return: 1 to 10000, default 100" },
         { .name = NULL },
 };
 

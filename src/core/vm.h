@@ -244,7 +244,9 @@ int vm_stop(Vm *v, VmDoneFunc done, void *userdata, ApiError *reterr);
 int vm_reboot(Vm *v, VmDoneFunc done, void *userdata, ApiError *reterr);
 int vm_delete(Vm *v, VmDoneFunc done, void *userdata, ApiError *reterr);
 
-/* The console tail: the last lines (1..10000) of console.log, from its final 64 KiB. */
+/* The console tail: the last lines (1..VM_CONSOLE_LINES_MAX, 0 for the default of 100) of
+ * console.log, from its final 64 KiB. */
+#define VM_CONSOLE_LINES_MAX 10000
 int vm_console_json(Vm *v, int64_t lines, json_t **ret, ApiError *reterr);
 
 /* Shutdown leaving the VMs running (systemd launcher): their records keep what the next daemon

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/file.h>
+#include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <systemd/sd-daemon.h>
@@ -54,6 +55,9 @@ static AttestMode arg_attestation = ATTEST_MODE_VERIFY;
 static bool arg_attestation_learn_golden = false;
 static bool arg_metrics_enabled = true;
 static uint32_t arg_metrics_guest_series_limit = GUEST_SERIES_LIMIT_DEFAULT;
+static uint32_t arg_http_max_connections = 1024;
+static uint32_t arg_http_max_connections_per_peer = 256;
+static usec_t arg_http_request_timeout = 30 * USEC_PER_SEC;
 
 static int parse_launcher(const Flag *f, const char *value, const char **ret_reason) {
         VmLauncherKind k = vm_launcher_from_string(value);
@@ -123,6 +127,26 @@ static int parse_keepalive(const Flag *f, const char *value, const char **ret_re
         return 0;
 }
 
+static int parse_max_connections(const Flag *f, const char *value, const char **ret_reason) {
+        int r = flag_parse_uint32(f, value, ret_reason);
+
+        if (r >= 0 && (*(uint32_t *) f->dest < 1 || *(uint32_t *) f->dest > 65536)) {
+                *ret_reason = "want 1 to 65536";
+                return -EINVAL;
+        }
+        return r;
+}
+
+static int parse_request_timeout(const Flag *f, const char *value, const char **ret_reason) {
+        int r = flag_parse_duration(f, value, ret_reason);
+
+        if (r >= 0 && *(usec_t *) f->dest < USEC_PER_SEC) {
+                *ret_reason = "must be at least 1s";
+                return -EINVAL;
+        }
+        return r;
+}
+
 static int parse_accel(const Flag *f, const char *value, const char **ret_reason) {
         HostAccel a = host_accel_from_string(value);
 
@@ -183,6 +207,35 @@ static const Flag serve_flags[] = {
                 .help = "longest silence on an MCP event stream: a keep-alive comment is sent after it (1s to 1h)",
                 .parse = parse_keepalive,
                 .dest = &arg_mcp_keepalive,
+        },
+        {
+                .name = "http-max-connections",
+                .env = "VM_MANAGER_HTTP_MAX_CONNECTIONS",
+                .default_value = "1024",
+                .metavar = "N",
+                .help = "connections the listener holds; past it, the client holding the most gives up its idlest one",
+                .parse = parse_max_connections,
+                .dest = &arg_http_max_connections,
+        },
+        {
+                .name = "http-max-connections-per-peer",
+                .env = "VM_MANAGER_HTTP_MAX_CONNECTIONS_PER_PEER",
+                .default_value = "256",
+                .metavar = "N",
+                .help = "connections one client address (IPv6: one /64) holds; a newcomer past it closes that client's "
+                        "idlest connection, or gets 503 when all are busy",
+                .parse = parse_max_connections,
+                .dest = &arg_http_max_connections_per_peer,
+        },
+        {
+                .name = "http-request-timeout",
+                .env = "VM_MANAGER_HTTP_REQUEST_TIMEOUT",
+                .default_value = "30s",
+                .metavar = "DURATION",
+                .help = "time a connection gets to send a whole request (from its opening or its previous response) "
+                        "and to take a response; idle keep-alive connections close after it too",
+                .parse = parse_request_timeout,
+                .dest = &arg_http_request_timeout,
         },
         {
                 .name = "state-dir",
@@ -415,6 +468,7 @@ typedef struct Daemon {
         sd_event_source *sigterm, *sigint, *drain_timer, *ready_defer;
         DaemonPhase phase;
         usec_t stop_deadline;
+        usec_t requests_deadline;
         bool vms_stopped;
         int lock_fd;
 } Daemon;
@@ -517,6 +571,11 @@ static void serve_metrics(Daemon *d, HttpRequest *req) {
                 (void) http_request_reply_text(req, 503, "starting\n");
                 return;
         }
+        /* VM names and addresses: not for a page that rebound its name to our loopback address */
+        if (http_request_check_site(req, &e) < 0) {
+                (void) http_request_reply_error_status(req, 403, &e);
+                return;
+        }
         r = manager_metrics_text(d->manager, &text, &size);
         if (r < 0) {
                 (void) api_error_set(&e, r, API_ERROR_INTERNAL, "metrics: %s", strerror(-r));
@@ -567,7 +626,8 @@ static int on_drain(sd_event_source *s, usec_t usec, void *userdata) {
         Daemon *d = userdata;
         unsigned active = http_server_active_requests(d->http);
 
-        if ((active == 0 && d->vms_stopped) || usec >= d->stop_deadline) {
+        /* Requests get SHUTDOWN_GRACE whatever their clients do; VMs get their stop timeout. */
+        if ((active == 0 || usec >= d->requests_deadline) && (d->vms_stopped || usec >= d->stop_deadline)) {
                 if (active > 0)
                         log_warning("Shutdown grace period over, dropping %u request(s) still open.", active);
                 return sd_event_exit(sd_event_source_get_event(s), 0);
@@ -607,6 +667,7 @@ static int on_signal(sd_event_source *s, const struct signalfd_siginfo *si, void
                 d->vms_stopped = true;
 
         d->stop_deadline = now + MAX(SHUTDOWN_GRACE, arg_stop_timeout + 10 * USEC_PER_SEC);
+        d->requests_deadline = now + SHUTDOWN_GRACE;
         r = sd_event_add_time(
                 sd_event_source_get_event(s), &d->drain_timer, CLOCK_MONOTONIC, now, USEC_PER_MSEC, on_drain, d);
         if (r < 0)
@@ -684,6 +745,15 @@ static int run(void) {
                 return log_error_errno(r, "Failed to watch signals: %m");
         (void) signal(SIGPIPE, SIG_IGN);
 
+        /* Each connection is a descriptor: the soft limit (1024 under systemd) would stop accepting
+         * long before --http-max-connections. We use no select(), so take the hard limit. */
+        struct rlimit rl;
+        if (getrlimit(RLIMIT_NOFILE, &rl) >= 0 && rl.rlim_cur < rl.rlim_max) {
+                rl.rlim_cur = rl.rlim_max;
+                if (setrlimit(RLIMIT_NOFILE, &rl) < 0)
+                        log_debug_errno(errno, "Failed to raise the descriptor limit, ignoring: %m");
+        }
+
         r = http_server_new(
                 &d.http,
                 d.event,
@@ -691,6 +761,9 @@ static int run(void) {
                         .listen = arg_listen,
                         .listen_fd = listen_fd_from_systemd(),
                         .max_body = HTTP_MAX_BODY_DEFAULT,
+                        .max_connections = arg_http_max_connections,
+                        .max_connections_per_peer = arg_http_max_connections_per_peer,
+                        .request_timeout = arg_http_request_timeout,
                         .handler = handle_request,
                         .userdata = &d,
                 },

@@ -6,14 +6,20 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <unistd.h>
 
 #include "cleanup.h"
 #include "hex-util.h"
 #include "http-server.h"
+#include "http-util.h"
 #include "json-util.h"
 #include "log.h"
+
+typedef struct HttpConnection HttpConnection;
+typedef struct HttpPeer HttpPeer;
 
 typedef enum RequestState {
         REQUEST_RECEIVING,  /* headers and body arriving */
@@ -27,9 +33,11 @@ struct HttpRequest {
         unsigned n_ref;
         HttpServer *server;
         struct MHD_Connection *connection; /* NULL once MHD completed the request */
+        HttpConnection *conn;              /* NULL once MHD completed the request */
         RequestState state;
         bool suspend_requested;
         bool body_too_large;
+        bool close; /* the answer ends the connection */
 
         uint64_t id;
         usec_t start;
@@ -59,32 +67,64 @@ struct HttpRequest {
         HttpRequest *prev, *next; /* the server's list of live requests */
 };
 
+/* Whoever a per-peer limit counts against: a source address, or the tag of connections handed in. */
+struct HttpPeer {
+        char *key;
+        unsigned open;                   /* connections not being closed */
+        unsigned n_ref;                  /* connections pointing here, those being closed included */
+        HttpConnection *oldest, *newest; /* its connections by since, those being closed included */
+        HttpPeer *prev, *next;
+};
+
+/* One per connection MHD holds (its socket context), from accept to close. */
+struct HttpConnection {
+        HttpServer *server;
+        int fd;
+        char *tag;      /* handed-in connections: the caller's tag */
+        HttpPeer *peer; /* NULL without a per-peer limit or for an unnamed peer */
+        usec_t since;   /* start of the current wait: for a request, or for a response to go out */
+        HttpRequest *request;
+        unsigned refused_target;               /* 414 when on_uri() refused the request target */
+        bool closing;                          /* shut down by us, MHD has yet to notice */
+        HttpConnection *peer_prev, *peer_next; /* the peer's connections, by since */
+        bool served;                           /* a request of it was answered */
+        bool refused;                          /* over the limits: answered 503 on accept */
+        HttpConnection *prev, *next;
+};
+
 struct HttpServer {
         sd_event *event;
         sd_event_source *io_source;
         sd_event_source *timer_source;
+        sd_event_source *sweep_source; /* enforces request_timeout */
         struct MHD_Daemon *daemon;
         HttpServerOptions options;
         char *address;
+        bool loopback;
         uint64_t next_request_id;
         unsigned active;
         HttpRequest *requests;
         bool quiesced;
         bool kicked; /* server_kick() since the last MHD_run(): run again at once */
-        /* connections handed in with http_server_add_connection(), by fd */
-        struct ConnectionTag {
-                int fd;
-                char *tag;
-        } * tags;
-        size_t n_tags;
+        HttpConnection *connections;
+        unsigned n_connections; /* all, those being closed included */
+        unsigned n_open;        /* not being closed */
+        HttpPeer *peers;
+        char *pending_tag; /* for the connection http_server_add_connection() is handing to MHD */
 };
 
 #define HTTP_FREE_FLUSH_TIMEOUT (1 * USEC_PER_SEC)
+/* Connections MHD may hold beyond max_connections while those we shut down wait to be reaped. */
+#define HTTP_CONNECTION_SLACK 64U
 
 static void server_arm(HttpServer *s);
 static void server_kick(HttpServer *s);
 static void on_connection(
         void *cls, struct MHD_Connection *c, void **socket_context, enum MHD_ConnectionNotificationCode code);
+static HttpConnection *connection_of(struct MHD_Connection *mc);
+static void connection_close(HttpConnection *c);
+static void connection_touch(HttpConnection *c);
+static int on_sweep(sd_event_source *es, usec_t usec, void *userdata);
 
 static void keepalive_stop(HttpRequest *r) {
         r->keepalive_source = sd_event_source_disable_unref(r->keepalive_source);
@@ -193,6 +233,8 @@ static enum MHD_Result request_queue(HttpRequest *r) {
         MHD_destroy_response(r->response);
         r->response = NULL;
         r->state = REQUEST_DONE;
+        if (r->conn)
+                connection_touch(r->conn); /* the response has request_timeout to go out */
         return ret;
 }
 
@@ -205,7 +247,7 @@ static int request_set_response(
         for (char **h = r->headers; h && h[0]; h += 2)
                 if (MHD_add_response_header(resp, h[0], h[1]) != MHD_YES)
                         goto oom;
-        if (r->server->quiesced &&
+        if ((r->server->quiesced || r->close) &&
             MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close") != MHD_YES)
                 goto oom;
 
@@ -397,21 +439,27 @@ int http_request_reply_json(HttpRequest *r, unsigned status, const json_t *v) {
         return http_request_reply(r, status, "application/json", s, n);
 }
 
-int http_request_reply_error(HttpRequest *r, const ApiError *e) {
+int http_request_reply_error_status(HttpRequest *r, unsigned status, const ApiError *e) {
         json_auto_t *j = api_error_to_json(e);
 
         if (!j)
                 return -ENOMEM;
-        return http_request_reply_json(r, api_error_http_status(e), j);
+        return http_request_reply_json(r, status, j);
+}
+
+int http_request_reply_error(HttpRequest *r, const ApiError *e) {
+        return http_request_reply_error_status(r, api_error_http_status(e), e);
 }
 
 int http_request_reply_text(HttpRequest *r, unsigned status, const char *text) {
         return http_request_reply(r, status, "text/plain; charset=utf-8", text, strlen(text));
 }
 
-static int reply_error_static(HttpRequest *r, int error, ApiErrorCode code, const char *format, ...)
-        _printf_(4, 5);
-static int reply_error_static(HttpRequest *r, int error, ApiErrorCode code, const char *format, ...) {
+/* status 0: the one of the error. */
+static int reply_error_static(
+        HttpRequest *r, unsigned status, int error, ApiErrorCode code, const char *format, ...) _printf_(5, 6);
+static int reply_error_static(
+        HttpRequest *r, unsigned status, int error, ApiErrorCode code, const char *format, ...) {
         _cleanup_(api_error_done) ApiError e = API_ERROR_NULL;
         _cleanup_free_ char *msg = NULL;
         va_list ap;
@@ -422,22 +470,67 @@ static int reply_error_static(HttpRequest *r, int error, ApiErrorCode code, cons
         if (k < 0)
                 return -ENOMEM;
         (void) api_error_set(&e, error, code, "%s", msg);
-        return http_request_reply_error(r, &e);
+        return http_request_reply_error_status(r, status ?: api_error_http_status(&e), &e);
 }
 
-static void request_dispatch(HttpRequest *r) {
-        HttpServer *s = r->server;
+static enum MHD_Result count_host(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
+        if (strcasecmp(key, MHD_HTTP_HEADER_HOST) == 0)
+                (*(unsigned *) cls)++;
+        return MHD_YES;
+}
 
-        r->state = REQUEST_DISPATCHED;
-        if (r->body_too_large) {
+/* What HTTP itself refuses before any handler sees the request: a target on_uri() found too
+ * large, a body announced too large, an HTTP/1.1 request without exactly one Host (RFC 9112 §3.2).
+ * Replies and returns true when the request is refused; such answers close the connection. */
+static bool request_refuse(HttpRequest *r, const char *version) {
+        HttpServer *s = r->server;
+        HttpConnection *c = r->conn;
+        unsigned n_host = 0;
+
+        if (c && c->refused_target) {
+                r->close = true;
                 (void) reply_error_static(
                         r,
+                        414,
+                        -E2BIG,
+                        API_ERROR_INVALID_REQUEST,
+                        "request target: longer than %zu bytes or more than %u query arguments",
+                        HTTP_MAX_TARGET,
+                        HTTP_MAX_QUERY_ARGS);
+                return true;
+        }
+        if (r->body_too_large) {
+                r->close = true;
+                (void) reply_error_static(
+                        r,
+                        0,
                         -EFBIG,
                         API_ERROR_INVALID_REQUEST,
                         "body: larger than the limit of %zu bytes",
                         s->options.max_body);
-                return;
+                return true;
         }
+        (void) MHD_get_connection_values(r->connection, MHD_HEADER_KIND, count_host, &n_host);
+        if (streq(version, MHD_HTTP_VERSION_1_1) && n_host != 1) {
+                r->close = true;
+                (void) reply_error_static(
+                        r,
+                        0,
+                        -EINVAL,
+                        API_ERROR_INVALID_REQUEST,
+                        n_host == 0 ? "Host: an HTTP/1.1 request needs the header" :
+                                      "Host: an HTTP/1.1 request has exactly one");
+                return true;
+        }
+        return false;
+}
+
+static void request_dispatch(HttpRequest *r, const char *version) {
+        HttpServer *s = r->server;
+
+        r->state = REQUEST_DISPATCHED;
+        if (request_refuse(r, version))
+                return;
 
         s->options.handler(r, s->options.userdata);
 
@@ -449,7 +542,7 @@ static void request_dispatch(HttpRequest *r) {
                 return;
         }
         log_error("Handler for %s %s returned without an answer.", r->method, r->path);
-        (void) reply_error_static(r, -EIO, API_ERROR_INTERNAL, "internal error: no answer");
+        (void) reply_error_static(r, 0, -EIO, API_ERROR_INTERNAL, "internal error: no answer");
 }
 
 static enum MHD_Result on_access(
@@ -465,7 +558,11 @@ static enum MHD_Result on_access(
         HttpRequest *r = *con_cls;
 
         if (!r) {
+                HttpConnection *c = connection_of(connection);
                 const char *cl;
+
+                if (c && c->refused)
+                        return MHD_NO; /* answered 503 on accept: close */
 
                 r = calloc(1, sizeof(HttpRequest));
                 if (!r)
@@ -473,6 +570,9 @@ static enum MHD_Result on_access(
                 r->n_ref = 1; /* owned by MHD until on_completed() */
                 r->server = s;
                 r->connection = connection;
+                r->conn = c;
+                if (c)
+                        c->request = r;
                 r->id = ++s->next_request_id;
                 r->start = now_usec(CLOCK_MONOTONIC);
                 r->method = strdup(method);
@@ -494,12 +594,14 @@ static enum MHD_Result on_access(
 
                         errno = 0;
                         n = strtoull(cl, &end, 10);
-                        if (errno != 0 || *end != 0 || n > s->options.max_body) {
+                        if (errno != 0 || *end != 0 || n > s->options.max_body)
                                 r->body_too_large = true;
-                                request_dispatch(r);
-                                return request_queue(r);
-                        }
                 }
+                /* Whatever HTTP refuses is answered now, before the body. */
+                r->state = REQUEST_DISPATCHED;
+                if (request_refuse(r, version))
+                        return request_queue(r);
+                r->state = REQUEST_RECEIVING;
                 return MHD_YES;
         }
 
@@ -534,7 +636,7 @@ static enum MHD_Result on_access(
         case REQUEST_RECEIVING: {
                 _unused_ _cleanup_(http_request_unrefp) HttpRequest *pin = http_request_ref(r);
 
-                request_dispatch(r);
+                request_dispatch(r, version);
                 if (r->state == REQUEST_SUSPENDED)
                         return MHD_YES;
                 return request_queue(r);
@@ -592,6 +694,13 @@ static void on_completed(
 
         r->connection = NULL;
         keepalive_stop(r); /* the client went away, or the stream ended */
+        if (r->conn) {
+                /* the connection waits for its next request from now on */
+                r->conn->request = NULL;
+                r->conn->served = r->conn->served || toe == MHD_REQUEST_TERMINATED_COMPLETED_OK;
+                connection_touch(r->conn);
+                r->conn = NULL;
+        }
         if (r->prev)
                 r->prev->next = r->next;
         else
@@ -631,6 +740,34 @@ static size_t unescape_keep_nul(void *cls, struct MHD_Connection *c, char *s) {
         }
         *w = 0;
         return (size_t) (w - s);
+}
+
+static HttpConnection *connection_of(struct MHD_Connection *mc) {
+        const union MHD_ConnectionInfo *info = MHD_get_connection_info(mc, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+
+        return info ? info->socket_context : NULL;
+}
+
+/* Called once the request line is in, before libmicrohttpd parses the query. libmicrohttpd 0.9.75
+ * keeps each query argument in the connection's memory pool (32 KiB) and, when that runs out,
+ * loses the 431 it queued: the client waits for an answer until the idle timeout, and holds a
+ * shutdown meanwhile. A target over our limits is therefore hidden from that parser (the line is
+ * in libmicrohttpd's own writable read buffer) and answered 414 once the headers are in. */
+static void *on_uri(void *cls, const char *uri, struct MHD_Connection *mc) {
+        HttpConnection *c = connection_of(mc);
+        char *q = strchr(uri, '?');
+        unsigned n_args = 0;
+        bool refuse;
+
+        if (q)
+                for (const char *p = q; p; p = strchr(p + 1, '&'))
+                        n_args++;
+        refuse = strlen(uri) > HTTP_MAX_TARGET || n_args > HTTP_MAX_QUERY_ARGS;
+        if (refuse && q)
+                q[1] = 0;
+        if (c)
+                c->refused_target = refuse ? 414 : 0;
+        return NULL;
 }
 
 static void server_run(HttpServer *s) {
@@ -823,6 +960,17 @@ int http_server_new(HttpServer **ret, sd_event *event, const HttpServerOptions *
         s->address = fd >= 0 ? format_sockname(fd) : strdup("(connections handed in)");
         if (!s->address)
                 return -ENOMEM;
+        if (fd >= 0) {
+                struct sockaddr_storage ss;
+                socklen_t len = sizeof(ss);
+
+                s->loopback = getsockname(fd, (struct sockaddr *) &ss, &len) >= 0 &&
+                        http_sockaddr_is_loopback((struct sockaddr *) &ss, len);
+        }
+        /* With a per-peer limit, connection_admit() enforces max_connections by closing others;
+         * MHD's own cap, which stops accepting, only needs room for those still being reaped. */
+        unsigned hard_cap = s->options.max_connections +
+                (s->options.max_connections_per_peer > 0 ? HTTP_CONNECTION_SLACK : 0);
 
         s->daemon = MHD_start_daemon(
                 MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG |
@@ -837,7 +985,7 @@ int http_server_new(HttpServer **ret, sd_event *event, const HttpServerOptions *
                 s,
                 /* without a socket of its own, the listen option is a repeat of the connection limit */
                 fd >= 0 ? MHD_OPTION_LISTEN_SOCKET : MHD_OPTION_CONNECTION_LIMIT,
-                fd >= 0 ? (unsigned) fd : s->options.max_connections,
+                fd >= 0 ? (unsigned) fd : hard_cap,
                 MHD_OPTION_NOTIFY_CONNECTION,
                 on_connection,
                 s,
@@ -847,8 +995,11 @@ int http_server_new(HttpServer **ret, sd_event *event, const HttpServerOptions *
                 MHD_OPTION_UNESCAPE_CALLBACK,
                 unescape_keep_nul,
                 NULL,
+                MHD_OPTION_URI_LOG_CALLBACK,
+                on_uri,
+                s,
                 MHD_OPTION_CONNECTION_LIMIT,
-                s->options.max_connections,
+                hard_cap,
                 MHD_OPTION_CONNECTION_TIMEOUT,
                 (unsigned) (s->options.idle_timeout / USEC_PER_SEC),
                 MHD_OPTION_END);
@@ -870,6 +1021,13 @@ int http_server_new(HttpServer **ret, sd_event *event, const HttpServerOptions *
         if (r < 0)
                 return r;
         (void) sd_event_source_set_description(s->timer_source, "http-timer");
+        if (s->options.request_timeout > 0) {
+                r = sd_event_add_time(event, &s->sweep_source, CLOCK_MONOTONIC, 0, 0, on_sweep, s);
+                if (r < 0)
+                        return r;
+                (void) sd_event_source_set_enabled(s->sweep_source, SD_EVENT_OFF);
+                (void) sd_event_source_set_description(s->sweep_source, "http-request-timeout");
+        }
         server_arm(s);
 
         *ret = TAKE_PTR(s);
@@ -899,81 +1057,383 @@ unsigned http_server_active_requests(HttpServer *s) {
         return s ? s->active : 0;
 }
 
-static struct ConnectionTag *tag_find(HttpServer *s, int fd) {
-        for (size_t i = 0; i < s->n_tags; i++)
-                if (s->tags[i].fd == fd)
-                        return &s->tags[i];
+static HttpPeer *peer_ref(HttpServer *s, const char *key) {
+        HttpPeer *p;
+
+        for (p = s->peers; p; p = p->next)
+                if (streq(p->key, key)) {
+                        p->n_ref++;
+                        return p;
+                }
+        p = calloc(1, sizeof(HttpPeer));
+        if (!p)
+                return NULL;
+        p->key = strdup(key);
+        if (!p->key) {
+                free(p);
+                return NULL;
+        }
+        p->n_ref = 1;
+        p->next = s->peers;
+        if (s->peers)
+                s->peers->prev = p;
+        s->peers = p;
+        return p;
+}
+
+static void peer_unref(HttpServer *s, HttpPeer *p) {
+        if (!p || --p->n_ref > 0)
+                return;
+        if (p->prev)
+                p->prev->next = p->next;
+        else
+                s->peers = p->next;
+        if (p->next)
+                p->next->prev = p->prev;
+        free(p->key);
+        free(p);
+}
+
+/* Whether the connection waits on its client: for a request (idle, or headers or body arriving),
+ * or for a response to be taken. A request a handler holds, or a stream, waits on us instead. */
+static bool connection_waits_on_client(HttpConnection *c) {
+        HttpRequest *r = c->request;
+
+        if (!r || r->state == REQUEST_RECEIVING)
+                return true;
+        return r->state == REQUEST_DONE && !r->streaming;
+}
+
+/* Whether closing the connection loses no work: nothing on it reached a handler. */
+static bool connection_evictable(HttpConnection *c) {
+        return !c->closing && (c->refused || !c->request || c->request->state == REQUEST_RECEIVING);
+}
+
+/* Whether the kernel holds bytes of the connection that MHD has yet to read: a request that
+ * arrived while we were busy, on a connection that looks idle. Such a one is not idle. */
+static bool connection_has_input(HttpConnection *c) {
+        int n = 0;
+
+        return ioctl(c->fd, FIONREAD, &n) >= 0 && n > 0;
+}
+
+static void peer_list_remove(HttpConnection *c) {
+        HttpPeer *p = c->peer;
+
+        if (c->peer_prev)
+                c->peer_prev->peer_next = c->peer_next;
+        else
+                p->oldest = c->peer_next;
+        if (c->peer_next)
+                c->peer_next->peer_prev = c->peer_prev;
+        else
+                p->newest = c->peer_prev;
+        c->peer_prev = c->peer_next = NULL;
+}
+
+static void peer_list_append(HttpConnection *c) {
+        HttpPeer *p = c->peer;
+
+        c->peer_prev = p->newest;
+        c->peer_next = NULL;
+        if (p->newest)
+                p->newest->peer_next = c;
+        else
+                p->oldest = c;
+        p->newest = c;
+}
+
+/* The connection starts waiting on its client now: for a request, or for a response to be taken.
+ * Its peer's list stays ordered by that, oldest first, so that eviction finds the idlest at once. */
+static void connection_touch(HttpConnection *c) {
+        c->since = now_usec(CLOCK_MONOTONIC);
+        if (!c->peer || c->peer->newest == c)
+                return;
+        peer_list_remove(c);
+        peer_list_append(c);
+}
+
+/* The connection of peer (of anyone when NULL), except the one given, whose closing costs least:
+ * the one that has waited longest on its client without a request pending, among those that never
+ * had a request answered if there are any (a flood of idle or slow connections), else among all
+ * (a keep-alive client that went quiet). */
+static HttpConnection *connection_pick_victim(HttpServer *s, HttpPeer *peer, HttpConnection *except) {
+        for (int pass = 0; pass < 2; pass++) {
+                HttpConnection *best = NULL;
+
+                if (peer) {
+                        for (HttpConnection *c = peer->oldest; c && !best; c = c->peer_next)
+                                if (c != except && (pass > 0 || !c->served) && connection_evictable(c) &&
+                                    !connection_has_input(c))
+                                        best = c;
+                } else /* no peer to look at: the rare way, through every connection */
+                        for (HttpConnection *c = s->connections; c; c = c->next)
+                                if (c != except && (pass > 0 || !c->served) && connection_evictable(c) &&
+                                    (!best || c->since < best->since) && !connection_has_input(c))
+                                        best = c;
+                if (best)
+                        return best;
+        }
         return NULL;
 }
 
-static void on_connection(
-        void *cls, struct MHD_Connection *c, void **socket_context, enum MHD_ConnectionNotificationCode code) {
-        HttpServer *s = cls;
-        const union MHD_ConnectionInfo *info;
-        struct ConnectionTag *t;
+static HttpPeer *peer_heaviest(HttpServer *s) {
+        HttpPeer *best = NULL;
 
-        if (code != MHD_CONNECTION_NOTIFY_CLOSED)
+        for (HttpPeer *p = s->peers; p; p = p->next)
+                if (!best || p->open > best->open)
+                        best = p;
+        return best;
+}
+
+/* Closes a connection MHD owns: shut down, MHD sees the hang-up on its next run and reaps it. */
+static void connection_close(HttpConnection *c) {
+        if (c->closing)
                 return;
-        info = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
-        t = info ? tag_find(s, info->connect_fd) : NULL;
-        if (t) {
-                free(t->tag);
-                *t = s->tags[--s->n_tags];
+        c->closing = true;
+        c->server->n_open--;
+        if (c->peer)
+                c->peer->open--;
+        (void) shutdown(c->fd, SHUT_RDWR);
+}
+
+/* Answers a connection just accepted with 503 and hangs up its sending side. Nothing was read or
+ * written on it yet, so the answer is the first thing the client reads; its request, should one
+ * come, is dropped (on_access()). It stays counted until the client leaves or request_timeout. */
+static void connection_refuse(HttpConnection *c, const char *why) {
+        char body[256], answer[512];
+        int n, k;
+
+        c->refused = true;
+        n = snprintf(
+                body,
+                sizeof(body),
+                "{\n  \"error\": {\n    \"code\": \"conflict\",\n    \"message\": \"conflict: %s, all "
+                "of them busy; retry later\"\n  }\n}\n",
+                why);
+        k = snprintf(
+                answer,
+                sizeof(answer),
+                "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nContent-Length: "
+                "%d\r\nRetry-After: 1\r\nConnection: close\r\n\r\n%s",
+                n,
+                body);
+        if (n > 0 && (size_t) n < sizeof(body) && k > 0 && (size_t) k < sizeof(answer))
+                (void) send(c->fd, answer, (size_t) k, MSG_NOSIGNAL | MSG_DONTWAIT);
+        (void) shutdown(c->fd, SHUT_WR);
+}
+
+/* The limits, applied to a connection just accepted: the peer over its share gives up the
+ * connection that costs least; past the global limit, the peer holding the most does. */
+static void connection_admit(HttpServer *s, HttpConnection *c) {
+        HttpConnection *v;
+
+        if (s->options.max_connections_per_peer == 0)
+                return;
+        while (c->peer && c->peer->open > s->options.max_connections_per_peer) {
+                v = connection_pick_victim(s, c->peer, c);
+                if (!v) {
+                        log_debug(
+                                "Refusing a connection from %s: all of its %u connections are busy.",
+                                c->peer->key,
+                                c->peer->open - 1);
+                        connection_refuse(c, "too many connections from your address");
+                        return;
+                }
+                log_debug(
+                        "Connection limit of %s reached, closing its connection waiting longest.",
+                        c->peer->key);
+                connection_close(v);
         }
+        while (s->n_open > s->options.max_connections) {
+                v = connection_pick_victim(s, peer_heaviest(s), c) ?: connection_pick_victim(s, NULL, c);
+                if (!v) {
+                        log_debug("Refusing a connection: all %u connections are busy.", s->n_open - 1);
+                        connection_refuse(c, "the server holds as many connections as it takes");
+                        return;
+                }
+                log_debug("Connection limit reached, closing a connection of %s.", v->peer ? v->peer->key : "?");
+                connection_close(v);
+        }
+}
+
+static void sweep_arm(HttpServer *s) {
+        usec_t interval = MIN(MAX(s->options.request_timeout / 4, 10 * USEC_PER_MSEC), USEC_PER_SEC);
+        int r;
+
+        if (!s->sweep_source)
+                return;
+        if (s->n_connections == 0) {
+                (void) sd_event_source_set_enabled(s->sweep_source, SD_EVENT_OFF);
+                return;
+        }
+        r = sd_event_source_set_time(s->sweep_source, now_usec(CLOCK_MONOTONIC) + interval);
+        if (r >= 0)
+                r = sd_event_source_set_enabled(s->sweep_source, SD_EVENT_ONESHOT);
+        if (r < 0)
+                log_debug_errno(r, "Failed to arm the HTTP request timeout, ignoring: %m");
+}
+
+/* request_timeout: connections that kept us waiting too long are closed. */
+static int on_sweep(sd_event_source *es, usec_t usec, void *userdata) {
+        HttpServer *s = userdata;
+        usec_t now = now_usec(CLOCK_MONOTONIC);
+
+        for (HttpConnection *c = s->connections; c; c = c->next)
+                if (!c->closing && connection_waits_on_client(c) &&
+                    now - c->since >= s->options.request_timeout) {
+                        log_debug(
+                                "Closing a connection of %s that kept us waiting for %s.",
+                                c->peer ? c->peer->key : "a client",
+                                c->request ? "its request or the end of its response" : "a request");
+                        connection_close(c);
+                }
+        sweep_arm(s);
+        return 0;
+}
+
+static void connection_started(HttpServer *s, struct MHD_Connection *mc, void **socket_context) {
+        _cleanup_free_ char *tag = TAKE_PTR(s->pending_tag);
+        const union MHD_ConnectionInfo *info = MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CONNECTION_FD);
+        HttpConnection *c;
+        int enabled = SD_EVENT_OFF;
+
+        if (!info)
+                return;
+        c = calloc(1, sizeof(HttpConnection));
+        if (!c) {
+                (void) shutdown(info->connect_fd, SHUT_RDWR); /* untracked, it would escape every limit */
+                return;
+        }
+        c->server = s;
+        c->fd = info->connect_fd;
+        c->since = now_usec(CLOCK_MONOTONIC);
+        c->tag = TAKE_PTR(tag);
+
+        if (s->options.max_connections_per_peer > 0) {
+                struct sockaddr_storage ss;
+                socklen_t len = sizeof(ss);
+                char key[HTTP_PEER_MAX];
+                const char *name = c->tag;
+
+                if (!name && getpeername(c->fd, (struct sockaddr *) &ss, &len) >= 0 &&
+                    http_sockaddr_peer((struct sockaddr *) &ss, len, key))
+                        name = key;
+                if (name) {
+                        c->peer = peer_ref(s, name);
+                        if (!c->peer) {
+                                (void) shutdown(c->fd, SHUT_RDWR);
+                                free(c->tag);
+                                free(c);
+                                return;
+                        }
+                        c->peer->open++;
+                        peer_list_append(c);
+                }
+        }
+
+        c->next = s->connections;
+        if (s->connections)
+                s->connections->prev = c;
+        s->connections = c;
+        s->n_connections++;
+        s->n_open++;
+        *socket_context = c;
+
+        connection_admit(s, c);
+        if (s->sweep_source && sd_event_source_get_enabled(s->sweep_source, &enabled) >= 0 &&
+            enabled == SD_EVENT_OFF)
+                sweep_arm(s);
+}
+
+static void on_connection(
+        void *cls, struct MHD_Connection *mc, void **socket_context, enum MHD_ConnectionNotificationCode code) {
+        HttpServer *s = cls;
+        HttpConnection *c = *socket_context;
+
+        if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+                connection_started(s, mc, socket_context);
+                return;
+        }
+        if (code != MHD_CONNECTION_NOTIFY_CLOSED || !c)
+                return;
+        *socket_context = NULL;
+        if (c->request)
+                c->request->conn = NULL;
+        if (!c->closing) {
+                s->n_open--;
+                if (c->peer)
+                        c->peer->open--;
+        }
+        if (c->prev)
+                c->prev->next = c->next;
+        else
+                s->connections = c->next;
+        if (c->next)
+                c->next->prev = c->prev;
+        s->n_connections--;
+        if (c->peer)
+                peer_list_remove(c);
+        peer_unref(s, c->peer);
+        free(c->tag);
+        free(c);
 }
 
 int http_server_add_connection(HttpServer *s, int fd, const char *tag) {
         _cleanup_close_ int cfd = fd;
         struct sockaddr_un sa = { .sun_family = AF_UNIX };
-        struct ConnectionTag *a;
-        _cleanup_free_ char *copy = NULL;
+        bool ok;
 
         if (!s || fd < 0 || !s->daemon || s->quiesced)
                 return -EINVAL;
-        if (tag && s->options.max_connections_per_tag > 0) {
-                unsigned n = 0;
-
-                for (size_t i = 0; i < s->n_tags; i++)
-                        if (s->tags[i].fd != fd && s->tags[i].tag && streq(s->tags[i].tag, tag))
-                                n++;
-                if (n >= s->options.max_connections_per_tag)
-                        return -EBUSY;
-        }
-        copy = tag ? strdup(tag) : NULL;
-        if (tag && !copy)
+        free(s->pending_tag);
+        s->pending_tag = tag ? strdup(tag) : NULL;
+        if (tag && !s->pending_tag)
                 return -ENOMEM;
-        a = reallocarray(s->tags, s->n_tags + 1, sizeof(*a));
-        if (!a)
-                return -ENOMEM;
-        s->tags = a;
-        /* a stale entry for a reused fd number would lend it the wrong identity */
-        struct ConnectionTag *old = tag_find(s, fd);
-        if (old) {
-                free(old->tag);
-                *old = s->tags[--s->n_tags];
-        }
-        s->tags[s->n_tags++] = (struct ConnectionTag){ fd, TAKE_PTR(copy) };
-        if (MHD_add_connection(s->daemon, fd, (const struct sockaddr *) &sa, sizeof(sa)) != MHD_YES) {
-                /* MHD closed it */
-                TAKE_FD(cfd);
-                free(s->tags[s->n_tags - 1].tag);
-                s->n_tags--;
-                return -EIO;
-        }
-        TAKE_FD(cfd);
+        /* MHD announces the connection (on_connection()) before this returns: the tag goes with it */
+        ok = MHD_add_connection(s->daemon, TAKE_FD(cfd), (const struct sockaddr *) &sa, sizeof(sa)) == MHD_YES;
+        s->pending_tag = mfree(s->pending_tag);
+        if (!ok)
+                return -EIO; /* MHD closed it */
         server_kick(s);
         return 0;
 }
 
 const char *http_request_connection_tag(HttpRequest *r) {
-        const union MHD_ConnectionInfo *info;
-        struct ConnectionTag *t;
+        return r && r->conn ? r->conn->tag : NULL;
+}
 
-        if (!r || !r->connection)
-                return NULL;
-        info = MHD_get_connection_info(r->connection, MHD_CONNECTION_INFO_CONNECTION_FD);
-        t = info ? tag_find(r->server, info->connect_fd) : NULL;
-        return t ? t->tag : NULL;
+unsigned http_server_connections(HttpServer *s) {
+        return s ? s->n_connections : 0;
+}
+
+bool http_server_is_loopback(HttpServer *s) {
+        return s && s->loopback;
+}
+
+int http_request_check_site(HttpRequest *r, ApiError *reterr) {
+        const char *origin, *host;
+
+        assert_return(r, -EINVAL);
+        if (!r->server->loopback)
+                return 0;
+        origin = http_request_header(r, "Origin");
+        if (origin && !http_origin_is_loopback(origin))
+                return api_error_set(
+                        reterr,
+                        -EPERM,
+                        API_ERROR_INVALID_REQUEST,
+                        "Origin \"%.100s\" is not a loopback origin, and this server listens on loopback only",
+                        origin);
+        host = http_request_header(r, "Host");
+        if (host && !http_host_is_loopback(host, strlen(host)))
+                return api_error_set(
+                        reterr,
+                        -EPERM,
+                        API_ERROR_INVALID_REQUEST,
+                        "Host \"%.100s\" is not a loopback name, and this server listens on loopback only",
+                        host);
+        return 0;
 }
 
 HttpServer *http_server_free(HttpServer *s) {
@@ -981,26 +1441,31 @@ HttpServer *http_server_free(HttpServer *s) {
                 return NULL;
         s->io_source = sd_event_source_disable_unref(s->io_source);
         s->timer_source = sd_event_source_disable_unref(s->timer_source);
+        s->sweep_source = sd_event_source_disable_unref(s->sweep_source);
         if (s->daemon) {
                 usec_t deadline = now_usec(CLOCK_MONOTONIC) + HTTP_FREE_FLUSH_TIMEOUT;
 
+                /* Connections without an answer under way have nothing to flush: a request still
+                 * arriving would hold the flush below for its whole second. */
+                for (HttpConnection *c = s->connections; c; c = c->next)
+                        if (connection_evictable(c))
+                                connection_close(c);
                 /* libmicrohttpd refuses to stop with suspended connections, and their clients deserve
                  * an answer: reply to each, then let MHD flush for a bounded moment. */
                 for (HttpRequest *r = s->requests; r; r = r->next)
                         if (r->state == REQUEST_SUSPENDED)
                                 (void) reply_error_static(
-                                        r, -ESHUTDOWN, API_ERROR_CONFLICT, "vm-manager is shutting down");
+                                        r, 0, -ESHUTDOWN, API_ERROR_CONFLICT, "vm-manager is shutting down");
                         else if (r->streaming)
                                 (void) http_request_stream_end(r);
                 while (s->requests && now_usec(CLOCK_MONOTONIC) < deadline)
                         (void) MHD_run_wait(s->daemon, 10);
                 MHD_stop_daemon(s->daemon); /* completes every open request through on_completed() */
         }
+        assert(!s->connections && !s->peers); /* MHD_stop_daemon() closed them all */
         sd_event_unref(s->event);
         free(s->address);
-        for (size_t i = 0; i < s->n_tags; i++)
-                free(s->tags[i].tag);
-        free(s->tags);
+        free(s->pending_tag);
         free(s);
         return NULL;
 }

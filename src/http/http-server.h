@@ -27,14 +27,27 @@ typedef struct HttpServerOptions {
         bool no_listen;     /* no socket of its own: connections come from http_server_add_connection() */
         size_t max_body;    /* bytes; larger bodies get 413 */
         unsigned max_connections;
-        /* connections handed in with the same tag (0: no limit); more are refused (-EBUSY) */
-        unsigned max_connections_per_tag;
-        usec_t idle_timeout; /* closes idle keep-alive connections */
+        /* Connections one peer may hold: a TCP source address (an IPv6 /64), or the tag of a
+         * connection handed in. A newcomer over the limit closes that peer's connection that has
+         * waited longest for a request (still sending it, or idle), those that never had a request
+         * answered first; when none is waiting, the newcomer is answered 503 and closed. With a
+         * per-peer limit, max_connections works the same way against the peer holding the most,
+         * instead of refusing to accept. 0: no per-peer limit, max_connections is a hard cap. */
+        unsigned max_connections_per_peer;
+        usec_t idle_timeout; /* closes connections without traffic for this long */
+        /* A connection gets this long to deliver a request, headers and body, counted from its
+         * opening or from its previous response, and this long to take each response: it is closed
+         * past that, so that a client sending a byte at a time cannot hold it. Requests a handler
+         * keeps (suspended) and streams are exempt. 0: no such deadline. */
+        usec_t request_timeout;
         HttpHandler handler;
         void *userdata;
 } HttpServerOptions;
 
 #define HTTP_MAX_BODY_DEFAULT ((size_t) 8 << 20)
+/* A request target (path and query) longer than this, or with more query arguments, gets 414. */
+#define HTTP_MAX_TARGET ((size_t) 8192)
+#define HTTP_MAX_QUERY_ARGS 64
 
 int http_server_new(HttpServer **ret, sd_event *event, const HttpServerOptions *o, ApiError *reterr);
 HttpServer *http_server_free(HttpServer *s);
@@ -42,13 +55,17 @@ DEFINE_TRIVIAL_CLEANUP_FUNC(HttpServer *, http_server_free);
 
 /* Serves a connection accepted elsewhere, say on a listener that is itself an identity (one per VM).
  * Takes fd, whatever happens. tag (copied) is what http_request_connection_tag() returns for every
- * request on that connection. -EBUSY: max_connections_per_tag connections with this tag are open. */
+ * request on that connection, and the peer that max_connections_per_peer counts it for. */
 int http_server_add_connection(HttpServer *s, int fd, const char *tag);
 /* The tag of the request's connection; NULL for a connection the server accepted itself. */
 const char *http_request_connection_tag(HttpRequest *r);
 
 /* The local address actually bound ("127.0.0.1:43817"), for logs and tests. Borrowed. */
 const char *http_server_address(HttpServer *s);
+/* Whether the server listens on a loopback address only (127.0.0.0/8 or ::1). */
+bool http_server_is_loopback(HttpServer *s);
+/* Connections open now, those being closed included. */
+unsigned http_server_connections(HttpServer *s);
 
 /* Stops accepting connections; requests in flight finish, each answered with Connection: close.
  * Requests still suspended when the server is freed are answered 409 conflict ("vm-manager is
@@ -88,6 +105,9 @@ int http_request_reply(HttpRequest *r, unsigned status, const char *content_type
 int http_request_reply_fd(HttpRequest *r, unsigned status, const char *content_type, int fd, uint64_t size);
 int http_request_reply_json(HttpRequest *r, unsigned status, const json_t *v);
 int http_request_reply_error(HttpRequest *r, const ApiError *e);
+/* The JSON error envelope of e with an HTTP status of its own (403, 414, 415…), for refusals that
+ * are invalid requests to the client but have a precise status in HTTP. */
+int http_request_reply_error_status(HttpRequest *r, unsigned status, const ApiError *e);
 int http_request_reply_text(HttpRequest *r, unsigned status, const char *text);
 /* Answers with status and headers now and keeps the body open (server-sent events): bytes given
  * to http_request_stream_write() go out as they come, http_request_stream_end() completes the
@@ -103,6 +123,12 @@ int http_request_stream_end(HttpRequest *r);
  * client went away (noticed when a write fails, so at the latest at the second filler after). */
 int http_request_stream_keepalive(HttpRequest *r, usec_t interval, const char *data);
 #define HTTP_STREAM_MAX_BACKLOG ((size_t) 1 << 20)
+
+/* The DNS-rebinding and cross-site guard of a server that listens on loopback only: a request
+ * whose Origin or Host names anything but loopback (a web page's cross-site request, or a name an
+ * attacker rebound to 127.0.0.1) is -EPERM, with an invalid_request error in reterr naming the
+ * header. 0 on a server that listens elsewhere or on connections handed in: there names vary. */
+int http_request_check_site(HttpRequest *r, ApiError *reterr);
 
 /* Adds a response header to the reply that follows. */
 int http_request_add_header(HttpRequest *r, const char *name, const char *value);

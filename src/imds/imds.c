@@ -307,18 +307,13 @@ method:
         reply_text(req, 405, "Method Not Allowed\n");
 }
 
-/* A VM with IMDS_VM_CONNECTIONS_MAX open has its next connections closed at once: what one guest
- * holds never fills the server for the others. */
+/* A VM's connections are the VM's peer in the server: past IMDS_VM_CONNECTIONS_MAX the newcomer
+ * closes that VM's idlest one, so what one guest holds never fills the server for the others. */
 static void on_accept(void *userdata, Vm *v, int fd) {
         ImdsServer *s = userdata;
         int r = http_server_add_connection(s->http, fd, vm_id(v));
 
-        if (r == -EBUSY)
-                log_debug(
-                        "VM %s: %u metadata connections open, closing a new one.",
-                        vm_id(v),
-                        IMDS_VM_CONNECTIONS_MAX);
-        else if (r < 0)
+        if (r < 0)
                 log_debug("VM %s: metadata connection dropped: %s", vm_id(v), strerror(-r));
 }
 
@@ -339,8 +334,9 @@ int imds_server_new(Manager *m, ImdsServer **ret) {
                         .no_listen = true,
                         .max_body = IMDS_REPORT_MAX,
                         .max_connections = IMDS_CONNECTIONS_MAX,
-                        .max_connections_per_tag = IMDS_VM_CONNECTIONS_MAX,
+                        .max_connections_per_peer = IMDS_VM_CONNECTIONS_MAX, /* the peer is the VM */
                         .idle_timeout = IMDS_IDLE_TIMEOUT,
+                        .request_timeout = IMDS_REQUEST_TIMEOUT,
                         .handler = imds_handle,
                         .userdata = s,
                 },

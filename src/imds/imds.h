@@ -27,8 +27,10 @@ void imds_handle(HttpRequest *req, void *userdata);
 #define IMDS_REPORTS_BUSY "too many reports are being stored; retry later"
 #define IMDS_REPORT_RETRY_AFTER "1"
 
-/* Connections: at most IMDS_VM_CONNECTIONS_MAX per VM (beyond, a new one is closed at once) and
- * IMDS_CONNECTIONS_MAX in all; a connection idle for IMDS_IDLE_TIMEOUT is closed. */
+/* Connections: at most IMDS_VM_CONNECTIONS_MAX per VM (a new one beyond closes that VM's idlest) and
+ * IMDS_CONNECTIONS_MAX in all; a connection idle for IMDS_IDLE_TIMEOUT is closed, and one that takes
+ * longer than IMDS_REQUEST_TIMEOUT to deliver a request. */
 #define IMDS_VM_CONNECTIONS_MAX 16U
 #define IMDS_CONNECTIONS_MAX 4096U
 #define IMDS_IDLE_TIMEOUT (15 * USEC_PER_SEC)
+#define IMDS_REQUEST_TIMEOUT (30 * USEC_PER_SEC)

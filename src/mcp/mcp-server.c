@@ -5,6 +5,7 @@
 #include <sys/random.h>
 
 #include "cleanup.h"
+#include "http-util.h"
 #include "json-util.h"
 #include "log.h"
 #include "mcp-server.h"
@@ -159,36 +160,6 @@ static bool version_supported(const char *v) {
                 if (streq(v, supported_versions[i]))
                         return true;
         return false;
-}
-
-/* Is host (a Host header value or the authority of an Origin) a loopback name? */
-static bool host_is_loopback(const char *host, size_t len) {
-        static const char *const names[] = { "localhost", "127.0.0.1", "[::1]" };
-
-        /* drop the port */
-        if (len > 0 && host[0] == '[') {
-                const char *end = memchr(host, ']', len);
-                if (end)
-                        len = (size_t) (end - host) + 1;
-        } else {
-                const char *colon = memchr(host, ':', len);
-                if (colon)
-                        len = (size_t) (colon - host);
-        }
-        for (size_t i = 0; i < ELEMENTSOF(names); i++)
-                if (strlen(names[i]) == len && strncasecmp(host, names[i], len) == 0)
-                        return true;
-        /* anything in 127/8 */
-        return len > 4 && strncmp(host, "127.", 4) == 0 && strspn(host, "0123456789.") == len;
-}
-
-static bool origin_is_loopback(const char *origin) {
-        const char *p = strstr(origin, "://");
-
-        if (!p)
-                return false;
-        p += 3;
-        return host_is_loopback(p, strcspn(p, "/"));
 }
 
 /* Whether an Accept header lists text/event-stream (and not with q=0). Wildcards do not count: the
@@ -922,11 +893,11 @@ bool mcp_server_handle(McpServer *s, HttpRequest *req) {
         if (s->loopback_only) {
                 origin = http_request_header(req, "Origin");
                 host = http_request_header(req, "Host");
-                if (origin && !origin_is_loopback(origin)) {
+                if (origin && !http_origin_is_loopback(origin)) {
                         reply_text(req, 403, "Forbidden: Origin is not a loopback address\n");
                         return true;
                 }
-                if (host && !host_is_loopback(host, strlen(host))) {
+                if (host && !http_host_is_loopback(host, strlen(host))) {
                         reply_text(req, 403, "Forbidden: Host is not a loopback address\n");
                         return true;
                 }

@@ -562,7 +562,7 @@ def test_nested_and_drain(work):
     r.read()
     slow = socket.create_connection((HOST, port), timeout=5)
     try:
-        slow.sendall(b"POST /api/v1/slow HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\n12345")
+        slow.sendall(b"POST /api/v1/slow HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 10\r\n\r\n12345")
         # A round trip on the other connection: the daemon's loop has then read the headers sent
         # before it, so the request counts as active.
         idle.request("GET", "/healthz")

@@ -138,7 +138,10 @@ def base_env(workdir, **extra):
 
 
 def http_request(port, method, path, body=None, headers=None, timeout=10):
-    """One request on a fresh connection: (status, {lower-case header: value}, body bytes)."""
+    """One request on a fresh connection: (status, {lower-case header: value}, body bytes). A body
+    sent without headers goes as application/json, as the REST API wants; pass headers to choose."""
+    if headers is None and body is not None:
+        headers = {"Content-Type": "application/json"}
     conn = http.client.HTTPConnection(HOST, port, timeout=timeout)
     try:
         conn.request(method, path, body=body, headers=headers or {})
@@ -320,6 +323,20 @@ def diff_snapshots(a, b):
 
 # ---------------------------------------------------------------------------------------------
 # daemons
+
+
+def fake_image_dir(workdir, name):
+    """An image directory with one tiny image (fake_1.0) and a firmware variable store, for a
+    daemon whose QEMU is the fake of tests/integration/fakes: (image dir, vars path)."""
+    images = os.path.join(workdir, "images-" + name)
+    os.makedirs(images)
+    for ext in (".efi", ".raw"):
+        with open(os.path.join(images, "fake_1.0" + ext), "wb") as f:
+            f.write(b"\0" * 4096)
+    vars_ = os.path.join(workdir, "vars-" + name)
+    with open(vars_, "wb") as f:
+        f.write(b"\0" * 4096)
+    return images, vars_
 
 
 class Daemon:

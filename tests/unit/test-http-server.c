@@ -8,15 +8,18 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include "cleanup.h"
 #include "http-server.h"
+#include "http-util.h"
 #include "json-util.h"
 #include "log.h"
 
@@ -36,6 +39,8 @@ typedef struct Fixture {
         unsigned n_done;
         HttpRequest *stream; /* an open event stream */
         sd_event_source *stream_write_timer, *stream_end_timer;
+        HttpRequest *held[8]; /* requests on /hold, never answered by the test */
+        size_t n_held;
 } Fixture;
 
 #define KEEPALIVE (100 * USEC_PER_MSEC)
@@ -144,36 +149,76 @@ static void handler(HttpRequest *req, void *userdata) {
                         0);
                 return;
         }
+        if (streq(path, "/hold") && f->n_held < ELEMENTSOF(f->held)) {
+                /* a handler that keeps the request: its connection is busy, not idle */
+                http_request_suspend(req);
+                f->held[f->n_held++] = http_request_ref(req);
+                return;
+        }
+        if (streq(path, "/site")) {
+                _cleanup_(api_error_done) ApiError e = API_ERROR_NULL;
+
+                if (http_request_check_site(req, &e) < 0)
+                        assert_int_equal(http_request_reply_error_status(req, 403, &e), 0);
+                else
+                        assert_int_equal(http_request_reply_text(req, 200, "same site"), 0);
+                return;
+        }
+        if (streq(path, "/tag")) {
+                assert_int_equal(
+                        http_request_reply_text(req, 200, http_request_connection_tag(req) ?: "(none)"), 0);
+                return;
+        }
         if (streq(path, "/silent"))
                 return; /* a handler bug: the server must still answer */
         assert_int_equal(http_request_reply_text(req, 404, "nope\n"), 0);
 }
 
-static int setup(void **state) {
+static int setup_with(void **state, HttpServerOptions o) {
         Fixture *f = calloc(1, sizeof(Fixture));
         const char *addr, *colon;
 
         assert_non_null(f);
         assert_int_equal(sd_event_new(&f->event), 0);
-        assert_int_equal(
-                http_server_new(
-                        &f->server,
-                        f->event,
-                        &(HttpServerOptions){
-                                .listen = "127.0.0.1:0",
-                                .listen_fd = -EBADF,
-                                .max_body = 1024,
-                                .handler = handler,
-                                .userdata = f,
-                        },
-                        NULL),
-                0);
+        o.handler = handler;
+        o.userdata = f;
+        assert_int_equal(http_server_new(&f->server, f->event, &o, NULL), 0);
         addr = http_server_address(f->server);
         colon = strrchr(addr, ':');
-        assert_non_null(colon);
-        f->port = (uint16_t) atoi(colon + 1);
+        if (colon)
+                f->port = (uint16_t) atoi(colon + 1);
         *state = f;
         return 0;
+}
+
+static int setup(void **state) {
+        return setup_with(
+                state, (HttpServerOptions){ .listen = "127.0.0.1:0", .listen_fd = -EBADF, .max_body = 1024 });
+}
+
+/* Small limits: 2 connections per peer, 4 in all. */
+static int setup_limits(void **state) {
+        return setup_with(
+                state,
+                (HttpServerOptions){
+                        .listen = "127.0.0.1:0",
+                        .listen_fd = -EBADF,
+                        .max_body = 1024,
+                        .max_connections = 4,
+                        .max_connections_per_peer = 2,
+                });
+}
+
+/* Half a second for each request. */
+static int setup_request_timeout(void **state) {
+        return setup_with(
+                state,
+                (HttpServerOptions){
+                        .listen = "127.0.0.1:0",
+                        .listen_fd = -EBADF,
+                        .max_body = 1024,
+                        .request_timeout = 500 * USEC_PER_MSEC,
+                });
 }
 
 static int teardown(void **state) {
@@ -184,7 +229,9 @@ static int teardown(void **state) {
         f->stream_write_timer = sd_event_source_disable_unref(f->stream_write_timer);
         f->stream_end_timer = sd_event_source_disable_unref(f->stream_end_timer);
         f->stream = http_request_unref(f->stream);
-        f->server = http_server_free(f->server);
+        f->server = http_server_free(f->server); /* answers the held requests 409 */
+        for (size_t i = 0; i < f->n_held; i++)
+                http_request_unref(f->held[i]);
         f->event = sd_event_unref(f->event);
         free(f);
         return 0;
@@ -194,20 +241,41 @@ static int teardown(void **state) {
 
 typedef struct Exchange {
         uint16_t port;
-        char request[2048];
+        char request[20000];
         char response[8192];
         unsigned status;
         int close_early; /* disconnect after sending, without reading */
 } Exchange;
 
-static int client_connect(uint16_t port) {
+/* A client socket from 127.0.0.<from> (another peer for each), reads giving up after 5 s: a
+ * server that never answers fails the test instead of hanging it. */
+static int client_connect_from(uint16_t port, uint8_t from) {
         struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(port) };
+        struct sockaddr_in src = { .sin_family = AF_INET };
+        struct timeval tv = { .tv_sec = 5 };
         int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 
         sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        if (fd < 0 || connect(fd, (struct sockaddr *) &sa, sizeof(sa)) < 0)
+        src.sin_addr.s_addr = htonl(INADDR_LOOPBACK - 1 + from);
+        if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) < 0 ||
+            bind(fd, (struct sockaddr *) &src, sizeof(src)) < 0 ||
+            connect(fd, (struct sockaddr *) &sa, sizeof(sa)) < 0)
                 return -1;
         return fd;
+}
+
+static int client_connect(uint16_t port) {
+        return client_connect_from(port, 1);
+}
+
+/* Whether the server hung up on fd within timeout_ms, without sending anything. */
+static bool client_hung_up(int fd, int timeout_ms) {
+        struct pollfd p = { .fd = fd, .events = POLLIN };
+        char c;
+
+        if (poll(&p, 1, timeout_ms) <= 0)
+                return false;
+        return recv(fd, &c, 1, MSG_DONTWAIT) == 0;
 }
 
 static void client_send(int fd, const char *req) {
@@ -238,18 +306,24 @@ static const char *body_of(const Exchange *x) {
         return b ? b + 4 : "";
 }
 
-typedef struct ClientJob {
+typedef struct ClientJob ClientJob;
+struct ClientJob {
         Exchange *exchanges;
         size_t n;
         int done_fd; /* an eventfd the client thread writes when it is done */
         bool finished;
         bool sequential_slow_fast;
-} ClientJob;
+        void (*script)(ClientJob *job); /* instead of the exchanges */
+        uint16_t port;
+        int result[8]; /* what the script observed */
+};
 
 static void *client_thread(void *p) {
         ClientJob *job = p;
 
-        if (job->sequential_slow_fast) {
+        if (job->script)
+                job->script(job);
+        else if (job->sequential_slow_fast) {
                 /* Send the slow request first, then the fast one on a second connection, then read both. */
                 int a = client_connect(job->exchanges[0].port), b;
                 client_send(a, job->exchanges[0].request);
@@ -532,54 +606,431 @@ static void test_stream_keepalive_client_gone(void **state) {
         assert_int_equal(sd_event_run(f->event, 3 * KEEPALIVE), 0);
 }
 
-/* Connections handed in with one tag are capped; other tags are not affected, and a closed
- * connection frees its slot. */
-static void test_connections_per_tag(void **state) {
-        _cleanup_(sd_event_unrefp) sd_event *e = NULL;
-        _cleanup_(http_server_freep) HttpServer *s = NULL;
-        int a[3][2], b[2], r = -EBUSY;
-        char c;
+static void test_loopback_names(void **state) {
+        static const struct {
+                const char *host;
+                bool loopback;
+        } hosts[] = {
+                { "localhost", true },
+                { "LocalHost:8080", true },
+                { "127.0.0.1", true },
+                { "127.0.0.1:8080", true },
+                { "127.1.2.3:1", true },
+                { "[::1]", true },
+                { "[::1]:8080", true },
+                { "[0:0:0:0:0:0:0:1]:80", true },
+                { "[::ffff:127.0.0.1]:80", true },
+                { "", false },
+                { "evil.example", false },
+                { "evil.example:8080", false },
+                { "localhost.evil.example", false },
+                { "127.0.0.1.evil.example", false },
+                { "127.0.0.1:", false },
+                { "127.0.0.1:80x", false },
+                { "127.0.0.1:8080:1", false },
+                { "127.1", false }, /* a name to a resolver, not an address */
+                { "0x7f.0.0.1", false },
+                { "128.0.0.1", false },
+                { "10.0.0.1", false },
+                { "[::2]", false },
+                { "[::1", false },
+                { "[::1]x", false },
+                { "::1", false },
+        };
+        static const struct {
+                const char *origin;
+                bool loopback;
+        } origins[] = {
+                { "http://localhost:3000", true },
+                { "https://127.0.0.1", true },
+                { "http://[::1]:8080", true },
+                { "null", false },
+                { "http://evil.example", false },
+                { "http://localhost.evil.example", false },
+                { "http://user@localhost", false },
+                { "://localhost", false },
+                { "localhost", false },
+        };
+        static const struct {
+                const char *ct;
+                bool json;
+        } types[] = {
+                { "application/json", true },
+                { "Application/JSON", true },
+                { "application/json; charset=utf-8", true },
+                { "application/json;charset=UTF-8", true },
+                { " application/json ", true },
+                { "application/jsonx", false },
+                { "application/json-patch+json", false },
+                { "text/plain", false },
+                { "application/x-www-form-urlencoded", false },
+                { "", false },
+        };
 
-        assert_int_equal(sd_event_new(&e), 0);
-        assert_int_equal(
-                http_server_new(
-                        &s,
-                        e,
-                        &(HttpServerOptions){
-                                .listen_fd = -EBADF,
-                                .no_listen = true,
-                                .max_connections_per_tag = 2,
-                                .handler = handler,
-                        },
-                        NULL),
-                0);
-        for (size_t i = 0; i < ELEMENTSOF(a); i++)
-                assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, a[i]), 0);
-        assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, b), 0);
+        for (size_t i = 0; i < ELEMENTSOF(hosts); i++)
+                if (http_host_is_loopback(hosts[i].host, strlen(hosts[i].host)) != hosts[i].loopback)
+                        fail_msg("host %s: want loopback=%d", hosts[i].host, hosts[i].loopback);
+        for (size_t i = 0; i < ELEMENTSOF(origins); i++)
+                if (http_origin_is_loopback(origins[i].origin) != origins[i].loopback)
+                        fail_msg("origin %s: want loopback=%d", origins[i].origin, origins[i].loopback);
+        for (size_t i = 0; i < ELEMENTSOF(types); i++)
+                if (http_content_type_is_json(types[i].ct) != types[i].json)
+                        fail_msg("content type %s: want json=%d", types[i].ct, types[i].json);
+        assert_false(http_content_type_is_json(NULL));
+        assert_false(http_origin_is_loopback(NULL));
+}
 
-        assert_int_equal(http_server_add_connection(s, a[0][1], "vm-a"), 0);
-        assert_int_equal(http_server_add_connection(s, a[1][1], "vm-a"), 0);
-        assert_int_equal(http_server_add_connection(s, a[2][1], "vm-a"), -EBUSY);
-        assert_int_equal(read(a[2][0], &c, 1), 0); /* closed at once */
-        assert_int_equal(http_server_add_connection(s, b[1], "vm-b"), 0);
+static void test_site_guard(void **state) {
+        Fixture *f = *state;
+        Exchange x[6];
+        ClientJob job = { .exchanges = x, .n = 6 };
 
-        /* once the server has seen one of vm-a's connections close, vm-a gets a slot again */
-        close(a[0][0]);
-        close(a[2][0]);
-        for (unsigned i = 0; i < 100 && r == -EBUSY; i++) {
-                assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, a[2]), 0);
-                r = http_server_add_connection(s, a[2][1], "vm-a");
-                if (r == -EBUSY) {
-                        close(a[2][0]);
-                        assert_true(sd_event_run(e, 50 * USEC_PER_MSEC) >= 0);
+        assert_true(http_server_is_loopback(f->server));
+        set_request(
+                &x[0], f->port, "GET /site HTTP/1.1\r\nHost: 127.0.0.1:%u\r\nConnection: close\r\n\r\n", f->port);
+        set_request(
+                &x[1],
+                f->port,
+                "GET /site HTTP/1.1\r\nHost: evil.example:%u\r\nConnection: close\r\n\r\n",
+                f->port);
+        set_request(
+                &x[2],
+                f->port,
+                "GET /site HTTP/1.1\r\nHost: localhost\r\nOrigin: http://evil.example\r\nConnection: close\r\n\r\n");
+        set_request(
+                &x[3],
+                f->port,
+                "GET /site HTTP/1.1\r\nHost: localhost\r\nOrigin: http://localhost:3000\r\nConnection: "
+                "close\r\n\r\n");
+        set_request(&x[4], f->port, "GET /site HTTP/1.1\r\nHost: [::1]:80\r\nConnection: close\r\n\r\n");
+        set_request(
+                &x[5],
+                f->port,
+                "GET /site HTTP/1.1\r\nHost: localhost\r\nOrigin: null\r\nConnection: close\r\n\r\n");
+        run_clients(f, &job);
+
+        assert_int_equal(x[0].status, 200);
+        assert_int_equal(x[1].status, 403);
+        assert_non_null(strstr(body_of(&x[1]), "\"code\": \"invalid_request\""));
+        assert_non_null(strstr(body_of(&x[1]), "Host \\\"evil.example:"));
+        assert_int_equal(x[2].status, 403);
+        assert_non_null(strstr(body_of(&x[2]), "Origin \\\"http://evil.example\\\" is not a loopback origin"));
+        assert_int_equal(x[3].status, 200);
+        assert_int_equal(x[4].status, 200);
+        assert_int_equal(x[5].status, 403);
+}
+
+/* A server on every address serves whatever names it: the guard is off. */
+static int setup_any_address(void **state) {
+        return setup_with(state, (HttpServerOptions){ .listen = "0.0.0.0:0", .listen_fd = -EBADF });
+}
+
+static void test_site_guard_off_elsewhere(void **state) {
+        Fixture *f = *state;
+        Exchange x[1];
+        ClientJob job = { .exchanges = x, .n = 1 };
+
+        assert_false(http_server_is_loopback(f->server));
+        set_request(
+                &x[0],
+                f->port,
+                "GET /site HTTP/1.1\r\nHost: vm-host.example\r\nOrigin: http://portal.example\r\nConnection: "
+                "close\r\n\r\n");
+        run_clients(f, &job);
+        assert_int_equal(x[0].status, 200);
+}
+
+static void test_host_required(void **state) {
+        Fixture *f = *state;
+        Exchange x[4];
+        ClientJob job = { .exchanges = x, .n = 4 };
+
+        set_request(&x[0], f->port, "GET /fast HTTP/1.1\r\nConnection: close\r\n\r\n");
+        set_request(&x[1], f->port, "GET /fast HTTP/1.1\r\nHost: a\r\nHost: b\r\nConnection: close\r\n\r\n");
+        set_request(&x[2], f->port, "GET /fast HTTP/1.0\r\n\r\n");
+        set_request(&x[3], f->port, "POST /json HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}");
+        run_clients(f, &job);
+
+        assert_int_equal(x[0].status, 400);
+        assert_non_null(strstr(body_of(&x[0]), "Host: an HTTP/1.1 request needs the header"));
+        assert_non_null(strstr(x[0].response, "Connection: close"));
+        assert_int_equal(x[1].status, 400);
+        assert_non_null(strstr(body_of(&x[1]), "exactly one"));
+        /* HTTP/1.0 has no such rule */
+        assert_non_null(strstr(x[2].response, " 200 "));
+        assert_string_equal(body_of(&x[2]), "fast\n");
+        assert_int_equal(x[3].status, 400);
+        /* the handler never saw any of them */
+        assert_int_equal(f->fast_answered_at, 1);
+}
+
+static void target_with_args(Exchange *x, uint16_t port, unsigned n_args, size_t pad) {
+        char *p;
+
+        set_request(x, port, "GET /query?lines=1");
+        p = x->request + strlen(x->request);
+        for (unsigned i = 1; i < n_args; i++)
+                p += sprintf(p, "&a%u=1", i);
+        memset(p, 'x', pad);
+        p += pad;
+        strcpy(p, " HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
+        assert_true(strlen(x->request) < sizeof(x->request));
+}
+
+/* Oversized targets are answered (414) and closed, never left waiting: libmicrohttpd 0.9.75 alone
+ * leaves a request with a few hundred query arguments unanswered. */
+static void test_target_limits(void **state) {
+        Fixture *f = *state;
+        Exchange x[5];
+        ClientJob job = { .exchanges = x, .n = 5 };
+
+        target_with_args(&x[0], f->port, HTTP_MAX_QUERY_ARGS, 0);
+        target_with_args(&x[1], f->port, HTTP_MAX_QUERY_ARGS + 1, 0);
+        target_with_args(&x[2], f->port, 465, 0);
+        target_with_args(&x[3], f->port, 2000, 0);
+        target_with_args(&x[4], f->port, 1, HTTP_MAX_TARGET);
+        run_clients(f, &job);
+
+        assert_int_equal(x[0].status, 200);
+        assert_string_equal(body_of(&x[0]), "1");
+        for (size_t i = 1; i < 5; i++) {
+                if (x[i].status != 414)
+                        fail_msg("request %zu: status %u, want 414", i, x[i].status);
+                assert_non_null(strstr(x[i].response, "Connection: close"));
+                assert_non_null(strstr(body_of(&x[i]), "\"code\": \"invalid_request\""));
+                assert_non_null(
+                        strstr(body_of(&x[i]), "request target: longer than 8192 bytes or more than 64"));
+        }
+}
+
+/* Sends path's GET (Connection: close) on fd and reads the answer: its status. */
+static unsigned client_get(int fd, uint16_t port, const char *path, Exchange *x) {
+        set_request(x, port, "GET %s HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n", path);
+        client_send(fd, x->request);
+        client_read_all(fd, x);
+        return x->status;
+}
+
+static void idle_then_request(ClientJob *job) {
+        int a = client_connect(job->port), b, c;
+        Exchange x;
+
+        usleep(100 * 1000);
+        b = client_connect(job->port);
+        usleep(100 * 1000);
+        /* a third connection from the same address: a, idle longest, makes room */
+        c = client_connect(job->port);
+        job->result[0] = (int) client_get(c, job->port, "/fast", &x);
+        job->result[1] = client_hung_up(a, 2000);
+        job->result[2] = client_hung_up(b, 300);
+        close(a);
+        close(b);
+        close(c);
+}
+
+static void test_per_peer_evicts_idle(void **state) {
+        Fixture *f = *state;
+        ClientJob job = { .script = idle_then_request, .port = f->port };
+
+        run_clients(f, &job);
+        assert_int_equal(job.result[0], 200);
+        assert_true(job.result[1]);  /* the idlest went */
+        assert_false(job.result[2]); /* the other stayed */
+}
+
+static void served_then_flood(ClientJob *job) {
+        int a = client_connect(job->port), b, c;
+        Exchange x;
+
+        /* a is a keep-alive client with a request answered, idle since; b never sent anything */
+        client_send(a, "GET /fast HTTP/1.1\r\nHost: t\r\n\r\n");
+        usleep(200 * 1000);
+        b = client_connect(job->port);
+        usleep(100 * 1000);
+        c = client_connect(job->port);
+        job->result[0] = (int) client_get(c, job->port, "/fast", &x);
+        job->result[1] = client_hung_up(b, 2000);
+        /* a still works: its answer is waiting, then a second request */
+        job->result[2] = recv(a, x.response, sizeof(x.response) - 1, 0) > 0;
+        job->result[3] = (int) client_get(a, job->port, "/fast", &x);
+        close(a);
+        close(b);
+        close(c);
+}
+
+static void test_per_peer_spares_served(void **state) {
+        Fixture *f = *state;
+        ClientJob job = { .script = served_then_flood, .port = f->port };
+
+        run_clients(f, &job);
+        assert_int_equal(job.result[0], 200);
+        assert_true(job.result[1]); /* the one that never sent a request went, although a waited longer */
+        assert_true(job.result[2]);
+        assert_int_equal(job.result[3], 200);
+}
+
+static void busy_then_request(ClientJob *job) {
+        int a = client_connect(job->port), b = client_connect(job->port), c, d;
+        Exchange x;
+
+        client_send(a, GET("/hold"));
+        client_send(b, GET("/hold"));
+        usleep(200 * 1000);
+        /* both connections of 127.0.0.1 are in a handler: a third one gets 503 */
+        c = client_connect(job->port);
+        client_read_all(c, &x);
+        job->result[0] = (int) x.status;
+        job->result[1] = strstr(body_of(&x), "too many connections from your address") != NULL &&
+                strstr(x.response, "Retry-After: 1") != NULL;
+        /* another address is not affected */
+        d = client_connect_from(job->port, 2);
+        job->result[2] = (int) client_get(d, job->port, "/fast", &x);
+        close(a);
+        close(b);
+        close(c);
+        close(d);
+}
+
+static void test_per_peer_busy_gets_503(void **state) {
+        Fixture *f = *state;
+        ClientJob job = { .script = busy_then_request, .port = f->port };
+
+        run_clients(f, &job);
+        assert_int_equal(job.result[0], 503);
+        assert_true(job.result[1]);
+        assert_int_equal(job.result[2], 200);
+        assert_int_equal(f->n_held, 2);
+}
+
+static void global_limit(ClientJob *job) {
+        int idle[4], c, closed = 0;
+        Exchange x;
+
+        /* two peers at their share fill the server */
+        for (size_t i = 0; i < 4; i++) {
+                idle[i] = client_connect_from(job->port, 2 + i / 2);
+                usleep(20 * 1000);
+        }
+        c = client_connect_from(job->port, 4);
+        job->result[0] = (int) client_get(c, job->port, "/fast", &x);
+        for (size_t i = 0; i < 4; i++)
+                closed += client_hung_up(idle[i], i == 0 ? 2000 : 300);
+        job->result[1] = closed;
+        for (size_t i = 0; i < 4; i++)
+                close(idle[i]);
+        close(c);
+}
+
+static void test_global_limit_takes_from_heaviest(void **state) {
+        Fixture *f = *state;
+        ClientJob job = { .script = global_limit, .port = f->port };
+
+        run_clients(f, &job);
+        assert_int_equal(job.result[0], 200);
+        assert_int_equal(job.result[1], 1); /* one connection made room, the oldest of a peer */
+}
+
+static void slow_request(ClientJob *job) {
+        static const char req[] =
+                "GET /fast HTTP/1.1\r\nHost: t\r\nX-Padding: 0123456789012345678901234567890123456789\r\n\r\n";
+        int fd = client_connect(job->port);
+        size_t i;
+        Exchange x;
+
+        /* one byte every 50 ms: the whole request would take 4 s */
+        for (i = 0; i < strlen(req); i++) {
+                if (send(fd, req + i, 1, MSG_NOSIGNAL) != 1 || client_hung_up(fd, 50))
+                        break;
+        }
+        job->result[0] = i < strlen(req);
+        close(fd);
+
+        /* a keep-alive connection left idle after its answer is closed too */
+        fd = client_connect(job->port);
+        set_request(&x, job->port, "GET /fast HTTP/1.1\r\nHost: t\r\n\r\n");
+        client_send(fd, x.request);
+        for (size_t off = 0; off < sizeof(x.response) - 1;) {
+                ssize_t k = recv(fd, x.response + off, sizeof(x.response) - 1 - off, 0);
+                if (k <= 0)
+                        break;
+                off += (size_t) k;
+                x.response[off] = 0;
+                if (strstr(x.response, "\r\n\r\nfast\n")) {
+                        job->result[1] = true;
+                        break;
                 }
         }
-        assert_int_equal(r, 0);
+        job->result[2] = client_hung_up(fd, 3000);
+        close(fd);
+}
 
-        s = http_server_free(s);
-        close(a[1][0]);
-        close(a[2][0]);
+static void test_request_timeout(void **state) {
+        Fixture *f = *state;
+        ClientJob job = { .script = slow_request, .port = f->port };
+
+        run_clients(f, &job);
+        assert_true(job.result[0]); /* cut before it finished sending */
+        assert_true(job.result[1]);
+        assert_true(job.result[2]);
+        /* and both are gone from the server once it saw its own hang-ups */
+        for (usec_t deadline = now_usec(CLOCK_MONOTONIC) + 2 * USEC_PER_SEC;
+             http_server_connections(f->server) > 0 && now_usec(CLOCK_MONOTONIC) < deadline;)
+                assert_true(sd_event_run(f->event, 10 * USEC_PER_MSEC) >= 0);
+        assert_int_equal(http_server_connections(f->server), 0);
+}
+
+static int setup_handed_in(void **state) {
+        return setup_with(
+                state,
+                (HttpServerOptions){ .listen_fd = -EBADF, .no_listen = true, .max_connections_per_peer = 1 });
+}
+
+static bool pump_until_readable(Fixture *f, int fd) {
+        struct pollfd p = { .fd = fd, .events = POLLIN };
+        usec_t deadline = now_usec(CLOCK_MONOTONIC) + 5 * USEC_PER_SEC;
+
+        while (now_usec(CLOCK_MONOTONIC) < deadline) {
+                if (poll(&p, 1, 0) > 0)
+                        return true;
+                assert_true(sd_event_run(f->event, 10 * USEC_PER_MSEC) >= 0);
+        }
+        return false;
+}
+
+/* Connections handed in keep their tag, and a per-peer limit counts by tag. */
+static void test_handed_in_tags(void **state) {
+        Fixture *f = *state;
+        int a[2], b[2], c[2];
+        char buf[4096];
+        ssize_t n;
+
+        assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, a), 0);
+        assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, b), 0);
+        assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, c), 0);
+        assert_int_equal(http_server_add_connection(f->server, a[1], "vm-a"), 0);
+        assert_int_equal(http_server_add_connection(f->server, b[1], "vm-b"), 0);
+        /* vm-a's second connection takes the place of its idle first one; vm-b is not touched */
+        assert_int_equal(http_server_add_connection(f->server, c[1], "vm-a"), 0);
+
+        client_send(c[0], GET("/tag"));
+        assert_true(pump_until_readable(f, c[0]));
+        n = read(c[0], buf, sizeof(buf) - 1);
+        assert_true(n > 0);
+        buf[n] = 0;
+        assert_non_null(strstr(buf, "\r\n\r\nvm-a"));
+        assert_true(pump_until_readable(f, a[0]));
+        assert_int_equal(read(a[0], buf, sizeof(buf)), 0);
+        assert_false(client_hung_up(b[0], 0));
+
+        client_send(b[0], GET("/tag"));
+        assert_true(pump_until_readable(f, b[0]));
+        n = read(b[0], buf, sizeof(buf) - 1);
+        assert_true(n > 0);
+        buf[n] = 0;
+        assert_non_null(strstr(buf, "\r\n\r\nvm-b"));
+        close(a[0]);
         close(b[0]);
+        close(c[0]);
 }
 
 int main(void) {
@@ -593,7 +1044,17 @@ int main(void) {
                 cmocka_unit_test_setup_teardown(test_free_answers_suspended, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_stream_keepalive, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_stream_keepalive_client_gone, setup, teardown),
-                cmocka_unit_test(test_connections_per_tag),
+                cmocka_unit_test(test_loopback_names),
+                cmocka_unit_test_setup_teardown(test_site_guard, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_site_guard_off_elsewhere, setup_any_address, teardown),
+                cmocka_unit_test_setup_teardown(test_host_required, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_target_limits, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_per_peer_evicts_idle, setup_limits, teardown),
+                cmocka_unit_test_setup_teardown(test_per_peer_spares_served, setup_limits, teardown),
+                cmocka_unit_test_setup_teardown(test_per_peer_busy_gets_503, setup_limits, teardown),
+                cmocka_unit_test_setup_teardown(test_global_limit_takes_from_heaviest, setup_limits, teardown),
+                cmocka_unit_test_setup_teardown(test_request_timeout, setup_request_timeout, teardown),
+                cmocka_unit_test_setup_teardown(test_handed_in_tags, setup_handed_in, teardown),
         };
         log_set_max_level(LOG_WARNING);
         return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,0 +1,138 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+
+#include "http-util.h"
+#include "macro.h"
+
+/* ":port" or nothing. */
+static bool port_suffix_ok(const char *s, size_t len) {
+        if (len == 0)
+                return true;
+        if (s[0] != ':' || len < 2 || len > 6)
+                return false;
+        for (size_t i = 1; i < len; i++)
+                if (s[i] < '0' || s[i] > '9')
+                        return false;
+        return true;
+}
+
+static bool in6_is_loopback(const struct in6_addr *a) {
+        return IN6_IS_ADDR_LOOPBACK(a) || (IN6_IS_ADDR_V4MAPPED(a) && a->s6_addr[12] == 127);
+}
+
+bool http_host_is_loopback(const char *host, size_t len) {
+        char buf[INET6_ADDRSTRLEN + 1];
+        const char *end;
+        size_t n;
+
+        if (!host || len == 0)
+                return false;
+
+        if (host[0] == '[') {
+                struct in6_addr a6;
+
+                end = memchr(host, ']', len);
+                if (!end)
+                        return false;
+                n = (size_t) (end - host) - 1;
+                if (n == 0 || n >= sizeof(buf))
+                        return false;
+                memcpy(buf, host + 1, n);
+                buf[n] = 0;
+                if (!port_suffix_ok(end + 1, len - (size_t) (end + 1 - host)))
+                        return false;
+                return inet_pton(AF_INET6, buf, &a6) == 1 && in6_is_loopback(&a6);
+        }
+
+        end = memchr(host, ':', len);
+        n = end ? (size_t) (end - host) : len;
+        if (end && !port_suffix_ok(end, len - n))
+                return false;
+        if (n == strlen("localhost") && strncasecmp(host, "localhost", n) == 0)
+                return true;
+        if (n == 0 || n >= sizeof(buf))
+                return false;
+        memcpy(buf, host, n);
+        buf[n] = 0;
+
+        struct in_addr a4;
+        /* inet_pton takes dotted quads only: "127.1" or "0x7f.1" are names, not addresses */
+        return inet_pton(AF_INET, buf, &a4) == 1 && (ntohl(a4.s_addr) >> 24) == 127;
+}
+
+bool http_origin_is_loopback(const char *origin) {
+        const char *p;
+
+        if (!origin)
+                return false;
+        p = strstr(origin, "://");
+        if (!p || p == origin)
+                return false;
+        for (const char *c = origin; c < p; c++)
+                if (!strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+-.", *c))
+                        return false;
+        p += 3;
+        return http_host_is_loopback(p, strcspn(p, "/"));
+}
+
+bool http_content_type_is_json(const char *ct) {
+        static const char want[] = "application/json";
+        size_t n;
+
+        if (!ct)
+                return false;
+        ct += strspn(ct, " \t");
+        n = strcspn(ct, "; \t");
+        if (n != strlen(want) || strncasecmp(ct, want, n) != 0)
+                return false;
+        ct += n;
+        ct += strspn(ct, " \t");
+        return *ct == 0 || *ct == ';';
+}
+
+bool http_sockaddr_is_loopback(const struct sockaddr *sa, socklen_t len) {
+        if (!sa)
+                return false;
+        if (sa->sa_family == AF_INET && len >= (socklen_t) sizeof(struct sockaddr_in))
+                return (ntohl(((const struct sockaddr_in *) sa)->sin_addr.s_addr) >> 24) == 127;
+        if (sa->sa_family == AF_INET6 && len >= (socklen_t) sizeof(struct sockaddr_in6))
+                return in6_is_loopback(&((const struct sockaddr_in6 *) sa)->sin6_addr);
+        return false;
+}
+
+bool http_sockaddr_peer(const struct sockaddr *sa, socklen_t len, char ret[static HTTP_PEER_MAX]) {
+        char host[INET6_ADDRSTRLEN];
+
+        if (!sa)
+                return false;
+        if (sa->sa_family == AF_INET && len >= (socklen_t) sizeof(struct sockaddr_in)) {
+                if (!inet_ntop(AF_INET, &((const struct sockaddr_in *) sa)->sin_addr, host, sizeof(host)))
+                        return false;
+                snprintf(ret, HTTP_PEER_MAX, "%s", host);
+                return true;
+        }
+        if (sa->sa_family == AF_INET6 && len >= (socklen_t) sizeof(struct sockaddr_in6)) {
+                struct in6_addr a = ((const struct sockaddr_in6 *) sa)->sin6_addr;
+
+                if (IN6_IS_ADDR_V4MAPPED(&a)) {
+                        if (!inet_ntop(AF_INET, &a.s6_addr[12], host, sizeof(host)))
+                                return false;
+                        snprintf(ret, HTTP_PEER_MAX, "%s", host);
+                        return true;
+                }
+                if (IN6_IS_ADDR_LOOPBACK(&a)) {
+                        snprintf(ret, HTTP_PEER_MAX, "::1");
+                        return true;
+                }
+                memset(&a.s6_addr[8], 0, 8);
+                if (!inet_ntop(AF_INET6, &a, host, sizeof(host)))
+                        return false;
+                snprintf(ret, HTTP_PEER_MAX, "%s/64", host);
+                return true;
+        }
+        return false;
+}

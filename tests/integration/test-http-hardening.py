@@ -1,0 +1,500 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: LGPL-2.1-or-later
+"""The HTTP edge under hostile clients, against `vm-manager serve` with the fake QEMU of
+tests/integration/fakes first on PATH and --launcher process (as test-vm-errors.py starts it):
+
+  * the loopback guard on REST and /metrics: a foreign Origin or Host is 403 and changes nothing;
+    it holds on [::1] and is off on 0.0.0.0;
+  * REST writes with a body need Content-Type application/json (415 otherwise); DELETE and
+    start/stop without a body need none;
+  * HTTP/1.1 without Host is 400;
+  * every oversized request (query arguments, target, headers, body) is answered and closed;
+  * get_vm_console's lines outside 1..10000 is invalid_request, on REST and MCP;
+  * 1,100 idle connections from one address, or 300 from each of six, leave /healthz, REST and
+    MCP answering; a request sent a byte at a time is cut after --http-request-timeout;
+  * SIGTERM with such connections open exits within the promised 15 s.
+
+Standard library only; only loopback addresses are contacted.
+"""
+
+import json
+import os
+import signal
+import socket
+import sys
+import time
+
+here = os.path.dirname(os.path.abspath(__file__))
+sys.dont_write_bytecode = True
+sys.path.insert(0, here)
+from vmmtest import (  # noqa: E402
+    HOST,
+    Daemon,
+    McpClient,
+    base_env,
+    check_json_error,
+    fake_image_dir,
+    free_port,
+    http_request,
+    run,
+    tap,
+    tool_error,
+)
+
+GLOBAL_DEADLINE = 170  # seconds; meson allows 240
+FAKES = os.path.join(here, "fakes")
+ORIGIN_MESSAGE = 'invalid request: Origin "http://evil.example" is not a loopback origin, and this server listens on loopback only'
+HOST_MESSAGE = 'invalid request: Host "%s" is not a loopback name, and this server listens on loopback only'
+CREATE = {"memory_mib": 512, "disk_gib": 1, "require_attestation": False, "wait_for": "none"}
+
+
+def start(work, name, listen=None, extra=()):
+    images, vars_ = fake_image_dir(work, name)
+    env = base_env(work)
+    env["PATH"] = FAKES + ":" + env.get("PATH", "/usr/bin:/bin")
+    port = free_port()
+    d = Daemon(work, name, ["--listen", (listen or HOST + ":%d") % port, "--state-dir", os.path.join(work, "s-" + name),
+                            "--image-dir", images, "--ovmf-code", vars_, "--ovmf-vars", vars_,
+                            "--launcher", "process", "--log-level", "debug", *extra], env=env)
+    return d, port
+
+
+def healthy(d, port, name):
+    ok, why = d.wait_healthy(port, timeout=20)
+    tap.result(ok, "%s: serving with the fake QEMU" % name, why)
+    return ok
+
+
+def raw(port, data, timeout=5, host=HOST, family=socket.AF_INET, source=None):
+    """Sends data on a fresh socket and reads until EOF: (response bytes, closed by the server)."""
+    s = socket.socket(family, socket.SOCK_STREAM)
+    s.settimeout(timeout)
+    try:
+        if source:
+            s.bind((source, 0))
+        s.connect((host, port))
+        try:
+            s.sendall(data)
+        except OSError:
+            pass  # the answer may come before the whole request went out
+        out = bytearray()
+        while True:
+            try:
+                chunk = s.recv(65536)
+            except socket.timeout:
+                return bytes(out), False
+            except ConnectionResetError:
+                return bytes(out), True
+            if not chunk:
+                return bytes(out), True
+            out += chunk
+    finally:
+        s.close()
+
+
+def status_of(resp):
+    try:
+        return int(resp.split(b" ", 2)[1])
+    except (IndexError, ValueError):
+        return None
+
+
+def body_json(resp):
+    head, _, body = resp.partition(b"\r\n\r\n")
+    try:
+        return json.loads(body)
+    except ValueError:
+        return None
+
+
+def networks(port):
+    status, _, data = http_request(port, "GET", "/api/v1/networks")
+    return sorted(n["spec"]["name"] for n in json.loads(data)) if status == 200 else status
+
+
+# ---------------------------------------------------------------------------------------------
+# F4: the loopback guard and the media type on REST
+
+
+def test_site_guard(work):
+    d, port = start(work, "guard")
+    if not healthy(d, port, "guard"):
+        return
+    evil = {"Origin": "http://evil.example"}
+    body = json.dumps({"name": "csrf", "cidr": "10.98.0.0/24"}).encode()
+
+    def cross_site_post():
+        r = http_request(port, "POST", "/api/v1/networks", body=body,
+                         headers=dict(evil, **{"Content-Type": "text/plain"}))
+        ok, why = check_json_error(*r, 403, "invalid_request", ORIGIN_MESSAGE)
+        return ok and networks(port) == ["default"], "%s; networks %r" % (why, networks(port))
+
+    tap.check("REST POST with Origin: http://evil.example: 403 invalid_request, nothing created", cross_site_post)
+    tap.check("... the same with Content-Type application/json: 403",
+              lambda: check_json_error(*http_request(port, "POST", "/api/v1/networks", body=body,
+                                                     headers=dict(evil, **{"Content-Type": "application/json"})),
+                                       403, "invalid_request"))
+    status, _, _ = http_request(port, "POST", "/api/v1/networks", body=body)
+    tap.result(status == 201, "the same POST without the foreign Origin: 201", status)
+
+    def cross_site_delete():
+        r = http_request(port, "DELETE", "/api/v1/networks/csrf", headers=evil)
+        ok, why = check_json_error(*r, 403, "invalid_request")
+        return ok and "csrf" in networks(port), "%s; networks %r" % (why, networks(port))
+
+    tap.check("REST DELETE with a foreign Origin: 403, the network stays", cross_site_delete)
+    tap.check("REST GET with Host: evil.example:PORT (DNS rebinding): 403",
+              lambda: check_json_error(*http_request(port, "GET", "/api/v1/networks",
+                                                     headers={"Host": "evil.example:%d" % port}),
+                                       403, "invalid_request", HOST_MESSAGE % ("evil.example:%d" % port)))
+    tap.check("GET /metrics with a foreign Host: 403",
+              lambda: (http_request(port, "GET", "/metrics", headers={"Host": "evil.example"})[0] == 403, None))
+    for label, headers in (("Host: localhost:PORT", {"Host": "localhost:%d" % port}),
+                           ("Origin: http://127.0.0.1:PORT", {"Origin": "http://127.0.0.1:%d" % port}),
+                           ("Origin: http://localhost:3000", {"Origin": "http://localhost:3000"})):
+        tap.check("REST GET with %s: 200" % label,
+                  lambda h=headers: (http_request(port, "GET", "/api/v1/networks", headers=h)[0] == 200, None))
+    status, _, _ = http_request(port, "DELETE", "/api/v1/networks/csrf", headers={})
+    tap.result(status == 204, "DELETE without Origin and without Content-Type: 204", status)
+
+    c = McpClient(port)
+    status, _, _ = c.post_raw(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "ping"}), headers=evil, session=False)
+    tap.result(status == 403, "MCP keeps its 403 for a foreign Origin (the same guard)", status)
+    rc, took = d.stop(signal.SIGTERM, timeout=20)
+    tap.result(rc == 0, "guard: SIGTERM, exit 0", "exit %r after %.1f s" % (rc, took))
+
+
+def test_content_type(work):
+    d, port = start(work, "ctype")
+    if not healthy(d, port, "ctype"):
+        return
+    body = json.dumps({"name": "ct", "cidr": "10.97.0.0/24"}).encode()
+    for label, ctype in (("text/plain", "text/plain"),
+                         ("application/x-www-form-urlencoded (curl -d)", "application/x-www-form-urlencoded"),
+                         ("multipart/form-data", "multipart/form-data; boundary=x"),
+                         ("application/jsonp", "application/jsonp")):
+        def wrong(ctype=ctype):
+            ok, why = check_json_error(*http_request(port, "POST", "/api/v1/networks", body=body,
+                                                     headers={"Content-Type": ctype}),
+                                       415, "invalid_request",
+                                       'invalid request: Content-Type: "%s" is not application/json' % ctype)
+            return ok and networks(port) == ["default"], why
+
+        tap.check("POST /networks with Content-Type %s: 415 invalid_request, nothing created" % label, wrong)
+
+    def missing():
+        # http.client adds no Content-Type by itself: an explicit empty header set
+        ok, why = check_json_error(*http_request(port, "POST", "/api/v1/networks", body=body, headers={}),
+                                   415, "invalid_request",
+                                   "invalid request: Content-Type: missing, a body must be application/json")
+        return ok and networks(port) == ["default"], why
+
+    tap.check("POST /networks with a body and no Content-Type: 415", missing)
+    tap.check("POST /networks with no body and no Content-Type: 415 (the route takes a body)",
+              lambda: check_json_error(*http_request(port, "POST", "/api/v1/networks", body=b"", headers={}),
+                                       415, "invalid_request"))
+    status, _, data = http_request(port, "POST", "/api/v1/networks", body=body,
+                                   headers={"Content-Type": "application/json; charset=utf-8"})
+    tap.result(status == 201, "Content-Type: application/json; charset=utf-8: 201", "%r %r" % (status, data[:200]))
+
+    status, _, data = http_request(port, "POST", "/api/v1/vms", body=json.dumps(dict(CREATE, name="ct")).encode())
+    vm = json.loads(data) if status == 201 else {}
+    tap.result(status == 201, "a VM on the fake QEMU (application/json): 201", "%r %r" % (status, data[:300]))
+    if vm:
+        for _ in range(100):
+            if json.loads(http_request(port, "GET", "/api/v1/vms/" + vm["id"])[2]).get("state") in ("running", "ready"):
+                break
+            time.sleep(0.1)
+        status, _, data = http_request(port, "POST", "/api/v1/vms/%s/stop" % vm["id"], headers={}, timeout=60)
+        tap.result(status == 200, "POST /vms/{id}/stop without a body or Content-Type: 200", "%r %r" % (status, data[:300]))
+        tap.check("POST /vms/{id}/start with a text/plain body: 415",
+                  lambda: check_json_error(*http_request(port, "POST", "/api/v1/vms/%s/start" % vm["id"], body=b"x=1",
+                                                         headers={"Content-Type": "text/plain"}),
+                                           415, "invalid_request"))
+        status, _, _ = http_request(port, "DELETE", "/api/v1/vms/" + vm["id"], headers={}, timeout=60)
+        tap.result(status == 204, "DELETE /vms/{id} without Content-Type: 204", status)
+    status, _, _ = http_request(port, "DELETE", "/api/v1/networks/ct", headers={})
+    tap.result(status == 204, "DELETE /networks/{name} without Content-Type: 204", status)
+    d.stop(signal.SIGTERM, timeout=30)
+
+
+def test_listeners(work):
+    """The guard follows the listener: on for [::1], off for 0.0.0.0 (names vary there)."""
+    try:
+        probe = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+        probe.bind(("::1", 0))
+        probe.close()
+        v6 = True
+    except OSError:
+        v6 = False
+    if v6:
+        d, port = start(work, "v6", listen="[::1]:%d")
+        ok = False
+        for _ in range(200):
+            try:
+                resp, _ = raw(port, b"GET /healthz HTTP/1.1\r\nHost: [::1]\r\nConnection: close\r\n\r\n",
+                              host="::1", family=socket.AF_INET6)
+            except OSError:
+                resp = b""
+            if status_of(resp) == 200:
+                ok = True
+                break
+            time.sleep(0.1)
+        tap.result(ok, "--listen [::1]:PORT: serving", d.stderr()[-2000:])
+        if ok:
+            for host, want in (("[::1]:%d" % port, 200), ("localhost:%d" % port, 200), ("evil.example:%d" % port, 403),
+                               ("[::2]:%d" % port, 403)):
+                resp, _ = raw(port, ("GET /api/v1/networks HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n" % host)
+                              .encode(), host="::1", family=socket.AF_INET6)
+                tap.result(status_of(resp) == want, "on [::1], REST with Host: %s: %d" % (host, want), resp[:300])
+        d.stop(signal.SIGTERM, timeout=20)
+    else:
+        tap.skip("--listen [::1]:PORT", "no IPv6 loopback on this host")
+
+    d, port = start(work, "any", listen="0.0.0.0:%d")
+    if not healthy(d, port, "any (0.0.0.0)"):
+        return
+    status, _, _ = http_request(port, "GET", "/api/v1/networks",
+                                headers={"Host": "vm-host.example:%d" % port, "Origin": "http://portal.example"})
+    tap.result(status == 200, "on 0.0.0.0 the guard is off: a foreign Host and Origin get 200", status)
+    tap.check("... and the media type is still required: text/plain POST is 415",
+              lambda: check_json_error(*http_request(port, "POST", "/api/v1/networks", body=b"{}",
+                                                     headers={"Content-Type": "text/plain"}), 415, "invalid_request"))
+    d.stop(signal.SIGTERM, timeout=20)
+
+
+# ---------------------------------------------------------------------------------------------
+# F6, F5, F7: malformed and oversized requests, console lines
+
+
+def test_requests(work):
+    d, port = start(work, "req")
+    if not healthy(d, port, "req"):
+        return
+
+    def no_host():
+        resp, closed = raw(port, b"GET /api/v1/vms HTTP/1.1\r\n\r\n")
+        err = body_json(resp) or {}
+        ok = status_of(resp) == 400 and err.get("error", {}).get("code") == "invalid_request" and closed
+        return ok and "Host" in err["error"]["message"], resp[:300]
+
+    tap.check("HTTP/1.1 without Host: 400 invalid_request, connection closed", no_host)
+    tap.check("HTTP/1.1 with two Host headers: 400",
+              lambda: (lambda r: (status_of(r[0]) == 400, r[0][:200]))(
+                  raw(port, b"GET /api/v1/vms HTTP/1.1\r\nHost: 127.0.0.1\r\nHost: 127.0.0.1\r\n\r\n")))
+    tap.check("HTTP/1.0 without Host: served (200)",
+              lambda: (lambda r: (status_of(r[0]) == 200, r[0][:200]))(raw(port, b"GET /api/v1/vms HTTP/1.0\r\n\r\n")))
+
+    def target(n_args, pad=0):
+        q = "&".join("a%d=1" % i for i in range(n_args)) + "x" * pad
+        return ("GET /api/v1/vms?%s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n" % q).encode()
+
+    # 414 with our JSON envelope up to the size libmicrohttpd reads (about 30 KB); past it, its own.
+    cases = [
+        ("64 query arguments", target(64), 200, False),
+        ("65 query arguments", target(65), 414, True),
+        ("465 query arguments", target(465), 414, True),
+        ("2000 query arguments", target(2000), 414, True),
+        ("300 query arguments and 15 KB of headers",
+         target(300)[:-2] + b"".join(b"X-%d: %s\r\n" % (i, b"y" * 100) for i in range(150)) + b"\r\n", 414, True),
+        ("a 9 KB target", target(1, 9000), 414, True),
+        ("a 40 KB target", target(1, 40000), 414, None),
+        ("a 40 KB header", b"GET /api/v1/vms HTTP/1.1\r\nHost: 127.0.0.1\r\nX-A: " + b"a" * 40000 + b"\r\n\r\n",
+         431, True),
+        ("1000 headers", b"GET /api/v1/vms HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+         + b"".join(b"X-%d: 1\r\n" % i for i in range(1000)) + b"\r\n", 431, True),
+        ("a 2000-pair cookie", b"GET /api/v1/vms HTTP/1.1\r\nHost: 127.0.0.1\r\nCookie: "
+         + b"; ".join(b"c%d=1" % i for i in range(2000)) + b"\r\n\r\n", 431, True),
+        ("Content-Length: 9 MiB", b"POST /api/v1/networks HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+         b"Content-Type: application/json\r\nContent-Length: 9437184\r\n\r\n{", 413, True),
+    ]
+    for label, data, want, closes in cases:
+        def answered(data=data, want=want, closes=closes):
+            t0 = time.monotonic()
+            resp, closed = raw(port, data, timeout=5)
+            took = time.monotonic() - t0
+            ok = status_of(resp) == want and (closed or not closes) and took < 4
+            if ok and want == 414 and closes is True:
+                err = body_json(resp) or {}
+                ok = err.get("error", {}).get("code") == "invalid_request" and b"Connection: close" in resp
+            return ok, "%.1f s, closed %r: %r" % (took, closed, resp[:300])
+
+        tap.check("%s: %d%s at once" % (label, want, " and closed" if closes else ""), answered)
+
+    status, _, data = http_request(port, "POST", "/api/v1/vms", body=json.dumps(dict(CREATE, name="con")).encode())
+    vm = json.loads(data) if status == 201 else {"id": "nope"}
+    tap.result(status == 201, "a VM on the fake QEMU: 201", "%r %r" % (status, data[:300]))
+    for lines in ("-1", "0", "10001", "99999999999"):
+        tap.check("console?lines=%s: 400 invalid_request naming lines and 1..10000" % lines,
+                  lambda lines=lines: check_json_error(
+                      *http_request(port, "GET", "/api/v1/vms/%s/console?lines=%s" % (vm["id"], lines)), 400,
+                      "invalid_request", "invalid request: lines: %s is out of range (1..10000)" % lines))
+    tap.check("console?lines=-1 of an unknown VM: 400 before 404",
+              lambda: check_json_error(*http_request(port, "GET", "/api/v1/vms/nope/console?lines=-1"), 400,
+                                       "invalid_request"))
+    for lines in ("1", "10000"):
+        status, _, data = http_request(port, "GET", "/api/v1/vms/%s/console?lines=%s" % (vm["id"], lines))
+        tap.result(status == 200 and json.loads(data)["lines"] == int(lines), "console?lines=%s: 200" % lines,
+                   "%r %r" % (status, data[:200]))
+
+    def mcp_lines():
+        c = McpClient(port)
+        c.initialize()
+        code, message = tool_error(c.call("get_vm_console", {"id": vm["id"], "lines": -1}))
+        return (code == "invalid_request" and message == "invalid request: lines: -1 is out of range (1..10000)",
+                "%s %s" % (code, message))
+
+    tap.check("MCP get_vm_console lines -1: the same invalid_request", mcp_lines)
+    d.stop(signal.SIGTERM, timeout=30)
+
+
+# ---------------------------------------------------------------------------------------------
+# F14, F5: connection floods, slow clients, shutdown
+
+
+def probe_all(port):
+    """/healthz, a REST list and an MCP ping on fresh connections: [(what, status or error)]."""
+    out = []
+    for what, data in (("/healthz", b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"),
+                       ("GET /api/v1/vms", b"GET /api/v1/vms HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")):
+        resp, _ = raw(port, data, timeout=3)
+        out.append((what, status_of(resp)))
+    try:
+        status, _, _ = McpClient(port).request("initialize", {"protocolVersion": "2025-11-25", "capabilities": {},
+                                                              "clientInfo": {"name": "flood", "version": "0"}},
+                                               session=False)
+        out.append(("MCP initialize", status))
+    except OSError as e:
+        out.append(("MCP initialize", repr(e)))
+    return out
+
+
+def open_idle(port, n, source):
+    socks = []
+    for _ in range(n):
+        s = socket.socket()
+        s.bind((source, 0))
+        s.connect((HOST, port))
+        socks.append(s)
+    return socks
+
+
+def still_open(socks):
+    n = 0
+    for s in socks:
+        s.setblocking(False)
+        try:
+            if s.recv(1):
+                n += 1
+        except BlockingIOError:
+            n += 1
+        except OSError:
+            pass
+    return n
+
+
+def test_floods(work):
+    d, port = start(work, "flood")
+    if not healthy(d, port, "flood"):
+        return
+    held = []
+    try:
+        held += open_idle(port, 1100, "127.0.0.1")
+        time.sleep(0.5)
+        for i in range(3):
+            got = probe_all(port)
+            tap.result(all(s == 200 for _, s in got),
+                       "1,100 idle connections from 127.0.0.1: /healthz, REST and MCP answer (round %d)" % (i + 1), got)
+        n = still_open(held)
+        tap.result(n <= 256, "... that address holds at most --http-max-connections-per-peer (256) of them", n)
+        for s in held:
+            s.close()
+        held = []
+
+        per_source = {}
+        for a in range(2, 8):
+            per_source[a] = open_idle(port, 300, "127.0.0.%d" % a)
+        time.sleep(0.5)
+        got = probe_all(port)
+        tap.result(all(s == 200 for _, s in got),
+                   "300 idle connections from each of 127.0.0.2-7: /healthz, REST and MCP answer", got)
+        counts = {a: still_open(socks) for a, socks in per_source.items()}
+        tap.result(sum(counts.values()) < 1024 and max(counts.values()) - min(counts.values()) <= 2,
+                   "... the 1,024 connections are shared evenly between the six", counts)
+        for socks in per_source.values():
+            for s in socks:
+                s.close()
+    finally:
+        for s in held:
+            s.close()
+    d.stop(signal.SIGTERM, timeout=30)
+
+    d, port = start(work, "slow", extra=("--http-request-timeout", "2s"))
+    if not healthy(d, port, "slow (--http-request-timeout 2s)"):
+        return
+
+    def slowloris(head, body=b""):
+        s = socket.create_connection((HOST, port), timeout=5)
+        t0 = time.monotonic()
+        try:
+            s.sendall(head)
+            data = body or b"X-Padding: " + b"a" * 200 + b"\r\n\r\n"
+            for i in range(len(data)):
+                try:
+                    s.send(data[i:i + 1])
+                except OSError:
+                    return True, time.monotonic() - t0
+                s.settimeout(0.1)
+                try:
+                    if s.recv(100) == b"":
+                        return True, time.monotonic() - t0
+                except socket.timeout:
+                    pass
+                except OSError:
+                    return True, time.monotonic() - t0
+            return False, time.monotonic() - t0
+        finally:
+            s.close()
+
+    cut, took = slowloris(b"GET /api/v1/vms HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+    tap.result(cut and took < 5, "headers sent a byte every 0.1 s: cut after the 2 s request timeout", "%.1f s" % took)
+    cut, took = slowloris(b"POST /api/v1/networks HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                          b"Content-Length: 200\r\n\r\n", body=b" " * 200)
+    tap.result(cut and took < 5, "a body sent a byte every 0.1 s: cut after the 2 s request timeout", "%.1f s" % took)
+    idle = socket.create_connection((HOST, port), timeout=6)
+    t0 = time.monotonic()
+    gone = idle.recv(1) == b""
+    took = time.monotonic() - t0
+    idle.close()
+    tap.result(gone and took < 5, "a connection that sends nothing: closed after the request timeout", "%.1f s" % took)
+    got = probe_all(port)
+    tap.result(all(s == 200 for _, s in got), "the daemon answers as before", got)
+    d.stop(signal.SIGTERM, timeout=30)
+
+
+def test_shutdown(work):
+    d, port = start(work, "term")
+    if not healthy(d, port, "term"):
+        return
+    socks = []
+    for data in (b"GET /api/v1/vms?" + b"&".join(b"a%d=1" % i for i in range(2000)) + b" HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
+                 b"GET /api/v1/vms HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: 1",
+                 b"POST /api/v1/networks HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                 b"Content-Length: 100\r\n\r\n{",
+                 b""):
+        s = socket.create_connection((HOST, port), timeout=5)
+        if data:
+            s.sendall(data)
+        socks.append(s)
+    time.sleep(0.5)
+    rc, took = d.stop(signal.SIGTERM, timeout=60)
+    for s in socks:
+        s.close()
+    tap.result(rc == 0 and took < 16.5,
+               "SIGTERM with an oversized, a slow, a half-sent and an idle connection: exit 0 within the promised 15 s",
+               "exit %r after %.1f s" % (rc, took))
+
+
+if __name__ == "__main__":
+    sys.exit(run([test_site_guard, test_content_type, test_listeners, test_requests, test_floods, test_shutdown],
+                 GLOBAL_DEADLINE, "vmm-http-"))
