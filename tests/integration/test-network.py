@@ -32,7 +32,7 @@ from vmmtest import (  # noqa: E402
     McpClient,
     base_env,
     fake_daemon,
-    fake_images,
+    fake_image_dir,
     forward_read,
     free_port,
     http_request,
@@ -304,7 +304,7 @@ def start_sshd(work, ns, sshd, ip, pubkey, name):
 
 
 def run_exec_forward(work, ns, sshd, procs):
-    images, vars_ = fake_images(work, "x")
+    images, vars_ = fake_image_dir(work, "x")
     tapname = "vmmx%d" % (os.getpid() % 100000)
     plan_file = os.path.join(work, "plan-x.json")
     with open(plan_file, "w") as f:
@@ -405,7 +405,7 @@ def test_forwards(work):
     if not guest or not os.access(guest, os.X_OK):
         tap.skip("forwards", "FAKE_GUEST (tests/net/fake-guest) not built")
         return
-    images, vars_ = fake_images(work, "f")
+    images, vars_ = fake_image_dir(work, "f")
     plan_file = os.path.join(work, "plan-f.json")
     with open(plan_file, "w") as f:
         json.dump({"fwd": ["--timeout-ms", "120000", "dhcp", "serve", "8080"]}, f)
@@ -548,7 +548,7 @@ def test_host_alias(work):
     if not guest or not os.access(guest, os.X_OK):
         tap.skip("host alias", "FAKE_GUEST (tests/net/fake-guest) not built")
         return
-    images, vars_ = fake_images(work, "h")
+    images, vars_ = fake_image_dir(work, "h")
     loop_port, loop_hits = listener("127.0.0.1")
     plan_file = os.path.join(work, "plan-h.json")
     with open(plan_file, "w") as f:

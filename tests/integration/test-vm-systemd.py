@@ -45,7 +45,7 @@ from vmmtest import (  # noqa: E402
     Daemon,
     base_env,
     fake_daemon,
-    fake_images,
+    fake_image_dir,
     forward_read,
     free_port,
     run,
@@ -173,7 +173,7 @@ def test_forwards_reattach(work):
         # The TCP server the guest plays; the fake QEMU moves its tap into the server's namespace by
         # pid, since the service manager's private mount namespace does not see /run/netns/<ns>.
         server = subprocess.Popen(["ip", "netns", "exec", ns, sys.executable, "-c", SERVER])
-        images, vars_ = fake_images(work, "f")
+        images, vars_ = fake_image_dir(work, "f")
         tapname = "vmmf%d" % (os.getpid() % 100000)
         plan = os.path.join(work, "f-plan.json")
         with open(plan, "w") as f:

@@ -205,18 +205,6 @@ def imds_request(sock_path, method, path, body=None, timeout=20):
     return int(lines[0].split()[1]), headers, payload
 
 
-def fake_image_dir(workdir):
-    """An image directory with the empty image fake_1.0 and a firmware file, for the fake QEMU of
-    tests/integration/fakes: (image dir, firmware path), made once per workdir."""
-    images = os.path.join(workdir, "images")
-    firmware = os.path.join(workdir, "vars")
-    os.makedirs(images, exist_ok=True)
-    for path in (os.path.join(images, "fake_1.0.efi"), os.path.join(images, "fake_1.0.raw"), firmware):
-        with open(path, "wb") as f:
-            f.write(b"\0" * 4096)
-    return images, firmware
-
-
 def port_refuses(port):
     s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     s.settimeout(1)
@@ -325,18 +313,18 @@ def diff_snapshots(a, b):
 # daemons
 
 
-def fake_image_dir(workdir, name):
-    """An image directory with one tiny image (fake_1.0) and a firmware variable store, for a
-    daemon whose QEMU is the fake of tests/integration/fakes: (image dir, vars path)."""
-    images = os.path.join(workdir, "images-" + name)
-    os.makedirs(images)
-    for ext in (".efi", ".raw"):
-        with open(os.path.join(images, "fake_1.0" + ext), "wb") as f:
+def fake_image_dir(workdir, name=""):
+    """An image directory holding the tiny image fake_1.0 and a firmware file, for a daemon whose QEMU
+    is the fake of tests/integration/fakes: (image dir, firmware path), images-NAME and vars-NAME in
+    workdir (images and vars without a name); made once per name."""
+    suffix = "-" + name if name else ""
+    images = os.path.join(workdir, "images" + suffix)
+    firmware = os.path.join(workdir, "vars" + suffix)
+    os.makedirs(images, exist_ok=True)
+    for path in (os.path.join(images, "fake_1.0.efi"), os.path.join(images, "fake_1.0.raw"), firmware):
+        with open(path, "wb") as f:
             f.write(b"\0" * 4096)
-    vars_ = os.path.join(workdir, "vars-" + name)
-    with open(vars_, "wb") as f:
-        f.write(b"\0" * 4096)
-    return images, vars_
+    return images, firmware
 
 
 class Daemon:
@@ -419,20 +407,6 @@ class Daemon:
 
 
 FAKES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fakes")
-
-
-def fake_images(workdir, suffix):
-    """An image directory holding fake_1.0 and a firmware file, for the fake QEMU of fakes/:
-    (image dir, firmware path)."""
-    images = os.path.join(workdir, "images-" + suffix)
-    os.makedirs(images)
-    for ext in (".efi", ".raw"):
-        with open(os.path.join(images, "fake_1.0" + ext), "wb") as f:
-            f.write(b"\0" * 4096)
-    firmware = os.path.join(workdir, "vars-" + suffix)
-    with open(firmware, "wb") as f:
-        f.write(b"\0" * 4096)
-    return images, firmware
 
 
 def fake_daemon(workdir, name, state, images, firmware, env, launcher="process", timeout=20):
