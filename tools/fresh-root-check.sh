@@ -190,7 +190,10 @@ if [ "${1:-}" = --inside ]; then
         cp -L /etc/resolv.conf "$root/etc/resolv.conf"
         cp "${BASH_SOURCE[0]}" "$root/root/fresh-root-steps.sh"
 
-        mount -t proc proc "$root/proc" &&
+        # the root a mount point, as / is on any machine (mkosi's sandbox remounts / and fails
+        # with EINVAL on a plain directory), then what a booted system has mounted
+        mount --bind "$root" "$root" &&
+                mount -t proc proc "$root/proc" &&
                 mount --rbind /sys "$root/sys" &&
                 mount --rbind /dev "$root/dev" &&
                 mount -t tmpfs -o mode=755 tmpfs "$root/run" ||

@@ -99,10 +99,17 @@ closure=$(APT_CONFIG=/var/cache/vm-manager/sid-apt/apt.conf apt-get -s -o Dir::S
 key=$( {
         cd "$repo"
         # what goes into the image: its definition, the build scripts, vm-agent's sources (not the
-        # docs or the smoke boot)
+        # docs or the smoke boot); a symlink by its target, since the units' .wants links point at
+        # files of the image, which this host may or may not have
         git ls-files -co --exclude-standard images/mkosi.conf images/mkosi.version images/mkosi.repart \
                 images/mkosi.images images/tools images/scripts agent src/basic meson.build meson_options.txt \
-                tools/gen-version.sh tools/fetch-sid-package.sh | sort | xargs sha256sum
+                tools/gen-version.sh tools/fetch-sid-package.sh | sort | while IFS= read -r f; do
+                if [ -L "$f" ]; then
+                        echo "$f -> $(readlink "$f")"
+                else
+                        sha256sum "$f"
+                fi
+        done
         sha256sum "$gen"/*/usr/lib/udev/hwdb.d/* | cut -d' ' -f1
         for b in "${kube_bins[@]}"; do sha256sum "$gen/kubernetes/usr/bin/$b" | cut -d' ' -f1; done
         sha256sum "$images"/keys/*.crt "$images/keys/import-pubring.pgp" | cut -d' ' -f1
