@@ -40,7 +40,7 @@ check+=("${vms[@]}" "${test_image[@]}")
 # bench/: load generators, and the peers measured side by side (libvirt, slirp4netns, pasta);
 # bench/vm.sh also runs VMs (vhost-device-vsock from sid, below) and its helpers are Python.
 bench=(wrk curl procps time python3 iperf3 iproute2 slirp4netns passt libvirt-daemon-system libvirt-clients
-       "${vms[@]}" "${test_image[@]}")
+       swtpm-tools "${vms[@]}" "${test_image[@]}")
 fuzz=(clang-14 libclang-rt-14-dev)
 # images/ (the guest image, group "image"): mkosi 27 (from sid, unpacked by images/scripts/mkosi) runs
 # on the system's python3 and apt and builds everything else inside its sid tools tree; git lists

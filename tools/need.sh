@@ -39,6 +39,7 @@ pkg_of() {
         unshare | setsid | findmnt | mount | umount) echo util-linux ;;
         busctl) echo systemd ;;
         virsh) echo libvirt-clients ;;
+        libvirtd | virtlogd) echo libvirt-daemon ;;
         pasta) echo passt ;;
         time) echo time ;;
         xz) echo xz-utils ;;

@@ -36,9 +36,11 @@ CREATE = {"memory_mib": 512, "disk_gib": 1, "require_attestation": False}
 
 
 def missing_tools():
-    missing = [t for t in ("qemu-system-x86_64", "swtpm", "vhost-device-vsock") if not shutil.which(t)]
+    missing = ["%s (package %s)" % (t, p) for t, p in (
+        ("qemu-system-x86_64", "qemu-system-x86"), ("swtpm", "swtpm"),
+        ("vhost-device-vsock", "vhost-device-vsock, from sid by tools/fetch-sid-package.sh")) if not shutil.which(t)]
     if not os.path.exists("/usr/share/OVMF/OVMF_CODE_4M.fd"):
-        missing.append("ovmf")
+        missing.append("/usr/share/OVMF/OVMF_CODE_4M.fd (package ovmf)")
     return missing
 
 
