@@ -181,7 +181,7 @@ if [ "${1:-}" = --inside ]; then
         t_debootstrap=$(($(date +%s) - t))
 
         # a clean clone of the commit under test
-        git clone -q "$repo" "$root/root/vm-manager" &&
+        git -c advice.detachedHead=false clone -q "$repo" "$root/root/vm-manager" &&
                 git -C "$root/root/vm-manager" checkout -q --detach "$(git -C "$repo" rev-parse HEAD)" ||
                 fail "cannot clone $repo into the root"
         # services never start in a chroot
@@ -261,7 +261,7 @@ if [ "${FRESH_ROOT_COLD:-0}" != 1 ]; then
                 [ -n "$vm_manager" ] || [ ! -x "$repo/$b/src/daemon/vm-manager" ] || vm_manager=$repo/$b/src/daemon/vm-manager
         done
         [ -x "$vm_manager" ] || fail "no built vm-manager to compute the host's image key with (VM_MANAGER=)"
-        git clone -q "$repo" "$work/host-clone" &&
+        git -c advice.detachedHead=false clone -q "$repo" "$work/host-clone" &&
                 git -C "$work/host-clone" checkout -q --detach "$(git -C "$repo" rev-parse HEAD)" ||
                 fail "cannot clone $repo"
         host_key=$(VM_MANAGER=$vm_manager "$work/host-clone/images/scripts/build.sh" --print-key 2>"$work/host-key.log") ||
