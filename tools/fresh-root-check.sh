@@ -53,7 +53,7 @@ if [ "${1:-}" = --steps ]; then
                 echo "---- the last 40 lines of $1:"
                 tail -n 40 "$1"
                 echo "----"
-                grep -E "missing .*\(package |command not found|No such file or directory|Unable to locate package" "$1" |
+                grep -E "missing .*\(package |command not found|Unable to locate package" "$1" |
                         sort -u | head -n 10 | sed 's/^/fresh-root: cause: /'
         }
         http_get() { # http_get PATH: prints the status line's code, then the body, from 127.0.0.1:$port
