@@ -20,9 +20,8 @@ skip() {
 [ "$(id -u)" -eq 0 ] || skip "not root"
 [ -c /dev/net/tun ] || skip "no /dev/net/tun"
 { [ -n "$harness" ] && [ -x "$harness" ]; } || skip "NET_HARNESS does not name the net-harness binary"
-for t in ip tshark dumpcap busybox curl python3; do
-        command -v "$t" >/dev/null 2>&1 || skip "$t is missing (tools/install-deps.sh check)"
-done
+. "$(dirname "${BASH_SOURCE[0]}")/../../tools/need.sh"
+missing=$(missing_cmds ip tshark dumpcap busybox curl python3) || skip "missing $missing (tools/install-deps.sh check)"
 busybox udhcpc --help >/dev/null 2>&1 || skip "this busybox has no udhcpc"
 
 ns=nw$$
