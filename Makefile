@@ -3,8 +3,9 @@
 #                minutes under TCG): VMs that must attest (the default) verify against them
 #   make run     build, then serve in the foreground (state in ./state unless STATE_DIR or
 #                VM_MANAGER_STATE_DIR says otherwise; ARGS="--listen :9090" adds serve flags)
-#   make check   build with ASan/UBSan and run every test that can run on this machine, the CI
-#                subset of the end-to-end suite (suite e2e-ci) last
+#   make check   build with ASan/UBSan and run every test that can run on this machine: after the
+#                image suite the README's commands in a fresh Debian 12 root (suite fresh-root),
+#                the CI subset of the end-to-end suite (suite e2e-ci) last
 #   make bench   run bench/ and print the figures that go into docs/benchmarks.md
 #   make e2e     real boots of the guest image through the daemon, every test (tests/e2e; about
 #                25 minutes under TCG; E2E_TESTS=create,reject picks tests)
@@ -18,7 +19,7 @@ BUILD ?= build
 CHECK_BUILD ?= build-asan
 STATE_DIR ?= $(or $(VM_MANAGER_STATE_DIR),$(CURDIR)/state)
 ARGS ?=
-SUITES ?= unit integration fuzz style image e2e-ci
+SUITES ?= unit integration fuzz style image fresh-root e2e-ci
 
 IMAGE_DIR ?= $(CURDIR)/images/build
 

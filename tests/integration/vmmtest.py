@@ -580,6 +580,17 @@ def processes_under(path):
     return found
 
 
+def processes_gone(path, timeout=10):
+    """processes_under(path), polled until it is empty or timeout seconds have passed: a process
+    that has been told to end (QEMU's helpers after QEMU) may take a moment, more on a busy host."""
+    deadline = time.monotonic() + timeout
+    left = processes_under(path)
+    while left and time.monotonic() < deadline:
+        time.sleep(0.1)
+        left = processes_under(path)
+    return left
+
+
 def imds_relay(unix_path):
     """A TCP listener on 127.0.0.1 whose connections go to unix_path (a VM's imds.sock), as the
     gateway hands a guest's connections over; returns its port. For clients that speak TCP only
