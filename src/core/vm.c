@@ -1286,6 +1286,14 @@ static void vm_fail_boot(Vm *v, const char *reason, bool graceful) {
         }
 }
 
+/* A listener whose accept() fails for want of descriptors or memory stays readable: level-triggered,
+ * it would run the loop hot. Past this many dispatches in a tenth of a second it pauses until the
+ * tenth is over, which no guest's real traffic comes near (a VM holds 16 metadata connections). */
+#define VM_LISTENER_BURST 200U
+static int listener_ratelimit(sd_event_source *s) {
+        return sd_event_source_set_ratelimit(s, 100 * USEC_PER_MSEC, VM_LISTENER_BURST);
+}
+
 typedef struct NotifyConn {
         Vm *vm;
         sd_event_source *source;
@@ -1363,6 +1371,7 @@ static int notify_listen(Vm *v) {
         r = sd_event_add_io(v->manager->event, &v->notify_source, fd, EPOLLIN, on_notify_accept, v);
         if (r < 0)
                 return r;
+        (void) listener_ratelimit(v->notify_source);
         v->notify_fd = TAKE_FD(fd);
         return 0;
 }
@@ -1413,6 +1422,7 @@ static int vsock_listen(Manager *m) {
         r = sd_event_add_io(m->event, &m->vsock_source, fd, EPOLLIN, on_vsock_accept, m);
         if (r < 0)
                 return r;
+        (void) listener_ratelimit(m->vsock_source);
         m->vsock_fd = TAKE_FD(fd);
         log_debug("Listening for READY=1 on vsock port %u.", (unsigned) m->notify_port);
         return 0;
@@ -1507,6 +1517,7 @@ static int vm_imds_listen(Vm *v, NetPort *p) {
                 r = sd_event_add_io(v->manager->event, &v->imds_source, fd, EPOLLIN, on_imds_accept, v);
                 if (r < 0)
                         return r;
+                (void) listener_ratelimit(v->imds_source);
                 (void) sd_event_source_set_io_fd_own(v->imds_source, true);
                 TAKE_FD(fd);
         }
