@@ -15,6 +15,7 @@
 #include "image-catalog.h"
 #include "json-util.h"
 #include "oci-digest.h"
+#include "oci-image-internal.h"
 #include "oci-image.h"
 #include "oci-manifest.h"
 #include "oci-tar.h"
@@ -935,14 +936,17 @@ static int install_one(Journal *j, int stagefd, const char *name, int dirfd, con
         return journal_add(j, UNDO_RENAME, stagefd, name, dirfd, dest);
 }
 
-static int commit(int dirfd, int stagefd, Plan *p, ApiError *reterr) {
+int oci_image_install(
+        int dirfd, int stagefd, const char *image, const OciStaged *items, size_t n, ApiError *reterr) {
         _cleanup_(journal_done) Journal j = {};
         _cleanup_close_ int sysfd = -EBADF, stagesysfd = -EBADF;
         _cleanup_free_ char *uki = NULL, *hidden = NULL;
         const char *failed = NULL;
         int r = 0;
 
-        if (asprintf(&uki, "%s.efi", p->image) < 0 || asprintf(&hidden, ".old.%s.efi", p->image) < 0)
+        assert_return(image && (items || n == 0), -EINVAL);
+
+        if (asprintf(&uki, "%s.efi", image) < 0 || asprintf(&hidden, ".old.%s.efi", image) < 0)
                 return -ENOMEM;
 
         /* 1: the image leaves the catalog's view, if it is there */
@@ -958,14 +962,15 @@ static int commit(int dirfd, int stagefd, Plan *p, ApiError *reterr) {
         }
 
         /* 2: the trees */
-        for (size_t i = 0; i < p->n; i++) {
-                PullLayer *l = &p->layers[i];
+        for (size_t i = 0; i < n; i++) {
                 _cleanup_free_ char *aside = NULL;
                 const char *component;
 
-                if (l->kind != LAYER_TREE)
+                if (items[i].kind != OCI_STAGED_TREE)
                         continue;
-                component = l->title + strlen(SYSUPDATE "/");
+                component = startswith(items[i].name, SYSUPDATE "/");
+                if (!component)
+                        return -EINVAL;
                 if (sysfd < 0) {
                         if (mkdirat(dirfd, SYSUPDATE, 0755) >= 0) {
                                 r = journal_add(&j, UNDO_RMDIR, -EBADF, NULL, dirfd, SYSUPDATE);
@@ -991,25 +996,24 @@ static int commit(int dirfd, int stagefd, Plan *p, ApiError *reterr) {
                 }
                 r = install_one(&j, stagesysfd, component, sysfd, component, aside);
                 if (r < 0) {
-                        failed = l->title;
+                        failed = items[i].name;
                         goto fail;
                 }
         }
 
         /* 3: the disk, the policy, the build manifest */
-        for (size_t i = 0; i < p->n; i++) {
-                PullLayer *l = &p->layers[i];
+        for (size_t i = 0; i < n; i++) {
                 _cleanup_free_ char *aside = NULL;
 
-                if (l->kind == LAYER_TREE || l->kind == LAYER_UKI)
+                if (items[i].kind != OCI_STAGED_FILE)
                         continue;
-                if (asprintf(&aside, ".old.%s", l->dest) < 0) {
+                if (asprintf(&aside, ".old.%s", items[i].dest) < 0) {
                         r = -ENOMEM;
                         goto fail;
                 }
-                r = install_one(&j, stagefd, l->title, dirfd, l->dest, aside);
+                r = install_one(&j, stagefd, items[i].name, dirfd, items[i].dest, aside);
                 if (r < 0) {
-                        failed = l->dest;
+                        failed = items[i].dest;
                         goto fail;
                 }
         }
@@ -1318,7 +1322,20 @@ int oci_image_pull(
                 r = api_error_set(reterr, -errno, API_ERROR_INTERNAL, "cannot sync %s: %m", image_dir);
                 goto fail;
         }
-        r = commit(dirfd, stagefd, &plan, reterr);
+        {
+                OciStaged items[OCI_LAYERS_MAX];
+                size_t k = 0;
+
+                for (size_t i = 0; i < plan.n; i++)
+                        if (plan.layers[i].kind != LAYER_UKI)
+                                items[k++] = (OciStaged){
+                                        .kind = plan.layers[i].kind == LAYER_TREE ? OCI_STAGED_TREE :
+                                                                                    OCI_STAGED_FILE,
+                                        .name = plan.layers[i].title,
+                                        .dest = plan.layers[i].dest,
+                                };
+                r = oci_image_install(dirfd, stagefd, plan.image, items, k, reterr);
+        }
         if (r < 0)
                 goto fail;
         r = record_write(image_dir, ref, top, mdigest, &plan);
