@@ -81,7 +81,7 @@ fuzz:
 	test -f $(FUZZ_BUILD)/build.ninja || CC=clang-14 meson setup $(FUZZ_BUILD) -Dfuzzer=true \
 		-Db_sanitize=address,undefined -Db_lundef=false
 	ninja -C $(FUZZ_BUILD)
-	for t in json-body mcp-post; do \
+	for t in json-body mcp-post oci-manifest oci-tar oci-auth; do \
 		mkdir -p $(FUZZ_BUILD)/corpus/$$t && cp -n tests/fuzz/corpus/$$t/* $(FUZZ_BUILD)/corpus/$$t/; \
 		$(FUZZ_BUILD)/tests/fuzz/fuzz-$$t -max_total_time=$(FUZZ_SECONDS) -max_len=65536 \
 			$(FUZZ_BUILD)/corpus/$$t || exit 1; \

@@ -78,7 +78,7 @@ int oci_challenge_parse(const char *value, OciChallenge *ret) {
 
         p = value;
         for (;;) {
-                OciChallenge cur = OCI_CHALLENGE_NULL;
+                _cleanup_(oci_challenge_done) OciChallenge cur = OCI_CHALLENGE_NULL;
                 bool first_param = true;
                 size_t n;
 
@@ -137,24 +137,18 @@ int oci_challenge_parse(const char *value, OciChallenge *ret) {
                                 /* token68 characters that are not tchars: '/' and '=' padding */
                                 while (p[vlen] == '/' || p[vlen] == '=')
                                         vlen += 1 + token_len(p + vlen + 1);
-                                if (vlen == 0) {
-                                        oci_challenge_done(&cur);
+                                if (vlen == 0)
                                         return -EBADMSG;
-                                }
                                 v = strndup(p, vlen);
                                 r = v ? 0 : -ENOMEM;
                                 p += vlen;
                         }
-                        if (r < 0) {
-                                oci_challenge_done(&cur);
+                        if (r < 0)
                                 return r;
-                        }
                         first_param = false;
                         p = skip_ws(p);
-                        if (*p != ',' && *p != 0) {
-                                oci_challenge_done(&cur);
+                        if (*p != ',' && *p != 0)
                                 return -EBADMSG;
-                        }
                         if (cur.scheme >= 0) {
                                 char **dest = nlen == 5 && strncasecmp(name, "realm", 5) == 0 ? &cur.realm :
                                         nlen == 7 && strncasecmp(name, "service", 7) == 0 ? &cur.service :
@@ -168,12 +162,13 @@ int oci_challenge_parse(const char *value, OciChallenge *ret) {
                         }
                 }
 
-                if (cur.scheme == OCI_AUTH_BEARER && bearer.scheme < 0)
+                if (cur.scheme == OCI_AUTH_BEARER && bearer.scheme < 0) {
                         bearer = cur;
-                else if (cur.scheme == OCI_AUTH_BASIC && basic.scheme < 0)
+                        cur = OCI_CHALLENGE_NULL;
+                } else if (cur.scheme == OCI_AUTH_BASIC && basic.scheme < 0) {
                         basic = cur;
-                else
-                        oci_challenge_done(&cur);
+                        cur = OCI_CHALLENGE_NULL;
+                }
         }
 
         if (bearer.scheme >= 0) {

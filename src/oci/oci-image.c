@@ -233,7 +233,6 @@ static int open_scratch(void) {
 }
 
 static int push_add_tree(PushLayer *l, int dirfd, const char *title, int level, ApiError *reterr) {
-        _cleanup_(oci_digester_done) OciDigester d = {};
         PackSink s = {};
         int r;
 
@@ -302,7 +301,7 @@ int oci_image_push(
         ApiError *reterr) {
         _cleanup_(image_catalog_freep) ImageCatalog *catalog = NULL;
         _cleanup_free_ char *manifest = NULL, *uki = NULL, *disk = NULL, *policy = NULL, *build = NULL,
-                            *manifest_digest = NULL, *pushed = NULL;
+                            *pushed = NULL;
         _cleanup_(closedirp) DIR *sysdir = NULL;
         _cleanup_close_ int dirfd = -EBADF;
         json_auto_t *annotations = NULL;
