@@ -18,6 +18,7 @@
 #include "oci-image.h"
 #include "oci-ref.h"
 #include "oci-registry.h"
+#include "parse-util.h"
 #include "serve.h"
 #include "time-util.h"
 #include "version.h"
@@ -30,6 +31,20 @@
 
 static char *arg_image_dir = NULL, *arg_username = NULL, *arg_ca_file = NULL, *arg_policy = NULL;
 static bool arg_password_stdin = false, arg_plain_http = false, arg_json = false;
+static uint64_t arg_chunk_size = 0;
+
+#define CHUNK_SIZE_MIN ((uint64_t) 64 << 10)
+
+static int parse_chunk_size(const Flag *f, const char *value, const char **ret_reason) {
+        uint64_t v;
+
+        if (parse_size(value, &v) < 0 || v < CHUNK_SIZE_MIN) {
+                *ret_reason = "want a size of at least 64K, e.g. 32M";
+                return -EINVAL;
+        }
+        *(uint64_t *) f->dest = v;
+        return 0;
+}
 
 #define COMMON_FLAGS                                                                                       \
         { .name = "image-dir",                                                                             \
@@ -63,7 +78,15 @@ static bool arg_password_stdin = false, arg_plain_http = false, arg_json = false
                 .parse = flag_parse_bool, .dest = &arg_json, .is_bool = true                               \
         }
 
-static const Flag push_flags[] = { COMMON_FLAGS };
+static const Flag push_flags[] = {
+        COMMON_FLAGS,
+        { .name = "chunk-size",
+          .default_value = "32M",
+          .metavar = "SIZE",
+          .help = "blobs larger than this are uploaded in PATCH requests of this size (at least 64K)",
+          .parse = parse_chunk_size,
+          .dest = &arg_chunk_size },
+};
 
 static const Flag pull_flags[] = {
         COMMON_FLAGS,
@@ -81,6 +104,7 @@ static void free_args(void) {
         arg_ca_file = mfree(arg_ca_file);
         arg_policy = mfree(arg_policy);
         arg_password_stdin = arg_plain_http = arg_json = false;
+        arg_chunk_size = 0;
 }
 
 void image_push_help(void) {
@@ -336,6 +360,7 @@ static int session_open(Session *s, const char *prog, const char *refstr, bool p
                         .username = user,
                         .password = pass,
                         .push = push,
+                        .chunk_size = arg_chunk_size,
                         .user_agent = s->user_agent,
                         .progress = on_progress,
                         .progress_userdata = &s->progress,

@@ -1196,11 +1196,9 @@ int oci_image_pull(
         /* what the reference names now; when a record shows it installed, nothing more is fetched */
         if (ref->digest)
                 top = strdup(ref->digest);
-        else {
-                r = oci_client_manifest_head(c, ref->tag, &top, reterr);
-                if (r < 0)
-                        goto fail;
-        }
+        else if (oci_client_manifest_head(c, ref->tag, &top, /* reterr= */ NULL) < 0)
+                /* a HEAD has no body to explain a failure: the GET below says what is wrong */
+                top = NULL;
         if (ref->digest && !top) {
                 r = -ENOMEM;
                 goto fail;

@@ -35,6 +35,7 @@ struct OciClient {
         OciProgressFunc progress;
         void *progress_userdata;
         uint64_t bytes_sent, bytes_received;
+        bool reached; /* the registry answered once: a refused connection later is worth a retry */
 };
 
 /* One HTTP exchange. */
@@ -353,16 +354,20 @@ static int perform(OciClient *c, Request *req, Response *resp) {
                 (void) curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
                 resp->status = status;
         }
+        if (resp->status > 0 && url_is_registry(c, req->url))
+                c->reached = true;
         return 0;
 }
 
 /* Whether a failed exchange is worth another attempt: the connection broke or stalled, or the
  * registry answered 5xx/429. */
-static bool retryable(const Response *resp) {
+static bool retryable(const OciClient *c, const Response *resp) {
         switch (resp->code) {
         case CURLE_OK:
                 return resp->status >= 500 || resp->status == 429;
         case CURLE_COULDNT_CONNECT:
+                /* a registry that never answered is more likely a wrong address than a hiccup */
+                return c->reached;
         case CURLE_SEND_ERROR:
         case CURLE_RECV_ERROR:
         case CURLE_PARTIAL_FILE:
@@ -495,7 +500,7 @@ static int get_token(OciClient *c, const OciChallenge *ch, ApiError *reterr) {
                 r = perform(c, &req, &resp);
                 if (r < 0)
                         return r;
-                if (!retryable(&resp) || attempt >= c->retries)
+                if (!retryable(c, &resp) || attempt >= c->retries)
                         break;
                 pause_before_retry(c, attempt);
         }
@@ -568,11 +573,21 @@ static int request(OciClient *c, Request *req, Response *resp, ApiError *reterr)
                         return 0;
                 if (attempt > 0) {
                         _cleanup_free_ char *why = describe_failure(c, resp);
+                        if (c->username)
+                                return api_error_set(
+                                        reterr,
+                                        -EACCES,
+                                        API_ERROR_INTERNAL,
+                                        "%s %s: the registry refused the credentials: %s",
+                                        req->method,
+                                        req->url,
+                                        why ?: "HTTP 401");
                         return api_error_set(
                                 reterr,
                                 -EACCES,
                                 API_ERROR_INTERNAL,
-                                "%s %s: the registry refused our credentials: %s",
+                                "%s %s: the registry refused anonymous access: %s; give --username and "
+                                "--password-stdin, or a credentials file",
                                 req->method,
                                 req->url,
                                 why ?: "HTTP 401");
@@ -676,7 +691,7 @@ int oci_client_blob_exists(OciClient *c, const char *digest, ApiError *reterr) {
                         return 1;
                 if (resp.code == CURLE_OK && resp.status == 404)
                         return 0;
-                if (!retryable(&resp) || attempt >= c->retries)
+                if (!retryable(c, &resp) || attempt >= c->retries)
                         break;
                 pause_before_retry(c, attempt);
         }
@@ -722,7 +737,7 @@ static int upload_start(OciClient *c, const char *digest, char **ret_location, A
                         return r;
                 if (resp.code == CURLE_OK && resp.status == 202 && resp.location)
                         return resolve_url(url, resp.location, ret_location);
-                if (!retryable(&resp) || attempt >= c->retries)
+                if (!retryable(c, &resp) || attempt >= c->retries)
                         break;
                 pause_before_retry(c, attempt);
         }
@@ -867,7 +882,7 @@ static int blob_push(
                                 offset += req.body_size;
                         continue;
                 }
-                if (!retryable(&resp) || ++failures > c->retries)
+                if (!retryable(c, &resp) || ++failures > c->retries)
                         return fail_exchange(c, &resp, -EIO, reterr, what);
 
                 /* the connection broke: continue where the registry got to, or from the start */
@@ -1042,7 +1057,8 @@ int oci_client_blob_fetch(
                         break;
                 if (resp.code == CURLE_OK && resp.status == 416 && f.received == d->size)
                         break;
-                if (!(resp.code == CURLE_OK && (resp.status == 200 || resp.status == 206)) && !retryable(&resp))
+                if (!(resp.code == CURLE_OK && (resp.status == 200 || resp.status == 206)) &&
+                    !retryable(c, &resp))
                         return fail_exchange(c, &resp, -EIO, reterr, what);
                 if (++failures > c->retries) {
                         if (resp.code == CURLE_OK)
@@ -1121,7 +1137,7 @@ int oci_client_manifest_get(
                                 OCI_MANIFEST_SIZE_MAX);
                 if (resp.code == CURLE_OK && resp.status == 200)
                         break;
-                if (!retryable(&resp) || attempt >= c->retries)
+                if (!retryable(c, &resp) || attempt >= c->retries)
                         return fail_exchange(c, &resp, -EIO, reterr, what);
                 pause_before_retry(c, attempt);
         }
@@ -1189,7 +1205,7 @@ int oci_client_manifest_head(OciClient *c, const char *reference, char **ret_dig
                         return r;
                 if (resp.code == CURLE_OK && resp.status == 200)
                         break;
-                if (!retryable(&resp) || attempt >= c->retries)
+                if (!retryable(c, &resp) || attempt >= c->retries)
                         return fail_exchange(c, &resp, -EIO, reterr, what);
                 pause_before_retry(c, attempt);
         }
@@ -1249,7 +1265,7 @@ int oci_client_manifest_put(
                         return r;
                 if (resp.code == CURLE_OK && resp.status == 201)
                         break;
-                if (!retryable(&resp) || attempt >= c->retries)
+                if (!retryable(c, &resp) || attempt >= c->retries)
                         return fail_exchange(c, &resp, -EIO, reterr, what);
                 pause_before_retry(c, attempt);
         }

@@ -202,7 +202,9 @@ static int write_header(GzipWriter *g, const char *name, char type, const struct
         _cleanup_free_ char *pax = NULL;
         size_t pax_len = 0, len = strlen(name);
         uint64_t size = type == '0' ? (uint64_t) st->st_size : 0;
-        int64_t mtime = st->st_mtim.tv_sec;
+        /* a directory's mtime changes with every file added, so it is not kept: a pulled tree packs to
+         * the same bytes as the tree it came from */
+        int64_t mtime = type == '5' ? 0 : st->st_mtim.tv_sec;
         const char *split = NULL;
         TarHeader h = {};
         int r;
