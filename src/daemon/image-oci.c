@@ -25,15 +25,27 @@
 
 #define PASSWORD_MAX 4096
 #define PROGRESS_INTERVAL_USEC (100 * USEC_PER_MSEC)
-/* zlib level of the sysupdate trees: their partitions are mostly compressed already, so more effort
- * buys little (docs/benchmarks.md) */
-#define GZIP_LEVEL 1
 
 static char *arg_image_dir = NULL, *arg_username = NULL, *arg_ca_file = NULL, *arg_policy = NULL;
 static bool arg_password_stdin = false, arg_plain_http = false, arg_json = false;
 static uint64_t arg_chunk_size = 0;
+static uint32_t arg_gzip_level = 0;
 
 #define CHUNK_SIZE_MIN ((uint64_t) 64 << 10)
+/* the trees hold erofs partitions compressed with lz4hc: zlib saves about 15 % of them at a cost of
+ * 20-40 MB/s of CPU, which only pays below such a link speed (docs/benchmarks.md) */
+#define GZIP_LEVEL_DEFAULT "1"
+
+static int parse_gzip_level(const Flag *f, const char *value, const char **ret_reason) {
+        uint32_t v;
+
+        if (safe_atou32(value, &v) < 0 || v > 9) {
+                *ret_reason = "want a zlib level from 0 to 9";
+                return -EINVAL;
+        }
+        *(uint32_t *) f->dest = v;
+        return 0;
+}
 
 static int parse_chunk_size(const Flag *f, const char *value, const char **ret_reason) {
         uint64_t v;
@@ -86,6 +98,12 @@ static const Flag push_flags[] = {
           .help = "blobs larger than this are uploaded in PATCH requests of this size (at least 64K)",
           .parse = parse_chunk_size,
           .dest = &arg_chunk_size },
+        { .name = "gzip-level",
+          .default_value = GZIP_LEVEL_DEFAULT,
+          .metavar = "0-9",
+          .help = "zlib level of the sysupdate trees' tar+gzip (0 stores; their partitions are compressed already)",
+          .parse = parse_gzip_level,
+          .dest = &arg_gzip_level },
 };
 
 static const Flag pull_flags[] = {
@@ -105,6 +123,7 @@ static void free_args(void) {
         arg_policy = mfree(arg_policy);
         arg_password_stdin = arg_plain_http = arg_json = false;
         arg_chunk_size = 0;
+        arg_gzip_level = 0;
 }
 
 void image_push_help(void) {
@@ -232,26 +251,29 @@ static int read_password(char **ret) {
 }
 
 /* Credentials for host: from the flags, else from the first credentials file with an entry. */
-static int find_credentials(const char *prog, const char *host, char **ret_user, char **ret_pass) {
+static int find_credentials(const char *host, char **ret_user, char **ret_pass, ApiError *reterr) {
         _cleanup_free_ char *docker = NULL, *home = NULL, *runtime = NULL;
         const char *files[4] = {};
         size_t n = 0;
         int r;
 
         if (arg_username || arg_password_stdin) {
-                if (!arg_username || !arg_password_stdin) {
-                        print_error(prog, "--username and --password-stdin go together");
-                        return -EINVAL;
-                }
+                if (!arg_username || !arg_password_stdin)
+                        return api_error_set(
+                                reterr,
+                                -EINVAL,
+                                API_ERROR_INTERNAL,
+                                "--username and --password-stdin go together");
                 r = read_password(ret_pass);
-                if (r < 0) {
-                        print_error(
-                                prog,
+                if (r < 0)
+                        return api_error_set(
+                                reterr,
+                                r,
+                                API_ERROR_INTERNAL,
+                                "%s",
                                 r == -E2BIG ? "the password on standard input is longer than 4096 bytes" :
                                         r == -EINVAL ? "no password (or one with a NUL) on standard input" :
                                                        "cannot read the password from standard input");
-                        return r;
-                }
                 *ret_user = strdup(arg_username);
                 return *ret_user ? 0 : -ENOMEM;
         }
@@ -273,13 +295,9 @@ static int find_credentials(const char *prog, const char *host, char **ret_user,
                 files[n++] = runtime;
         }
         for (size_t i = 0; i < n; i++) {
-                _cleanup_(api_error_done) ApiError e = API_ERROR_NULL;
-
-                r = oci_auth_file_lookup(files[i], host, ret_user, ret_pass, &e);
-                if (r < 0) {
-                        print_error(prog, e.message);
+                r = oci_auth_file_lookup(files[i], host, ret_user, ret_pass, reterr);
+                if (r < 0)
                         return r;
-                }
                 if (r > 0)
                         return 0;
         }
@@ -326,23 +344,19 @@ static void session_done(Session *s) {
         s->user_agent = mfree(s->user_agent);
 }
 
-static int session_open(Session *s, const char *prog, const char *refstr, bool push) {
-        _cleanup_(api_error_done) ApiError e = API_ERROR_NULL;
+static int session_open(Session *s, const char *refstr, bool push, ApiError *reterr) {
         _cleanup_free_ char *user = NULL;
         char *pass = NULL;
         int r;
 
         *s = (Session){ .progress.tty = isatty(STDERR_FILENO) };
-        r = oci_ref_parse(refstr, &s->ref, &e);
-        if (r < 0) {
-                print_error(prog, e.message);
+        r = oci_ref_parse(refstr, &s->ref, reterr);
+        if (r < 0)
                 return r;
-        }
-        if (arg_ca_file && access(arg_ca_file, R_OK) < 0) {
-                fprintf(stderr, "Error: %s: cannot read --ca-file %s: %s\n", prog, arg_ca_file, strerror(errno));
-                return -errno;
-        }
-        r = find_credentials(prog, s->ref.host, &user, &pass);
+        if (arg_ca_file && access(arg_ca_file, R_OK) < 0)
+                return api_error_set(
+                        reterr, -errno, API_ERROR_INTERNAL, "cannot read --ca-file %s: %m", arg_ca_file);
+        r = find_credentials(s->ref.host, &user, &pass, reterr);
         if (r < 0)
                 return r;
         if (asprintf(&s->user_agent, "vm-manager/%s", vmm_version) < 0) {
@@ -404,11 +418,26 @@ static int parse_args(
         return 1;
 }
 
+/* The end of a subcommand: the one line of its error, then the clean-up; returns the exit status. */
+static int finish(const char *prog, int r, const ApiError *e, Session *s) {
+        if (r < 0)
+                print_error(prog, api_error_is_set(e) ? e->message : strerror(-r));
+        session_done(s);
+        curl_global_cleanup();
+        free_args();
+        return r < 0 ? EXIT_FAILURE : EXIT_SUCCESS;
+}
+
+static void print_json(json_t *j) {
+        _cleanup_free_ char *text = j ? json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+        printf("%s\n", text ?: "{}");
+}
+
 int image_push_main(int argc, char **argv) {
-        _cleanup_(session_done) Session s = {};
         _cleanup_(api_error_done) ApiError e = API_ERROR_NULL;
         _cleanup_(oci_push_result_done) OciPushResult res = {};
         _cleanup_free_ char **args = NULL, *refstr = NULL;
+        Session s = {};
         int r;
 
         r = parse_args(push_flags, ELEMENTSOF(push_flags), argc, argv, "image push", image_push_help, 2, &args);
@@ -417,15 +446,10 @@ int image_push_main(int argc, char **argv) {
                 return r < 0 ? EXIT_FAILURE : EXIT_SUCCESS;
         }
         curl_global_init(CURL_GLOBAL_DEFAULT);
-        r = session_open(&s, "image push", args[1], /* push= */ true);
+        r = session_open(&s, args[1], /* push= */ true, &e);
         if (r >= 0)
-                r = oci_image_push(s.client, arg_image_dir, args[0], &s.ref, GZIP_LEVEL, &res, &e);
-        if (r < 0) {
-                if (api_error_is_set(&e))
-                        print_error("image push", e.message);
-                else if (r == -ENOMEM)
-                        print_error("image push", "out of memory");
-        } else {
+                r = oci_image_push(s.client, arg_image_dir, args[0], &s.ref, (int) arg_gzip_level, &res, &e);
+        if (r >= 0) {
                 refstr = oci_ref_to_string(&s.ref);
                 if (arg_json) {
                         json_auto_t *j = json_pack(
@@ -442,22 +466,18 @@ int image_push_main(int argc, char **argv) {
                                 (json_int_t) res.size,
                                 "sent",
                                 (json_int_t) oci_client_bytes_sent(s.client));
-                        _cleanup_free_ char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
-                        printf("%s\n", text ?: "{}");
+                        print_json(j);
                 } else
                         printf("pushed %s to %s (%s)\n", res.image, refstr ?: args[1], res.digest);
         }
-        session_done(&s);
-        curl_global_cleanup();
-        free_args();
-        return r < 0 ? EXIT_FAILURE : EXIT_SUCCESS;
+        return finish("image push", r, &e, &s);
 }
 
 int image_pull_main(int argc, char **argv) {
-        _cleanup_(session_done) Session s = {};
         _cleanup_(api_error_done) ApiError e = API_ERROR_NULL;
         _cleanup_(oci_pull_result_done) OciPullResult res = {};
         _cleanup_free_ char **args = NULL, *refstr = NULL;
+        Session s = {};
         OciPolicyMode mode;
         int r;
 
@@ -475,16 +495,11 @@ int image_pull_main(int argc, char **argv) {
                 return EXIT_FAILURE;
         }
         curl_global_init(CURL_GLOBAL_DEFAULT);
-        r = session_open(&s, "image pull", args[0], /* push= */ false);
+        r = session_open(&s, args[0], /* push= */ false, &e);
         if (r >= 0)
                 r = oci_image_pull(
                         s.client, &s.ref, arg_image_dir, &(OciPullOptions){ .policy = mode }, &res, &e);
-        if (r < 0) {
-                if (api_error_is_set(&e))
-                        print_error("image pull", e.message);
-                else if (r == -ENOMEM)
-                        print_error("image pull", "out of memory");
-        } else {
+        if (r >= 0) {
                 refstr = oci_ref_to_string(&s.ref);
                 if (arg_json) {
                         json_auto_t *j = json_pack(
@@ -505,9 +520,7 @@ int image_pull_main(int argc, char **argv) {
                                 (json_int_t) oci_client_bytes_received(s.client));
                         if (j && res.policy_file)
                                 (void) json_object_set_new(j, "policyFile", json_string(res.policy_file));
-                        _cleanup_free_ char *text = j ? json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER) :
-                                                        NULL;
-                        printf("%s\n", text ?: "{}");
+                        print_json(j);
                 } else if (res.up_to_date)
                         printf("%s in %s is up to date with %s (%s)\n",
                                res.image,
@@ -522,8 +535,5 @@ int image_pull_main(int argc, char **argv) {
                                res.image,
                                res.kept_golden ? "; kept the golden PCRs of the local policy" : "");
         }
-        session_done(&s);
-        curl_global_cleanup();
-        free_args();
-        return r < 0 ? EXIT_FAILURE : EXIT_SUCCESS;
+        return finish("image pull", r, &e, &s);
 }

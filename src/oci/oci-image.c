@@ -19,6 +19,7 @@
 #include "oci-image.h"
 #include "oci-manifest.h"
 #include "oci-tar.h"
+#include "oci-util.h"
 
 #define TREE_BYTES_MAX_DEFAULT ((uint64_t) 64 << 30)
 #define SMALL_FILE_MAX ((size_t) 1 << 20)
@@ -1093,17 +1094,10 @@ static int record_write(
 static int record_find(int dirfd, const char *digest, char **ret_image) {
         _cleanup_(closedirp) DIR *d = NULL;
         struct dirent *de;
-        int fd;
 
-        fd = fcntl(dirfd, F_DUPFD_CLOEXEC, 3);
-        if (fd < 0)
+        d = oci_opendir_fd(dirfd);
+        if (!d)
                 return -errno;
-        d = fdopendir(fd);
-        if (!d) {
-                safe_close(fd);
-                return -errno;
-        }
-        rewinddir(d);
         while ((de = readdir(d))) {
                 json_auto_t *rec = NULL;
                 const char *name, *image;
@@ -1138,13 +1132,10 @@ static int record_find(int dirfd, const char *digest, char **ret_image) {
 static void remove_stale_stages(int dirfd, const char *image_dir) {
         _cleanup_(closedirp) DIR *d = NULL;
         struct dirent *de;
-        int fd = fcntl(dirfd, F_DUPFD_CLOEXEC, 3);
 
-        if (fd < 0 || !(d = fdopendir(fd))) {
-                safe_close(fd);
+        d = oci_opendir_fd(dirfd);
+        if (!d)
                 return;
-        }
-        rewinddir(d);
         while ((de = readdir(d)))
                 if (startswith(de->d_name, STAGE_PREFIX)) {
                         _cleanup_free_ char *path = NULL;

@@ -598,6 +598,48 @@ static int request(OciClient *c, Request *req, Response *resp, ApiError *reterr)
         }
 }
 
+/* request() again while the failure is worth another attempt, until the status want comes back:
+ * 0 then, else the failure as one message that starts with what. */
+static int request_until(
+        OciClient *c, Request *req, Response *resp, long want, const char *what, ApiError *reterr) {
+        int r;
+
+        for (unsigned attempt = 0;; attempt++) {
+                r = request(c, req, resp, reterr);
+                if (r < 0)
+                        return r;
+                if (resp->body_too_big)
+                        return api_error_set(
+                                reterr,
+                                -EFBIG,
+                                API_ERROR_INTERNAL,
+                                "%s is larger than %zu bytes",
+                                what,
+                                req->keep_max);
+                if (resp->code == CURLE_OK && resp->status == want)
+                        return 0;
+                if (!retryable(c, resp) || attempt >= c->retries)
+                        return fail_exchange(c, resp, -EIO, reterr, what);
+                pause_before_retry(c, attempt);
+        }
+}
+
+/* "<prefix> host/repository:tag" or "…@digest", for messages. NULL on OOM. */
+static char *manifest_what(OciClient *c, const char *prefix, const char *reference) {
+        char *s;
+
+        if (asprintf(
+                    &s,
+                    "%s %s/%s%s%s",
+                    prefix,
+                    c->host,
+                    c->repository,
+                    oci_digest_is_valid(reference) ? "@" : ":",
+                    reference) < 0)
+                return NULL;
+        return s;
+}
+
 int oci_client_new(OciClient **ret, const OciClientConfig *config) {
         _cleanup_(oci_client_freep) OciClient *c = NULL;
 
@@ -730,19 +772,17 @@ static int upload_start(OciClient *c, const char *digest, char **ret_location, A
         r = repo_url(c, "blobs/uploads", "", &url);
         if (r < 0)
                 return r;
-        req.url = url;
-        for (unsigned attempt = 0;; attempt++) {
-                r = request(c, &req, &resp, reterr);
-                if (r < 0)
-                        return r;
-                if (resp.code == CURLE_OK && resp.status == 202 && resp.location)
-                        return resolve_url(url, resp.location, ret_location);
-                if (!retryable(c, &resp) || attempt >= c->retries)
-                        break;
-                pause_before_retry(c, attempt);
-        }
         asprintf_or_null(&what, "starting the upload of blob %s", digest);
-        return fail_exchange(c, &resp, -EIO, reterr, what ?: "starting an upload");
+        if (!what)
+                return -ENOMEM;
+        req.url = url;
+        r = request_until(c, &req, &resp, 202, what, reterr);
+        if (r < 0)
+                return r;
+        if (!resp.location)
+                return api_error_set(
+                        reterr, -EBADMSG, API_ERROR_INTERNAL, "%s: HTTP 202 without a Location", what);
+        return resolve_url(url, resp.location, ret_location);
 }
 
 /* How far an upload got, as the registry says (GET on its URL): 0 and the offset to continue from,
@@ -1113,34 +1153,13 @@ int oci_client_manifest_get(
         r = repo_url(c, "manifests", reference, &url);
         if (r < 0)
                 return r;
-        asprintf_or_null(
-                &what,
-                "manifest %s/%s%s%s",
-                c->host,
-                c->repository,
-                oci_digest_is_valid(reference) ? "@" : ":",
-                reference);
+        what = manifest_what(c, "manifest", reference);
         if (!what)
                 return -ENOMEM;
         req.url = url;
-        for (unsigned attempt = 0;; attempt++) {
-                r = request(c, &req, &resp, reterr);
-                if (r < 0)
-                        return r;
-                if (resp.body_too_big)
-                        return api_error_set(
-                                reterr,
-                                -EFBIG,
-                                API_ERROR_INTERNAL,
-                                "%s is larger than %zu bytes",
-                                what,
-                                OCI_MANIFEST_SIZE_MAX);
-                if (resp.code == CURLE_OK && resp.status == 200)
-                        break;
-                if (!retryable(c, &resp) || attempt >= c->retries)
-                        return fail_exchange(c, &resp, -EIO, reterr, what);
-                pause_before_retry(c, attempt);
-        }
+        r = request_until(c, &req, &resp, 200, what, reterr);
+        if (r < 0)
+                return r;
         r = oci_digest_buffer(resp.body ?: "", resp.body_size, got);
         if (r < 0)
                 return r;
@@ -1189,26 +1208,13 @@ int oci_client_manifest_head(OciClient *c, const char *reference, char **ret_dig
         r = repo_url(c, "manifests", reference, &url);
         if (r < 0)
                 return r;
-        asprintf_or_null(
-                &what,
-                "manifest %s/%s%s%s",
-                c->host,
-                c->repository,
-                oci_digest_is_valid(reference) ? "@" : ":",
-                reference);
+        what = manifest_what(c, "manifest", reference);
         if (!what)
                 return -ENOMEM;
         req.url = url;
-        for (unsigned attempt = 0;; attempt++) {
-                r = request(c, &req, &resp, reterr);
-                if (r < 0)
-                        return r;
-                if (resp.code == CURLE_OK && resp.status == 200)
-                        break;
-                if (!retryable(c, &resp) || attempt >= c->retries)
-                        return fail_exchange(c, &resp, -EIO, reterr, what);
-                pause_before_retry(c, attempt);
-        }
+        r = request_until(c, &req, &resp, 200, what, reterr);
+        if (r < 0)
+                return r;
         if (resp.digest && oci_digest_is_valid(resp.digest)) {
                 *ret_digest = strdup(resp.digest);
                 return *ret_digest ? 0 : -ENOMEM;
@@ -1249,26 +1255,13 @@ int oci_client_manifest_put(
         r = repo_url(c, "manifests", reference, &url);
         if (r < 0)
                 return r;
-        asprintf_or_null(
-                &what,
-                "PUT of the manifest %s/%s%s%s",
-                c->host,
-                c->repository,
-                oci_digest_is_valid(reference) ? "@" : ":",
-                reference);
+        what = manifest_what(c, "PUT of the manifest", reference);
         if (!what)
                 return -ENOMEM;
         req.url = url;
-        for (unsigned attempt = 0;; attempt++) {
-                r = request(c, &req, &resp, reterr);
-                if (r < 0)
-                        return r;
-                if (resp.code == CURLE_OK && resp.status == 201)
-                        break;
-                if (!retryable(c, &resp) || attempt >= c->retries)
-                        return fail_exchange(c, &resp, -EIO, reterr, what);
-                pause_before_retry(c, attempt);
-        }
+        r = request_until(c, &req, &resp, 201, what, reterr);
+        if (r < 0)
+                return r;
         if (resp.digest && !streq(resp.digest, digest))
                 return api_error_set(
                         reterr,

@@ -12,6 +12,7 @@
 #include "fs-util.h"
 #include "oci-digest.h"
 #include "oci-tar.h"
+#include "oci-util.h"
 
 #define BLOCK 512U
 #define ZBUF ((size_t) 256 << 10)
@@ -313,7 +314,7 @@ static int pack_dir(
         _cleanup_strv_free_ char **names = NULL;
         size_t n = 0, allocated = 0;
         struct dirent *de;
-        int fd, r;
+        int r;
 
         if (depth > PACK_DEPTH_MAX)
                 return api_error_set(reterr, -ELOOP, API_ERROR_INTERNAL, "%s is nested too deep", path);
@@ -321,15 +322,9 @@ static int pack_dir(
         if (r < 0)
                 return r;
 
-        fd = fcntl(dirfd, F_DUPFD_CLOEXEC, 3);
-        if (fd < 0)
+        d = oci_opendir_fd(dirfd);
+        if (!d)
                 return -errno;
-        d = fdopendir(fd);
-        if (!d) {
-                safe_close(fd);
-                return -errno;
-        }
-        rewinddir(d);
         while ((errno = 0, de = readdir(d))) {
                 if (streq(de->d_name, ".") || streq(de->d_name, ".."))
                         continue;
