@@ -32,9 +32,10 @@ static uint64_t arg_chunk_size = 0;
 static uint32_t arg_gzip_level = 0;
 
 #define CHUNK_SIZE_MIN ((uint64_t) 64 << 10)
-/* the trees hold erofs partitions compressed with lz4hc: zlib saves about 15 % of them at a cost of
- * 20-40 MB/s of CPU, which only pays below such a link speed (docs/benchmarks.md) */
-#define GZIP_LEVEL_DEFAULT "1"
+/* the trees hold erofs partitions compressed with lz4hc and the UKI: zlib saves about 15 % of
+ * them, 7 % of the image, at 20-30 MB/s of CPU on a build machine, which makes a push two to four
+ * times slower and pays only on links slower than that (docs/benchmarks.md); so they are stored */
+#define GZIP_LEVEL_DEFAULT "0"
 
 static int parse_gzip_level(const Flag *f, const char *value, const char **ret_reason) {
         uint32_t v;
@@ -101,7 +102,8 @@ static const Flag push_flags[] = {
         { .name = "gzip-level",
           .default_value = GZIP_LEVEL_DEFAULT,
           .metavar = "0-9",
-          .help = "zlib level of the sysupdate trees' tar+gzip (0 stores; their partitions are compressed already)",
+          .help = "zlib level of the sysupdate trees' tar+gzip: 0 stores (their partitions are compressed "
+                  "already), 1-9 compress",
           .parse = parse_gzip_level,
           .dest = &arg_gzip_level },
 };
