@@ -1132,6 +1132,32 @@ int oci_client_blob_fetch(
         return 0;
 }
 
+/* A request on /v2/<name>/manifests/<reference> with request_until(); *ret_what names the manifest
+ * for later messages. */
+static int manifest_request(
+        OciClient *c,
+        Request *req,
+        Response *resp,
+        const char *reference,
+        const char *prefix,
+        long want,
+        char **ret_what,
+        ApiError *reterr) {
+        _cleanup_free_ char *url = NULL;
+        int r;
+
+        r = repo_url(c, "manifests", reference, &url);
+        if (r < 0)
+                return r;
+        *ret_what = manifest_what(c, prefix, reference);
+        if (!*ret_what)
+                return -ENOMEM;
+        req->url = url;
+        r = request_until(c, req, resp, want, *ret_what, reterr);
+        req->url = NULL;
+        return r;
+}
+
 int oci_client_manifest_get(
         OciClient *c,
         const char *reference,
@@ -1140,7 +1166,7 @@ int oci_client_manifest_get(
         char **ret_content_type,
         char **ret_digest,
         ApiError *reterr) {
-        _cleanup_free_ char *url = NULL, *what = NULL, *ct = NULL, *dg = NULL;
+        _cleanup_free_ char *what = NULL, *ct = NULL, *dg = NULL;
         _cleanup_(response_done) Response resp = {};
         Request req = { .method = "GET", .accept = OCI_MANIFEST_ACCEPT, .keep_max = OCI_MANIFEST_SIZE_MAX };
         char got[OCI_DIGEST_SHA256_LEN + 1];
@@ -1150,14 +1176,7 @@ int oci_client_manifest_get(
         assert_return(reference, -EINVAL);
         assert_return(ret_data && ret_size, -EINVAL);
 
-        r = repo_url(c, "manifests", reference, &url);
-        if (r < 0)
-                return r;
-        what = manifest_what(c, "manifest", reference);
-        if (!what)
-                return -ENOMEM;
-        req.url = url;
-        r = request_until(c, &req, &resp, 200, what, reterr);
+        r = manifest_request(c, &req, &resp, reference, "manifest", 200, &what, reterr);
         if (r < 0)
                 return r;
         r = oci_digest_buffer(resp.body ?: "", resp.body_size, got);
@@ -1196,7 +1215,7 @@ int oci_client_manifest_get(
 }
 
 int oci_client_manifest_head(OciClient *c, const char *reference, char **ret_digest, ApiError *reterr) {
-        _cleanup_free_ char *url = NULL, *what = NULL;
+        _cleanup_free_ char *what = NULL;
         _cleanup_(response_done) Response resp = {};
         Request req = { .method = "HEAD", .accept = OCI_MANIFEST_ACCEPT, .keep_max = ERROR_BODY_MAX };
         int r;
@@ -1205,14 +1224,7 @@ int oci_client_manifest_head(OciClient *c, const char *reference, char **ret_dig
         assert_return(reference, -EINVAL);
         assert_return(ret_digest, -EINVAL);
 
-        r = repo_url(c, "manifests", reference, &url);
-        if (r < 0)
-                return r;
-        what = manifest_what(c, "manifest", reference);
-        if (!what)
-                return -ENOMEM;
-        req.url = url;
-        r = request_until(c, &req, &resp, 200, what, reterr);
+        r = manifest_request(c, &req, &resp, reference, "manifest", 200, &what, reterr);
         if (r < 0)
                 return r;
         if (resp.digest && oci_digest_is_valid(resp.digest)) {
@@ -1231,7 +1243,7 @@ int oci_client_manifest_put(
         size_t size,
         char **ret_digest,
         ApiError *reterr) {
-        _cleanup_free_ char *url = NULL, *what = NULL;
+        _cleanup_free_ char *what = NULL;
         _cleanup_(response_done) Response resp = {};
         Request req = {
                 .method = "PUT",
@@ -1252,14 +1264,7 @@ int oci_client_manifest_put(
         r = oci_digest_buffer(data ?: "", size, digest);
         if (r < 0)
                 return r;
-        r = repo_url(c, "manifests", reference, &url);
-        if (r < 0)
-                return r;
-        what = manifest_what(c, "PUT of the manifest", reference);
-        if (!what)
-                return -ENOMEM;
-        req.url = url;
-        r = request_until(c, &req, &resp, 201, what, reterr);
+        r = manifest_request(c, &req, &resp, reference, "PUT of the manifest", 201, &what, reterr);
         if (r < 0)
                 return r;
         if (resp.digest && !streq(resp.digest, digest))
