@@ -12,6 +12,8 @@
 #   make image   build the guest image into images/build (or take it from the cache; images/README.md)
 #   make image-verify  check images/build's policy.json and signed manifests against its files
 #   make image-smoke   boot images/build under TCG without the daemon (install, READY=1, PCR 11)
+#   make image-push REF=host/repo:tag  publish images/build's image to a registry (OCI_ARGS="--plain-http …")
+#   make image-pull REF=host/repo:tag  install an image from a registry into images/build
 #   make tools-doc  regenerate docs/tools.md from the operation table
 #   make fuzz    run each libFuzzer target for FUZZ_SECONDS (clang)
 
@@ -24,7 +26,7 @@ SUITES ?= unit integration fuzz style image fresh-root e2e-ci
 IMAGE_DIR ?= $(CURDIR)/images/build
 
 .PHONY: all deps-run deps-check deps-bench build build-check run check e2e bench fuzz format tools-doc clean \
-	image image-verify image-smoke golden
+	image image-verify image-smoke golden image-push image-pull
 
 all: build
 
@@ -66,6 +68,18 @@ image-verify:
 image-smoke:
 	$(MAKE) -C images smoke OUT="$(IMAGE_DIR)"
 
+# docs/image-distribution.md; credentials from OCI_ARGS="--username u --password-stdin" (and stdin)
+# or a docker/podman login
+IMAGE_ID ?= giantswarm-vm-base
+OCI_ARGS ?=
+image-push: image
+	@test -n "$(REF)" || { echo "make image-push: give REF=host[:port]/repository:tag" >&2; exit 1; }
+	$(BUILD)/src/daemon/vm-manager image push --image-dir "$(IMAGE_DIR)" $(OCI_ARGS) $(IMAGE_ID) "$(REF)"
+
+image-pull: build
+	@test -n "$(REF)" || { echo "make image-pull: give REF=host[:port]/repository:tag" >&2; exit 1; }
+	$(BUILD)/src/daemon/vm-manager image pull --image-dir "$(IMAGE_DIR)" $(OCI_ARGS) "$(REF)"
+
 check: build-check
 	meson test -C $(CHECK_BUILD) --print-errorlogs $(addprefix --suite ,$(SUITES))
 
@@ -90,7 +104,7 @@ fuzz:
 	test -f $(FUZZ_BUILD)/build.ninja || CC=clang-14 meson setup $(FUZZ_BUILD) -Dfuzzer=true \
 		-Db_sanitize=address,undefined -Db_lundef=false
 	ninja -C $(FUZZ_BUILD)
-	for t in json-body mcp-post; do \
+	for t in json-body mcp-post oci-manifest oci-tar oci-auth; do \
 		mkdir -p $(FUZZ_BUILD)/corpus/$$t && cp -n tests/fuzz/corpus/$$t/* $(FUZZ_BUILD)/corpus/$$t/; \
 		$(FUZZ_BUILD)/tests/fuzz/fuzz-$$t -max_total_time=$(FUZZ_SECONDS) -max_len=65536 \
 			$(FUZZ_BUILD)/corpus/$$t || exit 1; \

@@ -25,6 +25,9 @@ check+=(busybox tshark)
 # make check's set-up must work with nothing installed beforehand; with-systemd-user.sh: a private
 # systemd --user.
 check+=(mmdebstrap git systemd)
+# tests/integration/test-image-oci.py: htpasswd (bcrypt) for the registry's basic auth; the registry
+# itself (docker-registry) and oras are fetched below.
+check+=(apache2-utils)
 # tests/integration/test-mcp-sdk.py runs the MCP TypeScript SDK: node (>= 18) and npm. Debian's
 # packages only when a command is missing: a node from elsewhere (NodeSource's nodejs, which
 # conflicts with Debian's npm and brings its own) stays as it is.
@@ -110,6 +113,28 @@ for g in "${groups[@]}"; do
                 fi
                 ;;
         esac
+done
+
+# docker-registry (distribution 2.8) for the image push/pull tests and their benchmark, unpacked, not
+# installed: installing it would start a registry on :5000 as a service.
+for g in "${groups[@]}"; do
+        case "$g" in check | bench)
+                regdir=/var/cache/vm-manager/docker-registry
+                if [ ! -x "$regdir/usr/bin/docker-registry" ]; then
+                        tmp=$(mktemp -d)
+                        chmod 755 "$tmp"
+                        (cd "$tmp" && apt-get download -q docker-registry)
+                        mkdir -p "$regdir"
+                        dpkg-deb -x "$tmp"/docker-registry_*.deb "$regdir"
+                        rm -rf "$tmp"
+                fi
+                ;;
+        esac
+done
+
+# oras 1.3 (only sid has it; depends on libc alone) for the same tests and benchmark
+for g in "${groups[@]}"; do
+        case "$g" in check | bench) [[ " ${sid[*]} " == *" oras "* ]] || sid+=(oras) ;; esac
 done
 
 # From sid, in an apt view of its own (the system's sources are never touched); a no-op once
