@@ -23,6 +23,7 @@ struct AuthIssuer {
         uint64_t generation;
         usec_t fetched;   /* CLOCK_MONOTONIC of the last good fetch, 0: never */
         usec_t attempted; /* of the last fetch started */
+        usec_t failed;    /* when the last fetch failed */
         int failure;      /* of the last fetch: 0 or negative errno */
         char *failure_text;
 
@@ -119,6 +120,7 @@ static void issuer_fail(AuthIssuer *i, int r, const char *format, ...) {
 
         i->fetch = NULL;
         i->failure = r;
+        i->failed = now_usec(CLOCK_MONOTONIC);
         free(i->failure_text);
         i->failure_text = TAKE_PTR(text);
         log_warning("Cannot fetch the keys of '%s': %s", i->issuer, i->failure_text ?: "out of memory");
@@ -241,7 +243,7 @@ int auth_issuer_need_keys(
                                 *ret_error = "the key set was fetched moments ago (refetches are rate-limited)";
                         return -ENOKEY;
                 }
-                if (!refetch && i->failure < 0 && now < i->attempted + AUTH_JWKS_RETRY_MIN) {
+                if (!refetch && i->failure < 0 && now < i->failed + AUTH_JWKS_RETRY_MIN) {
                         if (ret_error)
                                 *ret_error = i->failure_text ?: "the last fetch failed";
                         return -EHOSTUNREACH;

@@ -286,10 +286,6 @@ int auth_token_parse(const char *s, size_t n, AuthToken **ret, const char **ret_
                 reason = "not a compact JWS (three dot-separated parts)";
                 goto bad;
         }
-        if (dot2 + 1 == end) {
-                reason = "the token is unsigned";
-                goto bad;
-        }
         for (const char *p = dot2 + 1; p < end; p++)
                 if (b64url_value(*p) < 0) {
                         reason = "the signature is not base64url";
@@ -314,6 +310,10 @@ int auth_token_parse(const char *s, size_t n, AuthToken **ret, const char **ret_
                 reason = strcasecmp(alg, "none") == 0 ? "alg none is refused" :
                         alg[0] == 'H'                 ? "HMAC algorithms are refused" :
                                                         "the algorithm is not ES256, RS256 or PS256";
+                goto bad;
+        }
+        if (dot2 + 1 == end) {
+                reason = "the token is unsigned";
                 goto bad;
         }
         v = json_object_get(t->header, "typ");
