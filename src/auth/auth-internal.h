@@ -6,6 +6,7 @@
 
 #include <cjose/jwk.h>
 #include <jansson.h>
+#include <openssl/evp.h>
 
 #include "auth-fetch.h"
 #include "auth-jwks.h"
@@ -67,6 +68,7 @@ struct Auth {
         unsigned n_codes;
         AuthCheck *checks; /* requests waiting for keys */
 
+        EVP_MD *sha256;
         AuthCacheEntry cache[AUTH_CACHE_SIZE];
 };
 

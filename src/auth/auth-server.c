@@ -832,7 +832,9 @@ static int on_flow_timeout(sd_event_source *s, uint64_t usec, void *userdata) {
         return 0;
 }
 
-static int flow_wait(AuthFlow *f, HttpRequest *req) {
+/* Parks req (suspending it, unless a wait before already did) until the flow's next step answers
+ * it, for at most AUTH_WAIT_MAX. */
+static int flow_wait(AuthFlow *f, HttpRequest *req, bool suspended) {
         int r;
 
         r = sd_event_add_time_relative(
@@ -840,7 +842,8 @@ static int flow_wait(AuthFlow *f, HttpRequest *req) {
         if (r < 0)
                 return r;
         f->request = http_request_ref(req);
-        http_request_suspend(req);
+        if (!suspended)
+                http_request_suspend(req);
         return 0;
 }
 
@@ -916,7 +919,7 @@ static void serve_authorize(Auth *a, HttpRequest *req) {
                 return flow_fail(
                         flow, req, "temporarily_unavailable", "the identity provider cannot be reached");
         }
-        if (flow_wait(flow, req) < 0) {
+        if (flow_wait(flow, req, /* suspended= */ false) < 0) {
                 auth_issuer_wait_cancel(flow->wait);
                 flow->wait = NULL;
                 return flow_fail(flow, req, "server_error", "cannot wait for the identity provider");
@@ -1004,7 +1007,8 @@ static void flow_check_id_token(AuthFlow *f, HttpRequest *req, bool refetched) {
                         f,
                         &f->wait,
                         &error);
-                if (r == 1 && flow_wait(f, req) >= 0)
+                /* req waited for the code exchange already: it is suspended */
+                if (r == 1 && flow_wait(f, req, /* suspended= */ true) >= 0)
                         return;
                 if (r == 0)
                         r = auth_verify_upstream(f->auth, t, aud, f->nonce, &caller, &reason);
@@ -1090,7 +1094,7 @@ static void serve_callback(Auth *a, HttpRequest *req) {
                 f,
                 &f->fetch);
         if (r >= 0)
-                r = flow_wait(f, req);
+                r = flow_wait(f, req, /* suspended= */ false);
         if (r < 0) {
                 _cleanup_(flow_freep) AuthFlow *pin = f;
                 return flow_fail(f, req, "server_error", "cannot start the code exchange");

@@ -85,10 +85,11 @@ int auth_config_check(const AuthConfig *c, char **ret_message) {
 
 /* ---- verified-token cache ---- */
 
-static void token_digest(const char *token, size_t n, uint8_t ret[static 32]) {
+static void token_digest(Auth *a, const char *token, size_t n, uint8_t ret[static 32]) {
         unsigned len = 32;
 
-        if (EVP_Digest(token, n, ret, &len, EVP_sha256(), NULL) != 1)
+        /* the digest fetched once: OpenSSL 3's implicit fetch per call takes locks and lookups */
+        if (EVP_Digest(token, n, ret, &len, a->sha256, NULL) != 1)
                 memset(ret, 0, 32); /* an all-zero digest matches no entry: see cache_slot() users */
 }
 
@@ -376,7 +377,7 @@ static bool guard(Auth *a, HttpRequest *req, HttpHandler next, void *userdata) {
                 return true;
         }
 
-        token_digest(token, n, digest);
+        token_digest(a, token, n, digest);
         cached = cache_lookup(a, digest, now);
         if (cached)
                 return attach_caller(req, cached) ? false : true;
@@ -567,6 +568,9 @@ int auth_new(Auth **ret, sd_event *event, const AuthConfig *cfg, ApiError *reter
                 return -ENOMEM;
         a->allow_private_oauth_urls = cfg->allow_private_oauth_urls;
         a->allow_registration = cfg->allow_public_client_registration;
+        a->sha256 = EVP_MD_fetch(NULL, "SHA256", NULL);
+        if (!a->sha256)
+                return api_error_set(reterr, -EIO, API_ERROR_INTERNAL, "oauth: OpenSSL has no SHA-256");
 
         r = auth_fetcher_new(&a->fetcher, event, cfg->provider == AUTH_PROVIDER_DEX ? cfg->dex_ca_file : NULL);
         if (r < 0)
@@ -606,6 +610,7 @@ Auth *auth_free(Auth *a) {
         auth_cache_flush(a);
         a->upstream = auth_issuer_free(a->upstream);
         a->fetcher = auth_fetcher_free(a->fetcher);
+        EVP_MD_free(a->sha256);
         strv_free(a->own_audiences);
         strv_free(a->sso_audiences);
         free(a->base_url);
