@@ -15,6 +15,7 @@ lock changes. Without node or npm the test skips. Only 127.0.0.1 and, on a cold 
 registry are contacted.
 """
 
+import importlib.util
 import json
 import os
 import re
@@ -38,6 +39,14 @@ FAKES = os.path.join(here, "fakes")
 TRUSTED = "agent-platform"
 NET = {"name": "probe", "cidr": "10.93.0.0/24"}
 NODE = None
+
+
+def collector_class():
+    """test-traces.py's stand-in OTLP/HTTP collector."""
+    spec = importlib.util.spec_from_file_location("test_traces", os.path.join(here, "test-traces.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.Collector, mod.attrs_of
 
 
 class OidcProvider:
@@ -211,9 +220,13 @@ def test_guard(work):
     provider = OidcProvider(work, "http://%s:%d/oauth/callback" % (HOST, port))
     state = os.path.join(work, "guard-state")
     fakes, env = setup_fakes(work)
+    Collector, attrs_of = collector_class()
+    collector = Collector()
+    traced = dict(env, OTEL_EXPORTER_OTLP_ENDPOINT="http://%s:%d" % (HOST, collector.port),
+                  OTEL_BSP_SCHEDULE_DELAY="100")
     args = fakes + oauth_args(port, provider.issuer, "--allow-private-oauth-urls",
                               "--oauth-trusted-audiences", " %s , ,other " % TRUSTED)
-    d = start(work, "guard", port, state, args, env=env)
+    d = start(work, "guard", port, state, args, env=traced)
     resource = "http://%s:%d/mcp" % (HOST, port)
     try:
         for path in ("/healthz", "/readyz", "/metrics"):
@@ -265,6 +278,17 @@ def test_guard(work):
             ok = s2 == 200 and got["createdBy"] == vm["createdBy"] and listed[0].get("createdBy") == vm["createdBy"]
         tap.result(ok, "create_vm records createdBy (subject, email); get_vm and list_vms show it",
                    "%r %r" % (status, str(vm)[:400]))
+        status, headers, body = McpClient(port).post_raw(json.dumps(
+            {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+             "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}}),
+            headers=bearer(good))
+        tap.result(status == 200, "POST /mcp with the token: initialize answers", "status %r" % status)
+
+        def enduser(name):
+            return lambda spans: any(s["name"] == name and attrs_of(s).get("enduser.id") == "bob" for s in spans)
+        tap.result(collector.wait_for(enduser("POST /api/v1/networks")) and collector.wait_for(enduser("POST /mcp")),
+                   "the REST and MCP server spans carry the caller as enduser.id",
+                   str([(s["name"], attrs_of(s).get("enduser.id")) for _, s in collector.spans()])[:600])
         before = (call(port, "GET", "/api/v1/networks", cc)[2], call(port, "GET", "/api/v1/vms", cc)[2])
 
         now = int(time.time())
@@ -345,6 +369,7 @@ def test_guard(work):
         tap.result(call(port, "GET", "/api/v1/vms", trusted)[0] == 200, "a trusted-audience token of the new key works")
     finally:
         rc, _ = d.stop()
+        collector.close()
         tap.result(rc == 0 and not d.sanitizer_lines(), "guard: exit 0 on SIGTERM, no sanitizer report",
                    "exit %r %s" % (rc, d.sanitizer_lines()[:3]))
 
