@@ -6,6 +6,7 @@
 #include <strings.h>
 
 #include "auth-jwt.h"
+#include "hex-util.h"
 #include "log.h"
 
 typedef enum AuthKeyType {
@@ -80,20 +81,6 @@ int auth_base64url_encode(const void *data, size_t size, char **ret) {
         return 0;
 }
 
-static int b64url_value(char c) {
-        if (c >= 'A' && c <= 'Z')
-                return c - 'A';
-        if (c >= 'a' && c <= 'z')
-                return c - 'a' + 26;
-        if (c >= '0' && c <= '9')
-                return c - '0' + 52;
-        if (c == '-')
-                return 62;
-        if (c == '_')
-                return 63;
-        return -1;
-}
-
 int auth_base64url_decode(const char *s, size_t n, uint8_t **ret, size_t *ret_size) {
         _cleanup_free_ uint8_t *out = NULL;
         size_t k = 0;
@@ -108,7 +95,7 @@ int auth_base64url_decode(const char *s, size_t n, uint8_t **ret, size_t *ret_si
         if (!out)
                 return -ENOMEM;
         for (size_t i = 0; i < n; i++) {
-                int v = b64url_value(s[i]);
+                int v = unbase64char(s[i], /* url= */ true);
 
                 if (v < 0)
                         return -EBADMSG;
@@ -287,7 +274,7 @@ int auth_token_parse(const char *s, size_t n, AuthToken **ret, const char **ret_
                 goto bad;
         }
         for (const char *p = dot2 + 1; p < end; p++)
-                if (b64url_value(*p) < 0) {
+                if (unbase64char(*p, /* url= */ true) < 0) {
                         reason = "the signature is not base64url";
                         goto bad;
                 }

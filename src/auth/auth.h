@@ -69,8 +69,8 @@ const char *auth_resource(const Auth *a);
 /* The hook in front of the API: serves the OAuth routes (metadata, /oauth/…), refuses a request
  * without a valid token, and otherwise attaches the caller to the request and passes it on to next
  * (at once, or later when the token needed keys that had to be fetched). Returns true when it took
- * the request (replied, suspended, or will call next itself); false when the caller is attached
- * and the request is the caller's to serve now. */
+ * the request (replied, suspended, or will call next itself); false when the request is the
+ * caller's to serve now: its caller attached, or an unknown path among the open OAuth ones. */
 bool auth_handle(Auth *a, HttpRequest *req, HttpHandler next, void *userdata);
 
 /* Whether path is one of the OAuth routes the hook serves without a token. */

@@ -24,8 +24,8 @@ import time
 
 here = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, here)
-from vmmtest import (Daemon, HOST, McpClient, api, base_env, free_port, http_request, imds_request, run,  # noqa: E402
-                     tap, tool_json, wait_state)
+from vmmtest import (Daemon, HOST, McpClient, api, base_env, fake_image, free_port, http_request,  # noqa: E402
+                     imds_request, run, tap, tool_json, wait_state)
 
 FAKES = os.path.join(here, "fakes")
 CREATE = {"memory_mib": 512, "disk_gib": 2, "require_attestation": False, "wait_for": "none"}
@@ -110,14 +110,7 @@ def families(text):
 
 
 def setup(work):
-    images = os.path.join(work, "images")
-    os.makedirs(images)
-    for ext in (".efi", ".raw"):
-        with open(os.path.join(images, "fake_1.0" + ext), "wb") as f:
-            f.write(b"\0" * 4096)
-    vars_ = os.path.join(work, "vars")
-    with open(vars_, "wb") as f:
-        f.write(b"\0" * 4096)
+    images, vars_ = fake_image(work)
     plan = os.path.join(work, "plan.json")
     with open(plan, "w") as f:
         json.dump({"m-a": ["--timeout-ms", "4000", "dhcp", "http", "169.254.169.254:80", "/giantswarm/v1/hostname",

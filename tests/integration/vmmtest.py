@@ -279,6 +279,20 @@ def diff_snapshots(a, b):
     return "\n".join(lines)
 
 
+def fake_image(work):
+    """An image directory with the image fake_1.0 and a firmware variable store, enough for the fake
+    QEMU of tests/integration/fakes to "boot": (image dir, vars file)."""
+    images = os.path.join(work, "images")
+    os.makedirs(images, exist_ok=True)
+    for ext in (".efi", ".raw"):
+        with open(os.path.join(images, "fake_1.0" + ext), "wb") as f:
+            f.write(b"\0" * 4096)
+    vars_ = os.path.join(work, "vars")
+    with open(vars_, "wb") as f:
+        f.write(b"\0" * 4096)
+    return images, vars_
+
+
 # ---------------------------------------------------------------------------------------------
 # daemons
 
