@@ -52,22 +52,34 @@ def collector_class():
 class OidcProvider:
     """oidc/provider.mjs: the IdP, and its test controls (mint, rotate, stats)."""
 
-    def __init__(self, work, redirect_uri):
+    def __init__(self, work, redirect_uri, tls=None):
         self.log = os.path.join(work, "provider.log")
+        env = dict(os.environ, OIDC_TEST_KEYS=os.path.join(OIDC_DIR, "test-keys.json"))
+        if tls:
+            env.update(OIDC_TLS_CERT=tls[0], OIDC_TLS_KEY=tls[1])
+        self.tls = tls
         self.proc = subprocess.Popen([NODE, os.path.join(CACHE_DIR, "provider.mjs"), redirect_uri], cwd=CACHE_DIR,
                                      stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                     stderr=open(self.log, "wb"), env=dict(os.environ,
-                                     OIDC_TEST_KEYS=os.path.join(OIDC_DIR, "test-keys.json")))
+                                     stderr=open(self.log, "wb"), env=env)
         line = self.proc.stdout.readline().decode()
         m = re.match(r"READY (\d+)", line)
         if not m:
             raise RuntimeError("provider did not start: %r; log:\n%s" % (line, open(self.log).read()[-2000:]))
         self.port = int(m.group(1))
-        self.issuer = "http://%s:%d" % (HOST, self.port)
+        self.issuer = "%s://%s:%d" % ("https" if tls else "http", HOST, self.port)
 
     def control(self, what, body):
-        status, _, data = http_request(self.port, "POST", "/_test/" + what, body=json.dumps(body).encode(),
-                                       headers={"Content-Type": "application/json"})
+        if self.tls:
+            import http.client
+            import ssl
+            conn = http.client.HTTPSConnection(HOST, self.port, context=ssl.create_default_context(cafile=self.tls[2]))
+            conn.request("POST", "/_test/" + what, body=json.dumps(body), headers={"Content-Type": "application/json"})
+            resp = conn.getresponse()
+            status, data = resp.status, resp.read()
+            conn.close()
+        else:
+            status, _, data = http_request(self.port, "POST", "/_test/" + what, body=json.dumps(body).encode(),
+                                           headers={"Content-Type": "application/json"})
         if status != 200:
             raise RuntimeError("provider %s: %r %r" % (what, status, data[:500]))
         return json.loads(data)
@@ -582,6 +594,50 @@ def test_ssrf(work):
         provider.stop()
 
 
+def make_ca(work):
+    """A CA and a certificate for 127.0.0.1 it signed: (cert, key, ca cert)."""
+    d = os.path.join(work, "tls")
+    os.makedirs(d)
+    run_ = lambda *a: subprocess.run(a, cwd=d, check=True, capture_output=True, timeout=60)  # noqa: E731
+    run_("openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-days", "2",
+         "-subj", "/CN=vm-manager test CA", "-keyout", "ca.key", "-out", "ca.pem")
+    run_("openssl", "req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-subj", "/CN=127.0.0.1",
+         "-keyout", "dex.key", "-out", "dex.csr")
+    with open(os.path.join(d, "ext"), "w") as f:
+        f.write("subjectAltName=IP:127.0.0.1\n")
+    run_("openssl", "x509", "-req", "-in", "dex.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
+         "-days", "2", "-extfile", "ext", "-out", "dex.pem")
+    return os.path.join(d, "dex.pem"), os.path.join(d, "dex.key"), os.path.join(d, "ca.pem")
+
+
+def test_dex_ca(work):
+    """A Dex on https with a certificate of a private CA: trusted with --dex-ca-file, not without."""
+    tls = make_ca(work)
+    port = free_port()
+    provider = OidcProvider(work, "http://%s:%d/oauth/callback" % (HOST, port), tls=tls)
+    try:
+        token = provider.mint("test-ec-1", claims(provider, port))
+        d = start(work, "ca", port, os.path.join(work, "ca-state"),
+                  oauth_args(port, provider.issuer, "--allow-private-oauth-urls", "--dex-ca-file", tls[2]))
+        try:
+            status = call(port, "GET", "/api/v1/vms", token)[0]
+            tap.result(status == 200, "--dex-ca-file: the JWKS of an https Dex with a private CA is fetched",
+                       "status %r\n%s" % (status, d.stderr()[-1500:]))
+        finally:
+            d.stop()
+        d = start(work, "no-ca", port, os.path.join(work, "no-ca-state"),
+                  oauth_args(port, provider.issuer, "--allow-private-oauth-urls"))
+        try:
+            r = call(port, "GET", "/api/v1/vms", token)
+            tap.result(is_refusal(*r, port)[0] and "SSL" in d.stderr(),
+                       "without --dex-ca-file the same Dex is not trusted: 401, and the log says why",
+                       d.stderr()[-1500:])
+        finally:
+            d.stop()
+    finally:
+        provider.stop()
+
+
 def main():
     global NODE
     print("TAP version 13", flush=True)
@@ -599,7 +655,7 @@ def main():
             dst.write(src.read())
     print("# %s" % diag, flush=True)
     sys.stdout.write = _no_tap_header(sys.stdout.write)
-    return run([test_config, test_guard, test_sdk_flow, test_idp_down, test_ssrf], 280, "vmm-oauth-")
+    return run([test_config, test_guard, test_sdk_flow, test_idp_down, test_ssrf, test_dex_ca], 280, "vmm-oauth-")
 
 
 def _no_tap_header(write):

@@ -7,7 +7,8 @@
 //   REDIRECT_URI  where the relying party "vm-manager" (secret "dex-secret") gets its codes: the
 //                 daemon's <base>/oauth/callback
 //   PORT          0 or absent: the kernel picks
-// Prints "READY <port>" once it serves. Issuer: http://127.0.0.1:<port>.
+// Prints "READY <port>" once it serves. Issuer: http://127.0.0.1:<port>, or https:// when
+// OIDC_TLS_CERT and OIDC_TLS_KEY name a PEM certificate and key to serve with.
 //
 // Clients: "vm-manager" (authorization code + PKCE, client_secret_basic), "svc" (secret
 // "svc-secret", client_credentials; access tokens are JWTs for the requested resource, RFC 8707).
@@ -23,6 +24,7 @@
 import { createHmac, createPublicKey } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import http from 'node:http';
+import https from 'node:https';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 
@@ -149,7 +151,9 @@ async function control(req, res) {
         res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify(answer));
 }
 
-const server = http.createServer((req, res) => {
+const tls = process.env.OIDC_TLS_CERT && process.env.OIDC_TLS_KEY ?
+        { cert: readFileSync(process.env.OIDC_TLS_CERT), key: readFileSync(process.env.OIDC_TLS_KEY) } : null;
+const handler = (req, res) => {
         if (req.url.startsWith('/_test/')) {
                 control(req, res).catch((e) => {
                         res.writeHead(500).end(String(e && e.stack));
@@ -159,11 +163,12 @@ const server = http.createServer((req, res) => {
         if (req.url.startsWith('/jwks'))
                 jwksFetches++;
         provider.callback()(req, res);
-});
+};
+const server = tls ? https.createServer(tls, handler) : http.createServer(handler);
 
 server.listen(wantPort, '127.0.0.1', () => {
         const port = server.address().port;
-        issuer = `http://127.0.0.1:${port}`;
+        issuer = `${tls ? 'https' : 'http'}://127.0.0.1:${port}`;
         provider = makeProvider(['test-rsa-1', 'test-ec-1']);
         console.log(`READY ${port}`);
 });
