@@ -972,7 +972,7 @@ static void flow_check_id_token(AuthFlow *f, HttpRequest *req, bool refetched);
 static void on_callback_keys(int r, const char *error, void *userdata) {
         AuthFlow *f = userdata;
         _cleanup_(http_request_unrefp) HttpRequest *req = TAKE_PTR(f->request);
-        _cleanup_(flow_freep) AuthFlow *pin = f;
+        _unused_ _cleanup_(flow_freep) AuthFlow *pin = f;
 
         f->wait = NULL;
         f->timer = sd_event_source_disable_unref(f->timer);
@@ -1028,7 +1028,7 @@ static void flow_check_id_token(AuthFlow *f, HttpRequest *req, bool refetched) {
 static void on_upstream_token(int r, long status, json_t *body, const char *error, void *userdata) {
         AuthFlow *f = userdata;
         _cleanup_(http_request_unrefp) HttpRequest *req = TAKE_PTR(f->request);
-        _cleanup_(flow_freep) AuthFlow *pin = f;
+        _unused_ _cleanup_(flow_freep) AuthFlow *pin = f;
         const char *id_token = json_string_value(json_object_get(body, "id_token"));
 
         f->fetch = NULL;
@@ -1069,7 +1069,7 @@ static void serve_callback(Auth *a, HttpRequest *req) {
         if (!f)
                 return reply_oauth_error(req, 400, "invalid_request", "unknown or expired login (state)");
         if (error || !code) {
-                _cleanup_(flow_freep) AuthFlow *pin = f;
+                _unused_ _cleanup_(flow_freep) AuthFlow *pin = f;
                 log_info("The identity provider ended a login with '%s'.", error ?: "no code");
                 return flow_fail(f, req, "access_denied", "the login at the identity provider did not succeed");
         }
@@ -1079,7 +1079,7 @@ static void serve_callback(Auth *a, HttpRequest *req) {
             url_encode_append(&form, "code", code) < 0 ||
             url_encode_append(&form, "redirect_uri", callback) < 0 ||
             url_encode_append(&form, "code_verifier", f->verifier) < 0) {
-                _cleanup_(flow_freep) AuthFlow *pin = f;
+                _unused_ _cleanup_(flow_freep) AuthFlow *pin = f;
                 return flow_fail(f, req, "server_error", "cannot build the code exchange");
         }
         r = auth_fetch(
@@ -1096,7 +1096,7 @@ static void serve_callback(Auth *a, HttpRequest *req) {
         if (r >= 0)
                 r = flow_wait(f, req, /* suspended= */ false);
         if (r < 0) {
-                _cleanup_(flow_freep) AuthFlow *pin = f;
+                _unused_ _cleanup_(flow_freep) AuthFlow *pin = f;
                 return flow_fail(f, req, "server_error", "cannot start the code exchange");
         }
 }

@@ -302,7 +302,7 @@ static bool attach_caller(HttpRequest *req, const Caller *c) {
 
 /* Checks the token of a request that waited for keys, then answers or passes it on. */
 static void check_finish(AuthCheck *c, int r, const char *error) {
-        _cleanup_(check_freep) AuthCheck *pin = c;
+        _unused_ _cleanup_(check_freep) AuthCheck *pin = c;
         _cleanup_(caller_freep) Caller *caller = NULL;
         Auth *a = c->auth;
         const char *reason = error;

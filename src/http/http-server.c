@@ -403,7 +403,7 @@ static void request_dispatch(HttpRequest *r) {
 }
 
 void http_request_continue(HttpRequest *r, HttpHandler handler, void *userdata) {
-        _cleanup_(http_request_unrefp) HttpRequest *pin = http_request_ref(r);
+        _unused_ _cleanup_(http_request_unrefp) HttpRequest *pin = http_request_ref(r);
 
         if (!r->connection || r->state != REQUEST_SUSPENDED)
                 return; /* the client went away meanwhile */
