@@ -172,7 +172,7 @@ static void test_caller(void **state) {
 /* The token with one of its three parts replaced by with (taken). */
 static char *replace_part(const char *token, int part, char *with) {
         const char *d1 = strchr(token, '.'), *d2 = strchr(d1 + 1, '.');
-        _cleanup_free_ char *w = with;
+        _unused_ _cleanup_free_ char *w = with;
         char *s = NULL;
 
         if (part == 0)
