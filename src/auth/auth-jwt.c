@@ -140,6 +140,28 @@ bool auth_keyset_has_kid(const AuthKeySet *s, const char *kid) {
         return false;
 }
 
+/* Whether s is base64url as strict as ours. libcjose 0.6.2 aborts on an assertion for some
+ * malformed base64 (a length of 4k+1), so nothing reaches it unchecked. */
+static bool is_base64url(const char *s, size_t n) {
+        _cleanup_free_ uint8_t *d = NULL;
+        size_t size;
+
+        return auth_base64url_decode(s, n, &d, &size) >= 0;
+}
+
+/* The key members of a JWK that libcjose decodes: all strict base64url where present. */
+static bool jwk_members_valid(json_t *jwk) {
+        static const char *const members[] = { "n", "e", "x", "y", "d", "p", "q", "dp", "dq", "qi", "k" };
+
+        for (size_t i = 0; i < ELEMENTSOF(members); i++) {
+                json_t *v = json_object_get(jwk, members[i]);
+
+                if (v && (!json_is_string(v) || !is_base64url(json_string_value(v), json_string_length(v))))
+                        return false;
+        }
+        return true;
+}
+
 /* One JWK: 1 imported, 0 skipped. */
 static int keyset_add(AuthKeySet *s, json_t *jwk) {
         const char *kty = json_string_value(json_object_get(jwk, "kty"));
@@ -170,6 +192,8 @@ static int keyset_add(AuthKeySet *s, json_t *jwk) {
                         return 0;
         }
         if (kid && strlen(kid) > AUTH_CLAIM_STRING_MAX)
+                return 0;
+        if (!jwk_members_valid(jwk))
                 return 0;
 
         k = cjose_jwk_import_json((cjose_header_t *) jwk, &err);
@@ -273,11 +297,11 @@ int auth_token_parse(const char *s, size_t n, AuthToken **ret, const char **ret_
                 reason = "not a compact JWS (three dot-separated parts)";
                 goto bad;
         }
-        for (const char *p = dot2 + 1; p < end; p++)
-                if (unbase64char(*p, /* url= */ true) < 0) {
-                        reason = "the signature is not base64url";
-                        goto bad;
-                }
+        /* libcjose decodes the signature again, and aborts on some malformed base64 */
+        if (!is_base64url(dot2 + 1, (size_t) (end - dot2 - 1))) {
+                reason = "the signature is not base64url";
+                goto bad;
+        }
 
         t = calloc(1, sizeof(AuthToken));
         if (!t)

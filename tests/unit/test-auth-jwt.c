@@ -250,6 +250,11 @@ static void test_bad(void **state) {
                   -EBADMSG,
                   "the payload is not a base64url-encoded JSON object" },
                 { "garbage base64", strdup("!!!.@@@.###"), -EBADMSG, "the signature is not base64url" },
+                /* a length of 4k+1 made libcjose 0.6.2 abort on an assertion (found by fuzz-auth-jwt) */
+                { "a signature of 4k+1 characters",
+                  replace_part(good, 2, strdup("abcde")),
+                  -EBADMSG,
+                  "the signature is not base64url" },
                 { "two parts", strdup("abc.def"), -EBADMSG, "not a compact JWS (three dot-separated parts)" },
                 { "four parts", strdup("a.b.c.d"), -EBADMSG, "not a compact JWS (three dot-separated parts)" },
                 { "padding",
@@ -382,6 +387,10 @@ static void test_keyset(void **state) {
         jwks = json_pack("{s:[{s:s,s:s}]}", "keys", "kty", "oct", "k", "c2VjcmV0");
         assert_errno(auth_keyset_from_json(jwks, &s, &reason), -EINVAL);
         assert_string_equal(reason, "the JWKS holds no EC P-256 or RSA signing key");
+        json_decref(jwks);
+        /* libcjose 0.6.2 aborts on an "n" of 4k+1 characters (found by fuzz-auth-jwt): never handed to it */
+        jwks = json_pack("{s:[{s:s,s:s,s:s}]}", "keys", "kty", "RSA", "n", "e=", "e", "AQAB");
+        assert_errno(auth_keyset_from_json(jwks, &s, &reason), -EINVAL);
         json_decref(jwks);
         jwks = json_pack("{s:s}", "keys", "nope");
         assert_errno(auth_keyset_from_json(jwks, &s, &reason), -EINVAL);
