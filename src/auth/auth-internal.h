@@ -24,6 +24,7 @@
 #define AUTH_CODES_MAX 1000
 #define AUTH_REFRESH_MAX 10000
 #define AUTH_CACHE_SIZE 1024 /* verified tokens remembered, direct-mapped by digest */
+#define AUTH_REFUSALS_LOGGED_PER_SEC 20
 
 typedef struct AuthFlow AuthFlow;
 typedef struct AuthCode AuthCode;
@@ -70,6 +71,10 @@ struct Auth {
 
         EVP_MD *sha256;
         AuthCacheEntry cache[AUTH_CACHE_SIZE];
+
+        /* refusals logged at info in the current second, and those that were not */
+        usec_t refusal_window;
+        unsigned refusals_logged, refusals_suppressed;
 };
 
 /* auth-server.c */

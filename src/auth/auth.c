@@ -229,18 +229,44 @@ static AuthCheck *check_free(AuthCheck *c) {
 
 DEFINE_TRIVIAL_CLEANUP_FUNC(AuthCheck *, check_free);
 
+/* Whether a refusal may be logged at info: at most AUTH_REFUSALS_LOGGED_PER_SEC a second, so that
+ * a client hammering with bad tokens cannot flood the journal; the rest go to debug and are counted
+ * in the next line that is logged. */
+static bool refusal_log_allowed(Auth *a, unsigned *ret_suppressed) {
+        usec_t now = now_usec(CLOCK_MONOTONIC);
+
+        *ret_suppressed = 0;
+        if (now >= a->refusal_window + USEC_PER_SEC) {
+                *ret_suppressed = a->refusals_suppressed;
+                a->refusal_window = now;
+                a->refusals_logged = 0;
+                a->refusals_suppressed = 0;
+        }
+        if (a->refusals_logged >= AUTH_REFUSALS_LOGGED_PER_SEC) {
+                a->refusals_suppressed++;
+                return false;
+        }
+        a->refusals_logged++;
+        return true;
+}
+
 static void reply_unauthorized(Auth *a, HttpRequest *req, bool invalid_token, const char *reason) {
         _cleanup_(api_error_done) ApiError e = API_ERROR_NULL;
         _cleanup_free_ char *challenge = NULL;
+        unsigned suppressed = 0;
 
-        if (invalid_token)
+        if (invalid_token && refusal_log_allowed(a, &suppressed)) {
+                if (suppressed > 0)
+                        log_info(
+                                "%u more requests were refused in the second before, logged at debug level only.",
+                                suppressed);
                 log_info(
                         "Refused %s %s (request %" PRIu64 "): %s.",
                         http_request_method(req),
                         http_request_path(req),
                         http_request_id(req),
                         reason);
-        else
+        } else
                 log_debug(
                         "Refused %s %s (request %" PRIu64 "): %s.",
                         http_request_method(req),

@@ -571,6 +571,20 @@ def test_idp_down(work):
         tap.result(is_refusal(*r, port)[0] and time.monotonic() - t0 < 1.5,
                    "right after a failed fetch, tokens are refused at once (no pile-up)",
                    "%.1f s" % (time.monotonic() - t0))
+
+        # a burst of bad tokens: each refused, at most 20 a second logged at info (the rest at debug)
+        before = d.stderr().count('level=info msg="Refused')
+        t0 = time.monotonic()
+        refused = sum(call(port, "GET", "/api/v1/vms", "garbage")[0] == 401 for _ in range(80))
+        took = time.monotonic() - t0
+        info = d.stderr().count('level=info msg="Refused') - before
+        time.sleep(1.1)
+        call(port, "GET", "/api/v1/vms", "garbage")
+        tap.result(refused == 80 and (info <= 20 * (int(took) + 2) and
+                                      re.search(r"\d+ more requests were refused in the second before", d.stderr())
+                                      or took >= 4),
+                   "a burst of 80 bad tokens: all refused, at most 20 a second logged at info, the rest counted",
+                   "%d refused, %d at info in %.1f s" % (refused, info, took))
     finally:
         d.stop()
         keys.stop()
