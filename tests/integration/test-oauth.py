@@ -478,6 +478,9 @@ def test_sdk_flow(work):
         status = call(port, "GET", "/api/v1/vms", tokens["access_token"])[0]
         tap.result(status == 200, "after a restart, the access token still works (the signing key persisted)",
                    "status %r" % status)
+        status, _, vm = call(port, "GET", "/api/v1/vms/" + out["vm"], tokens["access_token"])
+        tap.result(status == 200 and vm.get("createdBy") == {"subject": "alice", "email": "alice@example.test"},
+                   "after a restart, the VM record still names its creator", "%r %r" % (status, str(vm)[:300]))
         status, doc = form_post(port, "/oauth/token", {"grant_type": "refresh_token", "client_id": client,
                                                         "refresh_token": tokens["refresh_token"],
                                                         "resource": "http://%s:%d/mcp" % (HOST, port)})
