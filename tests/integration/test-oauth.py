@@ -15,6 +15,7 @@ lock changes. Without node or npm the test skips. Only 127.0.0.1 and, on a cold 
 registry are contacted.
 """
 
+import base64
 import importlib.util
 import json
 import os
@@ -422,7 +423,6 @@ def test_guard(work):
 
 
 def base64url(b):
-    import base64
     return base64.urlsafe_b64encode(b).rstrip(b"=").decode()
 
 
@@ -507,6 +507,71 @@ def test_sdk_flow(work):
         status, doc = form_post(port, "/oauth/token", {"grant_type": "password", "client_id": client})
         tap.result(status == 400 and doc.get("error") == "unsupported_grant_type", "other grants are unsupported",
                    "%r %r" % (status, doc))
+
+        # /oauth/authorize refuses what it must, and redirects only to a registered URI
+        redirect = out["client"]["redirect_uris"][0]
+        challenge = base64url(os.urandom(32))
+        good = {"response_type": "code", "client_id": client, "redirect_uri": redirect, "state": "s1",
+                "code_challenge": challenge, "code_challenge_method": "S256"}
+
+        def authorize(**over):
+            q = dict(good, **over)
+            status, headers, data = http_request(port, "GET", "/oauth/authorize?" + urllib.parse.urlencode(
+                {k: v for k, v in q.items() if v is not None}))
+            loc = headers.get("location", "")
+            return status, loc, dict(urllib.parse.parse_qsl(urllib.parse.urlparse(loc).query)), data
+
+        for name, over, want in [
+            ("an unknown client", {"client_id": "nobody"}, None),
+            ("a redirect_uri not registered", {"redirect_uri": redirect + "x"}, None),
+            ("no PKCE", {"code_challenge": None}, "invalid_request"),
+            ("PKCE plain", {"code_challenge_method": "plain"}, "invalid_request"),
+            ("another resource", {"resource": "http://127.0.0.1:1/mcp"}, "invalid_target"),
+            ("response_type token", {"response_type": "token"}, "unsupported_response_type"),
+        ]:
+            status, loc, q, data = authorize(**over)
+            if want is None:
+                ok = status == 400 and not loc and json.loads(data).get("error") == "invalid_request"
+            else:
+                ok = status == 302 and loc.startswith(redirect + "?") and q.get("error") == want and q.get("state") == "s1"
+            tap.result(ok, "/oauth/authorize with %s: %s" % (name, want or "400, no redirect"),
+                       "%r %r %r" % (status, loc, data[:200]))
+        status, loc, q, _ = authorize(resource="http://%s:%d/mcp" % (HOST, port))
+        tap.result(status == 302 and loc.startswith("http://%s:%d/auth?" % (HOST, provider.port)) and
+                   q.get("code_challenge_method") == "S256" and q.get("client_id") == "vm-manager" and q.get("nonce"),
+                   "/oauth/authorize sends a good request on to the IdP, with PKCE and a nonce of its own", loc[:300])
+
+        # registration checks its input; a confidential client's secret is kept hashed
+        for name, body, err in [
+            ("an http redirect URI on a public host", {"redirect_uris": ["http://example.test/cb"]}, "invalid_redirect_uri"),
+            ("a redirect URI with a fragment", {"redirect_uris": ["https://example.test/cb#x"]}, "invalid_redirect_uri"),
+            ("no redirect URI", {"client_name": "x"}, "invalid_redirect_uri"),
+            ("an unknown auth method", {"redirect_uris": ["https://example.test/cb"],
+                                        "token_endpoint_auth_method": "private_key_jwt"}, "invalid_client_metadata"),
+            ("the implicit grant", {"redirect_uris": ["https://example.test/cb"], "grant_types": ["implicit"]},
+             "invalid_client_metadata"),
+        ]:
+            st, _, doc = call(port, "POST", "/oauth/register", body=body)
+            tap.result(st == 400 and doc.get("error") == err, "registration refuses %s: %s" % (name, err),
+                       "%r %r" % (st, doc))
+        st, _, conf = call(port, "POST", "/oauth/register", body={
+            "redirect_uris": ["https://example.test/cb", "com.example.app:/cb"], "token_endpoint_auth_method": "client_secret_basic"})
+        with open(os.path.join(oauth_dir, "state.json")) as f:
+            text = f.read()
+        tap.result(st == 201 and conf.get("client_secret") and conf["client_secret"] not in text and
+                   conf["client_id"] in text,
+                   "a confidential client gets a secret, kept only as its hash", "%r %r" % (st, conf))
+        st, doc = form_post(port, "/oauth/token", {"grant_type": "refresh_token", "refresh_token": "x"},
+                            headers={"Authorization": "Basic " + base64.b64encode(
+                                ("%s:%s" % (conf.get("client_id"), "wrong")).encode()).decode()})
+        tap.result(st == 401 and doc == {"error": "invalid_client", "error_description": "wrong client secret"},
+                   "a wrong client secret is invalid_client (401)", "%r %r" % (st, doc))
+        st, doc = form_post(port, "/oauth/token", {"grant_type": "refresh_token", "refresh_token": "x"},
+                            headers={"Authorization": "Basic " + base64.b64encode(
+                                ("%s:%s" % (conf.get("client_id"), conf.get("client_secret"))).encode()).decode()})
+        tap.result(st == 400 and doc.get("error") == "invalid_grant",
+                   "with the right secret (client_secret_basic) the client is let in: an unknown refresh token is invalid_grant",
+                   "%r %r" % (st, doc))
 
         # revocation of an access token
         tap.result(call(port, "GET", "/api/v1/vms", fresh)[0] == 200, "the refreshed access token works")
