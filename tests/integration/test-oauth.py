@@ -51,7 +51,10 @@ def collector_class():
 
 
 class OidcProvider:
-    """oidc/provider.mjs: the IdP, and its test controls (mint, rotate, stats)."""
+    """oidc/provider.mjs: the IdP, and its test controls (mint, rotate, stats). Every one started is
+    stopped at the end, whatever happened (stop_all())."""
+
+    all = []
 
     def __init__(self, work, redirect_uri, tls=None):
         self.log = os.path.join(work, "provider.log")
@@ -62,6 +65,7 @@ class OidcProvider:
         self.proc = subprocess.Popen([NODE, os.path.join(CACHE_DIR, "provider.mjs"), redirect_uri], cwd=CACHE_DIR,
                                      stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                      stderr=open(self.log, "wb"), env=env)
+        OidcProvider.all.append(self)
         line = self.proc.stdout.readline().decode()
         m = re.match(r"READY (\d+)", line)
         if not m:
@@ -108,6 +112,11 @@ class OidcProvider:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+
+    @classmethod
+    def stop_all(cls):
+        for p in cls.all:
+            p.stop()
 
 
 def setup_fakes(work):
@@ -737,7 +746,10 @@ def main():
             dst.write(src.read())
     print("# %s" % diag, flush=True)
     sys.stdout.write = _no_tap_header(sys.stdout.write)
-    return run([test_config, test_guard, test_sdk_flow, test_idp_down, test_ssrf, test_dex_ca], 280, "vmm-oauth-")
+    try:
+        return run([test_config, test_guard, test_sdk_flow, test_idp_down, test_ssrf, test_dex_ca], 280, "vmm-oauth-")
+    finally:
+        OidcProvider.stop_all()
 
 
 def _no_tap_header(write):
