@@ -15,9 +15,12 @@ set -euo pipefail
 
 build=(meson ninja-build pkgconf gcc libc6-dev
        libsystemd-dev libmicrohttpd-dev libjansson-dev libssl-dev
-       libslirp-dev libglib2.0-dev libssh-dev libtss2-dev libcurl4-openssl-dev)
+       libslirp-dev libglib2.0-dev libssh-dev libtss2-dev libcurl4-openssl-dev
+       libcjose-dev)
 # tests: exec_vm against sshd in a network namespace, swtpm and tpm2-tools for quotes
 check=(libcmocka-dev clang-format-14 curl python3 procps iproute2 openssh-server openssh-client tpm2-tools swtpm-tools)
+# tests/integration/test-oauth.py: a private CA for its https Dex
+check+=(openssl)
 # tests/net/test-net-wire.sh: a namespace on a tap, busybox's udhcpc as the DHCP client, tshark to
 # read the DHCP replies off the wire.
 check+=(busybox tshark)

@@ -129,6 +129,7 @@ struct Vm {
         VmGuest guest;
         VmForwards forwards;
         usec_t created_at, installed_at, booted_at, ready_at; /* CLOCK_REALTIME, 0 = unset */
+        json_t *created_by; /* {"subject","email"} of create_vm's caller; NULL: anonymous */
         char *last_error;
         char *console_tail; /* the console's last lines when lastError was set by a failure */
         pid_t qemu_pid, swtpm_pid;
@@ -244,6 +245,7 @@ static Vm *vm_free(Vm *v) {
         free(v->last_error);
         free(v->console_tail);
         free(v->fail_reason);
+        json_decref(v->created_by);
         free(v->dir);
         free(v->volume);
         safe_close(v->volume_fd);
@@ -482,6 +484,8 @@ static json_t *vm_record_json(Vm *v, bool for_disk) {
         json_object_set(o, "attestation", att);
 
         json_set_time(o, "createdAt", v->created_at);
+        if (v->created_by)
+                json_object_set(o, "createdBy", v->created_by);
         json_set_time(o, "installedAt", v->installed_at);
         json_set_time(o, "bootedAt", v->booted_at);
         json_set_time(o, "readyAt", v->ready_at);
@@ -2721,6 +2725,8 @@ int vm_create(
         v->cid = allocate_cid(m);
         v->state = VM_STATE_CREATING;
         v->created_at = now_usec(CLOCK_REALTIME);
+        if (m->caller && !(v->created_by = caller_created_by_json(m->caller)))
+                return -ENOMEM;
         v->att.required = v->spec.require_attestation;
         if (asprintf(&v->dir, "%s/vms/%s", m->state_dir, v->id) < 0)
                 return -ENOMEM;
@@ -2931,6 +2937,8 @@ static int vm_from_json(Manager *m, const char *id, json_t *j, Vm **ret) {
         if ((s = json_string_value(json_object_get(att, "akPinned"))))
                 v->att.ak_pin = strdup(s);
         (void) parse_time(json_string_value(json_object_get(j, "createdAt")), &v->created_at);
+        if (json_is_string(json_object_get(json_object_get(j, "createdBy"), "subject")))
+                v->created_by = json_incref(json_object_get(j, "createdBy"));
         (void) parse_time(json_string_value(json_object_get(j, "installedAt")), &v->installed_at);
         (void) parse_time(json_string_value(json_object_get(j, "bootedAt")), &v->booted_at);
         (void) parse_time(json_string_value(json_object_get(j, "readyAt")), &v->ready_at);
