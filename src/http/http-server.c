@@ -567,7 +567,7 @@ void http_request_continue(HttpRequest *r, HttpHandler handler, void *userdata) 
         handler(r, userdata);
         if (!r->response && !r->suspend_requested && !r->streaming) {
                 log_error("Handler for %s %s returned without an answer.", r->method, r->path);
-                (void) reply_error_static(r, -EIO, API_ERROR_INTERNAL, "internal error: no answer");
+                (void) reply_error_static(r, 0, -EIO, API_ERROR_INTERNAL, "internal error: no answer");
         }
         if (r->response && r->connection) {
                 r->state = REQUEST_RESUMING;
