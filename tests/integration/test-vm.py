@@ -302,7 +302,8 @@ def test_install_failure(work):
     status, vms = api(port, "GET", "/vms")
     tap.result(len(vms) == 1 and vms[0]["state"] == "failed"
                and vms[0].get("lastError") == "installer did not finish within 15s" and vms[0].get("consoleTail"),
-               "... the VM is kept, failed: the cause in lastError, the console's tail in consoleTail", repr(vms)[:400])
+               "... the VM is kept, failed: the cause in lastError, the console's tail in consoleTail",
+               repr([(v.get("state"), v.get("lastError"), (v.get("consoleTail") or "")[-200:]) for v in vms]))
 
     # A guest that ignores ACPI (firmware with nothing to boot): stop_vm escalates to SIGTERM after
     # --stop-timeout.
