@@ -1,6 +1,8 @@
 # Thin wrapper around meson: every target installs what it needs first (tools/install-deps.sh).
 #   make golden  record the golden PCRs of the guest image on this host (one learn-mode VM, about 7
 #                minutes under TCG): VMs that must attest (the default) verify against them
+#   make install the daemon, its systemd units, service user and polkit rule (docs/install.md), under
+#                prefix (default /usr/local) below DESTDIR; vm-agent belongs in the guest and stays out
 #   make run     build, then serve in the foreground (state in ./state unless STATE_DIR or
 #                VM_MANAGER_STATE_DIR says otherwise; ARGS="--listen :9090" adds serve flags)
 #   make check   build with ASan/UBSan and run every test that can run on this machine, the CI
@@ -21,8 +23,9 @@ ARGS ?=
 SUITES ?= unit integration fuzz style image e2e-ci
 
 IMAGE_DIR ?= $(CURDIR)/images/build
+prefix ?= /usr/local
 
-.PHONY: all deps-run deps-check deps-bench build build-check run check e2e bench fuzz format tools-doc clean \
+.PHONY: all deps-run deps-check deps-bench build build-check install run check e2e bench fuzz format tools-doc clean \
 	image image-verify image-smoke golden
 
 all: build
@@ -47,6 +50,10 @@ build: deps-run $(BUILD)/build.ninja
 
 build-check: deps-check $(CHECK_BUILD)/build.ninja
 	ninja -C $(CHECK_BUILD)
+
+install: build
+	meson configure $(BUILD) -Dprefix=$(prefix)
+	DESTDIR="$(DESTDIR)" meson install -C $(BUILD)
 
 # The daemon serves the guest image that images/ builds (taken from the cache after the first build).
 run: build image
