@@ -3,6 +3,8 @@
 #                minutes under TCG): VMs that must attest (the default) verify against them
 #   make install the daemon, its systemd units, service user and polkit rule (docs/install.md), under
 #                prefix (default /usr/local) below DESTDIR; vm-agent belongs in the guest and stays out
+#   make container-image  the container image (deploy/container/build.sh: an mmdebstrap root and
+#                buildah) as CONTAINER_IMAGE, in the containers storage under /var/cache/vm-manager
 #   make run     build, then serve in the foreground (state in ./state unless STATE_DIR or
 #                VM_MANAGER_STATE_DIR says otherwise; ARGS="--listen :9090" adds serve flags)
 #   make check   build with ASan/UBSan and run every test that can run on this machine, the CI
@@ -24,8 +26,9 @@ SUITES ?= unit integration fuzz style image e2e-ci
 
 IMAGE_DIR ?= $(CURDIR)/images/build
 prefix ?= /usr/local
+CONTAINER_IMAGE ?= localhost/vm-manager:dev
 
-.PHONY: all deps-run deps-check deps-bench build build-check install run check e2e bench fuzz format tools-doc clean \
+.PHONY: all deps-run deps-check deps-bench build build-check install container-image run check e2e bench fuzz format tools-doc clean \
 	image image-verify image-smoke golden
 
 all: build
@@ -54,6 +57,10 @@ build-check: deps-check $(CHECK_BUILD)/build.ninja
 install: build
 	meson configure $(BUILD) -Dprefix=$(prefix)
 	DESTDIR="$(DESTDIR)" meson install -C $(BUILD)
+
+container-image: build
+	@./tools/install-deps.sh deploy
+	./deploy/container/build.sh $(BUILD)/src/daemon/vm-manager $(CONTAINER_IMAGE)
 
 # The daemon serves the guest image that images/ builds (taken from the cache after the first build).
 run: build image
