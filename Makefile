@@ -22,7 +22,7 @@ BUILD ?= build
 CHECK_BUILD ?= build-asan
 STATE_DIR ?= $(or $(VM_MANAGER_STATE_DIR),$(CURDIR)/state)
 ARGS ?=
-SUITES ?= unit integration fuzz style image e2e-ci
+SUITES ?= unit integration fuzz style image deploy e2e-ci
 
 IMAGE_DIR ?= $(CURDIR)/images/build
 prefix ?= /usr/local

@@ -4,7 +4,7 @@
 # lists are refreshed only when they are missing or older than a day. The check group adds
 # nodejs and npm only when the node or npm command is missing.
 #
-# usage: tools/install-deps.sh [build|check|run|bench|fuzz]...   (default: build check run)
+# usage: tools/install-deps.sh [build|check|run|bench|fuzz|image|deploy]...   (default: build check run)
 set -euo pipefail
 
 build=(meson ninja-build pkgconf gcc libc6-dev
@@ -32,6 +32,10 @@ check+=("${vms[@]}" "${image[@]}")
 bench=(wrk curl procps time python3 iperf3 iproute2 slirp4netns passt libvirt-daemon-system libvirt-clients
        "${vms[@]}" "${image[@]}")
 fuzz=(clang-14 libclang-rt-14-dev)
+# deploy/ and tests/deploy: the container image (mmdebstrap, buildah, podman with runc), the unit under
+# a private systemd --system with its bus, polkit and systemd-analyze; make check runs those tests.
+deploy=(mmdebstrap buildah podman runc systemd dbus polkitd)
+check+=("${deploy[@]}")
 # images/: mkosi 27 (from sid, unpacked by images/scripts/mkosi) runs on the system's python3 and apt
 # and builds everything else inside its sid tools tree; gnupg signs SHA256SUMS; the smoke boot
 # runs the VMs.
@@ -49,8 +53,9 @@ for g in "${groups[@]}"; do
         bench) want+=("${build[@]}" "${bench[@]}") ;;
         fuzz) want+=("${build[@]}" "${check[@]}" "${fuzz[@]}") ;;
         image) want+=("${guest_image[@]}") ;;
+        deploy) want+=("${deploy[@]}") ;;
         *)
-                echo "install-deps: unknown group '$g' (want build, check, run, bench, fuzz or image)" >&2
+                echo "install-deps: unknown group '$g' (want build, check, run, bench, fuzz, image or deploy)" >&2
                 exit 1
                 ;;
         esac
@@ -64,7 +69,7 @@ done
 
 sid=()
 for g in "${groups[@]}"; do
-        case "$g" in run | check | bench | image) sid=(vhost-device-vsock) ;; esac
+        case "$g" in run | check | bench | image | deploy) sid=(vhost-device-vsock) ;; esac
 done
 
 if [ ${#missing[@]} -gt 0 ]; then
