@@ -7,6 +7,8 @@ vfs, runc, the project's containers.conf; the Debian root cached under /var/cach
     get_host names the pinned OVMF package and version, QEMU 7.2, swtpm and a READY=1 transport;
   * a VM of the test image (tests/image, real boots under TCG) created through the API in the
     container reaches ready; stopping the container ends it;
+  * the chart's test pod (`helm test`), rendered for this image and port, runs its command in the
+    image as the pod would (user 65534, read-only root, no capabilities) and gets /healthz;
   * the image goes to a loopback docker-registry with `podman push` and comes back with `podman
     pull` into an empty storage: the same manifest digest, and the pulled image runs.
 
@@ -36,7 +38,9 @@ BUILD_SH = os.path.join(SOURCE_ROOT, "deploy", "container", "build.sh")
 CONTAINERS_CONF = os.path.join(SOURCE_ROOT, "deploy", "container", "containers.conf")
 REGISTRY_PATHS = ["/var/cache/vm-manager/docker-registry/usr/bin/docker-registry"]
 CREATE = {"memory_mib": 512, "disk_gib": 1, "require_attestation": False}
-NAME = "localhost/vm-manager:test-%d" % os.getpid()
+TAG = "test-%d" % os.getpid()
+NAME = "localhost/vm-manager:" + TAG
+HELM_CACHE = os.environ.get("VM_MANAGER_HELM_CACHE")
 
 
 def pinned_ovmf():
@@ -141,6 +145,8 @@ def test_run(work):
                    and host.get("swtpm", {}).get("found") and host.get("notify", {}).get("transport") != "none",
                    "get_host: QEMU 7.2, swtpm and a READY=1 transport in the image", json.dumps(host)[:1500])
 
+        test_chart_test_pod(port)
+
         t0 = time.monotonic()
         status, vm = api(port, "POST", "/vms", dict(CREATE, name="pod"), timeout=600)
         tap.result(status == 201 and vm.get("state") == "ready",
@@ -157,6 +163,38 @@ def test_run(work):
         podman(STORAGE_DIR, "rm", "-f", name)
         bad = [line for line in logs.splitlines() if SANITIZER_RE.search(line)]
         tap.result(not bad, "no sanitizer report in the container's log", "\n".join(bad[:20]))
+
+
+def test_chart_test_pod(port):
+    """The chart's `helm test` pod, rendered for this image and port, run as its securityContext says,
+    with the Service's name pointing at the daemon."""
+    if not HELM_CACHE:
+        tap.skip("the chart's test pod in the image", "no VM_MANAGER_HELM_CACHE")
+        return
+    p = subprocess.run([os.path.join(SOURCE_ROOT, "tools", "fetch-helm.sh"), os.path.join(HELM_CACHE, "helm")],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
+    if p.returncode != 0:
+        tap.skip("the chart's test pod in the image", "no helm: " + p.stdout[-300:])
+        return
+    helm = p.stdout.strip().splitlines()[-1]
+    p = subprocess.run([helm, "template", "r", os.path.join(SOURCE_ROOT, "deploy", "helm", "vm-manager"), "-n", "vms",
+                        "--show-only", "templates/tests/test-healthz.yaml",
+                        "--set", "image.registry=localhost,image.repository=vm-manager,image.tag=%s,service.port=%d"
+                        % (TAG, port)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=60)
+    # the pod's image, command and user, read off the rendered YAML (flat lists of scalars)
+    image = re.search(r"^\s+image: (\S+)$", p.stdout, re.M)
+    user = re.search(r"^\s+runAsUser: (\d+)$", p.stdout, re.M)
+    block = re.search(r"^(\s+)command:\n((?:\1\s+- .*\n)+)", p.stdout, re.M)
+    command = [json.loads(v) if v.startswith('"') else v
+               for v in re.findall(r"^\s+- (.*)$", block.group(2), re.M)] if block else []
+    ok = p.returncode == 0 and image and image.group(1) == NAME and user and command[:1] == ["curl"]
+    if not tap.result(ok, "helm template of the chart's test pod for this image", p.stdout[-1500:]):
+        return
+    r = podman(STORAGE_DIR, "run", "--rm", "--network", "host", "--add-host", "r-vm-manager:127.0.0.1",
+               "--user", "%s:%s" % (user.group(1), user.group(1)), "--read-only", "--cap-drop", "ALL",
+               "--security-opt", "no-new-privileges", "--entrypoint", command[0], NAME, *command[1:])
+    tap.result(r.returncode == 0 and r.stdout.rstrip().endswith("ok"),
+               "the chart's test pod: %s gets ok" % command[-1], r.stdout[-1500:])
 
 
 def start_registry(work):
