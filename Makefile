@@ -7,14 +7,17 @@
 #                buildah) as CONTAINER_IMAGE, in the containers storage under /var/cache/vm-manager
 #   make run     build, then serve in the foreground (state in ./state unless STATE_DIR or
 #                VM_MANAGER_STATE_DIR says otherwise; ARGS="--listen :9090" adds serve flags)
-#   make check   build with ASan/UBSan and run every test that can run on this machine, the CI
-#                subset of the end-to-end suite (suite e2e-ci) last
+#   make check   build with ASan/UBSan and run every test that can run on this machine: after the
+#                image suite the README's commands in a fresh Debian 12 root (suite fresh-root),
+#                the CI subset of the end-to-end suite (suite e2e-ci) last
 #   make bench   run bench/ and print the figures that go into docs/benchmarks.md
 #   make e2e     real boots of the guest image through the daemon, every test (tests/e2e; about
 #                25 minutes under TCG; E2E_TESTS=create,reject picks tests)
 #   make image   build the guest image into images/build (or take it from the cache; images/README.md)
 #   make image-verify  check images/build's policy.json and signed manifests against its files
 #   make image-smoke   boot images/build under TCG without the daemon (install, READY=1, PCR 11)
+#   make image-push REF=host/repo:tag  publish images/build's image to a registry (OCI_ARGS="--plain-http …")
+#   make image-pull REF=host/repo:tag  install an image from a registry into images/build
 #   make tools-doc  regenerate docs/tools.md from the operation table
 #   make fuzz    run each libFuzzer target for FUZZ_SECONDS (clang)
 
@@ -22,14 +25,14 @@ BUILD ?= build
 CHECK_BUILD ?= build-asan
 STATE_DIR ?= $(or $(VM_MANAGER_STATE_DIR),$(CURDIR)/state)
 ARGS ?=
-SUITES ?= unit integration fuzz style image deploy e2e-ci
+SUITES ?= unit integration fuzz style image fresh-root deploy e2e-ci
 
 IMAGE_DIR ?= $(CURDIR)/images/build
 prefix ?= /usr/local
 CONTAINER_IMAGE ?= localhost/vm-manager:dev
 
-.PHONY: all deps-run deps-check deps-bench build build-check install container-image run check e2e bench fuzz format tools-doc clean \
-	image image-verify image-smoke golden
+.PHONY: all deps-run deps-check deps-bench build build-check install container-image run check e2e bench fuzz format \
+	tools-doc clean image image-verify image-smoke golden image-push image-pull
 
 all: build
 
@@ -79,6 +82,18 @@ image-verify:
 image-smoke:
 	$(MAKE) -C images smoke OUT="$(IMAGE_DIR)"
 
+# docs/image-distribution.md; credentials from OCI_ARGS="--username u --password-stdin" (and stdin)
+# or a docker/podman login
+IMAGE_ID ?= giantswarm-vm-base
+OCI_ARGS ?=
+image-push: image
+	@test -n "$(REF)" || { echo "make image-push: give REF=host[:port]/repository:tag" >&2; exit 1; }
+	$(BUILD)/src/daemon/vm-manager image push --image-dir "$(IMAGE_DIR)" $(OCI_ARGS) $(IMAGE_ID) "$(REF)"
+
+image-pull: build
+	@test -n "$(REF)" || { echo "make image-pull: give REF=host[:port]/repository:tag" >&2; exit 1; }
+	$(BUILD)/src/daemon/vm-manager image pull --image-dir "$(IMAGE_DIR)" $(OCI_ARGS) "$(REF)"
+
 check: build-check
 	meson test -C $(CHECK_BUILD) --print-errorlogs $(addprefix --suite ,$(SUITES))
 
@@ -103,7 +118,7 @@ fuzz:
 	test -f $(FUZZ_BUILD)/build.ninja || CC=clang-14 meson setup $(FUZZ_BUILD) -Dfuzzer=true \
 		-Db_sanitize=address,undefined -Db_lundef=false
 	ninja -C $(FUZZ_BUILD)
-	for t in json-body mcp-post; do \
+	for t in json-body mcp-post oci-manifest oci-tar oci-auth; do \
 		mkdir -p $(FUZZ_BUILD)/corpus/$$t && cp -n tests/fuzz/corpus/$$t/* $(FUZZ_BUILD)/corpus/$$t/; \
 		$(FUZZ_BUILD)/tests/fuzz/fuzz-$$t -max_total_time=$(FUZZ_SECONDS) -max_len=65536 \
 			$(FUZZ_BUILD)/corpus/$$t || exit 1; \

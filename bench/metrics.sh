@@ -12,9 +12,8 @@ entries=${ENTRIES:-1000}
 duration=${DURATION:-10s}
 root=${ROOT:-$(cd "$(dirname "$0")/.." && pwd)}
 
-for t in wrk curl python3; do
-        command -v "$t" >/dev/null || { echo "bench: $t is missing (tools/install-deps.sh bench)" >&2; exit 1; }
-done
+. "$root/tools/need.sh"
+need_cmds bench bench wrk curl python3
 
 work=$(mktemp -d)
 mkdir -p "$work/images" "$work/state"

@@ -132,9 +132,8 @@ fi
 
 [ "$(id -u)" -eq 0 ] || die "needs root (network namespaces, taps)"
 [ -x "$harness" ] || die "no net-harness at '$harness' (ninja -C build, or give its path)"
-for t in ip iperf3 slirp4netns pasta python3; do
-        command -v "$t" >/dev/null || die "$t is missing (tools/install-deps.sh bench)"
-done
+. "$(dirname "$0")/../tools/need.sh"
+need_cmds bench/net.sh bench ip iperf3 slirp4netns pasta python3
 
 host_ip=$(ip -4 -o route get 1.1.1.1 2>/dev/null | sed -n 's/.* src \([0-9.]*\).*/\1/p')
 [ -n "$host_ip" ] || host_ip=$(ip -4 -o addr show scope global | awk '{ sub("/.*", "", $4); print $4; exit }')

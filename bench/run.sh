@@ -9,9 +9,8 @@ duration=${DURATION:-10s}
 conns=${CONNECTIONS:-64}
 threads=${THREADS:-2}
 
-for t in wrk curl; do
-        command -v "$t" >/dev/null || { echo "bench: $t is missing (tools/install-deps.sh bench)" >&2; exit 1; }
-done
+. "$(dirname "$0")/../tools/need.sh"
+need_cmds bench bench wrk curl python3
 
 state=$(mktemp -d)
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')

@@ -28,7 +28,8 @@ lv_start() {
         lv_work=$1/lv
         local p
         for p in libvirtd virtlogd virsh swtpm_setup; do
-                command -v "$p" >/dev/null || { lv_why="$p is missing (tools/install-deps.sh bench)"; return 1; }
+                command -v "$p" >/dev/null ||
+                        { lv_why="$p is missing (package $(pkg_of "$p"); tools/install-deps.sh bench)"; return 1; }
         done
         [ "$(id -u)" = 0 ] || { lv_why="qemu:///system needs root"; return 1; }
         for p in /run/libvirtd.pid /run/virtlogd.pid; do

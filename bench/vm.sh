@@ -162,9 +162,8 @@ cleanup() {
 }
 trap cleanup EXIT
 
-for t in curl python3 qemu-system-x86_64 swtpm vhost-device-vsock; do
-        command -v "$t" >/dev/null || { echo "bench: $t is missing (tools/install-deps.sh bench)" >&2; exit 1; }
-done
+. "$top/tools/need.sh"
+need_cmds bench/vm.sh bench curl python3 qemu-system-x86_64 swtpm vhost-device-vsock
 bash "$top/tests/image/build.sh" "$img" >/dev/null
 load_start=$(cut -d' ' -f1-3 /proc/loadavg)
 # the interpreter itself: a version manager's shim would cost a shell and more on every call

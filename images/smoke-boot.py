@@ -95,6 +95,9 @@ def main():
     ap.add_argument("--cmdline-extra", default="",
                     help="added to the kernel command line of both boots (the stub's SMBIOS string)")
     args = ap.parse_args()
+    missing = bt.missing_tools()
+    if missing:
+        raise SystemExit("smoke-boot: missing %s; install with tools/install-deps.sh build image" % ", ".join(missing))
 
     efi, raw = find_image(args.image_dir)
     policy = {}

@@ -4,17 +4,33 @@
 # lists are refreshed only when they are missing or older than a day. The check group adds
 # nodejs and npm only when the node or npm command is missing.
 #
-# usage: tools/install-deps.sh [build|check|run|bench|fuzz|image|deploy]...   (default: build check run)
+# usage: tools/install-deps.sh [build|check|run|image|bench|fuzz|deploy]...   (default: build check run)
+#
+# Every command a script of this repository runs comes from one of these groups (or from the base
+# system: coreutils, grep, sed, awk, find, apt, dpkg); the scripts check for theirs up front
+# (tools/need.sh) and name the package. make run asks for build and run, and images/Makefile (which
+# make run calls) for build and image; make check for build, check and image.
+# tools/fresh-root-check.sh proves both in a fresh Debian 12 root.
 set -euo pipefail
 
 build=(meson ninja-build pkgconf gcc libc6-dev
        libsystemd-dev libmicrohttpd-dev libjansson-dev libssl-dev
-       libslirp-dev libglib2.0-dev libssh-dev libtss2-dev libcurl4-openssl-dev)
+       libslirp-dev libglib2.0-dev libssh-dev libtss2-dev libcurl4-openssl-dev
+       libcjose-dev)
 # tests: exec_vm against sshd in a network namespace, swtpm and tpm2-tools for quotes
 check=(libcmocka-dev clang-format-14 curl python3 procps iproute2 openssh-server openssh-client tpm2-tools swtpm-tools)
+# tests/integration/test-oauth.py: a private CA for its https Dex
+check+=(openssl)
 # tests/net/test-net-wire.sh: a namespace on a tap, busybox's udhcpc as the DHCP client, tshark to
 # read the DHCP replies off the wire.
 check+=(busybox tshark)
+# tools/fresh-root-check.sh: a fresh Debian 12 root made with mmdebstrap, in which make run and
+# make check's set-up must work with nothing installed beforehand; with-systemd-user.sh: a private
+# systemd --user.
+check+=(mmdebstrap git systemd)
+# tests/integration/test-image-oci.py: htpasswd (bcrypt) for the registry's basic auth; the registry
+# itself (docker-registry) and oras are fetched below.
+check+=(apache2-utils)
 # tests/integration/test-mcp-sdk.py runs the MCP TypeScript SDK: node (>= 18) and npm. Debian's
 # packages only when a command is missing: a node from elsewhere (NodeSource's nodejs, which
 # conflicts with Debian's npm and brings its own) stays as it is.
@@ -25,21 +41,24 @@ command -v npm >/dev/null 2>&1 || check+=(npm)
 vms=(qemu-system-x86 ovmf swtpm)
 run=("${vms[@]}")
 # tests/image/build.sh: the test guest (kernel, systemd stub, a static init, a GPT disk with an ESP)
-image=(linux-image-cloud-amd64 systemd-boot-efi binutils cpio gzip dosfstools mtools fdisk)
-check+=("${vms[@]}" "${image[@]}")
+test_image=(linux-image-cloud-amd64 systemd-boot-efi binutils cpio gzip dosfstools mtools fdisk)
+check+=("${vms[@]}" "${test_image[@]}")
 # bench/: load generators, and the peers measured side by side (libvirt, slirp4netns, pasta);
 # bench/vm.sh also runs VMs (vhost-device-vsock from sid, below) and its helpers are Python.
 bench=(wrk curl procps time python3 iperf3 iproute2 slirp4netns passt libvirt-daemon-system libvirt-clients
-       "${vms[@]}" "${image[@]}")
+       swtpm-tools "${vms[@]}" "${test_image[@]}")
 fuzz=(clang-14 libclang-rt-14-dev)
 # deploy/ and tests/deploy: the container image (mmdebstrap, buildah, podman with runc), the unit under
 # a private systemd --system with its bus, polkit and systemd-analyze; make check runs those tests.
 deploy=(mmdebstrap buildah podman runc systemd dbus polkitd)
 check+=("${deploy[@]}")
-# images/: mkosi 27 (from sid, unpacked by images/scripts/mkosi) runs on the system's python3 and apt
-# and builds everything else inside its sid tools tree; gnupg signs SHA256SUMS; the smoke boot
-# runs the VMs.
-guest_image=(python3 apt dpkg debian-archive-keyring gnupg openssl ca-certificates "${vms[@]}")
+# images/ (the guest image, group "image"): mkosi 27 (from sid, unpacked by images/scripts/mkosi) runs
+# on the system's python3 and apt and builds everything else inside its sid tools tree; git lists
+# the files the cache key hashes; openssl and gnupg make the keys, gnupg signs SHA256SUMS and gpgv
+# checks it; sfdisk (fdisk) reads the partition UUIDs of a fresh build; zstd and cpio unpack the
+# initrd in tests/image/test-guest-image.sh; the smoke boot runs the VMs.
+guest_image=(python3 apt dpkg debian-archive-keyring git gnupg gpgv openssl ca-certificates fdisk zstd cpio
+             "${vms[@]}")
 
 groups=("$@")
 [ ${#groups[@]} -gt 0 ] || groups=(build check run)
@@ -102,6 +121,28 @@ for g in "${groups[@]}"; do
                 fi
                 ;;
         esac
+done
+
+# docker-registry (distribution 2.8) for the image push/pull tests and their benchmark, unpacked, not
+# installed: installing it would start a registry on :5000 as a service.
+for g in "${groups[@]}"; do
+        case "$g" in check | bench)
+                regdir=/var/cache/vm-manager/docker-registry
+                if [ ! -x "$regdir/usr/bin/docker-registry" ]; then
+                        tmp=$(mktemp -d)
+                        chmod 755 "$tmp"
+                        (cd "$tmp" && apt-get download -q docker-registry)
+                        mkdir -p "$regdir"
+                        dpkg-deb -x "$tmp"/docker-registry_*.deb "$regdir"
+                        rm -rf "$tmp"
+                fi
+                ;;
+        esac
+done
+
+# oras 1.3 (only sid has it; depends on libc alone) for the same tests and benchmark
+for g in "${groups[@]}"; do
+        case "$g" in check | bench) [[ " ${sid[*]} " == *" oras "* ]] || sid+=(oras) ;; esac
 done
 
 # From sid, in an apt view of its own (the system's sources are never touched); a no-op once

@@ -13,6 +13,9 @@
 # binaries given and the versions of every sid package the image pulls in. On a hit the cached
 # build is copied; otherwise mkosi 27 builds it (scripts/mkosi) and the result is stored.
 #
+# `build.sh --print-key [OUT_DIR]` prints the cache key and stops there (tools/fresh-root-check.sh
+# compares the key of a fresh root with the host's).
+#
 # Environment: VM_MANAGER (the daemon binary, for `vm-manager imds-hwdb`; default build/...),
 # KUBERNETES_BIN_DIR (kubelet and kubeadm to add to the sysext), IMAGE_CACHE_DIR (default
 # /var/cache/vm-manager/images), IMAGE_CACHE=0 (build even on a hit), IMAGE_CACHE_KEEP (entries
@@ -22,6 +25,11 @@ set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 images=$(cd "$here/.." && pwd)
 repo=$(cd "$images/.." && pwd)
+print_key=
+if [ "${1:-}" = --print-key ]; then
+        print_key=1
+        shift
+fi
 OUT=${1:-$images/build}
 CACHE=${IMAGE_CACHE_DIR:-/var/cache/vm-manager/images}
 VM_MANAGER=${VM_MANAGER:-$repo/build/src/daemon/vm-manager}
@@ -32,6 +40,13 @@ say() { echo "image: $*" >&2; }
 die() { say "$*"; exit 1; }
 
 [ "$(id -u)" -eq 0 ] || die "run as root (mkosi needs to create file ownership and namespaces)"
+# Every command of a build, the cache miss included, before anything starts: a missing tool must not
+# surface after minutes of mkosi (mkosi itself runs on /usr/bin/python3; the rest comes from the
+# tools tree).
+. "$repo/tools/need.sh"
+need_cmds image "build image" git python3 apt-get dpkg-deb sha256sum sfdisk gpg gpg-connect-agent openssl
+[ -x /usr/bin/python3 ] ||
+        die "mkosi runs on /usr/bin/python3, which is missing: install python3 (tools/install-deps.sh build image)"
 [ -x "$VM_MANAGER" ] || die "$VM_MANAGER is missing: build the daemon first (make build)"
 mkdir -p "$CACHE" "$work"
 
@@ -84,10 +99,17 @@ closure=$(APT_CONFIG=/var/cache/vm-manager/sid-apt/apt.conf apt-get -s -o Dir::S
 key=$( {
         cd "$repo"
         # what goes into the image: its definition, the build scripts, vm-agent's sources (not the
-        # docs or the smoke boot)
+        # docs or the smoke boot); a symlink by its target, since the units' .wants links point at
+        # files of the image, which this host may or may not have
         git ls-files -co --exclude-standard images/mkosi.conf images/mkosi.version images/mkosi.repart \
                 images/mkosi.images images/tools images/scripts agent src/basic meson.build meson_options.txt \
-                tools/gen-version.sh tools/fetch-sid-package.sh | sort | xargs sha256sum
+                tools/gen-version.sh tools/fetch-sid-package.sh | sort | while IFS= read -r f; do
+                if [ -L "$f" ]; then
+                        echo "$f -> $(readlink "$f")"
+                else
+                        sha256sum "$f"
+                fi
+        done
         sha256sum "$gen"/*/usr/lib/udev/hwdb.d/* | cut -d' ' -f1
         for b in "${kube_bins[@]}"; do sha256sum "$gen/kubernetes/usr/bin/$b" | cut -d' ' -f1; done
         sha256sum "$images"/keys/*.crt "$images/keys/import-pubring.pgp" | cut -d' ' -f1
@@ -96,6 +118,10 @@ key=$( {
 } | sha256sum | cut -c1-20)
 entry=$CACHE/image-$key
 say "cache key $key"
+if [ -n "$print_key" ]; then
+        echo "$key"
+        exit 0
+fi
 
 publish() {
         rm -rf "$OUT.new"
@@ -148,18 +174,23 @@ cp "$o/$stem.efi" "$asm/sysupdate/base/$stem.efi"
 # The partitions of the A/B update, named <id>_<version>_<partition uuid>.<kind>.raw as the image's
 # sysupdate.d transfers expect: the UUIDs derive from the root hash, and the installed boot finds
 # its root and verity partitions by them.
+[ -f "$o/$stem.raw" ] || die "mkosi left no $stem.raw in $o"
+table=$(sfdisk --json "$o/$stem.raw") || die "sfdisk could not read the partition table of $o/$stem.raw"
 for kind in root:4f68bce3-e8cd-4db1-96e7-fbcaf984b709 root-verity:2c7357ed-ebd2-46d9-aec1-23d437ec2bf5 \
         root-verity-sig:41092b05-9fc8-4523-994f-2def0408b176; do
         name=${kind%%:*}
-        uuid=$(sfdisk --json "$o/$stem.raw" | python3 -c '
+        uuid=$(python3 -c '
 import json, sys
 t = sys.argv[1].upper()
-print(next(p["uuid"].lower() for p in json.load(sys.stdin)["partitiontable"]["partitions"] if p["type"].upper() == t))
-' "${kind#*:}")
+print(next((p["uuid"].lower() for p in json.loads(sys.argv[2])["partitiontable"]["partitions"]
+            if p["type"].upper() == t), ""))
+' "${kind#*:}" "$table") || die "could not parse sfdisk's table of $o/$stem.raw"
+        [ -n "$uuid" ] || die "$o/$stem.raw has no $name partition (type ${kind#*:})"
         split=$o/$stem.${name/root/root-x86-64}.raw
         cp --sparse=always "$split" "$asm/sysupdate/base/${stem}_$uuid.$name.raw"
 done
 
+[ -f "$o/kubernetes.manifest" ] || die "mkosi left no kubernetes.manifest in $o"
 kver=$(python3 - "$o/kubernetes.manifest" <<'PY'
 import json, re, sys
 doc = json.load(open(sys.argv[1]))

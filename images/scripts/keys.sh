@@ -15,6 +15,8 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 KEYS_DIR=${KEYS_DIR:-$here/../keys}
 CACHE=${IMAGE_CACHE_DIR:-/var/cache/vm-manager/images}
 CN=${KEYS_CN:-vm-manager guest image}
+. "$here/../../tools/need.sh"
+need_cmds keys "build image" openssl gpg
 if [ "${ROTATE:-0}" = 1 ]; then
         rm -rf "$KEYS_DIR" "$CACHE/keys"
 fi

@@ -63,7 +63,7 @@ static int reply_cached(ApiRest *a, const Operation *op, HttpRequest *req, json_
                 char *body;
                 size_t size;
 
-                r = operation_run(op, a->manager, args, &result, reterr);
+                r = operation_run(op, a->manager, http_request_caller(req), args, &result, reterr);
                 if (r < 0)
                         return r;
                 body = json_dumps_pretty(result, &size);
@@ -218,6 +218,8 @@ bool api_rest_handle(ApiRest *a, HttpRequest *req) {
                 a->tracer, method, API_REST_PREFIX, path, http_request_header(req, "traceparent"));
         if (span)
                 http_request_on_done(req, on_request_done, span);
+        if (http_request_caller(req)) /* --enable-oauth: who asked */
+                span_set_attr_string(span, "enduser.id", http_request_caller(req)->subject);
 
         /* Before anything else, also a read: a rebound name must not learn what exists. */
         r = http_request_check_site(req, &e);
@@ -358,7 +360,8 @@ bool api_rest_handle(ApiRest *a, HttpRequest *req) {
                 c->req = http_request_ref(req);
                 c->op = op;
                 http_request_suspend(req);
-                r = operation_run_async(op, a->manager, args, rest_done, /* progress= */ NULL, c, &e);
+                r = operation_run_async(
+                        op, a->manager, http_request_caller(req), args, rest_done, /* progress= */ NULL, c, &e);
                 if (r < 0) {
                         http_request_unref(c->req);
                         free(c);
@@ -376,7 +379,7 @@ bool api_rest_handle(ApiRest *a, HttpRequest *req) {
                 return true;
         }
 
-        r = operation_run(op, a->manager, args, &result, &e);
+        r = operation_run(op, a->manager, http_request_caller(req), args, &result, &e);
         if (r < 0) {
                 reply_error(req, &e);
                 return true;

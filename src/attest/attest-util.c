@@ -83,20 +83,6 @@ int attest_hex_decode(const char *s, size_t len, uint8_t **ret, size_t *ret_size
         return 0;
 }
 
-static int unbase64(char c) {
-        if (c >= 'A' && c <= 'Z')
-                return c - 'A';
-        if (c >= 'a' && c <= 'z')
-                return c - 'a' + 26;
-        if (c >= '0' && c <= '9')
-                return c - '0' + 52;
-        if (c == '+')
-                return 62;
-        if (c == '/')
-                return 63;
-        return -1;
-}
-
 static int base64_corrupt(size_t at, char **reterr_go) {
         if (reterr_go)
                 asprintf_or_null(reterr_go, "illegal base64 data at input byte %zu", at);
@@ -121,7 +107,7 @@ static int base64_quantum(const char *s, size_t len, size_t *si, uint8_t out[3],
                         return base64_corrupt(*si - j, reterr_go);
                 }
                 c = s[(*si)++];
-                v = unbase64(c);
+                v = unbase64char(c, /* url= */ false);
                 if (v >= 0) {
                         d[j] = (uint8_t) v;
                         continue;

@@ -18,6 +18,7 @@ static const struct {
         [API_ERROR_UNSUPPORTED] = { "unsupported", "unsupported", 501 },
         [API_ERROR_TIMEOUT] = { "timeout", "timeout", 504 },
         [API_ERROR_VM_FAILED] = { "vm_failed", "vm failed", 500 },
+        [API_ERROR_UNAUTHORIZED] = { "unauthorized", "unauthorized", 401 },
 };
 
 const char *api_error_code_to_string(ApiErrorCode c) {

@@ -14,6 +14,7 @@ typedef enum ApiErrorCode {
         API_ERROR_UNSUPPORTED,
         API_ERROR_TIMEOUT,
         API_ERROR_VM_FAILED,
+        API_ERROR_UNAUTHORIZED, /* 401: no valid bearer token (only with --enable-oauth) */
         _API_ERROR_CODE_MAX,
         _API_ERROR_CODE_INVALID = -EINVAL,
 } ApiErrorCode;

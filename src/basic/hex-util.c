@@ -30,3 +30,17 @@ char *hex_encode(const void *data, size_t size) {
 
         return s ? hex_format(data, size, s) : NULL;
 }
+
+int unbase64char(char c, bool url) {
+        if (c >= 'A' && c <= 'Z')
+                return c - 'A';
+        if (c >= 'a' && c <= 'z')
+                return c - 'a' + 26;
+        if (c >= '0' && c <= '9')
+                return c - '0' + 52;
+        if (c == (url ? '-' : '+'))
+                return 62;
+        if (c == (url ? '_' : '/'))
+                return 63;
+        return -1;
+}

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 #pragma once
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -12,3 +13,7 @@ char *hex_format(const void *data, size_t size, char *out);
 
 /* The same into a new string; NULL on OOM. */
 char *hex_encode(const void *data, size_t size);
+
+/* The value of one base64 digit, or -1: of the standard alphabet (RFC 4648 §4, "+/"), or of the
+ * URL-safe one (§5, "-_") when url is set. Padding is no digit. */
+int unbase64char(char c, bool url);

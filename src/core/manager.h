@@ -5,6 +5,7 @@
 
 #include "api-error.h"
 #include "attest-nonce.h"
+#include "caller.h"
 #include "cleanup.h"
 #include "host-probe.h"
 #include "image-catalog.h"
@@ -120,6 +121,11 @@ typedef struct Manager {
 
         /* Bumped on every change to a record, so that surfaces can cache what they rendered. */
         uint64_t generation;
+
+        /* Who asked for the operation running now (borrowed): set by operation_run() and
+         * operation_run_async() for the handler's duration; NULL when anonymous (no --enable-oauth).
+         * create_vm records it as the VM's createdBy. */
+        const Caller *caller;
 } Manager;
 
 /* Loads the state directory (networks and leases), scans the image directory (and watches it),

@@ -85,14 +85,16 @@ const Operation *operation_find(const char *name);
  * types right. Errors are invalid_request and name the field. */
 int operation_check_args(const Operation *op, json_t *args, ApiError *reterr);
 
-/* operation_check_args(), then the handler. */
-int operation_run(const Operation *op, Manager *m, json_t *args, json_t **ret, ApiError *reterr);
+/* operation_check_args(), then the handler; caller (borrowed, NULL: anonymous) is m->caller meanwhile. */
+int operation_run(
+        const Operation *op, Manager *m, const Caller *caller, json_t *args, json_t **ret, ApiError *reterr);
 
 /* operation_check_args(), then the asynchronous handler. */
 /* progress (optional) hears the state changes while the operation runs. */
 int operation_run_async(
         const Operation *op,
         Manager *m,
+        const Caller *caller,
         json_t *args,
         OperationDone done,
         OperationProgress progress,

@@ -896,6 +896,7 @@ int operation_check_args(const Operation *op, json_t *args, ApiError *reterr) {
 int operation_run_async(
         const Operation *op,
         Manager *m,
+        const Caller *caller,
         json_t *args,
         OperationDone done,
         OperationProgress progress,
@@ -907,7 +908,9 @@ int operation_run_async(
         r = operation_check_args(op, args, reterr);
         if (r < 0)
                 return r;
+        m->caller = caller;
         r = op->async_handler(m, args, done, progress, userdata, reterr);
+        m->caller = NULL;
         if (r < 0) {
                 api_error_from_errno(reterr, r, op->name);
                 return r;
@@ -916,14 +919,17 @@ int operation_run_async(
         return 0;
 }
 
-int operation_run(const Operation *op, Manager *m, json_t *args, json_t **ret, ApiError *reterr) {
+int operation_run(
+        const Operation *op, Manager *m, const Caller *caller, json_t *args, json_t **ret, ApiError *reterr) {
         json_auto_t *result = NULL;
         int r;
 
         r = operation_check_args(op, args, reterr);
         if (r < 0)
                 return r;
+        m->caller = caller;
         r = op->handler(m, args, &result, reterr);
+        m->caller = NULL;
         if (r < 0) {
                 api_error_from_errno(reterr, r, op->name);
                 return r;

@@ -129,6 +129,7 @@ struct Vm {
         VmGuest guest;
         VmForwards forwards;
         usec_t created_at, installed_at, booted_at, ready_at; /* CLOCK_REALTIME, 0 = unset */
+        json_t *created_by; /* {"subject","email"} of create_vm's caller; NULL: anonymous */
         char *last_error;
         char *console_tail; /* the console's last lines when lastError was set by a failure */
         pid_t qemu_pid, swtpm_pid;
@@ -244,6 +245,7 @@ static Vm *vm_free(Vm *v) {
         free(v->last_error);
         free(v->console_tail);
         free(v->fail_reason);
+        json_decref(v->created_by);
         free(v->dir);
         free(v->volume);
         safe_close(v->volume_fd);
@@ -482,6 +484,8 @@ static json_t *vm_record_json(Vm *v, bool for_disk) {
         json_object_set(o, "attestation", att);
 
         json_set_time(o, "createdAt", v->created_at);
+        if (v->created_by)
+                json_object_set(o, "createdBy", v->created_by);
         json_set_time(o, "installedAt", v->installed_at);
         json_set_time(o, "bootedAt", v->booted_at);
         json_set_time(o, "readyAt", v->ready_at);
@@ -1286,6 +1290,14 @@ static void vm_fail_boot(Vm *v, const char *reason, bool graceful) {
         }
 }
 
+/* A listener whose accept() fails for want of descriptors or memory stays readable: level-triggered,
+ * it would run the loop hot. Past this many dispatches in a tenth of a second it pauses until the
+ * tenth is over, which no guest's real traffic comes near (a VM holds 16 metadata connections). */
+#define VM_LISTENER_BURST 200U
+static int listener_ratelimit(sd_event_source *s) {
+        return sd_event_source_set_ratelimit(s, 100 * USEC_PER_MSEC, VM_LISTENER_BURST);
+}
+
 typedef struct NotifyConn {
         Vm *vm;
         sd_event_source *source;
@@ -1363,6 +1375,7 @@ static int notify_listen(Vm *v) {
         r = sd_event_add_io(v->manager->event, &v->notify_source, fd, EPOLLIN, on_notify_accept, v);
         if (r < 0)
                 return r;
+        (void) listener_ratelimit(v->notify_source);
         v->notify_fd = TAKE_FD(fd);
         return 0;
 }
@@ -1413,6 +1426,7 @@ static int vsock_listen(Manager *m) {
         r = sd_event_add_io(m->event, &m->vsock_source, fd, EPOLLIN, on_vsock_accept, m);
         if (r < 0)
                 return r;
+        (void) listener_ratelimit(m->vsock_source);
         m->vsock_fd = TAKE_FD(fd);
         log_debug("Listening for READY=1 on vsock port %u.", (unsigned) m->notify_port);
         return 0;
@@ -1507,6 +1521,7 @@ static int vm_imds_listen(Vm *v, NetPort *p) {
                 r = sd_event_add_io(v->manager->event, &v->imds_source, fd, EPOLLIN, on_imds_accept, v);
                 if (r < 0)
                         return r;
+                (void) listener_ratelimit(v->imds_source);
                 (void) sd_event_source_set_io_fd_own(v->imds_source, true);
                 TAKE_FD(fd);
         }
@@ -2710,6 +2725,8 @@ int vm_create(
         v->cid = allocate_cid(m);
         v->state = VM_STATE_CREATING;
         v->created_at = now_usec(CLOCK_REALTIME);
+        if (m->caller && !(v->created_by = caller_created_by_json(m->caller)))
+                return -ENOMEM;
         v->att.required = v->spec.require_attestation;
         if (asprintf(&v->dir, "%s/vms/%s", m->state_dir, v->id) < 0)
                 return -ENOMEM;
@@ -2920,6 +2937,8 @@ static int vm_from_json(Manager *m, const char *id, json_t *j, Vm **ret) {
         if ((s = json_string_value(json_object_get(att, "akPinned"))))
                 v->att.ak_pin = strdup(s);
         (void) parse_time(json_string_value(json_object_get(j, "createdAt")), &v->created_at);
+        if (json_is_string(json_object_get(json_object_get(j, "createdBy"), "subject")))
+                v->created_by = json_incref(json_object_get(j, "createdBy"));
         (void) parse_time(json_string_value(json_object_get(j, "installedAt")), &v->installed_at);
         (void) parse_time(json_string_value(json_object_get(j, "bootedAt")), &v->booted_at);
         (void) parse_time(json_string_value(json_object_get(j, "readyAt")), &v->ready_at);

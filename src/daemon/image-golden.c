@@ -292,7 +292,7 @@ int image_main(int argc, char **argv) {
                         image_golden_help();
                         return EXIT_SUCCESS;
                 }
-                fprintf(stderr, "Error: image: want the subcommand golden\n");
+                fprintf(stderr, "Error: image: want the subcommand golden, push or pull\n");
                 return EXIT_FAILURE;
         }
         r = flags_parse(

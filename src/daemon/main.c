@@ -4,6 +4,7 @@
 
 #include "cleanup.h"
 #include "image-golden.h"
+#include "image-oci.h"
 #include "imds-keys.h"
 #include "macro.h"
 #include "serve.h"
@@ -19,6 +20,10 @@ static void main_help(void) {
                "  imds-hwdb  print the guest image's systemd-imdsd hwdb record\n"
                "  image golden IMAGE (--from-vm ID | --clear)\n"
                "             record (or clear) an image's golden PCRs from a verified VM\n"
+               "  image push [FLAGS] IMAGE REF\n"
+               "             publish an image of --image-dir as an OCI artifact\n"
+               "  image pull [FLAGS] REF\n"
+               "             install an image from an OCI artifact into --image-dir\n"
                "  help       show this help, or a command's: vm-manager help serve\n\n"
                "Every command takes --help.\n");
 }
@@ -69,9 +74,35 @@ static int imds_hwdb_main(int argc, char **argv) {
         return EXIT_SUCCESS;
 }
 
+/* vm-manager image push|pull; everything else goes to image golden's own handling. */
+static int image_dispatch(int argc, char **argv) {
+        if (argc == 0 || streq(argv[0], "--help") || streq(argv[0], "-h")) {
+                image_help();
+                return argc == 0 ? EXIT_FAILURE : EXIT_SUCCESS;
+        }
+        if (streq(argv[0], "push"))
+                return image_push_main(argc - 1, argv + 1);
+        if (streq(argv[0], "pull"))
+                return image_pull_main(argc - 1, argv + 1);
+        return image_main(argc, argv);
+}
+
 static int help_main(int argc, char **argv) {
         if (argc == 0 || streq(argv[0], "--help") || streq(argv[0], "-h")) {
                 main_help();
+                return EXIT_SUCCESS;
+        }
+        if (argc == 2 && streq(argv[0], "image")) {
+                if (streq(argv[1], "golden"))
+                        image_golden_help();
+                else if (streq(argv[1], "push"))
+                        image_push_help();
+                else if (streq(argv[1], "pull"))
+                        image_pull_help();
+                else {
+                        fprintf(stderr, "Error: help: unknown command 'image %s'\n", argv[1]);
+                        return EXIT_FAILURE;
+                }
                 return EXIT_SUCCESS;
         }
         if (argc > 1) {
@@ -85,7 +116,7 @@ static int help_main(int argc, char **argv) {
         else if (streq(argv[0], "imds-hwdb"))
                 imds_hwdb_help();
         else if (streq(argv[0], "image"))
-                image_golden_help();
+                image_help();
         else if (streq(argv[0], "help"))
                 main_help();
         else {
@@ -100,8 +131,8 @@ int main(int argc, char **argv) {
                 const char *name;
                 int (*run)(int argc, char **argv);
         } commands[] = {
-                { "serve", serve_main }, { "version", version_main }, { "imds-hwdb", imds_hwdb_main },
-                { "image", image_main }, { "help", help_main },
+                { "serve", serve_main },     { "version", version_main }, { "imds-hwdb", imds_hwdb_main },
+                { "image", image_dispatch }, { "help", help_main },
         };
         const char *cmd;
 

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "api-rest.h"
+#include "auth.h"
 #include "cleanup.h"
 #include "flags.h"
 #include "fs-util.h"
@@ -58,6 +59,55 @@ static uint32_t arg_metrics_guest_series_limit = GUEST_SERIES_LIMIT_DEFAULT;
 static uint32_t arg_http_max_connections = 1024;
 static uint32_t arg_http_max_connections_per_peer = 256;
 static usec_t arg_http_request_timeout = 30 * USEC_PER_SEC;
+static bool arg_enable_oauth = false;
+static char *arg_oauth_base_url = NULL;
+static AuthProvider arg_oauth_provider = AUTH_PROVIDER_DEX;
+static char **arg_oauth_trusted_audiences = NULL;
+static bool arg_sso_allow_private_ips = false;
+static bool arg_allow_public_client_registration = false;
+static char *arg_dex_issuer_url = NULL;
+static char *arg_dex_client_id = NULL;
+static char *arg_dex_client_secret = NULL;
+static char *arg_dex_ca_file = NULL;
+static bool arg_allow_private_oauth_urls = false;
+static char *arg_google_client_id = NULL;
+static char *arg_google_client_secret = NULL;
+
+static int parse_oauth_provider(const Flag *f, const char *value, const char **ret_reason) {
+        AuthProvider p = auth_provider_from_string(value);
+
+        if (p < 0) {
+                *ret_reason = "want dex or google";
+                return -EINVAL;
+        }
+        *(AuthProvider *) f->dest = p;
+        return 0;
+}
+
+/* A comma-separated list; blanks around the items and empty items are dropped. */
+static int parse_audiences(const Flag *f, const char *value, const char **ret_reason) {
+        _cleanup_strv_free_ char **l = calloc(strlen(value) / 2 + 2, sizeof(char *));
+        char ***dest = f->dest;
+        size_t n = 0;
+
+        if (!l)
+                return -ENOMEM;
+        for (const char *p = value; *p;) {
+                size_t len = strcspn(p, ",");
+                const char *b = p, *e = p + len;
+
+                while (b < e && (*b == ' ' || *b == '\t'))
+                        b++;
+                while (e > b && (e[-1] == ' ' || e[-1] == '\t'))
+                        e--;
+                if (e > b && !(l[n++] = strndup(b, (size_t) (e - b))))
+                        return -ENOMEM;
+                p += len + (p[len] == ',');
+        }
+        strv_free(*dest);
+        *dest = n > 0 ? TAKE_PTR(l) : NULL;
+        return 0;
+}
 
 static int parse_launcher(const Flag *f, const char *value, const char **ret_reason) {
         VmLauncherKind k = vm_launcher_from_string(value);
@@ -412,6 +462,115 @@ static const Flag serve_flags[] = {
                 .dest = &arg_metrics_guest_series_limit,
         },
         {
+                .name = "enable-oauth",
+                .env = "VM_MANAGER_OAUTH_ENABLED",
+                .default_value = "false",
+                .help = "require an OAuth bearer token on REST and MCP (see Identity in the README); /healthz, /readyz, /metrics and the OAuth endpoints stay open",
+                .parse = flag_parse_bool,
+                .dest = &arg_enable_oauth,
+                .is_bool = true,
+        },
+        {
+                .name = "oauth-base-url",
+                .env = "VM_MANAGER_OAUTH_BASE_URL",
+                .metavar = "URL",
+                .help = "public origin of this server (https, or http on localhost, 127.0.0.1 or ::1): the issuer of its tokens; their audience is this URL with --mcp-path",
+                .parse = flag_parse_string,
+                .dest = &arg_oauth_base_url,
+        },
+        {
+                .name = "oauth-provider",
+                .env = "VM_MANAGER_OAUTH_PROVIDER",
+                .default_value = "dex",
+                .metavar = "NAME",
+                .help = "the identity provider logins are delegated to: dex or google",
+                .parse = parse_oauth_provider,
+                .dest = &arg_oauth_provider,
+        },
+        {
+                .name = "oauth-trusted-audiences",
+                .env = "OAUTH_TRUSTED_AUDIENCES",
+                .metavar = "LIST",
+                .help = "comma-separated audiences besides this server's for which the provider's own tokens are accepted (muster's forwarded id_token, the portal's)",
+                .parse = parse_audiences,
+                .dest = &arg_oauth_trusted_audiences,
+        },
+        {
+                .name = "sso-allow-private-ips",
+                .env = "SSO_ALLOW_PRIVATE_IPS",
+                .default_value = "false",
+                .help = "let the provider's discovery and JWKS be fetched from private or loopback addresses",
+                .parse = flag_parse_bool,
+                .dest = &arg_sso_allow_private_ips,
+                .is_bool = true,
+        },
+        {
+                .name = "allow-public-client-registration",
+                .env = "VM_MANAGER_OAUTH_ALLOW_PUBLIC_REGISTRATION",
+                .default_value = "false",
+                .help = "open RFC 7591 dynamic client registration to anyone (labs, MCP clients that register themselves)",
+                .parse = flag_parse_bool,
+                .dest = &arg_allow_public_client_registration,
+                .is_bool = true,
+        },
+        {
+                .name = "dex-issuer-url",
+                .env = "DEX_ISSUER_URL",
+                .metavar = "URL",
+                .help = "issuer URL of Dex (its OpenID discovery is fetched from there)",
+                .parse = flag_parse_string,
+                .dest = &arg_dex_issuer_url,
+        },
+        {
+                .name = "dex-client-id",
+                .env = "DEX_CLIENT_ID",
+                .metavar = "ID",
+                .help = "client ID of vm-manager at Dex",
+                .parse = flag_parse_string,
+                .dest = &arg_dex_client_id,
+        },
+        {
+                .name = "dex-client-secret",
+                .env = "DEX_CLIENT_SECRET",
+                .metavar = "SECRET",
+                .help = "client secret of vm-manager at Dex (prefer the environment to the command line)",
+                .parse = flag_parse_string,
+                .dest = &arg_dex_client_secret,
+        },
+        {
+                .name = "dex-ca-file",
+                .env = "DEX_CA_FILE",
+                .metavar = "PATH",
+                .help = "PEM bundle trusted for Dex in addition to the system's roots",
+                .parse = flag_parse_directory,
+                .dest = &arg_dex_ca_file,
+        },
+        {
+                .name = "allow-private-oauth-urls",
+                .env = "VM_MANAGER_OAUTH_ALLOW_PRIVATE_URLS",
+                .default_value = "false",
+                .help = "let Dex be on a private or loopback address (discovery, JWKS and the code exchange)",
+                .parse = flag_parse_bool,
+                .dest = &arg_allow_private_oauth_urls,
+                .is_bool = true,
+        },
+        {
+                .name = "google-client-id",
+                .env = "GOOGLE_CLIENT_ID",
+                .metavar = "ID",
+                .help = "OAuth client ID of vm-manager at Google",
+                .parse = flag_parse_string,
+                .dest = &arg_google_client_id,
+        },
+        {
+                .name = "google-client-secret",
+                .env = "GOOGLE_CLIENT_SECRET",
+                .metavar = "SECRET",
+                .help = "OAuth client secret of vm-manager at Google (prefer the environment to the command line)",
+                .parse = flag_parse_string,
+                .dest = &arg_google_client_secret,
+        },
+        {
                 .name = "log-level",
                 .env = "VM_MANAGER_LOG_LEVEL",
                 .default_value = "info",
@@ -431,6 +590,33 @@ static void free_args(void) {
         arg_default_network = mfree(arg_default_network);
         arg_ovmf_code = mfree(arg_ovmf_code);
         arg_ovmf_vars = mfree(arg_ovmf_vars);
+        arg_oauth_base_url = mfree(arg_oauth_base_url);
+        arg_oauth_trusted_audiences = strv_free(arg_oauth_trusted_audiences);
+        arg_dex_issuer_url = mfree(arg_dex_issuer_url);
+        arg_dex_client_id = mfree(arg_dex_client_id);
+        arg_dex_client_secret = mfree(arg_dex_client_secret);
+        arg_dex_ca_file = mfree(arg_dex_ca_file);
+        arg_google_client_id = mfree(arg_google_client_id);
+        arg_google_client_secret = mfree(arg_google_client_secret);
+}
+
+static AuthConfig oauth_config(void) {
+        return (AuthConfig){
+                .base_url = arg_oauth_base_url,
+                .mcp_path = arg_mcp_path,
+                .provider = arg_oauth_provider,
+                .dex_issuer_url = arg_dex_issuer_url,
+                .dex_client_id = arg_dex_client_id,
+                .dex_client_secret = arg_dex_client_secret,
+                .dex_ca_file = arg_dex_ca_file,
+                .google_client_id = arg_google_client_id,
+                .google_client_secret = arg_google_client_secret,
+                .trusted_audiences = arg_oauth_trusted_audiences,
+                .allow_private_oauth_urls = arg_allow_private_oauth_urls,
+                .sso_allow_private_ips = arg_sso_allow_private_ips,
+                .allow_public_client_registration = arg_allow_public_client_registration,
+                .state_dir = arg_state_dir,
+        };
 }
 
 static int default_ovmf(void) {
@@ -464,6 +650,7 @@ typedef struct Daemon {
         McpServer *mcp;
         ImdsServer *imds;
         HttpServer *http;
+        Auth *auth; /* --enable-oauth */
         Tracer *tracer;
         sd_event_source *sigterm, *sigint, *drain_timer, *ready_defer;
         DaemonPhase phase;
@@ -475,6 +662,7 @@ typedef struct Daemon {
 
 static void daemon_done(Daemon *d) {
         d->http = http_server_free(d->http);
+        d->auth = auth_free(d->auth);
         d->mcp = mcp_server_free(d->mcp);
         d->rest = api_rest_free(d->rest);
         d->imds = imds_server_free(d->imds);
@@ -585,11 +773,30 @@ static void serve_metrics(Daemon *d, HttpRequest *req) {
         (void) http_request_reply(req, 200, METRICS_CONTENT_TYPE, text, size);
 }
 
+/* MCP and REST, for a request the guard let through (its caller attached) or any without OAuth. */
+static void dispatch_api(HttpRequest *req, void *userdata) {
+        _cleanup_(api_error_done) ApiError e = API_ERROR_NULL;
+        Daemon *d = userdata;
+
+        if (d->mcp && mcp_server_handle(d->mcp, req))
+                return;
+        if (d->rest && api_rest_handle(d->rest, req))
+                return;
+
+        (void) api_error_set(
+                &e,
+                -ENOENT,
+                API_ERROR_NOT_FOUND,
+                "no route %s %s",
+                http_request_method(req),
+                http_request_path(req));
+        (void) http_request_reply_error(req, &e);
+}
+
 static void handle_request(HttpRequest *req, void *userdata) {
         Daemon *d = userdata;
         const char *method = http_request_method(req), *path = http_request_path(req);
         bool get = streq(method, "GET") || streq(method, "HEAD");
-        _cleanup_(api_error_done) ApiError e = API_ERROR_NULL;
 
         if (get && streq(path, "/healthz")) {
                 (void) http_request_reply_text(req, 200, "ok\n");
@@ -609,13 +816,10 @@ static void handle_request(HttpRequest *req, void *userdata) {
                 return;
         }
 
-        if (d->mcp && mcp_server_handle(d->mcp, req))
+        /* --enable-oauth: the OAuth routes, and no further without a valid token */
+        if (d->auth && auth_handle(d->auth, req, dispatch_api, d))
                 return;
-        if (d->rest && api_rest_handle(d->rest, req))
-                return;
-
-        (void) api_error_set(&e, -ENOENT, API_ERROR_NOT_FOUND, "no route %s %s", method, path);
-        (void) http_request_reply_error(req, &e);
+        dispatch_api(req, d);
 }
 
 static bool address_is_loopback(const char *address) {
@@ -771,6 +975,23 @@ static int run(void) {
         if (r < 0)
                 return log_error_errno(r, "%s", e.message ?: "Failed to start the HTTP server: %m");
 
+        if (arg_enable_oauth) {
+                AuthConfig c = oauth_config();
+
+                r = auth_new(&d.auth, d.event, &c, &e);
+                if (r < 0)
+                        return log_error_errno(r, "%s", e.message ?: "Failed to set up OAuth: %m");
+                log_info(
+                        "OAuth on: tokens for %s from '%s' (%s)%s.",
+                        auth_resource(d.auth),
+                        arg_oauth_provider == AUTH_PROVIDER_GOOGLE ? AUTH_GOOGLE_ISSUER : arg_dex_issuer_url,
+                        auth_provider_to_string(arg_oauth_provider),
+                        arg_allow_public_client_registration ? ", dynamic client registration open" : "");
+        } else if (!address_is_loopback(http_server_address(d.http)))
+                log_warning(
+                        "Serving on %s without --enable-oauth: anyone who reaches it controls the VMs.",
+                        http_server_address(d.http));
+
         r = manager_new(
                 &d.manager,
                 d.event,
@@ -875,6 +1096,16 @@ int serve_main(int argc, char **argv) {
                 log_oom();
                 free_args();
                 return EXIT_FAILURE;
+        }
+        if (arg_enable_oauth) {
+                _cleanup_free_ char *message = NULL;
+                AuthConfig c = oauth_config();
+
+                if (auth_config_check(&c, &message) < 0) {
+                        log_error("%s", message ?: "oauth: bad configuration");
+                        free_args();
+                        return EXIT_FAILURE;
+                }
         }
 
         r = run();

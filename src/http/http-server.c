@@ -64,6 +64,8 @@ struct HttpRequest {
         usec_t keepalive_interval;
         char *keepalive_data;
 
+        Caller *caller;
+
         HttpRequest *prev, *next; /* the server's list of live requests */
 };
 
@@ -147,6 +149,7 @@ HttpRequest *http_request_unref(HttpRequest *r) {
                 MHD_destroy_response(r->response);
         strv_free(r->headers);
         keepalive_stop(r);
+        caller_free(r->caller);
         free(r->stream_buf);
         free(r->body);
         free(r->path);
@@ -154,8 +157,6 @@ HttpRequest *http_request_unref(HttpRequest *r) {
         free(r);
         return NULL;
 }
-
-DEFINE_TRIVIAL_CLEANUP_FUNC(HttpRequest *, http_request_unref);
 
 const char *http_request_method(HttpRequest *r) {
         return r->method;
@@ -203,6 +204,15 @@ void http_request_on_done(HttpRequest *r, HttpRequestDone done, void *userdata) 
 void http_request_suspend(HttpRequest *r) {
         assert(r->state == REQUEST_DISPATCHED);
         r->suspend_requested = true;
+}
+
+void http_request_set_caller(HttpRequest *r, Caller *c) {
+        caller_free(r->caller);
+        r->caller = c;
+}
+
+const Caller *http_request_caller(HttpRequest *r) {
+        return r->caller;
 }
 
 int http_request_add_header(HttpRequest *r, const char *name, const char *value) {
@@ -543,6 +553,28 @@ static void request_dispatch(HttpRequest *r, const char *version) {
         }
         log_error("Handler for %s %s returned without an answer.", r->method, r->path);
         (void) reply_error_static(r, 0, -EIO, API_ERROR_INTERNAL, "internal error: no answer");
+}
+
+void http_request_continue(HttpRequest *r, HttpHandler handler, void *userdata) {
+        _unused_ _cleanup_(http_request_unrefp) HttpRequest *pin = http_request_ref(r);
+
+        if (!r->connection || r->state != REQUEST_SUSPENDED)
+                return; /* the client went away meanwhile */
+
+        /* The connection stays suspended in MHD while the handler runs; an answer resumes it below. */
+        r->state = REQUEST_DISPATCHED;
+        r->suspend_requested = false;
+        handler(r, userdata);
+        if (!r->response && !r->suspend_requested && !r->streaming) {
+                log_error("Handler for %s %s returned without an answer.", r->method, r->path);
+                (void) reply_error_static(r, 0, -EIO, API_ERROR_INTERNAL, "internal error: no answer");
+        }
+        if (r->response && r->connection) {
+                r->state = REQUEST_RESUMING;
+                MHD_resume_connection(r->connection);
+                server_kick(r->server);
+        } else if (r->state == REQUEST_DISPATCHED)
+                r->state = REQUEST_SUSPENDED;
 }
 
 static enum MHD_Result on_access(

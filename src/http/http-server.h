@@ -7,6 +7,7 @@
 #include <systemd/sd-event.h>
 
 #include "api-error.h"
+#include "caller.h"
 #include "cleanup.h"
 #include "time-util.h"
 
@@ -76,6 +77,7 @@ unsigned http_server_active_requests(HttpServer *s);
 
 HttpRequest *http_request_ref(HttpRequest *r);
 HttpRequest *http_request_unref(HttpRequest *r);
+DEFINE_TRIVIAL_CLEANUP_FUNC(HttpRequest *, http_request_unref);
 
 const char *http_request_method(HttpRequest *r);
 /* The decoded path, without the query string. */
@@ -96,6 +98,13 @@ void http_request_on_done(HttpRequest *r, HttpRequestDone done, void *userdata);
 
 /* Keeps the connection open without an answer; a later reply resumes it. */
 void http_request_suspend(HttpRequest *r);
+/* Hands a suspended request to handler as if it had just arrived: it replies or suspends again, as
+ * any handler does (a guard that had to wait for something passes the request on this way). */
+void http_request_continue(HttpRequest *r, HttpHandler handler, void *userdata);
+
+/* Who sent the request, once a guard established it (takes c); NULL: anonymous. */
+void http_request_set_caller(HttpRequest *r, Caller *c);
+const Caller *http_request_caller(HttpRequest *r);
 /* False once the client went away; a reply is then dropped. */
 bool http_request_is_connected(HttpRequest *r);
 

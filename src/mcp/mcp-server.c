@@ -527,6 +527,7 @@ static json_t *handle_tools_call(
         const char **ret_message) {
         _cleanup_(api_error_done) ApiError e = API_ERROR_NULL;
         json_auto_t *resource = NULL, *empty = NULL;
+        const Caller *caller = post->request ? http_request_caller(post->request) : NULL;
         const Operation *op;
         const char *name;
         json_t *args, *v;
@@ -574,7 +575,8 @@ static json_t *handle_tools_call(
                         c->progress_token = json_incref(token);
                 c->tool_span = TAKE_PTR(tool_span);
                 c->in_call = true;
-                r = operation_run_async(op, s->manager, args, tool_call_done, tool_call_progress, c, &e);
+                r = operation_run_async(
+                        op, s->manager, caller, args, tool_call_done, tool_call_progress, c, &e);
                 c->in_call = false;
                 if (r < 0) {
                         span_set_error(c->tool_span, e.message);
@@ -621,7 +623,7 @@ static json_t *handle_tools_call(
                 return NULL;
         }
 
-        r = operation_run(op, s->manager, args, &resource, &e);
+        r = operation_run(op, s->manager, caller, args, &resource, &e);
         if (r < 0) {
                 span_set_error(tool_span, e.message);
                 if (api_error_http_status(&e) >= 500)
@@ -886,6 +888,8 @@ bool mcp_server_handle(McpServer *s, HttpRequest *req) {
                         s->tracer, method, s->path, s->path, http_request_header(req, "traceparent"));
                 if (span)
                         http_request_on_done(req, on_post_done, span);
+                if (http_request_caller(req)) /* --enable-oauth: who asked */
+                        span_set_attr_string(span, "enduser.id", http_request_caller(req)->subject);
         }
 
         /* A web page must not reach a loopback-only server through DNS rebinding: refuse foreign

@@ -7,10 +7,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/epoll.h>
 #include <sys/random.h>
 
 #include "hex-util.h"
+#include "http-curl.h"
 #include "json-util.h"
 #include "log.h"
 #include "parse-util.h"
@@ -57,12 +57,6 @@ typedef struct Export {
         struct Export *prev, *next;
 } Export;
 
-/* A socket libcurl asked us to watch. */
-typedef struct IoWatch {
-        int fd;
-        sd_event_source *source;
-} IoWatch;
-
 struct Tracer {
         sd_event *event;
         TraceConfig config;
@@ -74,11 +68,7 @@ struct Tracer {
         json_t *queue; /* encoded spans, oldest first */
         sd_event_source *flush_timer;
 
-        bool curl_global;
-        CURLM *multi;
-        sd_event_source *curl_timer;
-        IoWatch *watches;
-        size_t n_watches;
+        CurlGlue *curl;
         Export *exports;
         unsigned n_exports;
 
@@ -805,6 +795,7 @@ json_t *tracer_queue(Tracer *t) {
 /* ---- export ---- */
 
 static void tracer_schedule(Tracer *t);
+static void on_export_done(CurlGlue *g, CURL *easy, CURLcode result, void *userdata);
 
 static Export *export_free(Export *x) {
         Tracer *t;
@@ -814,7 +805,7 @@ static Export *export_free(Export *x) {
         t = x->tracer;
         if (x->easy) {
                 if (t) {
-                        (void) curl_multi_remove_handle(t->multi, x->easy);
+                        curl_glue_remove(t->curl, x->easy);
                         if (x->prev)
                                 x->prev->next = x->next;
                         else
@@ -899,20 +890,15 @@ static void export_start(Tracer *t) {
         if (c == CURLE_OK)
                 c = curl_easy_setopt(x->easy, CURLOPT_TIMEOUT_MS, (long) t->config.timeout_ms);
         if (c == CURLE_OK)
-                c = curl_easy_setopt(x->easy, CURLOPT_NOSIGNAL, 1L);
-        if (c == CURLE_OK)
                 c = curl_easy_setopt(x->easy, CURLOPT_WRITEFUNCTION, discard_body);
-        if (c == CURLE_OK)
-                c = curl_easy_setopt(x->easy, CURLOPT_PRIVATE, x);
         if (c != CURLE_OK) {
                 log_debug("Failed to set up the span export: %s", curl_easy_strerror(c));
                 r = -EIO;
                 goto fail;
         }
-        if (curl_multi_add_handle(t->multi, x->easy) != CURLM_OK) {
-                r = -EIO;
+        r = curl_glue_add(t->curl, x->easy, on_export_done, x);
+        if (r < 0)
                 goto fail;
-        }
 
         x->tracer = t;
         x->next = t->exports;
@@ -928,40 +914,30 @@ fail:
         log_debug_errno(r, "Failed to start exporting %zu spans, dropping them: %m", n);
 }
 
-/* Reaps finished exports. */
-static void tracer_collect(Tracer *t) {
-        CURLMsg *msg;
-        int left;
+/* An export ended: counts its spans. */
+static void on_export_done(CurlGlue *g, CURL *easy, CURLcode result, void *userdata) {
+        Export *x = userdata;
+        Tracer *t = x->tracer;
+        long status = 0;
 
-        while ((msg = curl_multi_info_read(t->multi, &left))) {
-                CURLcode result = msg->data.result;
-                Export *x = NULL;
-                long status = 0;
-
-                if (msg->msg != CURLMSG_DONE)
-                        continue;
-                (void) curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **) &x);
-                (void) curl_easy_getinfo(msg->easy_handle, CURLINFO_RESPONSE_CODE, &status);
-                if (!x)
-                        continue;
-                if (result != CURLE_OK) {
-                        t->n_failed += x->n_spans;
-                        log_debug(
-                                "Exporting %zu spans to %s failed: %s",
-                                x->n_spans,
-                                t->config.endpoint,
-                                curl_easy_strerror(result));
-                } else if (status < 200 || status > 299) {
-                        t->n_failed += x->n_spans;
-                        log_debug(
-                                "Exporting %zu spans to %s failed: the collector answered %ld.",
-                                x->n_spans,
-                                t->config.endpoint,
-                                status);
-                } else
-                        t->n_exported += x->n_spans;
-                export_free(x);
-        }
+        (void) curl_easy_getinfo(easy, CURLINFO_RESPONSE_CODE, &status);
+        if (result != CURLE_OK) {
+                t->n_failed += x->n_spans;
+                log_debug(
+                        "Exporting %zu spans to %s failed: %s",
+                        x->n_spans,
+                        t->config.endpoint,
+                        curl_easy_strerror(result));
+        } else if (status < 200 || status > 299) {
+                t->n_failed += x->n_spans;
+                log_debug(
+                        "Exporting %zu spans to %s failed: the collector answered %ld.",
+                        x->n_spans,
+                        t->config.endpoint,
+                        status);
+        } else
+                t->n_exported += x->n_spans;
+        export_free(x);
         tracer_schedule(t);
 }
 
@@ -1032,109 +1008,6 @@ void span_end(Span *s) {
         span_free(s);
 }
 
-/* ---- libcurl's multi interface on sd-event ---- */
-
-static IoWatch *watch_find(Tracer *t, int fd) {
-        for (size_t i = 0; i < t->n_watches; i++)
-                if (t->watches[i].fd == fd)
-                        return &t->watches[i];
-        return NULL;
-}
-
-static int on_curl_io(sd_event_source *s, int fd, uint32_t revents, void *userdata) {
-        Tracer *t = userdata;
-        int action = 0, running;
-
-        if (revents & EPOLLIN)
-                action |= CURL_CSELECT_IN;
-        if (revents & EPOLLOUT)
-                action |= CURL_CSELECT_OUT;
-        if (revents & (EPOLLERR | EPOLLHUP))
-                action |= CURL_CSELECT_ERR;
-        if (curl_multi_socket_action(t->multi, fd, action, &running) != CURLM_OK)
-                log_debug("curl_multi_socket_action() failed, ignoring.");
-        tracer_collect(t);
-        return 0;
-}
-
-static int on_curl_socket(CURL *easy, curl_socket_t fd, int what, void *userp, void *socketp) {
-        Tracer *t = userp;
-        IoWatch *w = watch_find(t, fd);
-        uint32_t events = 0;
-        int r;
-
-        if (what == CURL_POLL_REMOVE) {
-                if (w) {
-                        sd_event_source_disable_unref(w->source);
-                        *w = t->watches[--t->n_watches];
-                }
-                return 0;
-        }
-        if (what & CURL_POLL_IN)
-                events |= EPOLLIN;
-        if (what & CURL_POLL_OUT)
-                events |= EPOLLOUT;
-
-        if (w)
-                r = sd_event_source_set_io_events(w->source, events);
-        else {
-                IoWatch *a = reallocarray(t->watches, t->n_watches + 1, sizeof(IoWatch));
-                sd_event_source *source = NULL;
-
-                if (!a)
-                        return -1;
-                t->watches = a;
-                r = sd_event_add_io(t->event, &source, fd, events, on_curl_io, t);
-                if (r >= 0) {
-                        (void) sd_event_source_set_description(source, "trace-curl-io");
-                        t->watches[t->n_watches++] = (IoWatch){ fd, source };
-                }
-        }
-        if (r < 0) {
-                log_debug_errno(r, "Failed to watch a socket of the span export: %m");
-                return -1;
-        }
-        return 0;
-}
-
-static int on_curl_timer(sd_event_source *s, uint64_t usec, void *userdata) {
-        Tracer *t = userdata;
-        int running;
-
-        if (curl_multi_socket_action(t->multi, CURL_SOCKET_TIMEOUT, 0, &running) != CURLM_OK)
-                log_debug("curl_multi_socket_action() failed, ignoring.");
-        tracer_collect(t);
-        return 0;
-}
-
-static int on_curl_timer_change(CURLM *multi, long timeout_ms, void *userp) {
-        Tracer *t = userp;
-        usec_t when;
-        int r;
-
-        if (timeout_ms < 0) {
-                if (t->curl_timer)
-                        (void) sd_event_source_set_enabled(t->curl_timer, SD_EVENT_OFF);
-                return 0;
-        }
-        when = now_usec(CLOCK_MONOTONIC) + (usec_t) timeout_ms * USEC_PER_MSEC;
-        if (!t->curl_timer) {
-                /* accuracy 1 µs: the default 250 ms would stall every transfer step */
-                r = sd_event_add_time(t->event, &t->curl_timer, CLOCK_MONOTONIC, when, 1, on_curl_timer, t);
-                if (r >= 0)
-                        (void) sd_event_source_set_description(t->curl_timer, "trace-curl-timer");
-        } else {
-                r = sd_event_source_set_time(t->curl_timer, when);
-                if (r >= 0)
-                        r = sd_event_source_set_enabled(t->curl_timer, SD_EVENT_ONESHOT);
-        }
-        if (r < 0) {
-                log_debug_errno(r, "Failed to arm the span export timer: %m");
-                return -1;
-        }
-        return 0;
-}
-
 /* ---- the tracer ---- */
 
 static int tracer_headers(Tracer *t) {
@@ -1192,17 +1065,9 @@ int tracer_new(Tracer **ret, sd_event *event, const char *version, TraceConfig *
         if (r < 0)
                 return r;
 
-        if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
-                return -EIO;
-        t->curl_global = true;
-        t->multi = curl_multi_init();
-        if (!t->multi)
-                return -ENOMEM;
-        if (curl_multi_setopt(t->multi, CURLMOPT_SOCKETFUNCTION, on_curl_socket) != CURLM_OK ||
-            curl_multi_setopt(t->multi, CURLMOPT_SOCKETDATA, t) != CURLM_OK ||
-            curl_multi_setopt(t->multi, CURLMOPT_TIMERFUNCTION, on_curl_timer_change) != CURLM_OK ||
-            curl_multi_setopt(t->multi, CURLMOPT_TIMERDATA, t) != CURLM_OK)
-                return -EIO;
+        r = curl_glue_new(&t->curl, event, "trace-curl");
+        if (r < 0)
+                return r;
 
         r = sd_event_add_time(
                 event, &t->flush_timer, CLOCK_MONOTONIC, 0, 100 * USEC_PER_MSEC, on_flush_timer, t);
@@ -1242,36 +1107,14 @@ Tracer *tracer_free(Tracer *t, uint64_t timeout_usec) {
         if (!t)
                 return NULL;
 
-        /* From here on the multi handle is driven by libcurl's own poll, not by the event loop. */
         t->flush_timer = sd_event_source_disable_unref(t->flush_timer);
-        t->curl_timer = sd_event_source_disable_unref(t->curl_timer);
-        for (size_t i = 0; i < t->n_watches; i++)
-                sd_event_source_disable_unref(t->watches[i].source);
-        t->watches = mfree(t->watches);
-        t->n_watches = 0;
-
-        if (t->multi) {
-                (void) curl_multi_setopt(t->multi, CURLMOPT_SOCKETFUNCTION, NULL);
-                (void) curl_multi_setopt(t->multi, CURLMOPT_TIMERFUNCTION, NULL);
-
+        if (t->curl) {
+                /* what is queued goes out too, driven by libcurl's own poll: the loop may be over */
+                curl_glue_detach(t->curl);
                 tracer_flush(t, /* all= */ true);
                 now = now_usec(CLOCK_MONOTONIC);
                 deadline = timeout_usec > USEC_INFINITY - now ? USEC_INFINITY : now + timeout_usec;
-                while (t->exports) {
-                        int running;
-
-                        (void) curl_multi_perform(t->multi, &running);
-                        tracer_collect(t);
-                        now = now_usec(CLOCK_MONOTONIC);
-                        if (!t->exports || now >= deadline)
-                                break;
-                        (void) curl_multi_poll(
-                                t->multi,
-                                NULL,
-                                0,
-                                (int) MIN((deadline - now) / USEC_PER_MSEC + 1, (usec_t) 100),
-                                NULL);
-                }
+                curl_glue_drain(t->curl, deadline);
                 while (t->exports) {
                         t->n_failed += t->exports->n_spans;
                         export_free(t->exports);
@@ -1283,10 +1126,8 @@ Tracer *tracer_free(Tracer *t, uint64_t timeout_usec) {
                                 t->n_exported,
                                 t->n_failed,
                                 t->n_dropped);
-                curl_multi_cleanup(t->multi);
+                t->curl = curl_glue_free(t->curl);
         }
-        if (t->curl_global)
-                curl_global_cleanup();
 
         curl_slist_free_all(t->headers);
         json_decref(t->queue);

@@ -197,7 +197,7 @@ def main(body, need=("swtpm",)):
     if not AGENT or not os.access(AGENT, os.X_OK):
         print("Bail out! vm-agent binary not given (VM_AGENT_BIN)", flush=True)
         sys.exit(1)
-    missing = [t for t in need if not shutil.which(t)]
+    missing = ["%s (package %s)" % (t, "tpm2-tools" if t.startswith("tpm2_") else t) for t in need if not shutil.which(t)]
     if missing:
         skip_all("%s missing" % ", ".join(missing))
     tap = Tap()

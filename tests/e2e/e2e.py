@@ -74,9 +74,11 @@ IGNITION = {
 
 
 def missing_tools():
-    missing = [t for t in ("qemu-system-x86_64", "swtpm", "vhost-device-vsock") if not shutil.which(t)]
+    missing = ["%s (package %s)" % (t, p) for t, p in (
+        ("qemu-system-x86_64", "qemu-system-x86"), ("swtpm", "swtpm"),
+        ("vhost-device-vsock", "vhost-device-vsock, from sid by tools/fetch-sid-package.sh")) if not shutil.which(t)]
     if not os.path.exists("/usr/share/OVMF/OVMF_CODE_4M.fd"):
-        missing.append("ovmf")
+        missing.append("/usr/share/OVMF/OVMF_CODE_4M.fd (package ovmf)")
     names = os.listdir(IMAGE_DIR) if os.path.isdir(IMAGE_DIR) else []
     if not all(any(n.endswith(ext) for n in names) for ext in (".efi", ".raw")):
         missing.append("the guest image in %s (make image)" % IMAGE_DIR)

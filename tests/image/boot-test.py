@@ -30,6 +30,16 @@ import time
 OVMF_CODE = "/usr/share/OVMF/OVMF_CODE_4M.fd"
 OVMF_VARS = "/usr/share/OVMF/OVMF_VARS_4M.fd"
 NAME = "test-vm_1.0"
+# What a boot runs, with the Debian package of each
+NEEDS = [("qemu-system-x86_64", "qemu-system-x86"), ("swtpm", "swtpm"),
+         ("vhost-device-vsock", "vhost-device-vsock, from sid by tools/fetch-sid-package.sh")]
+
+
+def missing_tools():
+    """The commands and firmware files of NEEDS that are not there, each with its package."""
+    missing = ["%s (package %s)" % (c, p) for c, p in NEEDS if not shutil.which(c)]
+    missing += ["%s (package ovmf)" % f for f in (OVMF_CODE, OVMF_VARS) if not os.path.exists(f)]
+    return missing
 
 
 def log(msg):
@@ -277,6 +287,9 @@ def main():
                     help="give the installed boot a virtio-net NIC on a socket nobody dials (vm-manager's "
                          "NIC without its switch): DHCP must give up and READY=1 still come")
     args = ap.parse_args()
+    missing = missing_tools()
+    if missing:
+        raise SystemExit("boot-test: missing %s; install with tools/install-deps.sh check" % ", ".join(missing))
 
     efi = os.path.abspath(os.path.join(args.image_dir, NAME + ".efi"))
     raw = os.path.abspath(os.path.join(args.image_dir, NAME + ".raw"))

@@ -55,9 +55,8 @@ out=$1
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 src=$here/test-init.c
 
-for tool in gcc objcopy cpio gzip mkfs.vfat mmd mcopy sfdisk sha256sum; do
-        command -v "$tool" >/dev/null 2>&1 || die "$tool is missing (see the package list at the top of $0)"
-done
+. "$here/../../tools/need.sh"
+need_cmds tests/image/build.sh "build check" gcc objcopy cpio gzip mkfs.vfat mmd mcopy sfdisk sha256sum
 [ -r "$STUB" ] || die "$STUB is missing: install systemd-boot-efi"
 
 kver=${KERNEL_VERSION:-}
@@ -116,6 +115,9 @@ resolve_modules() {
 
 modlist=$(resolve_modules)
 mapfile -t modules <<<"$modlist"
+# compressed modules (bookworm's cloud kernel ships them plain)
+case "$modlist" in *.ko.xz*) need_cmds tests/image/build.sh check xz ;; esac
+case "$modlist" in *.ko.zst*) need_cmds tests/image/build.sh check zstd ;; esac
 
 inputs_hash() {
         {

@@ -16,6 +16,9 @@ if [ "$(id -u)" -ne 0 ]; then
         echo "SKIP: building the guest image needs root"
         exit 77
 fi
+. "$repo/tools/need.sh"
+# build.sh, verify.sh and smoke-boot.py check their own tools; these are this script's
+need_cmds test-guest-image "build check image" python3 zstd cpio chroot
 t0=$(date +%s)
 VM_MANAGER=$vm_manager "$repo/images/scripts/build.sh" "$out"
 t1=$(date +%s)

@@ -85,7 +85,8 @@ def test_attest(work):
     agent = os.environ.get("VM_AGENT")
     tools = [shutil.which(t) for t in ("swtpm", "tpm2_pcrextend", "tpm2_evictcontrol")]
     if not agent or not os.access(agent, os.X_OK) or not all(tools):
-        tap.skip("attestation end to end", "needs agent/vm-agent, swtpm and tpm2-tools")
+        tap.skip("attestation end to end", "needs agent/vm-agent, swtpm (package swtpm) and tpm2_pcrextend and "
+                 "tpm2_evictcontrol (package tpm2-tools)")
         return
     tpmdir = os.path.join(work, "tpm")
     os.makedirs(tpmdir)

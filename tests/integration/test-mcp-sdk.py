@@ -304,8 +304,9 @@ def pass_through(out):
     return seen, failed, plan, bailed
 
 
-def start_daemon(work, name, extra=(), fakes=False):
-    """vm-manager serve on a free port: (process, port, stderr path, (ok, diag) of its /healthz)."""
+def start_daemon(work, name, extra=(), fakes=False, policy=None, ready_after=FAKE_READY_AFTER):
+    """vm-manager serve on a free port: (process, port, stderr path, (ok, diag) of its /healthz).
+    policy: a policy.json for the fake image; ready_after None: the fake guest never sends READY=1."""
     port = free_port()
     stderr_path = os.path.join(work, name + ".stderr")
     env = daemon_env(work)
@@ -318,7 +319,12 @@ def start_daemon(work, name, extra=(), fakes=False):
         for path in (os.path.join(images, "fake_1.0.efi"), os.path.join(images, "fake_1.0.raw"), vars_):
             with open(path, "wb") as f:
                 f.write(b"\0" * 4096)
-        env.update(FAKE_QEMU="install-exit:0", FAKE_READY_AFTER=str(FAKE_READY_AFTER))
+        if policy:
+            with open(os.path.join(images, "fake_1.0.policy.json"), "w") as f:
+                json.dump(policy, f)
+        env.update(FAKE_QEMU="install-exit:0")
+        if ready_after is not None:
+            env.update(FAKE_READY_AFTER=str(ready_after))
         env["PATH"] = FAKES + ":" + env.get("PATH", "/usr/bin:/bin")
         args += ["--image-dir", images, "--ovmf-code", vars_, "--ovmf-vars", vars_, "--launcher", "process",
                  "--vsock", "vhost-user"]
@@ -404,6 +410,93 @@ def stop_daemon(name, proc, stderr_path):
     )
 
 
+ZERO = "00" * 32
+
+
+def fake_policy(golden):
+    p = {"image_id": "fake", "image_version": "1.0",
+         "pcr11": {"enter-initrd": ZERO, "enter-initrd:leave-initrd:sysinit:ready": ZERO}}
+    if golden:
+        p["golden"] = {"sha256": {str(i): golden for i in (0, 2, 3, 4, 6, 7)}}
+    return p
+
+
+def first_vm_result(c, start, timeout):
+    try:
+        out, err = c.communicate(timeout=max(1, timeout - (time.monotonic() - start)))
+    except subprocess.TimeoutExpired:
+        c.kill()
+        out, err = c.communicate()
+    try:
+        return json.loads(out.decode().strip().splitlines()[-1]), time.monotonic() - start
+    except (ValueError, IndexError):
+        return {"exception": "no answer: %r %r" % (out[-300:], err[-300:])}, time.monotonic() - start
+
+
+def first_vm(work, node, daemons):
+    """A new user's first create_vm through the SDK, defaults and all: refused at once on an image
+    without golden values; failed at once by a rejected quote (the test plays the guest: a real swtpm
+    quoted by vm-agent through the VM's metadata listener)."""
+    script = stage_client("firstvm.mjs")
+    daemons["nogolden"] = start_daemon(work, "nogolden", fakes=True, policy=fake_policy(None), ready_after=None)
+    proc, port, stderr_path, (up, why) = daemons["nogolden"]
+    if tap.result(up, "daemon nogolden on the fake QEMU starts", why):
+        res, took = first_vm_result(*start_client(node, script, [port, "first"]), 60)
+        text = res.get("text", "")
+        tap.result(res.get("isError") is True and text.startswith("unsupported: vm requires attestation")
+                   and "no golden value for pcr 0,2,3,4,6,7" in text and "make golden" in text,
+                   "SDK: the first create_vm on an image without golden values is refused at once, naming "
+                   "make golden (%.1f s)" % took, json.dumps(res)[:600])
+
+    agent = os.environ.get("VM_AGENT")
+    if not agent or not shutil.which("swtpm"):
+        tap.result(True, "SDK: a rejected boot # SKIP needs VM_AGENT and swtpm")
+        return
+    sys.path.insert(0, HERE)
+    from vmmtest import imds_relay  # noqa: E402
+    daemons["reject"] = start_daemon(work, "reject", ["--stop-timeout", "3s"], fakes=True,
+                                     policy=fake_policy("11" * 32), ready_after=None)
+    proc, port, stderr_path, (up, why) = daemons["reject"]
+    if not tap.result(up, "daemon reject on the fake QEMU starts", why):
+        return
+    tpmdir = os.path.join(work, "tpm")
+    os.makedirs(tpmdir)
+    sock = os.path.join(tpmdir, "sock")
+    sw = subprocess.Popen(["swtpm", "socket", "--tpm2", "--tpmstate", "dir=" + tpmdir, "--server",
+                           "type=unixio,path=" + sock, "--ctrl", "type=unixio,path=" + sock + ".ctrl",
+                           "--flags", "not-need-init,startup-clear"], stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL)
+    try:
+        c = start_client(node, script, [port, "rejected"])
+        vm = None
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not vm:
+            conn = http.client.HTTPConnection(HOST, port, timeout=5)
+            conn.request("GET", "/api/v1/vms")
+            vms = json.loads(conn.getresponse().read())
+            conn.close()
+            vm = next((v for v in vms if v.get("phase") == "boot" and v["state"] in ("booting", "attesting")), None)
+            time.sleep(0.2)
+        if not tap.result(vm is not None, "SDK: the VM's installed boot runs", ""):
+            c.kill()
+            return
+        url = "http://127.0.0.1:%d/giantswarm/v1" % imds_relay(os.path.join(vm["paths"]["dir"], "imds.sock"))
+        posted = time.monotonic()
+        subprocess.run([agent, "attest", "--stage=initrd", "--imds-url=" + url, "--tpm=swtpm:path=" + sock,
+                        "--timeout=20s"], capture_output=True, env=dict(os.environ, TSS2_LOG="all+none"),
+                       timeout=60)
+        res, _ = first_vm_result(c[0], c[1], 60)
+        took = time.monotonic() - posted
+        text = res.get("text", "")
+        tap.result(res.get("isError") is True
+                   and text.startswith("vm failed: initrd attestation rejected: golden mismatch: pcr 0"),
+                   "SDK: a rejected initrd quote answers the first create_vm at once with the verdict "
+                   "(%.1f s after the quote was posted)" % took, json.dumps(res)[:600])
+    finally:
+        sw.kill()
+        sw.wait()
+
+
 def run(work, node, npm):
     ok, diag = install_sdk(npm)
     if not tap.result(ok, "npm ci: @modelcontextprotocol/sdk %s installed or cached" % pinned_sdk_version(), diag):
@@ -428,6 +521,7 @@ def run(work, node, npm):
         if tap.result(up, "daemon starts on 127.0.0.1:%d and answers /healthz" % port, why):
             c = start_client(node, client, [port])
             finish_client("client.mjs", *c, CLIENT_TIMEOUT, [stderr_path])
+        first_vm(work, node, daemons)
         if k:
             finish_client("keepalive.mjs", *k, KEEPALIVE_CLIENT_TIMEOUT,
                           [daemons["keepalive"][2], daemons["silent"][2]])

@@ -580,6 +580,17 @@ def processes_under(path):
     return found
 
 
+def processes_gone(path, timeout=10):
+    """processes_under(path), polled until it is empty or timeout seconds have passed: a process
+    that has been told to end (QEMU's helpers after QEMU) may take a moment, more on a busy host."""
+    deadline = time.monotonic() + timeout
+    left = processes_under(path)
+    while left and time.monotonic() < deadline:
+        time.sleep(0.1)
+        left = processes_under(path)
+    return left
+
+
 def imds_relay(unix_path):
     """A TCP listener on 127.0.0.1 whose connections go to unix_path (a VM's imds.sock), as the
     gateway hands a guest's connections over; returns its port. For clients that speak TCP only
@@ -618,3 +629,57 @@ def imds_relay(unix_path):
     start_thread(loop)
     return srv.getsockname()[1]
 
+
+# ---------------------------------------------------------------------------------------------
+# npm packages of the tests (the MCP SDK, oidc-provider)
+
+NPM_STAMP_FORMAT = b"vm-manager npm cache v1\0"
+
+
+def node_tools(min_major=18):
+    """(node, npm) or (None, reason to skip)."""
+    node, npm = shutil.which("node"), shutil.which("npm")
+    if not node or not npm:
+        return None, "no node or npm on PATH (tools/install-deps.sh check installs them)"
+    version = subprocess.run([node, "--version"], capture_output=True, text=True, timeout=10).stdout.strip()
+    m = re.match(r"v(\d+)\.", version)
+    if not m or int(m.group(1)) < min_major:
+        return None, "node %s is older than %d" % (version or "(unknown)", min_major)
+    return (node, npm), None
+
+
+def npm_ci_cached(pkg_dir, cache_dir, timeout=120):
+    """`npm ci` of pkg_dir's package.json and package-lock.json into cache_dir, skipped while the
+    stamp there matches both files. Returns (ok, diag); the pinned packages are in
+    cache_dir/node_modules after success."""
+    os.makedirs(cache_dir, exist_ok=True)
+    h = hashlib.sha256(NPM_STAMP_FORMAT)
+    for name in ("package.json", "package-lock.json"):
+        with open(os.path.join(pkg_dir, name), "rb") as f:
+            h.update(name.encode() + b"\0" + f.read() + b"\0")
+    digest = h.hexdigest()
+    stamp = os.path.join(cache_dir, "lock.sha256")
+    try:
+        with open(stamp) as f:
+            if f.read().strip() == digest and os.path.isdir(os.path.join(cache_dir, "node_modules")):
+                return True, "cached: %s" % cache_dir
+    except OSError:
+        pass
+    if os.path.exists(stamp):
+        os.unlink(stamp)
+    shutil.rmtree(os.path.join(cache_dir, "node_modules"), ignore_errors=True)
+    for name in ("package.json", "package-lock.json"):
+        shutil.copyfile(os.path.join(pkg_dir, name), os.path.join(cache_dir, name))
+    env = dict(os.environ, npm_config_update_notifier="false", npm_config_loglevel="warn")
+    start = time.monotonic()
+    try:
+        p = subprocess.run(["npm", "ci", "--no-audit", "--no-fund", "--ignore-scripts"], cwd=cache_dir, env=env,
+                           stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return False, "npm ci took longer than %d s" % timeout
+    if p.returncode != 0:
+        return False, "npm ci failed with status %d:\n%s" % (p.returncode, (p.stdout + p.stderr).decode()[-3000:])
+    with open(stamp + ".tmp", "w") as f:
+        f.write(digest + "\n")
+    os.replace(stamp + ".tmp", stamp)
+    return True, "npm ci into %s took %.1f s" % (cache_dir, time.monotonic() - start)

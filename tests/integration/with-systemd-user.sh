@@ -31,9 +31,9 @@ skip() {
 command=("$@")
 
 systemd=/usr/lib/systemd/systemd
-[ -x "$systemd" ] || skip "no $systemd"
-command -v unshare >/dev/null 2>&1 || skip "unshare is not on PATH"
-command -v setsid >/dev/null 2>&1 || skip "setsid is not on PATH"
+[ -x "$systemd" ] || skip "no $systemd (package systemd)"
+command -v unshare >/dev/null 2>&1 || skip "unshare is not on PATH (package util-linux)"
+command -v setsid >/dev/null 2>&1 || skip "setsid is not on PATH (package util-linux)"
 [ "$(id -u)" = 0 ] || skip "needs root for a private mount namespace and cgroup directories"
 for h in unified systemd; do
         [ -d /sys/fs/cgroup/$h ] && [ -w /sys/fs/cgroup/$h ] || skip "/sys/fs/cgroup/$h is not a writable cgroup hierarchy"

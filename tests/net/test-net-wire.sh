@@ -2,14 +2,14 @@
 # SPDX-License-Identifier: LGPL-2.1-or-later
 # The switch against a real kernel stack: net-harness puts one port on a tap device, the tap goes
 # into a network namespace, and the namespace is the guest. busybox's udhcpc takes the lease while
-# tshark records the DHCP exchange on the tap, and the replies are checked as they were on the wire
-# (not as the client understood them). Then curl fetches the IMDS through the rewrite, and a TCP
-# connection goes out through slirp's NAT to a listener on the host's own address. A second run at
-# MTU 9000 checks that option 26 follows the configuration and that frames of that size cross the
-# switch in both directions.
+# dumpcap records the DHCP exchange on the tap, and the replies are checked, decoded by tshark, as
+# they were on the wire (not as the client understood them). Then curl fetches the IMDS through the
+# rewrite, and a TCP connection goes out through slirp's NAT to a listener on the host's own
+# address. A second run at MTU 9000 checks that option 26 follows the configuration and that frames
+# of that size cross the switch in both directions.
 #
-# Needs root, /dev/net/tun, "ip netns", tshark, busybox (udhcpc), curl and python3; otherwise the
-# whole test is skipped. NET_HARNESS names the net-harness binary.
+# Needs root, /dev/net/tun, "ip netns", tshark and dumpcap, busybox (udhcpc), curl and python3;
+# otherwise the whole test is skipped. NET_HARNESS names the net-harness binary.
 set -uo pipefail
 
 harness=${NET_HARNESS:-}
@@ -20,9 +20,8 @@ skip() {
 [ "$(id -u)" -eq 0 ] || skip "not root"
 [ -c /dev/net/tun ] || skip "no /dev/net/tun"
 { [ -n "$harness" ] && [ -x "$harness" ]; } || skip "NET_HARNESS does not name the net-harness binary"
-for t in ip tshark busybox curl python3; do
-        command -v "$t" >/dev/null 2>&1 || skip "$t is missing (tools/install-deps.sh check)"
-done
+. "$(dirname "${BASH_SOURCE[0]}")/../../tools/need.sh"
+missing=$(missing_cmds ip tshark dumpcap busybox curl python3) || skip "missing $missing (tools/install-deps.sh check)"
 busybox udhcpc --help >/dev/null 2>&1 || skip "this busybox has no udhcpc"
 
 ns=nw$$
@@ -123,25 +122,39 @@ stop_harness() { # its counters stay in harness.out
 }
 
 capture_pid=
-capture_start() { # capture_start FILE FILTER: tshark on the tap, in the namespace
-        : >"$work/tshark.err"
-        nsx tshark -q -i "$tap" -f "$2" -w "$1" 2>"$work/tshark.err" &
+capture_count=
+capture_start() { # capture_start FILE FILTER [COUNT]: dumpcap on the tap, in the namespace
+        # dumpcap itself, not tshark: tshark hands the capture to a dumpcap child, which is still
+        # writing the file when a SIGTERM has ended tshark. With COUNT the capture stops by itself
+        # after that many frames.
+        capture_count=${3:-}
+        : >"$work/dumpcap.err"
+        nsx dumpcap -q -i "$tap" -f "$2" ${capture_count:+-c "$capture_count"} -w "$1" 2>"$work/dumpcap.err" &
         capture_pid=$!
         pids+=("$capture_pid")
-        # "Capturing on" comes when tshark asks dumpcap to start, "Capture started" once dumpcap
-        # listens on the tap
+        # dumpcap names the file once the interface is open with its filter and the file created
         for _ in $(seq 300); do
-                grep -q "Capture started" "$work/tshark.err" && return 0
+                grep -q "^File: " "$work/dumpcap.err" && return 0
                 kill -0 "$capture_pid" 2>/dev/null || break
                 sleep 0.05
         done
-        sed 's/^/# tshark: /' "$work/tshark.err"
+        sed 's/^/# dumpcap: /' "$work/dumpcap.err"
         return 1
 }
 
-capture_stop() {
-        sleep 0.3 # the last frames reach the capture file
+capture_stop() { # returns once dumpcap has exited, so the file is complete
+        if [ -n "$capture_count" ]; then
+                # the capture ends by itself with its last frame; SIGTERM only if it never comes
+                for _ in $(seq 200); do
+                        kill -0 "$capture_pid" 2>/dev/null || break
+                        sleep 0.05
+                done
+        else
+                sleep 0.3 # the last frames reach dumpcap
+        fi
         stop "$capture_pid"
+        wait "$capture_pid" 2>/dev/null
+        capture_pid=
 }
 
 # udhcpc's script: the lease as the client saw it, and the link configured from it.
@@ -160,7 +173,8 @@ EOF
 chmod +x "$work/udhcpc.script"
 
 dhcp() { # takes a lease in the namespace while the DHCP exchange is captured to FILE
-        capture_start "$1" "udp port 67 or udp port 68" || return 1
+        # the exchange is four frames: DISCOVER, OFFER, REQUEST, ACK
+        capture_start "$1" "udp port 67 or udp port 68" 4 || return 1
         LEASE_FILE=$work/lease.env nsx busybox udhcpc -i "$tap" -f -n -q -t 5 -T 1 -O mtu -O search \
                 -s "$work/udhcpc.script" >"$work/udhcpc.log" 2>&1
         local r=$?

@@ -120,6 +120,8 @@ static void test_http_status(void **state) {
                 /* ...but only for invalid requests */
                 { API_ERROR_CONFLICT, -EFBIG, 409 },
                 { API_ERROR_INTERNAL, -EFBIG, 500 },
+                /* a refused bearer token */
+                { API_ERROR_UNAUTHORIZED, -EACCES, 401 },
         };
 
         for (size_t i = 0; i < ELEMENTSOF(cases); i++) {
@@ -184,6 +186,7 @@ static void test_code_strings(void **state) {
                 [API_ERROR_UNSUPPORTED] = "unsupported",
                 [API_ERROR_TIMEOUT] = "timeout",
                 [API_ERROR_VM_FAILED] = "vm_failed",
+                [API_ERROR_UNAUTHORIZED] = "unauthorized",
         };
 
         for (int c = 0; c < _API_ERROR_CODE_MAX; c++) {
