@@ -49,8 +49,9 @@ bench=(wrk curl procps time python3 iperf3 iproute2 slirp4netns passt libvirt-da
        swtpm-tools "${vms[@]}" "${test_image[@]}")
 fuzz=(clang-14 libclang-rt-14-dev)
 # deploy/ and tests/deploy: the container image (mmdebstrap, buildah, podman with runc), the unit under
-# a private systemd --system with its bus, polkit and systemd-analyze; make check runs those tests.
-deploy=(mmdebstrap buildah podman runc systemd dbus polkitd)
+# a private systemd --system with its bus, polkit and systemd-analyze, PyYAML to read the chart; make
+# check runs those tests.
+deploy=(mmdebstrap buildah podman runc systemd dbus polkitd python3-yaml)
 check+=("${deploy[@]}")
 # images/ (the guest image, group "image"): mkosi 27 (from sid, unpacked by images/scripts/mkosi) runs
 # on the system's python3 and apt and builds everything else inside its sid tools tree; git lists

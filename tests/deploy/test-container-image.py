@@ -3,8 +3,11 @@
 """The container image (deploy/container/build.sh) built here with mmdebstrap and buildah (rootful,
 vfs, runc, the project's containers.conf; the Debian root cached under /var/cache/vm-manager), then:
 
-  * `podman run` with the host network (and /dev/kvm where there is one): the daemon serves, and
-    get_host names the pinned OVMF package and version, QEMU 7.2, swtpm and a READY=1 transport;
+  * the chart's pod as podman runs it: its init container (`vm-manager image pull`) fetches the
+    test image, pushed with `vm-manager image push` to a loopback docker-registry, into the state
+    volume; the daemon starts on it with the pod's arguments and environment, the host network and
+    /dev/kvm where there is one; its probes answer, and get_host names the pinned OVMF package and
+    version, QEMU 7.2, swtpm and a READY=1 transport;
   * a VM of the test image (tests/image, real boots under TCG) created through the API in the
     container reaches ready; stopping the container ends it;
   * the chart's test pod (`helm test`), rendered for this image and port, runs its command in the
@@ -12,8 +15,9 @@ vfs, runc, the project's containers.conf; the Debian root cached under /var/cach
   * the image goes to a loopback docker-registry with `podman push` and comes back with `podman
     pull` into an empty storage: the same manifest digest, and the pulled image runs.
 
-Skips (exit 0, "1..0 # SKIP") without root, podman, buildah, runc or mmdebstrap, and the registry part
-without docker-registry.
+Skips (exit 0, "1..0 # SKIP") without root, podman, buildah, runc or mmdebstrap; without docker-registry,
+helm or PyYAML the chart's part and the registry's are skipped and the daemon runs on a copy of the
+test image.
 """
 
 import json
@@ -109,23 +113,95 @@ def build():
     return True
 
 
-def test_run(work):
-    images = os.path.join(work, "images")
-    os.makedirs(images)
-    for f in os.listdir(IMAGE_DIR):
-        if f.endswith((".efi", ".raw")):
-            shutil.copy(os.path.join(IMAGE_DIR, f), images)
+def fetch_helm():
+    if not HELM_CACHE:
+        return None, "no VM_MANAGER_HELM_CACHE"
+    p = subprocess.run([os.path.join(SOURCE_ROOT, "tools", "fetch-helm.sh"), os.path.join(HELM_CACHE, "helm")],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
+    return (p.stdout.strip().splitlines()[-1], "") if p.returncode == 0 else (None, "no helm: " + p.stdout[-300:])
+
+
+def render_chart(helm, values):
+    """The chart's objects for values, as the cluster would get them (None when it does not render)."""
+    import yaml
+
+    p = subprocess.run([helm, "template", "r", os.path.join(SOURCE_ROOT, "deploy", "helm", "vm-manager"), "-n", "vms",
+                        "-f", "-"], input=json.dumps(values), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                       text=True, timeout=60)
+    if p.returncode != 0:
+        tap.diag(p.stdout[-1500:])
+        return None
+    return [o for o in yaml.safe_load_all(p.stdout) if o]
+
+
+def env_args(container, port):
+    """A container's env as podman -e flags; the listener on loopback (the pod's would face the host's
+    network here)."""
+    out = []
+    for e in container.get("env", []):
+        value = e.get("value", "")
+        if e["name"] == "VM_MANAGER_LISTEN":
+            value = "127.0.0.1:%d" % port
+        out += ["-e", "%s=%s" % (e["name"], value)]
+    return out
+
+
+def test_run(work, registry_port):
+    """The StatefulSet's pod as podman runs it: the init container pulls the guest image (pushed by
+    `vm-manager image push` to the loopback registry) into the state volume, then the daemon starts on
+    it with the pod's arguments and environment."""
+    state = os.path.join(work, "state")
+    os.makedirs(os.path.join(state, "images"))
     port = free_port()
+    helm, why = fetch_helm()
+    try:
+        import yaml  # noqa: F401
+    except ImportError:
+        helm, why = None, "no python3-yaml"
+    objs = None
+    if helm and registry_port:
+        repo = "127.0.0.1:%d/giantswarm/vm-manager-guest-image" % registry_port
+        p = subprocess.run([BIN, "image", "push", "--plain-http", "--image-dir", IMAGE_DIR, "test-vm_1.0", repo + ":1.0"],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300,
+                           env=dict(os.environ, ASAN_OPTIONS="detect_leaks=0"))
+        tap.result(p.returncode == 0, "vm-manager image push of the test image to the loopback registry", p.stdout[-1500:])
+        objs = render_chart(helm, {"image": {"registry": "localhost", "repository": "vm-manager", "tag": TAG},
+                                   "guestImage": {"repository": repo, "tag": "1.0", "plainHttp": True},
+                                   "service": {"port": port}})
+    if objs is None:
+        tap.skip("the chart's pod (init container, daemon, test pod) in podman",
+                 why or "no docker-registry (tools/install-deps.sh check)")
+        for f in os.listdir(IMAGE_DIR):
+            if f.endswith((".efi", ".raw")):
+                shutil.copy(os.path.join(IMAGE_DIR, f), os.path.join(state, "images"))
+        pod, daemon, args = {}, {"env": [{"name": "VM_MANAGER_LISTEN"}]}, []
+    else:
+        pod = next(o for o in objs if o["kind"] == "StatefulSet")["spec"]["template"]["spec"]
+        daemon = pod["containers"][0]
+        args = daemon["args"]
+        init = pod["initContainers"][0]
+        sc = init["securityContext"]
+        flags = (["--read-only"] if sc.get("readOnlyRootFilesystem") else []) + \
+            (["--cap-drop", "ALL"] if "ALL" in sc.get("capabilities", {}).get("drop", []) else []) + \
+            (["--security-opt", "no-new-privileges"] if sc.get("allowPrivilegeEscalation") is False else [])
+        t0 = time.monotonic()
+        p = podman(STORAGE_DIR, "run", "--rm", "--network", "host", *flags,
+                   "-v", "%s:%s" % (state, init["volumeMounts"][0]["mountPath"]), *env_args(init, port),
+                   init["image"], *init["args"])
+        tap.result(p.returncode == 0 and os.path.exists(os.path.join(state, "images", "test-vm_1.0.efi")),
+                   "the chart's init container (%s) pulls the guest image into the state volume (%.0f s)"
+                   % (" ".join(init["args"]), time.monotonic() - t0), p.stdout[-2000:])
+
     name = "vmm-test-%d" % os.getpid()
     devices = []
     for dev in ("/dev/kvm", "/dev/vhost-vsock", "/dev/net/tun"):
         if os.path.exists(dev):
             devices += ["--device", dev]
     p = podman(STORAGE_DIR, "run", "-d", "--name", name, "--network", "host", *devices,
-               "-v", "%s:/var/lib/vm-manager/images" % images,
-               "-e", "VM_MANAGER_LISTEN=127.0.0.1:%d" % port,
-               "-e", "ASAN_OPTIONS=detect_leaks=0", NAME)
-    tap.result(p.returncode == 0, "podman run --network host %s (%s)" % (" ".join(devices), NAME), p.stdout[-2000:])
+               "-v", "%s:/var/lib/vm-manager" % state, *env_args(daemon, port),
+               "-e", "ASAN_OPTIONS=detect_leaks=0", NAME, *args)
+    tap.result(p.returncode == 0, "podman run --network host %s %s %s" % (" ".join(devices), NAME, " ".join(args)),
+               p.stdout[-2000:])
     if p.returncode != 0:
         return
     try:
@@ -136,6 +212,11 @@ def test_run(work):
         tap.result(ok, "the daemon in the container serves /healthz", podman(STORAGE_DIR, "logs", name).stdout[-3000:])
         if not ok:
             return
+        for probe in ("livenessProbe", "readinessProbe", "startupProbe"):
+            path = daemon.get(probe, {}).get("httpGet", {}).get("path")
+            if path:
+                status, _, _ = http_request(port, "GET", path)
+                tap.result(status == 200, "the pod's %s (%s) answers 200" % (probe, path), str(status))
         status, host = api(port, "GET", "/host")
         fw = (host or {}).get("firmware", {})
         tap.result(status == 200 and fw.get("package") == "ovmf" and fw.get("version") == pinned_ovmf(),
@@ -145,7 +226,8 @@ def test_run(work):
                    and host.get("swtpm", {}).get("found") and host.get("notify", {}).get("transport") != "none",
                    "get_host: QEMU 7.2, swtpm and a READY=1 transport in the image", json.dumps(host)[:1500])
 
-        test_chart_test_pod(port)
+        if objs:
+            test_chart_test_pod(objs)
 
         t0 = time.monotonic()
         status, vm = api(port, "POST", "/vms", dict(CREATE, name="pod"), timeout=600)
@@ -157,44 +239,30 @@ def test_run(work):
     finally:
         logs = podman(STORAGE_DIR, "logs", name).stdout
         p = podman(STORAGE_DIR, "stop", "-t", "60", name)
-        state = podman(STORAGE_DIR, "inspect", "-f", "{{.State.ExitCode}}", name).stdout.strip()
-        tap.result(p.returncode == 0 and state == "0", "podman stop: the daemon powers the VM down and exits 0",
-                   p.stdout + state)
+        code = podman(STORAGE_DIR, "inspect", "-f", "{{.State.ExitCode}}", name).stdout.strip()
+        tap.result(p.returncode == 0 and code == "0", "podman stop: the daemon powers the VM down and exits 0",
+                   p.stdout + code)
         podman(STORAGE_DIR, "rm", "-f", name)
         bad = [line for line in logs.splitlines() if SANITIZER_RE.search(line)]
         tap.result(not bad, "no sanitizer report in the container's log", "\n".join(bad[:20]))
 
 
-def test_chart_test_pod(port):
-    """The chart's `helm test` pod, rendered for this image and port, run as its securityContext says,
-    with the Service's name pointing at the daemon."""
-    if not HELM_CACHE:
-        tap.skip("the chart's test pod in the image", "no VM_MANAGER_HELM_CACHE")
+def test_chart_test_pod(objs):
+    """The chart's `helm test` pod, run as its securityContext says, with the Service's name pointing
+    at the daemon."""
+    pod = next((o for o in objs if o["kind"] == "Pod" and
+                o["metadata"].get("annotations", {}).get("helm.sh/hook") == "test"), None)
+    if not tap.result(pod is not None and pod["spec"]["containers"][0]["image"] == NAME,
+                      "the chart renders its test pod for this image", json.dumps(pod)[:1500]):
         return
-    p = subprocess.run([os.path.join(SOURCE_ROOT, "tools", "fetch-helm.sh"), os.path.join(HELM_CACHE, "helm")],
-                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
-    if p.returncode != 0:
-        tap.skip("the chart's test pod in the image", "no helm: " + p.stdout[-300:])
-        return
-    helm = p.stdout.strip().splitlines()[-1]
-    p = subprocess.run([helm, "template", "r", os.path.join(SOURCE_ROOT, "deploy", "helm", "vm-manager"), "-n", "vms",
-                        "--show-only", "templates/tests/test-healthz.yaml",
-                        "--set", "image.registry=localhost,image.repository=vm-manager,image.tag=%s,service.port=%d"
-                        % (TAG, port)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=60)
-    # the pod's image, command and user, read off the rendered YAML (flat lists of scalars)
-    image = re.search(r"^\s+image: (\S+)$", p.stdout, re.M)
-    user = re.search(r"^\s+runAsUser: (\d+)$", p.stdout, re.M)
-    block = re.search(r"^(\s+)command:\n((?:\1\s+- .*\n)+)", p.stdout, re.M)
-    command = [json.loads(v) if v.startswith('"') else v
-               for v in re.findall(r"^\s+- (.*)$", block.group(2), re.M)] if block else []
-    ok = p.returncode == 0 and image and image.group(1) == NAME and user and command[:1] == ["curl"]
-    if not tap.result(ok, "helm template of the chart's test pod for this image", p.stdout[-1500:]):
-        return
-    r = podman(STORAGE_DIR, "run", "--rm", "--network", "host", "--add-host", "r-vm-manager:127.0.0.1",
-               "--user", "%s:%s" % (user.group(1), user.group(1)), "--read-only", "--cap-drop", "ALL",
-               "--security-opt", "no-new-privileges", "--entrypoint", command[0], NAME, *command[1:])
+    c = pod["spec"]["containers"][0]
+    user = pod["spec"]["securityContext"]["runAsUser"]
+    host = c["command"][-1].split("//", 1)[1].split(":", 1)[0]
+    r = podman(STORAGE_DIR, "run", "--rm", "--network", "host", "--add-host", "%s:127.0.0.1" % host,
+               "--user", "%d:%d" % (user, user), "--read-only", "--cap-drop", "ALL",
+               "--security-opt", "no-new-privileges", "--entrypoint", c["command"][0], NAME, *c["command"][1:])
     tap.result(r.returncode == 0 and r.stdout.rstrip().endswith("ok"),
-               "the chart's test pod: %s gets ok" % command[-1], r.stdout[-1500:])
+               "the chart's test pod: %s gets ok" % c["command"][-1], r.stdout[-1500:])
 
 
 def start_registry(work):
@@ -219,39 +287,34 @@ def start_registry(work):
     return None, None
 
 
-def test_registry(work):
-    proc, port = start_registry(work)
-    if not proc:
+def test_registry(work, port):
+    if not port:
         tap.skip("push to and pull from a loopback registry", "no docker-registry (tools/install-deps.sh check)")
         return
-    try:
-        remote = "127.0.0.1:%d/giantswarm/vm-manager:test" % port
-        digest_file = os.path.join(work, "digest")
-        t0 = time.monotonic()
-        p = podman(STORAGE_DIR, "push", "--tls-verify=false", "--digestfile", digest_file, NAME, remote)
-        tap.result(p.returncode == 0, "podman push to the loopback docker-registry (%.0f s)" % (time.monotonic() - t0),
-                   p.stdout[-2000:])
-        if p.returncode != 0:
-            return
-        with open(digest_file) as f:
-            pushed = f.read().strip()
+    remote = "127.0.0.1:%d/giantswarm/vm-manager:test" % port
+    digest_file = os.path.join(work, "digest")
+    t0 = time.monotonic()
+    p = podman(STORAGE_DIR, "push", "--tls-verify=false", "--digestfile", digest_file, NAME, remote)
+    tap.result(p.returncode == 0, "podman push to the loopback docker-registry (%.0f s)" % (time.monotonic() - t0),
+               p.stdout[-2000:])
+    if p.returncode != 0:
+        return
+    with open(digest_file) as f:
+        pushed = f.read().strip()
 
-        other = new_storage(os.path.join(work, "pulled"))
-        t0 = time.monotonic()
-        p = podman(other, "pull", "--tls-verify=false", remote)
-        took = time.monotonic() - t0
-        q = podman(other, "image", "inspect", "-f", "{{.Digest}}", remote)
-        tap.result(p.returncode == 0 and q.stdout.strip() == pushed,
-                   "podman pull into an empty storage: the digest that was pushed (%.0f s)" % took,
-                   p.stdout[-2000:] + q.stdout + " pushed " + pushed)
-        r = podman(other, "run", "--rm", "--network", "none", remote, "version")
-        # (podman's own warnings share the output)
-        tap.result(r.returncode == 0 and re.search(r"^vm-manager version ", r.stdout, re.M),
-                   "the pulled image runs: vm-manager version", r.stdout[-1000:])
-        podman(other, "rmi", "-a", "-f")
-    finally:
-        proc.kill()
-        proc.wait()
+    other = new_storage(os.path.join(work, "pulled"))
+    t0 = time.monotonic()
+    p = podman(other, "pull", "--tls-verify=false", remote)
+    took = time.monotonic() - t0
+    q = podman(other, "image", "inspect", "-f", "{{.Digest}}", remote)
+    tap.result(p.returncode == 0 and q.stdout.strip() == pushed,
+               "podman pull into an empty storage: the digest that was pushed (%.0f s)" % took,
+               p.stdout[-2000:] + q.stdout + " pushed " + pushed)
+    r = podman(other, "run", "--rm", "--network", "none", remote, "version")
+    # (podman's own warnings share the output)
+    tap.result(r.returncode == 0 and re.search(r"^vm-manager version ", r.stdout, re.M),
+               "the pulled image runs: vm-manager version", r.stdout[-1000:])
+    podman(other, "rmi", "-a", "-f")
 
 
 def main():
@@ -275,14 +338,20 @@ def main():
     work = tempfile.mkdtemp(prefix="vmm-container-")
     try:
         if build():
-            for section in (test_run, test_registry):
-                t0 = time.monotonic()
-                try:
-                    section(work)
-                except Exception:  # noqa: BLE001
-                    import traceback
-                    tap.result(False, "%s ran to the end" % section.__name__, traceback.format_exc())
-                tap.diag("%s: %.1f s" % (section.__name__, time.monotonic() - t0))
+            registry, port = start_registry(work)
+            try:
+                for section in (test_run, test_registry):
+                    t0 = time.monotonic()
+                    try:
+                        section(work, port)
+                    except Exception:  # noqa: BLE001
+                        import traceback
+                        tap.result(False, "%s ran to the end" % section.__name__, traceback.format_exc())
+                    tap.diag("%s: %.1f s" % (section.__name__, time.monotonic() - t0))
+            finally:
+                if registry:
+                    registry.kill()
+                    registry.wait()
     finally:
         podman(STORAGE_DIR, "rmi", "-f", NAME)
         shutil.rmtree(work, ignore_errors=True)
