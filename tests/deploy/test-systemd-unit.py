@@ -32,7 +32,7 @@ import time
 
 here = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(here, "..", "integration"))
-from vmmtest import SANITIZER_RE, api, free_port, http_request, tap, wait_state  # noqa: E402
+from vmmtest import SANITIZER_RE, api, free_port, http_request, tap  # noqa: E402
 
 SOURCE_ROOT = os.path.abspath(os.path.join(here, "..", ".."))
 BUILD_ROOT = os.environ.get("VM_MANAGER_BUILD_ROOT")

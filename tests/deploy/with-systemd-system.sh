@@ -16,6 +16,7 @@
 # the whole pid namespace is killed and the scratch directory removed (KEEP=1 keeps it).
 
 set -u
+. "$(dirname "$0")/../cgroup-util.sh"
 
 skip() {
         echo "1..0 # SKIP $*"
@@ -48,17 +49,7 @@ manager_pid=
 cleanup() {
         # SIGKILL of the namespace's PID 1 ends every process in it, the mounts go with it
         [ -n "$manager_pid" ] && kill -KILL "$manager_pid" 2>/dev/null
-        for h in unified systemd; do
-                d=/sys/fs/cgroup/$h/$cg
-                [ -d "$d" ] || continue
-                for i in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20; do
-                        procs=$(find "$d" -name cgroup.procs -exec cat {} + 2>/dev/null)
-                        [ -z "$procs" ] && break
-                        kill -KILL $procs 2>/dev/null
-                        sleep 0.1
-                done
-                find "$d" -depth -type d -exec rmdir {} \; 2>/dev/null
-        done
+        cgroup_remove "$cg"
         [ -n "${KEEP:-}" ] || rm -rf "$work"
 }
 trap cleanup EXIT
