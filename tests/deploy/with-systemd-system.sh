@@ -28,11 +28,11 @@ skip() {
         exit 2
 }
 
+. "$(dirname "$0")/../../tools/need.sh"
 systemd=/usr/lib/systemd/systemd
 [ -x "$systemd" ] || skip "no $systemd (package systemd)"
-for c in unshare nsenter setsid systemctl dbus-daemon; do
-        command -v $c >/dev/null 2>&1 || skip "$c is not on PATH"
-done
+missing=$(missing_cmds unshare nsenter setsid runuser systemctl systemd-analyze systemd-sysusers dbus-daemon) ||
+        skip "missing $missing (tools/install-deps.sh deploy)"
 [ "$(id -u)" = 0 ] || skip "needs root for namespaces, overlays and cgroup directories"
 grep -qw overlay /proc/filesystems || modprobe overlay 2>/dev/null
 grep -qw overlay /proc/filesystems || skip "the kernel has no overlay file system"
