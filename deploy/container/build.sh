@@ -5,8 +5,8 @@
 #   1. a Debian 12 root made by mmdebstrap: QEMU, swtpm, the pinned OVMF, curl (the
 #      chart's test pod), vhost-device-vsock from sid (tools/fetch-sid-package.sh --download-only)
 #      and the libraries the given binary links, found with ldd and dpkg -S on this (bookworm) host;
-#      kept as a tarball in $CACHE_DIR/<key>, where key hashes everything it is made from, since it
-#      takes minutes;
+#      kept as a tarball in $CACHE_DIR/<key>, where key hashes what it is made from (mmdebstrap's
+#      options, the packages, the mirror, the sid package), since it takes minutes;
 #   2. buildah (rootful, vfs storage, the settings of deploy/container/containers.conf) commits that
 #      root as the image localhost/vm-manager-root:<key> (once), and on top of it the binary and the
 #      image's configuration: two layers, so that a new binary changes only the small one.
@@ -15,7 +15,8 @@
 #   STORAGE_DIR  containers storage (default /var/cache/vm-manager/containers): storage.conf is
 #                written there and used through CONTAINERS_STORAGE_CONF
 #   CACHE_DIR    root tarballs (default /var/cache/vm-manager/container-root)
-#   MIRROR       a Debian mirror (default: mmdebstrap's, deb.debian.org with updates and security)
+#   MIRROR       a Debian mirror (default: mmdebstrap's, deb.debian.org with updates and security),
+#   SECURITY_MIRROR  and its security archive (default http://deb.debian.org/debian-security)
 # Prints the image name and its id on the last line.
 set -euo pipefail
 
@@ -67,15 +68,22 @@ packages=(qemu-system-x86 swtpm "ovmf=$OVMF_VERSION" curl ca-certificates "${lib
 "$root/tools/fetch-sid-package.sh" --download-only "$work/sid" vhost-device-vsock >/dev/null
 deb=$(ls "$work"/sid/vhost-device-vsock_*.deb)
 
+# How the root is made; with the package list and the sid package, its cache key. A fixed
+# SOURCE_DATE_EPOCH: the same inputs give the same tarball, and so the same layer.
+epoch=1735689600
+mmdebstrap_opts=(--variant=minbase --mode=root --format=tar
+        --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-include=/usr/share/doc/*/copyright'
+        --dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/locale/*'
+        --aptopt='Acquire::Languages "none"')
 key=$( {
-        cat "$0"
-        printf '%s\n' "${packages[@]}" "mirror=${MIRROR:-}"
+        printf '%s\n' "${mmdebstrap_opts[@]}" "${packages[@]}" "mirror=${MIRROR:-} ${SECURITY_MIRROR:-}" "epoch=$epoch"
         sha256sum <"$deb"
 } | sha256sum | cut -c1-16)
 tarball=$CACHE_DIR/$key/rootfs.tar
 
 if [ -f "$tarball" ]; then
         echo "build.sh: root $key from the cache"
+        touch "$tarball"
 else
         echo "build.sh: making root $key with mmdebstrap (minutes)"
         mkdir -p "$CACHE_DIR/$key"
@@ -83,15 +91,12 @@ else
         cp "$deb" "$work/vhost-device-vsock.deb"
         mirrors=()
         if [ -n "${MIRROR:-}" ]; then
-                mirrors=("deb $MIRROR bookworm main" "deb $MIRROR bookworm-updates main")
+                mirrors=("deb $MIRROR bookworm main" "deb $MIRROR bookworm-updates main"
+                        "deb ${SECURITY_MIRROR:-http://deb.debian.org/debian-security} bookworm-security main")
         fi
-        # a fixed SOURCE_DATE_EPOCH: the same inputs give the same tarball, and so the same layer
-        if ! SOURCE_DATE_EPOCH=1735689600 mmdebstrap --variant=minbase --mode=root --format=tar \
+        if ! SOURCE_DATE_EPOCH=$epoch mmdebstrap "${mmdebstrap_opts[@]}" \
                 --include="$(IFS=,; echo "${packages[*]}")" --include="$work/vhost-device-vsock.deb" \
                 --hook-dir=/usr/share/mmdebstrap/hooks/file-mirror-automount \
-                --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-include=/usr/share/doc/*/copyright' \
-                --dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/locale/*' \
-                --aptopt='Acquire::Languages "none"' \
                 bookworm "$part" "${mirrors[@]}"; then
                 rm -f "$part"
                 echo "build.sh: mmdebstrap failed" >&2
@@ -101,11 +106,17 @@ else
         printf '%s\n' "${packages[@]}" >"$CACHE_DIR/$key/packages"
 fi
 
+# Roots unused for two weeks leave the cache (another build may use another key meanwhile).
+find "$CACHE_DIR" -mindepth 2 -maxdepth 2 -name rootfs.tar -mtime +14 -printf '%h\n' | xargs -r rm -rf
+
 base=localhost/vm-manager-root:$key
 if ! buildah inspect --type image "$base" >/dev/null 2>&1; then
         c=$(buildah from scratch)
         buildah add --quiet "$c" "$tarball" /
         buildah commit --quiet --rm "$c" "$base" >/dev/null
+        # the roots of earlier keys in this storage (a few hundred MB each under vfs)
+        buildah images --format '{{.Name}}:{{.Tag}}' | grep '^localhost/vm-manager-root:' | grep -vx "$base" |
+                xargs -r buildah rmi >/dev/null 2>&1 || true
 fi
 
 version=$("$bin" version 2>/dev/null | awk 'NR == 1 { print $3 }' || true)
