@@ -28,10 +28,10 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 
 here = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(here, "..", "integration"))
+from ocitest import REGISTRY_BIN, Registry  # noqa: E402
 from vmmtest import SANITIZER_RE, api, free_port, http_request, tap  # noqa: E402
 
 SOURCE_ROOT = os.path.abspath(os.path.join(here, "..", ".."))
@@ -40,7 +40,6 @@ IMAGE_DIR = os.environ.get("VM_MANAGER_TEST_IMAGE_DIR")
 STORAGE_DIR = os.environ.get("VM_MANAGER_CONTAINER_STORAGE")
 BUILD_SH = os.path.join(SOURCE_ROOT, "deploy", "container", "build.sh")
 CONTAINERS_CONF = os.path.join(SOURCE_ROOT, "deploy", "container", "containers.conf")
-REGISTRY_PATHS = ["/var/cache/vm-manager/docker-registry/usr/bin/docker-registry"]
 CREATE = {"memory_mib": 512, "disk_gib": 1, "require_attestation": False}
 TAG = "test-%d" % os.getpid()
 NAME = "localhost/vm-manager:" + TAG
@@ -265,28 +264,6 @@ def test_chart_test_pod(objs):
                "the chart's test pod: %s gets ok" % c["command"][-1], r.stdout[-1500:])
 
 
-def start_registry(work):
-    binary = shutil.which("docker-registry") or next((p for p in REGISTRY_PATHS if os.access(p, os.X_OK)), None)
-    if not binary:
-        return None, None
-    port = free_port()
-    conf = os.path.join(work, "registry.yml")
-    with open(conf, "w") as f:
-        f.write("version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: %s\n"
-                "  delete:\n    enabled: true\nhttp:\n  addr: 127.0.0.1:%d\n" % (os.path.join(work, "registry"), port))
-    proc = subprocess.Popen([binary, "serve", conf], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen("http://127.0.0.1:%d/v2/" % port, timeout=2) as r:
-                if r.status == 200:
-                    return proc, port
-        except OSError:
-            time.sleep(0.1)
-    proc.kill()
-    return None, None
-
-
 def test_registry(work, port):
     if not port:
         tap.skip("push to and pull from a loopback registry", "no docker-registry (tools/install-deps.sh check)")
@@ -338,7 +315,9 @@ def main():
     work = tempfile.mkdtemp(prefix="vmm-container-")
     try:
         if build():
-            registry, port = start_registry(work)
+            # the registry of the image push/pull tests (tests/integration/ocitest.py)
+            registry = Registry(work, "registry") if REGISTRY_BIN else None
+            port = registry.port if registry else None
             try:
                 for section in (test_run, test_registry):
                     t0 = time.monotonic()
@@ -350,8 +329,7 @@ def main():
                     tap.diag("%s: %.1f s" % (section.__name__, time.monotonic() - t0))
             finally:
                 if registry:
-                    registry.kill()
-                    registry.wait()
+                    registry.stop()
     finally:
         podman(STORAGE_DIR, "rmi", "-f", NAME)
         shutil.rmtree(work, ignore_errors=True)
