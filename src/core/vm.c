@@ -3351,7 +3351,9 @@ int vm_load_all(Manager *m, ApiError *reterr) {
                         (void) vm_save(v);
                 vm_forwards_restore(v);
         }
-        qsort(m->vms, m->n_vms, sizeof(Vm *), vm_cmp_created);
+        /* m->vms is NULL while a vms/ directory is empty (every VM deleted): qsort() takes no NULL */
+        if (m->n_vms > 1)
+                qsort(m->vms, m->n_vms, sizeof(Vm *), vm_cmp_created);
         vm_release_stray_leases(m);
         vm_remove_stray_volumes(m);
         return 0;
