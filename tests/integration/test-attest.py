@@ -14,12 +14,11 @@ import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 
 here = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, here)
-from vmmtest import Daemon, HOST, base_env, free_port, http_request, run, tap  # noqa: E402
+from vmmtest import Daemon, HOST, base_env, free_port, http_request, imds_relay, run, tap  # noqa: E402
 
 FAKES = os.path.join(here, "fakes")
 TESTS = os.path.dirname(here)
@@ -31,38 +30,6 @@ def api(port, method, path, body=None, timeout=60):
                                          body=json.dumps(body).encode() if body is not None else None,
                                          timeout=timeout)
     return status, (json.loads(data) if data else None)
-
-
-def relay(unix_path):
-    """A TCP listener on 127.0.0.1 whose connections go to unix_path: the guest's way to its IMDS."""
-    srv = socket.socket()
-    srv.bind(("127.0.0.1", 0))
-    srv.listen(16)
-
-    def pipe(a, b):
-        try:
-            while True:
-                d = a.recv(65536)
-                if not d:
-                    break
-                b.sendall(d)
-        except OSError:
-            pass
-        finally:
-            try:
-                b.shutdown(socket.SHUT_WR)
-            except OSError:
-                pass
-
-    def loop():
-        while True:
-            c, _ = srv.accept()
-            u = socket.socket(socket.AF_UNIX)
-            u.connect(unix_path)
-            threading.Thread(target=pipe, args=(c, u), daemon=True).start()
-            threading.Thread(target=pipe, args=(u, c), daemon=True).start()
-    threading.Thread(target=loop, daemon=True).start()
-    return srv.getsockname()[1]
 
 
 def http(port, method, path, body=None):
@@ -134,7 +101,7 @@ def test_attest(work):
         if status != 201:
             return
         vid = vm["id"]
-        rport = relay(os.path.join(state, "vms", vid, "imds.sock"))
+        rport = imds_relay(os.path.join(state, "vms", vid, "imds.sock"))
         url = "http://127.0.0.1:%d/giantswarm/v1" % rport
 
         def attest(stage, *extra):

@@ -28,8 +28,8 @@ import time
 
 here = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, here)
-from vmmtest import (Daemon, HOST, base_env, free_port, http_request, imds_relay, processes_under,  # noqa: E402
-                     run, tap)
+from vmmtest import (Daemon, HOST, base_env, free_port, http_request, imds_relay, imds_request,  # noqa: E402
+                     processes_under, run, tap)
 
 FAKES = os.path.join(here, "fakes")
 ZERO = "00" * 32
@@ -203,7 +203,8 @@ def test_rejected(work):
         url = imds_url(state, vm["id"])
 
         # a stale nonce first: the guest's to retry, nothing fails
-        st, _, body = http_request_unix(state, vm["id"], "POST", "/giantswarm/v1/attest/quote",
+        st, _, body = imds_request(os.path.join(state, "vms", vm["id"], "imds.sock"), "POST",
+                                   "/giantswarm/v1/attest/quote",
                                         json.dumps({"stage": "initrd", "nonce": "ab" * 32, "ak_pub": "AAAA",
                                                     "quote": "AAAA", "signature": "AAAA",
                                                     "pcrs": {"sha256": {"0": ZERO}}}).encode())
@@ -244,25 +245,6 @@ def test_rejected(work):
     finally:
         tpm.stop()
         d.stop(signal.SIGTERM, timeout=30)
-
-
-def http_request_unix(state, vid, method, path, body=None):
-    s = socket.socket(socket.AF_UNIX)
-    s.settimeout(20)
-    s.connect(os.path.join(state, "vms", vid, "imds.sock"))
-    head = "%s %s HTTP/1.1\r\nHost: 169.254.169.254\r\nConnection: close\r\n" % (method, path)
-    if body is not None:
-        head += "Content-Type: application/json\r\nContent-Length: %d\r\n" % len(body)
-    s.sendall(head.encode() + b"\r\n" + (body or b""))
-    data = b""
-    while True:
-        chunk = s.recv(65536)
-        if not chunk:
-            break
-        data += chunk
-    s.close()
-    head, _, payload = data.partition(b"\r\n\r\n")
-    return int(head.split()[1]), head, payload
 
 
 def test_ready_without_attestation(work):
