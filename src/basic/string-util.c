@@ -52,3 +52,13 @@ char *strip_terminal_escapes(char *s) {
         *w = 0;
         return s;
 }
+
+uint32_t fnv1a_32(const char *s) {
+        uint32_t h = UINT32_C(2166136261);
+
+        for (; *s; s++) {
+                h ^= (uint8_t) *s;
+                h *= UINT32_C(16777619);
+        }
+        return h;
+}

@@ -8,23 +8,15 @@
 #include "log.h"
 #include "manager.h"
 #include "parse-util.h"
+#include "string-table.h"
 
-static const char *const launcher_table[_VM_LAUNCHER_MAX] = {
+static const char *const vm_launcher_table[_VM_LAUNCHER_MAX] = {
         [VM_LAUNCHER_AUTO] = "auto",
         [VM_LAUNCHER_SYSTEMD] = "systemd",
         [VM_LAUNCHER_PROCESS] = "process",
 };
 
-const char *vm_launcher_to_string(VmLauncherKind k) {
-        return k >= 0 && k < _VM_LAUNCHER_MAX ? launcher_table[k] : NULL;
-}
-
-VmLauncherKind vm_launcher_from_string(const char *s) {
-        for (int i = 0; s && i < _VM_LAUNCHER_MAX; i++)
-                if (streq(s, launcher_table[i]))
-                        return (VmLauncherKind) i;
-        return _VM_LAUNCHER_INVALID;
-}
+DEFINE_STRING_TABLE_LOOKUP(vm_launcher, VmLauncherKind);
 
 static void on_images_changed(ImageCatalog *c, void *userdata) {
         manager_touch(userdata);
@@ -243,21 +235,12 @@ int manager_new(Manager **ret, sd_event *event, const ManagerConfig *cfg, ApiErr
         return 0;
 }
 
-static const char *const attest_mode_names[_ATTEST_MODE_MAX] = {
+static const char *const attest_mode_table[_ATTEST_MODE_MAX] = {
         [ATTEST_MODE_VERIFY] = "verify",
         [ATTEST_MODE_NOOP] = "noop",
 };
 
-const char *attest_mode_to_string(AttestMode m) {
-        return m >= 0 && m < _ATTEST_MODE_MAX ? attest_mode_names[m] : NULL;
-}
-
-AttestMode attest_mode_from_string(const char *s) {
-        for (int i = 0; s && i < _ATTEST_MODE_MAX; i++)
-                if (streq(s, attest_mode_names[i]))
-                        return (AttestMode) i;
-        return _ATTEST_MODE_INVALID;
-}
+DEFINE_STRING_TABLE_LOOKUP(attest_mode, AttestMode);
 
 NetSwitch *manager_switch_get(Manager *m, const char *name) {
         for (size_t i = 0; name && i < m->n_switches; i++)

@@ -23,6 +23,7 @@
 #include "log.h"
 #include "manager.h"
 #include "parse-util.h"
+#include "socket-util.h"
 #include "vm.h"
 
 /* 'word' → 'word', with ' inside as '\'' : the remote shell sees the argv as given. */
@@ -86,7 +87,6 @@ _noreturn_ static void exec_child(
         const char *key_path,
         const char *pin_path,
         const char *cmd) {
-        struct sockaddr_un sa = { .sun_family = AF_UNIX };
         ssh_session session = NULL;
         ssh_channel channel = NULL;
         ssh_key server_key = NULL, key = NULL;
@@ -103,12 +103,9 @@ _noreturn_ static void exec_child(
                 goto finish;                         \
         } while (0)
 
-        fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        if (fd < 0 || strlen(sock) >= sizeof(sa.sun_path))
-                FAIL("dial %s: %s", addr, strerror(errno ?: ENAMETOOLONG));
-        strcpy(sa.sun_path, sock);
-        if (connect(fd, (struct sockaddr *) &sa, sizeof(sa)) < 0)
-                FAIL("dial %s: %s", addr, strerror(errno));
+        fd = unix_stream_connect(sock, /* nonblock= */ false);
+        if (fd < 0)
+                FAIL("dial %s: %s", addr, strerror(-fd));
 
         session = ssh_new();
         if (!session)

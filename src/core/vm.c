@@ -19,12 +19,16 @@
 #include <unistd.h>
 
 #include "fs-util.h"
+#include "hex-util.h"
 #include "json-util.h"
 #include "log.h"
 #include "manager.h"
 #include "parse-util.h"
+#include "socket-util.h"
 #include "storage.h"
+#include "string-table.h"
 #include "string-util.h"
+#include "time-util.h"
 #include "vm-cmdline.h"
 #include "vm-launch.h"
 #include "vm-qmp.h"
@@ -53,39 +57,21 @@ static const char *const vm_state_table[_VM_STATE_MAX] = {
         [VM_STATE_FAILED] = "failed",     [VM_STATE_DELETING] = "deleting",
 };
 
-const char *vm_state_to_string(VmState s) {
-        return s >= 0 && s < _VM_STATE_MAX ? vm_state_table[s] : NULL;
-}
-
-VmState vm_state_from_string(const char *s) {
-        for (int i = 0; s && i < _VM_STATE_MAX; i++)
-                if (streq(s, vm_state_table[i]))
-                        return (VmState) i;
-        return _VM_STATE_INVALID;
-}
+DEFINE_STRING_TABLE_LOOKUP(vm_state, VmState);
 
 bool vm_state_is_live(VmState s) {
         return s == VM_STATE_INSTALLING || s == VM_STATE_BOOTING || s == VM_STATE_ATTESTING ||
                 s == VM_STATE_READY || s == VM_STATE_RUNNING || s == VM_STATE_STOPPING;
 }
 
-static const char *const wait_for_table[_VM_WAIT_MAX] = {
+static const char *const vm_wait_for_table[_VM_WAIT_MAX] = {
         [VM_WAIT_NONE] = "none",
         [VM_WAIT_INSTALLED] = "installed",
         [VM_WAIT_ATTESTED] = "attested",
         [VM_WAIT_READY] = "ready",
 };
 
-const char *vm_wait_for_to_string(VmWaitFor w) {
-        return w >= 0 && w < _VM_WAIT_MAX ? wait_for_table[w] : NULL;
-}
-
-VmWaitFor vm_wait_for_from_string(const char *s) {
-        for (int i = 0; s && i < _VM_WAIT_MAX; i++)
-                if (streq(s, wait_for_table[i]))
-                        return (VmWaitFor) i;
-        return _VM_WAIT_INVALID;
-}
+DEFINE_STRING_TABLE_LOOKUP(vm_wait_for, VmWaitFor);
 
 /* ---- the record ---- */
 
@@ -353,55 +339,12 @@ char *vm_path(Vm *v, const char *name) {
         return p;
 }
 
-/* RFC 3339 in UTC with the fraction trimmed, as the API shows times. */
-static char *format_time(usec_t t, char buf[static 40]) {
-        time_t sec = (time_t) (t / USEC_PER_SEC);
-        unsigned frac = (unsigned) (t % USEC_PER_SEC);
-        struct tm tm;
-        size_t n;
-
-        (void) gmtime_r(&sec, &tm);
-        n = strftime(buf, 40, "%Y-%m-%dT%H:%M:%S", &tm);
-        if (frac > 0) {
-                char f[8];
-                snprintf(f, sizeof(f), "%06u", frac);
-                for (size_t k = strlen(f); k > 0 && f[k - 1] == '0'; k--)
-                        f[k - 1] = 0;
-                n += (size_t) snprintf(buf + n, 40 - n, ".%s", f);
-        }
-        snprintf(buf + n, 40 - n, "Z");
-        return buf;
-}
-
-static int parse_time(const char *s, usec_t *ret) {
-        struct tm tm = {};
-        const char *p;
-        usec_t frac = 0;
-
-        if (!s)
-                return -EINVAL;
-        p = strptime(s, "%Y-%m-%dT%H:%M:%S", &tm);
-        if (!p)
-                return -EINVAL;
-        if (*p == '.') {
-                usec_t scale = 100000;
-                for (p++; *p >= '0' && *p <= '9'; p++) {
-                        frac += (usec_t) (*p - '0') * scale;
-                        scale /= 10;
-                }
-        }
-        if (!streq(p, "Z"))
-                return -EINVAL;
-        *ret = (usec_t) timegm(&tm) * USEC_PER_SEC + frac;
-        return 0;
-}
-
 static int json_set_time(json_t *o, const char *key, usec_t t) {
-        char buf[40];
+        char buf[RFC3339_MAX];
 
         if (t == 0)
                 return 0;
-        return json_object_set_new(o, key, json_string(format_time(t, buf)));
+        return json_object_set_new(o, key, json_string(format_rfc3339(t, buf)));
 }
 
 int vm_json_set_time(json_t *o, const char *key, usec_t t) {
@@ -1355,7 +1298,6 @@ static int on_notify_accept(sd_event_source *s, int fd, uint32_t revents, void *
 /* vhost-device-vsock hands a guest connection to host port P to the unix socket <uds>_<P>. */
 static int notify_listen(Vm *v) {
         _cleanup_close_ int fd = -EBADF;
-        struct sockaddr_un sa = { .sun_family = AF_UNIX };
         int r;
 
         notify_close(v);
@@ -1363,15 +1305,9 @@ static int notify_listen(Vm *v) {
                 v->notify_path = NULL;
                 return -ENOMEM;
         }
-        if (strlen(v->notify_path) >= sizeof(sa.sun_path))
-                return -ENAMETOOLONG;
-        strcpy(sa.sun_path, v->notify_path);
-        (void) unlink(v->notify_path);
-        fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        fd = unix_stream_listen(v->notify_path, 8);
         if (fd < 0)
-                return -errno;
-        if (bind(fd, (struct sockaddr *) &sa, sizeof(sa)) < 0 || listen(fd, 8) < 0)
-                return -errno;
+                return fd;
         r = sd_event_add_io(v->manager->event, &v->notify_source, fd, EPOLLIN, on_notify_accept, v);
         if (r < 0)
                 return r;
@@ -1503,21 +1439,14 @@ static int on_imds_accept(sd_event_source *s, int fd, uint32_t revents, void *us
 static int vm_imds_listen(Vm *v, NetPort *p) {
         _cleanup_free_ char *path = vm_path(v, "imds.sock");
         _cleanup_close_ int fd = -EBADF;
-        struct sockaddr_un sa = { .sun_family = AF_UNIX };
         int r;
 
         if (!path)
                 return -ENOMEM;
         if (!v->imds_source) {
-                if (strlen(path) >= sizeof(sa.sun_path))
-                        return -ENAMETOOLONG;
-                strcpy(sa.sun_path, path);
-                (void) unlink(path);
-                fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+                fd = unix_stream_listen(path, 64);
                 if (fd < 0)
-                        return -errno;
-                if (bind(fd, (struct sockaddr *) &sa, sizeof(sa)) < 0 || listen(fd, 64) < 0)
-                        return -errno;
+                        return fd;
                 r = sd_event_add_io(v->manager->event, &v->imds_source, fd, EPOLLIN, on_imds_accept, v);
                 if (r < 0)
                         return r;
@@ -1572,16 +1501,12 @@ static void vm_net_detach(Vm *v, bool remove) {
 
 /* swtpm's control channel answers CMD_GET_CAPABILITY (00 00 00 01) with 8 bytes once it is up. */
 static bool swtpm_answers(const char *ctrl) {
-        _cleanup_close_ int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        struct sockaddr_un sa = { .sun_family = AF_UNIX };
+        _cleanup_close_ int fd = unix_stream_connect(ctrl, /* nonblock= */ false);
         static const uint8_t cmd[4] = { 0, 0, 0, 1 };
         struct pollfd pfd;
         uint8_t answer[8];
 
-        if (fd < 0 || strlen(ctrl) >= sizeof(sa.sun_path))
-                return false;
-        strcpy(sa.sun_path, ctrl);
-        if (connect(fd, (struct sockaddr *) &sa, sizeof(sa)) < 0)
+        if (fd < 0)
                 return false;
         if (write(fd, cmd, sizeof(cmd)) != sizeof(cmd))
                 return false;
@@ -2437,15 +2362,6 @@ int vm_spec_from_request(
         return spec_decode(request, /* record= */ false, ret, ret_user_data, ret_wait_for, reterr);
 }
 
-static uint32_t fnv1a(const char *s) {
-        uint32_t h = 2166136261U;
-        for (; *s; s++) {
-                h ^= (uint8_t) *s;
-                h *= 16777619U;
-        }
-        return h;
-}
-
 static int random_hex(char *buf, size_t bytes) {
         uint8_t rnd[32];
 
@@ -2489,7 +2405,7 @@ finish:
 }
 
 static uint32_t allocate_cid(Manager *m) {
-        uint32_t base = 3 + (fnv1a(m->state_dir) % (1U << 20));
+        uint32_t base = 3 + (fnv1a_32(m->state_dir) % (1U << 20));
 
         for (uint32_t cid = base;; cid = cid + 1 >= 0xFFFFFFFEU ? 3 : cid + 1) {
                 bool used = false;
@@ -2779,20 +2695,10 @@ int vm_create(
                 return r;
         }
         {
-                char ip[INET_ADDRSTRLEN], mac[18];
+                char ip[INET_ADDRSTRLEN], mac[ETHER_ADDR_STRLEN];
                 inet_ntop(AF_INET, &lease->ip, ip, sizeof(ip));
-                snprintf(
-                        mac,
-                        sizeof(mac),
-                        "%02x:%02x:%02x:%02x:%02x:%02x",
-                        lease->mac[0],
-                        lease->mac[1],
-                        lease->mac[2],
-                        lease->mac[3],
-                        lease->mac[4],
-                        lease->mac[5]);
                 v->ip = strdup(ip);
-                v->mac = strdup(mac);
+                v->mac = strdup(ether_addr_format(lease->mac, mac));
                 if (!v->ip || !v->mac) {
                         create_discard(v);
                         return -ENOMEM;
@@ -2931,17 +2837,17 @@ static int vm_from_json(Manager *m, const char *id, json_t *j, Vm **ret) {
         att = json_object_get(j, "attestation");
         v->att.required = json_is_true(json_object_get(att, "required"));
         v->att.released = json_is_true(json_object_get(att, "userDataReleased"));
-        (void) parse_time(json_string_value(json_object_get(att, "nonceIssuedAt")), &v->att.nonce_issued_at);
+        (void) parse_rfc3339(json_string_value(json_object_get(att, "nonceIssuedAt")), &v->att.nonce_issued_at);
         v->att.has_initrd = attest_result_from_json(json_object_get(att, "initrd"), &v->att.initrd) >= 0;
         v->att.has_ready = attest_result_from_json(json_object_get(att, "ready"), &v->att.ready) >= 0;
         if ((s = json_string_value(json_object_get(att, "akPinned"))))
                 v->att.ak_pin = strdup(s);
-        (void) parse_time(json_string_value(json_object_get(j, "createdAt")), &v->created_at);
+        (void) parse_rfc3339(json_string_value(json_object_get(j, "createdAt")), &v->created_at);
         if (json_is_string(json_object_get(json_object_get(j, "createdBy"), "subject")))
                 v->created_by = json_incref(json_object_get(j, "createdBy"));
-        (void) parse_time(json_string_value(json_object_get(j, "installedAt")), &v->installed_at);
-        (void) parse_time(json_string_value(json_object_get(j, "bootedAt")), &v->booted_at);
-        (void) parse_time(json_string_value(json_object_get(j, "readyAt")), &v->ready_at);
+        (void) parse_rfc3339(json_string_value(json_object_get(j, "installedAt")), &v->installed_at);
+        (void) parse_rfc3339(json_string_value(json_object_get(j, "bootedAt")), &v->booted_at);
+        (void) parse_rfc3339(json_string_value(json_object_get(j, "readyAt")), &v->ready_at);
         {
                 static const char *const roles[] = { "qemu", "swtpm", "vsock" };
                 for (size_t i = 0; i < ELEMENTSOF(roles); i++) {

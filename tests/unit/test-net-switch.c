@@ -19,6 +19,7 @@
 #include "cleanup.h"
 #include "fs-util.h"
 #include "net-switch.h"
+#include "socket-util.h"
 #include "time-util.h"
 
 #define GUESTS_MAX 128
@@ -91,14 +92,10 @@ static int on_imds_accept(sd_event_source *s, int fd, uint32_t revents, void *us
 }
 
 static void imds_listen(Fixture *f, Guest *g) {
-        struct sockaddr_un sa = { .sun_family = AF_UNIX };
-        int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        int fd = unix_stream_listen(g->imds_path, 16);
         sd_event_source *src = NULL;
 
-        assert_true(fd >= 0);
-        strcpy(sa.sun_path, g->imds_path);
-        assert_ok(RET_NERRNO(bind(fd, (struct sockaddr *) &sa, sizeof(sa))));
-        assert_ok(RET_NERRNO(listen(fd, 16)));
+        assert_ok(fd);
         assert_ok(sd_event_add_io(f->event, &src, fd, EPOLLIN, on_imds_accept, g));
         assert_ok(sd_event_source_set_io_fd_own(src, true));
         assert_ok(sd_event_source_set_floating(src, true));
