@@ -14,3 +14,6 @@ char *strip_terminal_escapes(char *s);
 
 /* FNV-1a, 32 bits, of a NUL-terminated string: a stable, cheap spread of names (not a secure hash). */
 uint32_t fnv1a_32(const char *s) _pure_;
+
+/* The strings of l joined with sep between them; "" for an empty or NULL l. A new string, NULL on OOM. */
+char *strv_join(char *const *l, const char *sep);

@@ -5,6 +5,7 @@
 
 #include "api-error.h"
 #include "manager.h"
+#include "vm.h"
 
 /* The operation table: every operation is declared once, and the REST router, MCP tools/list and
  * tools/call, get_info, the OpenAPI consistency test and docs/tools.md are all derived from it. */

@@ -6,9 +6,12 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "attest-nonce.h"
 #include "attest-policy.h"
 #include "attest-request.h"
 #include "fs-util.h"
+#include "host-probe.h"
+#include "image-catalog.h"
 #include "json-util.h"
 #include "log.h"
 #include "manager.h"
@@ -19,17 +22,7 @@
 #define NOOP_UNKNOWN "unknown or expired nonce"
 
 json_t *vm_attestation_to_json(Vm *v) {
-        VmAttestation *a = vm_attestation(v);
-        json_auto_t *o = json_pack("{s:b,s:b}", "required", a->required, "userDataReleased", a->released);
-
-        if (!o)
-                return NULL;
-        (void) vm_json_set_time(o, "nonceIssuedAt", a->nonce_issued_at);
-        if (a->has_initrd && json_object_set_new(o, "initrd", attest_result_to_json(&a->initrd)) < 0)
-                return NULL;
-        if (a->has_ready && json_object_set_new(o, "ready", attest_result_to_json(&a->ready)) < 0)
-                return NULL;
-        return TAKE_PTR(o);
+        return vm_attestation_to_json_full(vm_attestation(v), /* for_disk= */ false);
 }
 
 /* The event logs of each stage's last quote, as the guest sent them, kept in the VM's directory
@@ -94,7 +87,7 @@ int vm_attest_nonce(Vm *v, char ret[static 65]) {
         VmAttestation *a = vm_attestation(v);
         int r;
 
-        r = attest_nonce_issue(m->nonces, vm_id(v), now_usec(CLOCK_MONOTONIC), ret);
+        r = attest_nonce_issue(manager_nonces(m), vm_id(v), now_usec(CLOCK_MONOTONIC), ret);
         if (r < 0)
                 return r;
         if (a->nonce_issued_at == 0) {
@@ -109,7 +102,7 @@ int vm_attest_nonce(Vm *v, char ret[static 65]) {
 static AttestPolicy *policy_for(Vm *v, char **ret_why) {
         Manager *m = vm_manager(v);
         const char *ref = vm_spec(v)->image;
-        const Image *img = image_catalog_resolve(m->images, ref);
+        const Image *img = image_catalog_resolve(manager_images(m), ref);
         _cleanup_(api_error_done) ApiError e = API_ERROR_NULL;
         AttestPolicy *p = NULL;
 
@@ -130,7 +123,7 @@ static AttestPolicy *policy_for(Vm *v, char **ret_why) {
 
 /* Where the host's firmware is not the one the golden values were recorded with, the verdict says so. */
 static char *firmware_note(Vm *v, const AttestPolicy *p) {
-        const char *host = host_probe_firmware_sha256(vm_manager(v)->host);
+        const char *host = host_probe_firmware_sha256(manager_host(vm_manager(v)));
         char *note = NULL;
 
         if (!p || !p->has_golden_firmware || !host || strcasecmp(host, p->golden_firmware_sha256) == 0)
@@ -167,8 +160,9 @@ int vm_attest_quote(Vm *v, const void *body, size_t size, unsigned *ret_status, 
         }
         stage = attest_stage_from_string(req.stage);
 
-        if (m->attestation == ATTEST_MODE_NOOP) {
-                bool ok = attest_nonce_consume(m->nonces, vm_id(v), req.nonce, now_usec(CLOCK_MONOTONIC));
+        if (manager_settings(m)->attestation == ATTEST_MODE_NOOP) {
+                bool ok = attest_nonce_consume(
+                        manager_nonces(m), vm_id(v), req.nonce, now_usec(CLOCK_MONOTONIC));
                 res.verified = ok;
                 res.message = strdup(ok ? NOOP_VERIFIED : NOOP_UNKNOWN);
                 res.at = now_usec(CLOCK_REALTIME);
@@ -177,7 +171,7 @@ int vm_attest_quote(Vm *v, const void *body, size_t size, unsigned *ret_status, 
         } else {
                 policy = policy_for(v, &why);
                 r = attest_verify_quote(
-                        m->nonces,
+                        manager_nonces(m),
                         &req,
                         &(AttestVerifyParams){
                                 .vm_id = vm_id(v),
@@ -187,7 +181,7 @@ int vm_attest_quote(Vm *v, const void *body, size_t size, unsigned *ret_status, 
                                 .no_policy_message = why ?: "no attestation policy",
                                 .kubernetes_version = vm_spec(v)->kubernetes_version,
                                 .pinned_ak = a->ak_pin,
-                                .learn_golden = m->learn_golden,
+                                .learn_golden = manager_settings(m)->learn_golden,
                         },
                         &res);
                 if (r < 0) {
@@ -243,4 +237,17 @@ int vm_attest_quote(Vm *v, const void *body, size_t size, unsigned *ret_status, 
         vm_attest_verdict(v, attest_stage_to_string(stage), res.verified, res.message);
         res = (AttestResult){}; /* moved */
         return 0;
+}
+
+/* The attestation as one word: disabled, released, failed or pending (in that order). */
+const char *vm_attestation_word(Vm *v) {
+        VmAttestation *a = vm_attestation(v);
+
+        if (!vm_spec(v)->require_attestation)
+                return "disabled";
+        if (a->released)
+                return "released";
+        if (a->has_initrd && !a->initrd.verified)
+                return "failed";
+        return "pending";
 }

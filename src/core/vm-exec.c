@@ -367,12 +367,18 @@ int vm_exec(Vm *v, char **command, usec_t timeout, VmDoneFunc done, void *userda
         }
         wfd = safe_close(wfd);
         (void) fcntl(rfd, F_SETFL, O_NONBLOCK);
-        r = sd_event_add_io(m->event, &c->pipe_source, rfd, EPOLLIN, on_exec_pipe, c);
+        r = sd_event_add_io(manager_event(m), &c->pipe_source, rfd, EPOLLIN, on_exec_pipe, c);
         if (r >= 0) {
                 (void) sd_event_source_set_io_fd_own(c->pipe_source, true);
                 TAKE_FD(rfd);
                 r = sd_event_add_time_relative(
-                        m->event, &c->timer, CLOCK_MONOTONIC, timeout, USEC_PER_SEC / 10, on_exec_timeout, c);
+                        manager_event(m),
+                        &c->timer,
+                        CLOCK_MONOTONIC,
+                        timeout,
+                        USEC_PER_SEC / 10,
+                        on_exec_timeout,
+                        c);
         }
         if (r < 0) {
                 exec_call_free(c);

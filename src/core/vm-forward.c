@@ -18,20 +18,6 @@
 
 #define FORWARD_ADDRESS_PREFIX "127.0.0.1:"
 
-static VmForward *forward_find(VmForwards *f, uint16_t port) {
-        for (size_t i = 0; i < f->n; i++)
-                if (f->items[i].port == port)
-                        return f->items + i;
-        return NULL;
-}
-
-static json_t *forward_to_json(const VmForward *f) {
-        char address[sizeof(FORWARD_ADDRESS_PREFIX) + 5];
-
-        snprintf(address, sizeof(address), FORWARD_ADDRESS_PREFIX "%u", (unsigned) f->host_port);
-        return json_pack("{s:i,s:s}", "port", (int) f->port, "address", address);
-}
-
 int vm_forward_port(Vm *v, int64_t port, json_t **ret, ApiError *reterr) {
         VmForwards *fw = vm_forwards(v);
         uint16_t host_port = 0;
@@ -51,7 +37,7 @@ int vm_forward_port(Vm *v, int64_t port, json_t **ret, ApiError *reterr) {
                         "vm %s has no address (%s)",
                         vm_id(v),
                         vm_state_to_string(vm_state(v)));
-        f = forward_find(fw, (uint16_t) port);
+        f = vm_forwards_find(fw, (uint16_t) port);
         if (!f) {
                 if (fw->n >= VM_FORWARDS_MAX)
                         return api_error_set(
@@ -84,45 +70,13 @@ int vm_forward_port(Vm *v, int64_t port, json_t **ret, ApiError *reterr) {
                         (unsigned) f->host_port);
                 vm_forwards_changed(v);
         }
-        j = forward_to_json(f);
+        j = vm_forward_to_json(f);
         if (!j || json_object_set_new(j, "id", json_string(vm_id(v))) < 0) {
                 json_decref(j);
                 return -ENOMEM;
         }
         *ret = j;
         return 0;
-}
-
-json_t *vm_forwards_to_json(Vm *v) {
-        VmForwards *fw = vm_forwards(v);
-        json_auto_t *a = json_array();
-
-        if (!a)
-                return NULL;
-        for (size_t i = 0; i < fw->n; i++)
-                if (json_array_append_new(a, forward_to_json(fw->items + i)) < 0)
-                        return NULL;
-        return TAKE_PTR(a);
-}
-
-void vm_forwards_from_json(Vm *v, json_t *a) {
-        VmForwards *fw = vm_forwards(v);
-        size_t i;
-        json_t *e;
-
-        json_array_foreach(a, i, e) {
-                json_int_t port = json_integer_value(json_object_get(e, "port"));
-                const char *address = json_string_value(json_object_get(e, "address"));
-                const char *s = address ? startswith(address, FORWARD_ADDRESS_PREFIX) : NULL;
-                uint16_t host_port;
-
-                if (port < 1 || port > 65535 || !s || safe_atou16(s, &host_port) < 0 || host_port == 0 ||
-                    forward_find(fw, (uint16_t) port) || fw->n >= VM_FORWARDS_MAX) {
-                        log_debug("VM %s: skipping forward #%zu of its record.", vm_id(v), i);
-                        continue;
-                }
-                fw->items[fw->n++] = (VmForward){ .port = (uint16_t) port, .host_port = host_port };
-        }
 }
 
 void vm_forwards_restore(Vm *v) {

@@ -18,11 +18,17 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "attest-nonce.h"
+#include "attest-policy.h"
 #include "fs-util.h"
 #include "hex-util.h"
+#include "host-probe.h"
+#include "image-catalog.h"
 #include "json-util.h"
 #include "log.h"
 #include "manager.h"
+#include "net-switch.h"
+#include "network.h"
 #include "parse-util.h"
 #include "socket-util.h"
 #include "storage.h"
@@ -32,6 +38,7 @@
 #include "vm-cmdline.h"
 #include "vm-launch.h"
 #include "vm-qmp.h"
+#include "vm-unit.h"
 #include "vm.h"
 
 #define VM_CONSOLE_TAIL_BYTES (64U * 1024U)
@@ -46,32 +53,6 @@
 #define VM_PROBE_INTERVAL (5 * USEC_PER_MSEC)
 #define VM_NOTIFY_MESSAGE_MAX (64U * 1024U)
 #define VM_RECORD_MAX (4U * 1024U * 1024U)
-
-/* ---- enumerations ---- */
-
-static const char *const vm_state_table[_VM_STATE_MAX] = {
-        [VM_STATE_CREATING] = "creating", [VM_STATE_INSTALLING] = "installing",
-        [VM_STATE_BOOTING] = "booting",   [VM_STATE_ATTESTING] = "attesting",
-        [VM_STATE_READY] = "ready",       [VM_STATE_RUNNING] = "running",
-        [VM_STATE_STOPPING] = "stopping", [VM_STATE_STOPPED] = "stopped",
-        [VM_STATE_FAILED] = "failed",     [VM_STATE_DELETING] = "deleting",
-};
-
-DEFINE_STRING_TABLE_LOOKUP(vm_state, VmState);
-
-bool vm_state_is_live(VmState s) {
-        return s == VM_STATE_INSTALLING || s == VM_STATE_BOOTING || s == VM_STATE_ATTESTING ||
-                s == VM_STATE_READY || s == VM_STATE_RUNNING || s == VM_STATE_STOPPING;
-}
-
-static const char *const vm_wait_for_table[_VM_WAIT_MAX] = {
-        [VM_WAIT_NONE] = "none",
-        [VM_WAIT_INSTALLED] = "installed",
-        [VM_WAIT_ATTESTED] = "attested",
-        [VM_WAIT_READY] = "ready",
-};
-
-DEFINE_STRING_TABLE_LOOKUP(vm_wait_for, VmWaitFor);
 
 /* ---- the record ---- */
 
@@ -99,29 +80,11 @@ struct Vm {
         unsigned n_ref;
         Manager *manager;
 
-        char *id;
-        VmSpec spec;
-        VmState state;
-        VmPhase phase;
-        bool has_phase;
-        char *ip, *mac;
-        uint32_t cid;
-        VmVsock vsock; /* the READY=1 transport of the current run */
-        char machine_id[33];
-        bool booted;
-        char *status;
-        char *ssh_public_key;
-        VmAttestation att;
-        VmGuest guest;
-        VmForwards forwards;
-        usec_t created_at, installed_at, booted_at, ready_at; /* CLOCK_REALTIME, 0 = unset */
-        json_t *created_by; /* {"subject","email"} of create_vm's caller; NULL: anonymous */
-        char *last_error;
-        char *console_tail; /* the console's last lines when lastError was set by a failure */
-        pid_t qemu_pid, swtpm_pid;
-
-        char *dir, *volume;
+        VmRecord rec;  /* what vm.json keeps */
+        char *dir;     /* <state>/vms/<id> */
         int volume_fd; /* the storage lease, held while the VM exists in this daemon */
+        pid_t qemu_pid, swtpm_pid;
+        VmGuest guest;
 
         /* the processes and the start chain of the current run */
         VmLaunched *qemu, *swtpm, *vsockd;
@@ -138,8 +101,6 @@ struct Vm {
         int start_step; /* START_* while starting */
         bool swtpm_up;
         char *guest_exit_status; /* EXIT_STATUS= from the guest's PID 1, for lastError */
-        char *rec_unit[3];       /* from vm.json at start-up: the units of qemu, swtpm, vsock */
-        pid_t rec_pid[3];
         bool install_timed_out;
         char *fail_reason;   /* a verdict that ended the boot: the VM is failed once QEMU is gone */
         bool ready_reported; /* READY=1 arrived before the ready-stage quote it must wait for */
@@ -156,19 +117,6 @@ static void vm_changed(Vm *v);
 static void vm_check_pending(Vm *v);
 static int vm_start_phase(Vm *v, VmPhase phase, ApiError *reterr);
 static int vm_acquire_volume(Vm *v, VolumeCreate mode, ApiError *reterr);
-
-void vm_spec_done(VmSpec *s) {
-        free(s->name);
-        free(s->image);
-        free(s->kubernetes_version);
-        free(s->network);
-        strv_free(s->ssh_authorized_keys);
-        free(s->hostname);
-        json_decref(s->metadata);
-        free(s->region);
-        free(s->zone);
-        *s = (VmSpec){};
-}
 
 static void vm_stop_processes_now(Vm *v);
 static void vm_net_detach(Vm *v, bool remove);
@@ -207,7 +155,7 @@ static void vm_detach_processes(Vm *v);
 
 static Vm *vm_free(Vm *v) {
         /* a VM caught mid-start cannot be handed over: its chain would have no one to finish it */
-        if (v->manager->detaching && !v->starting)
+        if (manager_detaching(v->manager) && !v->starting)
                 vm_detach_processes(v);
         else
                 vm_stop_processes_now(v);
@@ -222,28 +170,14 @@ static Vm *vm_free(Vm *v) {
                 sd_event_source_disable_unref(p->deadline);
                 free(p);
         }
-        free(v->id);
-        vm_spec_done(&v->spec);
-        free(v->ip);
-        free(v->mac);
-        free(v->status);
-        free(v->ssh_public_key);
-        free(v->last_error);
-        free(v->console_tail);
+        vm_record_done(&v->rec);
         free(v->fail_reason);
-        json_decref(v->created_by);
         free(v->dir);
-        free(v->volume);
         safe_close(v->volume_fd);
         sd_event_source_disable_unref(v->imds_source);
         free(v->notify_path);
         free(v->guest_exit_status);
-        attest_result_done(&v->att.initrd);
-        attest_result_done(&v->att.ready);
-        free(v->att.ak_pin);
         vm_guest_done(&v->guest);
-        for (size_t i = 0; i < ELEMENTSOF(v->rec_unit); i++)
-                free(v->rec_unit[i]);
         free(v);
         return NULL;
 }
@@ -264,23 +198,23 @@ Vm *vm_unref(Vm *v) {
 }
 
 const char *vm_id(Vm *v) {
-        return v->id;
+        return v->rec.id;
 }
 
 const char *vm_name(Vm *v) {
-        return v->spec.name;
+        return v->rec.spec.name;
 }
 
 const char *vm_network(Vm *v) {
-        return v->spec.network;
+        return v->rec.spec.network;
 }
 
 VmState vm_state(Vm *v) {
-        return v->state;
+        return v->rec.state;
 }
 
 usec_t vm_created_at(Vm *v) {
-        return v->created_at;
+        return v->rec.created_at;
 }
 
 VmGuest *vm_guest(Vm *v) {
@@ -289,17 +223,17 @@ VmGuest *vm_guest(Vm *v) {
 
 void vm_times(Vm *v, usec_t *ret_created, usec_t *ret_installed, usec_t *ret_booted, usec_t *ret_ready) {
         if (ret_created)
-                *ret_created = v->created_at;
+                *ret_created = v->rec.created_at;
         if (ret_installed)
-                *ret_installed = v->installed_at;
+                *ret_installed = v->rec.installed_at;
         if (ret_booted)
-                *ret_booted = v->booted_at;
+                *ret_booted = v->rec.booted_at;
         if (ret_ready)
-                *ret_ready = v->ready_at;
+                *ret_ready = v->rec.ready_at;
 }
 
 pid_t vm_qemu_pid(Vm *v) {
-        return vm_state_is_live(v->state) ? v->qemu_pid : 0;
+        return vm_state_is_live(v->rec.state) ? v->qemu_pid : 0;
 }
 
 uint64_t vm_disk_bytes(Vm *v) {
@@ -312,23 +246,23 @@ uint64_t vm_disk_bytes(Vm *v) {
                 if (S_ISBLK(st.st_mode) && ioctl(v->volume_fd, BLKGETSIZE64, &size) >= 0)
                         return size;
         }
-        return v->spec.disk_gib << 30;
+        return v->rec.spec.disk_gib << 30;
 }
 
 VmAttestation *vm_attestation(Vm *v) {
-        return &v->att;
+        return &v->rec.att;
 }
 
 const VmSpec *vm_spec(Vm *v) {
-        return &v->spec;
+        return &v->rec.spec;
 }
 
 const char *vm_ssh_public_key(Vm *v) {
-        return v->ssh_public_key;
+        return v->rec.ssh_public_key;
 }
 
 bool vm_user_data_released(Vm *v) {
-        return v->att.released;
+        return v->rec.att.released;
 }
 
 char *vm_path(Vm *v, const char *name) {
@@ -339,129 +273,26 @@ char *vm_path(Vm *v, const char *name) {
         return p;
 }
 
-static int json_set_time(json_t *o, const char *key, usec_t t) {
-        char buf[RFC3339_MAX];
-
-        if (t == 0)
-                return 0;
-        return json_object_set_new(o, key, json_string(format_rfc3339(t, buf)));
-}
-
-int vm_json_set_time(json_t *o, const char *key, usec_t t) {
-        return json_set_time(o, key, t);
-}
-
-static int json_set_str(json_t *o, const char *key, const char *s) {
-        if (!s || !*s)
-                return 0;
-        return json_object_set_new(o, key, json_string(s));
-}
-
-/* The record: what the API shows and what vm.json keeps (plus "processes" there). */
+/* The record as the API shows it, or as vm.json keeps it: with the units and pids a successor
+ * attaches to (those of the processes that run now). */
 static json_t *vm_record_json(Vm *v, bool for_disk) {
-        json_auto_t *o = json_object(), *att = NULL, *paths = NULL;
-        _cleanup_free_ char *console = vm_path(v, "console.log"), *tpm = vm_path(v, "tpm"),
-                            *vars = vm_path(v, "ovmf_vars.fd"), *qmp = vm_path(v, "qmp.sock"),
-                            *key = vm_path(v, "ssh_key"), *ud = vm_path(v, "user-data"),
-                            *report = vm_path(v, "report.json"), *qlog = vm_path(v, "qemu.log");
+        if (for_disk) {
+                VmLaunched *procs[_VM_ROLE_MAX] = { v->qemu, v->swtpm, v->vsockd };
 
-        if (!o || !console || !tpm || !vars || !qmp || !key || !ud || !report || !qlog)
-                return NULL;
+                for (VmRole i = 0; i < _VM_ROLE_MAX; i++) {
+                        const char *unit = procs[i] ? vm_launched_unit(procs[i]) : NULL;
+                        char *copy = NULL;
 
-        json_object_set_new(o, "id", json_string(v->id));
-        json_object_set_new(o, "name", json_string(v->spec.name));
-        json_object_set_new(o, "image", json_string(v->spec.image));
-        json_set_str(o, "kubernetesVersion", v->spec.kubernetes_version);
-        json_object_set_new(o, "cpus", json_integer(v->spec.cpus));
-        json_object_set_new(o, "memoryMiB", json_integer((json_int_t) v->spec.memory_mib));
-        json_object_set_new(o, "diskGiB", json_integer((json_int_t) v->spec.disk_gib));
-        json_object_set_new(o, "network", json_string(v->spec.network));
-        if (v->spec.ssh_authorized_keys && v->spec.ssh_authorized_keys[0]) {
-                json_t *a = json_array();
-                for (char **k = v->spec.ssh_authorized_keys; *k; k++)
-                        json_array_append_new(a, json_string(*k));
-                json_object_set_new(o, "sshAuthorizedKeys", a);
-        }
-        json_set_str(o, "hostname", v->spec.hostname);
-        if (v->spec.metadata && json_object_size(v->spec.metadata) > 0)
-                json_object_set(o, "metadata", v->spec.metadata);
-        json_set_str(o, "region", v->spec.region);
-        json_set_str(o, "zone", v->spec.zone);
-        json_object_set_new(o, "requireAttestation", json_boolean(v->spec.require_attestation));
-        json_object_set_new(o, "state", json_string(vm_state_to_string(v->state)));
-        if (v->has_phase)
-                json_object_set_new(o, "phase", json_string(v->phase == VM_PHASE_INSTALL ? "install" : "boot"));
-        if (v->has_phase)
-                json_object_set_new(o, "vsock", json_string(vm_vsock_to_string(v->vsock)));
-        if (for_disk && (v->qemu || v->swtpm || v->vsockd)) {
-                /* what a successor needs to attach to them: units and pids */
-                json_t *p = json_object();
-                struct {
-                        const char *key;
-                        VmLaunched *l;
-                } procs[] = { { "qemu", v->qemu }, { "swtpm", v->swtpm }, { "vsock", v->vsockd } };
-                for (size_t i = 0; i < ELEMENTSOF(procs); i++) {
-                        json_t *e;
-                        if (!procs[i].l)
-                                continue;
-                        e = json_pack("{s:i}", "pid", (int) vm_launched_pid(procs[i].l));
-                        if (e && vm_launched_unit(procs[i].l))
-                                json_object_set_new(e, "unit", json_string(vm_launched_unit(procs[i].l)));
-                        json_object_set_new(p, procs[i].key, e);
+                        if (unit && !(copy = strdup(unit)))
+                                return NULL;
+                        free(v->rec.processes[i].unit);
+                        v->rec.processes[i] = (VmProcessRecord){
+                                .unit = copy,
+                                .pid = procs[i] ? vm_launched_pid(procs[i]) : 0,
+                        };
                 }
-                json_object_set_new(o, "processes", p);
         }
-        json_set_str(o, "ip", v->ip);
-        json_set_str(o, "mac", v->mac);
-        json_object_set_new(o, "cid", json_integer(v->cid));
-        json_object_set_new(o, "machineID", json_string(v->machine_id));
-        json_object_set_new(o, "booted", json_boolean(v->booted));
-        json_set_str(o, "status", v->status);
-        json_object_set_new(o, "sshPublicKey", json_string(v->ssh_public_key ?: ""));
-
-        att = vm_attestation_to_json(v);
-        if (!att)
-                return NULL;
-        if (for_disk && v->att.ak_pin)
-                json_object_set_new(att, "akPinned", json_string(v->att.ak_pin));
-        json_object_set(o, "attestation", att);
-
-        json_set_time(o, "createdAt", v->created_at);
-        if (v->created_by)
-                json_object_set(o, "createdBy", v->created_by);
-        json_set_time(o, "installedAt", v->installed_at);
-        json_set_time(o, "bootedAt", v->booted_at);
-        json_set_time(o, "readyAt", v->ready_at);
-        json_set_str(o, "lastError", v->last_error);
-        json_set_str(o, "consoleTail", v->console_tail);
-        if (json_object_set_new(o, "forwards", vm_forwards_to_json(v)) < 0)
-                return NULL;
-
-        paths = json_pack(
-                "{s:s,s:s,s:s,s:s,s:s,s:s,s:s,s:s,s:s,s:s}",
-                "dir",
-                v->dir,
-                "volume",
-                v->volume ?: "",
-                "console",
-                console,
-                "tpmState",
-                tpm,
-                "ovmfVars",
-                vars,
-                "qmpSocket",
-                qmp,
-                "sshKey",
-                key,
-                "userData",
-                ud,
-                "report",
-                report,
-                "qemuLog",
-                qlog);
-        if (!paths || json_object_set(o, "paths", paths) < 0)
-                return NULL;
-        return TAKE_PTR(o);
+        return vm_record_to_json(&v->rec, v->dir, for_disk);
 }
 
 json_t *vm_to_json(Vm *v) {
@@ -486,7 +317,7 @@ static int vm_save(Vm *v) {
                 r = write_file_atomic(path, text, n, 0600);
         if (r < 0)
                 log_struct(
-                        LOG_ERR, LOG_FIELDS({ "VM_ID", v->id }), "Failed to save %s: %s", path, strerror(-r));
+                        LOG_ERR, LOG_FIELDS({ "VM_ID", v->rec.id }), "Failed to save %s: %s", path, strerror(-r));
         return r;
 }
 
@@ -498,7 +329,7 @@ static void vm_changed(Vm *v) {
 }
 
 VmForwards *vm_forwards(Vm *v) {
-        return &v->forwards;
+        return &v->rec.forwards;
 }
 
 void vm_forwards_changed(Vm *v) {
@@ -506,20 +337,20 @@ void vm_forwards_changed(Vm *v) {
 }
 
 static void vm_set_state(Vm *v, VmState s) {
-        if (v->state == s)
+        if (v->rec.state == s)
                 return;
         log_struct(
                 LOG_INFO,
-                LOG_FIELDS({ "VM_ID", v->id }, { "VM_STATE", vm_state_to_string(s) }),
+                LOG_FIELDS({ "VM_ID", v->rec.id }, { "VM_STATE", vm_state_to_string(s) }),
                 "VM %s (%s): %s -> %s",
-                v->id,
-                v->spec.name,
-                vm_state_to_string(v->state),
+                v->rec.id,
+                v->rec.spec.name,
+                vm_state_to_string(v->rec.state),
                 vm_state_to_string(s));
-        v->state = s;
+        v->rec.state = s;
         if (v->observers) {
                 _cleanup_free_ char *msg = NULL;
-                if (asprintf(&msg, "vm %s is %s", v->id, vm_state_to_string(s)) >= 0)
+                if (asprintf(&msg, "vm %s is %s", v->rec.id, vm_state_to_string(s)) >= 0)
                         for (struct VmObserver *o = v->observers; o; o = o->next)
                                 o->fn(msg, o->userdata);
         }
@@ -527,9 +358,9 @@ static void vm_set_state(Vm *v, VmState s) {
 
 /* lastError, with no console tail: a failure that has one adds it after (vm_set_failure()). */
 static void vm_set_error(Vm *v, const char *text) {
-        free(v->last_error);
-        v->last_error = text ? strdup(text) : NULL;
-        v->console_tail = mfree(v->console_tail);
+        free(v->rec.last_error);
+        v->rec.last_error = text ? strdup(text) : NULL;
+        v->rec.console_tail = mfree(v->rec.console_tail);
 }
 
 static char *console_tail(Vm *v, int64_t n);
@@ -554,7 +385,7 @@ static void vm_set_failure(Vm *v, const char *what, bool with_console) {
                                 memmove(tail, nl ? nl + 1 : start, strlen(nl ? nl + 1 : start) + 1);
                         }
                         if (*tail)
-                                v->console_tail = TAKE_PTR(tail);
+                                v->rec.console_tail = TAKE_PTR(tail);
                 }
         }
 }
@@ -562,29 +393,32 @@ static void vm_set_failure(Vm *v, const char *what, bool with_console) {
 /* The attestation verdict that explains this boot's end, when the VM had to attest and a quote of
  * this boot was rejected: the root cause of what the guest did next. NULL otherwise. */
 static char *boot_rejection(Vm *v) {
-        const AttestResult *r = v->att.has_initrd && !v->att.initrd.verified ? &v->att.initrd :
-                v->att.has_ready && !v->att.ready.verified                   ? &v->att.ready :
-                                                                               NULL;
+        const AttestResult *r = v->rec.att.has_initrd && !v->rec.att.initrd.verified ? &v->rec.att.initrd :
+                v->rec.att.has_ready && !v->rec.att.ready.verified                   ? &v->rec.att.ready :
+                                                                                       NULL;
         char *t = NULL;
 
-        if (!v->att.required || !r)
+        if (!v->rec.att.required || !r)
                 return NULL;
         asprintf_or_null(
-                &t, "%s attestation rejected: %s", r == &v->att.initrd ? "initrd" : "ready", r->message ?: "?");
+                &t,
+                "%s attestation rejected: %s",
+                r == &v->rec.att.initrd ? "initrd" : "ready",
+                r->message ?: "?");
         return t;
 }
 
 void vm_attest_changed(Vm *v, bool nonce) {
         /* the guest asks for its first nonce of the boot: it is attesting */
-        if (nonce && v->att.required && v->state == VM_STATE_BOOTING)
+        if (nonce && v->rec.att.required && v->rec.state == VM_STATE_BOOTING)
                 vm_set_state(v, VM_STATE_ATTESTING);
         vm_changed(v);
 }
 
 static bool vm_is_booting(Vm *v) {
-        return v->has_phase && v->phase == VM_PHASE_BOOT && v->qemu &&
-                (v->state == VM_STATE_BOOTING || v->state == VM_STATE_ATTESTING ||
-                 v->state == VM_STATE_RUNNING || v->state == VM_STATE_READY);
+        return v->rec.phase >= 0 && v->rec.phase == VM_PHASE_BOOT && v->qemu &&
+                (v->rec.state == VM_STATE_BOOTING || v->rec.state == VM_STATE_ATTESTING ||
+                 v->rec.state == VM_STATE_RUNNING || v->rec.state == VM_STATE_READY);
 }
 
 void vm_attest_verdict(Vm *v, const char *stage, bool verified, const char *message) {
@@ -594,24 +428,24 @@ void vm_attest_verdict(Vm *v, const char *stage, bool verified, const char *mess
         if (asprintf(&prefix, "%s attestation rejected: ", stage ?: "?") < 0)
                 prefix = NULL;
         if (!verified) {
-                const AttestResult *r = ready ? &v->att.ready : &v->att.initrd;
+                const AttestResult *r = ready ? &v->rec.att.ready : &v->rec.att.initrd;
 
                 asprintf_or_null(&text, "%s%s", prefix ?: "", message ?: "");
                 /* A VM that must attest and whose quote was rejected for good (a golden mismatch, no
                  * golden value, another AK) will not get further: it is failed now, not minutes later
                  * when the guest gives up. A stale nonce is the guest's to retry. */
-                if (v->att.required && vm_is_booting(v) && !r->retryable &&
-                    v->manager->attestation != ATTEST_MODE_NOOP) {
+                if (v->rec.att.required && vm_is_booting(v) && !r->retryable &&
+                    manager_settings(v->manager)->attestation != ATTEST_MODE_NOOP) {
                         /* in the initrd the guest waits for its user-data and can go at once */
                         vm_fail_boot(v, text ?: "attestation rejected", /* graceful= */ ready);
                         return;
                 }
                 vm_set_error(v, text);
         } else {
-                if (prefix && v->last_error && startswith(v->last_error, prefix))
+                if (prefix && v->rec.last_error && startswith(v->rec.last_error, prefix))
                         vm_set_error(v, NULL); /* a verified retry clears the rejection */
                 /* READY=1 came first and waited for this quote */
-                if (ready && v->ready_reported && vm_is_booting(v) && v->state != VM_STATE_READY) {
+                if (ready && v->ready_reported && vm_is_booting(v) && v->rec.state != VM_STATE_READY) {
                         vm_become_ready(v);
                         return;
                 }
@@ -676,7 +510,7 @@ int vm_console_json(Vm *v, int64_t lines, json_t **ret, ApiError *reterr) {
         text = console_tail(v, MIN(n, (int64_t) VM_CONSOLE_LINES_MAX));
         if (!text)
                 return -ENOMEM;
-        *ret = json_pack("{s:s,s:I,s:s}", "id", v->id, "lines", (json_int_t) n, "console", text);
+        *ret = json_pack("{s:s,s:I,s:s}", "id", v->rec.id, "lines", (json_int_t) n, "console", text);
         return *ret ? 0 : -ENOMEM;
 }
 
@@ -705,15 +539,15 @@ static int on_pending_deadline(sd_event_source *s, usec_t usec, void *userdata) 
                 -ETIMEDOUT,
                 API_ERROR_TIMEOUT,
                 "vm %s did not reach %s within %s (state %s); vm %s is %s%s%s (follow it with get_vm %s, delete it with delete_vm)",
-                v->id,
+                v->rec.id,
                 vm_wait_for_to_string(p->milestone),
                 d,
-                vm_state_to_string(v->state),
-                v->id,
-                vm_state_to_string(v->state),
-                v->last_error ? ": " : "",
-                v->last_error ?: "",
-                v->id);
+                vm_state_to_string(v->rec.state),
+                v->rec.id,
+                vm_state_to_string(v->rec.state),
+                v->rec.last_error ? ": " : "",
+                v->rec.last_error ?: "",
+                v->rec.id);
         pending_complete(v, p, e.error, &e);
         return 0;
 }
@@ -738,7 +572,13 @@ static Pending *pending_add(Vm *v, PendingKind kind, VmDoneFunc done, void *user
 static int pending_set_deadline(Vm *v, Pending *p, usec_t timeout) {
         p->timeout = timeout;
         return sd_event_add_time_relative(
-                v->manager->event, &p->deadline, CLOCK_MONOTONIC, timeout, USEC_PER_MSEC, on_pending_deadline, p);
+                manager_event(v->manager),
+                &p->deadline,
+                CLOCK_MONOTONIC,
+                timeout,
+                USEC_PER_MSEC,
+                on_pending_deadline,
+                p);
 }
 
 static void pending_complete(Vm *v, Pending *p, int r, const ApiError *e) {
@@ -783,11 +623,11 @@ static bool milestone_reached(Vm *v, VmWaitFor w) {
         case VM_WAIT_NONE:
                 return true;
         case VM_WAIT_INSTALLED:
-                return v->installed_at != 0;
+                return v->rec.installed_at != 0;
         case VM_WAIT_ATTESTED:
-                return v->booted_at != 0 && v->att.released;
+                return v->rec.booted_at != 0 && v->rec.att.released;
         case VM_WAIT_READY:
-                return v->ready_at != 0;
+                return v->rec.ready_at != 0;
         default:
                 return false;
         }
@@ -810,34 +650,34 @@ static void vm_check_pending(Vm *v) {
                         }
                         if (p->kind != PENDING_MILESTONE)
                                 continue;
-                        if (v->state != VM_STATE_FAILED && milestone_reached(v, p->milestone)) {
+                        if (v->rec.state != VM_STATE_FAILED && milestone_reached(v, p->milestone)) {
                                 pending_complete(v, p, 0, NULL);
                                 again = true;
                                 break;
                         }
-                        if (v->state == VM_STATE_FAILED || v->state == VM_STATE_STOPPING ||
-                            v->state == VM_STATE_STOPPED || v->state == VM_STATE_DELETING) {
-                                if (v->state == VM_STATE_FAILED || v->fail_reason)
+                        if (v->rec.state == VM_STATE_FAILED || v->rec.state == VM_STATE_STOPPING ||
+                            v->rec.state == VM_STATE_STOPPED || v->rec.state == VM_STATE_DELETING) {
+                                if (v->rec.state == VM_STATE_FAILED || v->fail_reason)
                                         (void) api_error_set(
                                                 &e,
                                                 -EIO,
                                                 API_ERROR_VM_FAILED,
                                                 "%s; vm %s is failed (follow it with get_vm %s, delete it with delete_vm)",
-                                                v->fail_reason        ?:
-                                                        v->last_error ?:
-                                                                        "unknown error",
-                                                v->id,
-                                                v->id);
+                                                v->fail_reason            ?:
+                                                        v->rec.last_error ?:
+                                                                            "unknown error",
+                                                v->rec.id,
+                                                v->rec.id);
                                 else
                                         (void) api_error_set(
                                                 &e,
                                                 -EIO,
                                                 API_ERROR_VM_FAILED,
                                                 "vm is %s; vm %s is %s (follow it with get_vm %s, delete it with delete_vm)",
-                                                vm_state_to_string(v->state),
-                                                v->id,
-                                                vm_state_to_string(v->state),
-                                                v->id);
+                                                vm_state_to_string(v->rec.state),
+                                                v->rec.id,
+                                                vm_state_to_string(v->rec.state),
+                                                v->rec.id);
                                 pending_complete(v, p, e.error, &e);
                                 again = true;
                                 break;
@@ -940,15 +780,19 @@ static void on_helper_exit(VmLaunched *p, int code, int status, void *userdata) 
 
         if (p == v->swtpm) {
                 log_struct(
-                        LOG_DEBUG, LOG_FIELDS({ "VM_ID", v->id }), "swtpm of %s exited: %s", v->id, st ?: "?");
+                        LOG_DEBUG,
+                        LOG_FIELDS({ "VM_ID", v->rec.id }),
+                        "swtpm of %s exited: %s",
+                        v->rec.id,
+                        st ?: "?");
                 v->swtpm = vm_launched_free(v->swtpm);
                 v->swtpm_pid = 0;
         } else if (p == v->vsockd) {
                 log_struct(
                         LOG_DEBUG,
-                        LOG_FIELDS({ "VM_ID", v->id }),
+                        LOG_FIELDS({ "VM_ID", v->rec.id }),
                         "vhost-device-vsock of %s exited: %s",
-                        v->id,
+                        v->rec.id,
                         st ?: "?");
                 v->vsockd = vm_launched_free(v->vsockd);
         }
@@ -990,7 +834,8 @@ static void on_qemu_exit(VmLaunched *p, int code, int status, void *userdata) {
         notify_close(v);
         stop_helpers(v);
 
-        log_struct(LOG_INFO, LOG_FIELDS({ "VM_ID", v->id }), "QEMU of VM %s exited: %s", v->id, st ?: "?");
+        log_struct(
+                LOG_INFO, LOG_FIELDS({ "VM_ID", v->rec.id }), "QEMU of VM %s exited: %s", v->rec.id, st ?: "?");
 
         if (v->starting) {
                 _cleanup_(api_error_done) ApiError e = API_ERROR_NULL;
@@ -1006,7 +851,7 @@ static void on_qemu_exit(VmLaunched *p, int code, int status, void *userdata) {
                 return;
         }
 
-        switch (v->state) {
+        switch (v->rec.state) {
         case VM_STATE_DELETING:
                 break;
         case VM_STATE_STOPPING:
@@ -1018,16 +863,15 @@ static void on_qemu_exit(VmLaunched *p, int code, int status, void *userdata) {
                         vm_set_state(v, VM_STATE_STOPPED);
                 break;
         default:
-                if (v->has_phase && v->phase == VM_PHASE_INSTALL) {
-                        if (ok && !v->install_timed_out && v->state == VM_STATE_INSTALLING) {
+                if (v->rec.phase >= 0 && v->rec.phase == VM_PHASE_INSTALL) {
+                        if (ok && !v->install_timed_out && v->rec.state == VM_STATE_INSTALLING) {
                                 _cleanup_(api_error_done) ApiError e = API_ERROR_NULL;
 
-                                v->installed_at = now_usec(CLOCK_REALTIME);
-                                if (v->created_at > 0 && v->installed_at >= v->created_at)
-                                        metrics_histogram_observe(
-                                                &v->manager->install_seconds,
-                                                (double) (v->installed_at - v->created_at) / USEC_PER_SEC);
-                                if (v->manager->shutting_down) {
+                                v->rec.installed_at = now_usec(CLOCK_REALTIME);
+                                if (v->rec.created_at > 0 && v->rec.installed_at >= v->rec.created_at)
+                                        manager_observe_install(
+                                                v->manager, v->rec.installed_at - v->rec.created_at);
+                                if (manager_shutting_down(v->manager)) {
                                         vm_set_state(v, VM_STATE_STOPPED);
                                         vm_set_error(
                                                 v,
@@ -1043,7 +887,7 @@ static void on_qemu_exit(VmLaunched *p, int code, int status, void *userdata) {
                         }
                         if (v->install_timed_out) {
                                 char d[32];
-                                format_duration(d, sizeof(d), v->manager->install_timeout);
+                                format_duration(d, sizeof(d), manager_settings(v->manager)->install_timeout);
                                 asprintf_or_null(&msg, "installer did not finish within %s", d);
                         } else
                                 asprintf_or_null(&msg, "installer exited: %s", st ?: "?");
@@ -1081,19 +925,20 @@ static int on_phase_timeout(sd_event_source *s, usec_t usec, void *userdata) {
         char d[32];
 
         v->phase_timer = sd_event_source_disable_unref(v->phase_timer);
-        if (v->phase == VM_PHASE_INSTALL) {
+        if (v->rec.phase == VM_PHASE_INSTALL) {
                 log_struct(
                         LOG_WARNING,
-                        LOG_FIELDS({ "VM_ID", v->id }),
+                        LOG_FIELDS({ "VM_ID", v->rec.id }),
                         "Installer of VM %s overran, killing it.",
-                        v->id);
+                        v->rec.id);
                 v->install_timed_out = true;
                 if (v->qemu)
                         (void) vm_launched_kill(v->qemu, SIGKILL, true);
                 return 0;
         }
         if (v->ready_reported &&
-            (v->state == VM_STATE_BOOTING || v->state == VM_STATE_ATTESTING || v->state == VM_STATE_RUNNING)) {
+            (v->rec.state == VM_STATE_BOOTING || v->rec.state == VM_STATE_ATTESTING ||
+             v->rec.state == VM_STATE_RUNNING)) {
                 _cleanup_free_ char *t = NULL;
                 format_duration(d, sizeof(d), vm_ready_quote_grace(v));
                 asprintf_or_null(
@@ -1104,9 +949,9 @@ static int on_phase_timeout(sd_event_source *s, usec_t usec, void *userdata) {
                 vm_fail_boot(v, t ?: "attestation required: no ready-stage quote", /* graceful= */ true);
                 return 0;
         }
-        if (v->state == VM_STATE_BOOTING || v->state == VM_STATE_ATTESTING) {
+        if (v->rec.state == VM_STATE_BOOTING || v->rec.state == VM_STATE_ATTESTING) {
                 _cleanup_free_ char *t = NULL;
-                format_duration(d, sizeof(d), v->manager->boot_timeout);
+                format_duration(d, sizeof(d), manager_settings(v->manager)->boot_timeout);
                 asprintf_or_null(&t, "no READY=1 within %s; the guest is up but has not reported ready", d);
                 vm_set_state(v, VM_STATE_RUNNING);
                 vm_set_error(v, t);
@@ -1122,22 +967,23 @@ static void on_ready_message(Vm *v, char *msg) {
                 if (streq(line, "READY=1"))
                         ready = true;
                 else if (strneq(line, "STATUS=", 7) && line[7]) {
-                        free(v->status);
-                        v->status = strdup(line + 7);
+                        free(v->rec.status);
+                        v->rec.status = strdup(line + 7);
                 } else if (strneq(line, "EXIT_STATUS=", 12)) {
                         free(v->guest_exit_status);
                         v->guest_exit_status = strdup(line + 12);
                 } else if (strneq(line, "X_SYSTEMD_UNIT_ACTIVE=", 22))
                         log_struct(
                                 LOG_INFO,
-                                LOG_FIELDS({ "VM_ID", v->id }, { "GUEST_UNIT", line + 22 }),
+                                LOG_FIELDS({ "VM_ID", v->rec.id }, { "GUEST_UNIT", line + 22 }),
                                 "VM %s: guest unit %s is active",
-                                v->id,
+                                v->rec.id,
                                 line + 22);
         }
         if (ready &&
-            (v->state == VM_STATE_BOOTING || v->state == VM_STATE_ATTESTING || v->state == VM_STATE_RUNNING)) {
-                if (v->att.required && !(v->att.has_ready && v->att.ready.verified)) {
+            (v->rec.state == VM_STATE_BOOTING || v->rec.state == VM_STATE_ATTESTING ||
+             v->rec.state == VM_STATE_RUNNING)) {
+                if (v->rec.att.required && !(v->rec.att.has_ready && v->rec.att.ready.verified)) {
                         vm_ready_unattested(v);
                         return;
                 }
@@ -1148,12 +994,10 @@ static void on_ready_message(Vm *v, char *msg) {
 }
 
 static void vm_become_ready(Vm *v) {
-        v->ready_at = now_usec(CLOCK_REALTIME);
-        if (v->booted_at > 0 && v->ready_at >= v->booted_at)
-                metrics_histogram_observe(
-                        &v->manager->boot_to_ready_seconds,
-                        (double) (v->ready_at - v->booted_at) / USEC_PER_SEC);
-        v->booted = true;
+        v->rec.ready_at = now_usec(CLOCK_REALTIME);
+        if (v->rec.booted_at > 0 && v->rec.ready_at >= v->rec.booted_at)
+                manager_observe_boot_to_ready(v->manager, v->rec.ready_at - v->rec.booted_at);
+        v->rec.booted = true;
         v->ready_reported = false;
         vm_set_error(v, NULL);
         v->phase_timer = sd_event_source_disable_unref(v->phase_timer);
@@ -1165,7 +1009,7 @@ static void vm_become_ready(Vm *v) {
  * initrd quote it never will: it booted without its user-data, and is failed. Otherwise its ready
  * quote may still be on the way, for VM_READY_QUOTE_GRACE. */
 static usec_t vm_ready_quote_grace(Vm *v) {
-        return MIN(VM_READY_QUOTE_GRACE, v->manager->boot_timeout);
+        return MIN(VM_READY_QUOTE_GRACE, manager_settings(v->manager)->boot_timeout);
 }
 
 static void vm_ready_unattested(Vm *v) {
@@ -1173,22 +1017,22 @@ static void vm_ready_unattested(Vm *v) {
         int r;
 
         v->ready_reported = true;
-        if (!(v->att.has_initrd && v->att.initrd.verified)) {
+        if (!(v->rec.att.has_initrd && v->rec.att.initrd.verified)) {
                 asprintf_or_null(
                         &t,
                         "attestation required: the guest sent READY=1 without a verified initrd quote (%s%s); "
                         "its user-data was not released",
-                        v->att.has_initrd ? "its quote was rejected: " :
-                                v->att.nonce_issued_at ?
-                                            "it asked for a nonce but posted no quote" :
-                                            "it never asked for a nonce: does the image run vm-agent?",
-                        v->att.has_initrd ? v->att.initrd.message ?: "?" : "");
+                        v->rec.att.has_initrd ? "its quote was rejected: " :
+                                v->rec.att.nonce_issued_at ?
+                                                "it asked for a nonce but posted no quote" :
+                                                "it never asked for a nonce: does the image run vm-agent?",
+                        v->rec.att.has_initrd ? v->rec.att.initrd.message ?: "?" : "");
                 vm_fail_boot(v, t ?: "attestation required: no verified initrd quote", /* graceful= */ true);
                 return;
         }
         v->phase_timer = sd_event_source_disable_unref(v->phase_timer);
         r = sd_event_add_time_relative(
-                v->manager->event,
+                manager_event(v->manager),
                 &v->phase_timer,
                 CLOCK_MONOTONIC,
                 vm_ready_quote_grace(v),
@@ -1196,7 +1040,7 @@ static void vm_ready_unattested(Vm *v) {
                 on_phase_timeout,
                 v);
         if (r < 0)
-                log_warning_errno(r, "No timer for the ready quote of %s, ignoring: %m", v->id);
+                log_warning_errno(r, "No timer for the ready quote of %s, ignoring: %m", v->rec.id);
         vm_changed(v);
 }
 
@@ -1205,14 +1049,14 @@ static void vm_ready_unattested(Vm *v) {
 static void vm_fail_boot(Vm *v, const char *reason, bool graceful) {
         _unused_ _cleanup_(vm_unrefp) Vm *pin = vm_ref(v);
 
-        if (v->fail_reason || v->state == VM_STATE_STOPPING || v->state == VM_STATE_DELETING)
+        if (v->fail_reason || v->rec.state == VM_STATE_STOPPING || v->rec.state == VM_STATE_DELETING)
                 return; /* on its way down already */
         log_struct(
                 LOG_WARNING,
-                LOG_FIELDS({ "VM_ID", v->id }),
+                LOG_FIELDS({ "VM_ID", v->rec.id }),
                 "VM %s (%s) failed: %s; powering it off.",
-                v->id,
-                v->spec.name,
+                v->rec.id,
+                v->rec.spec.name,
                 reason);
         v->ready_reported = false;
         v->phase_timer = sd_event_source_disable_unref(v->phase_timer);
@@ -1276,7 +1120,7 @@ static int notify_conn_new(Vm *v, int fd) {
         if (!c)
                 return -ENOMEM;
         c->vm = vm_ref(v);
-        r = sd_event_add_io(v->manager->event, &c->source, cfd, EPOLLIN, on_notify_data, c);
+        r = sd_event_add_io(manager_event(v->manager), &c->source, cfd, EPOLLIN, on_notify_data, c);
         if (r < 0) {
                 vm_unref(c->vm);
                 free(c);
@@ -1301,14 +1145,14 @@ static int notify_listen(Vm *v) {
         int r;
 
         notify_close(v);
-        if (asprintf(&v->notify_path, "%s/vsock_%u", v->dir, v->manager->notify_port) < 0) {
+        if (asprintf(&v->notify_path, "%s/vsock_%u", v->dir, manager_settings(v->manager)->notify_port) < 0) {
                 v->notify_path = NULL;
                 return -ENOMEM;
         }
         fd = unix_stream_listen(v->notify_path, 8);
         if (fd < 0)
                 return fd;
-        r = sd_event_add_io(v->manager->event, &v->notify_source, fd, EPOLLIN, on_notify_accept, v);
+        r = sd_event_add_io(manager_event(v->manager), &v->notify_source, fd, EPOLLIN, on_notify_accept, v);
         if (r < 0)
                 return r;
         (void) listener_ratelimit(v->notify_source);
@@ -1317,16 +1161,44 @@ static int notify_listen(Vm *v) {
 }
 
 /* The kernel's vhost-vsock: one AF_VSOCK listener on the notify port for every VM, a guest known by
- * the CID its connection comes from. */
+ * the CID its connection comes from. The manager holds it; it listens from the first VM that needs it. */
+struct VmNotify {
+        Manager *manager;
+        int fd;
+        sd_event_source *source;
+};
+
+int vm_notify_new(VmNotify **ret, Manager *m) {
+        VmNotify *n = calloc(1, sizeof(VmNotify));
+
+        if (!n)
+                return -ENOMEM;
+        n->manager = m;
+        n->fd = -EBADF;
+        *ret = n;
+        return 0;
+}
+
+VmNotify *vm_notify_free(VmNotify *n) {
+        if (!n)
+                return NULL;
+        sd_event_source_disable_unref(n->source);
+        safe_close(n->fd);
+        free(n);
+        return NULL;
+}
+
 static Vm *vm_by_cid(Manager *m, uint32_t cid) {
-        for (size_t i = 0; i < m->n_vms; i++)
-                if (m->vms[i]->vsock == VM_VSOCK_VHOST && m->vms[i]->cid == cid && m->vms[i]->has_phase)
-                        return m->vms[i];
+        Vm *v;
+
+        MANAGER_FOREACH_VM(v, m, i)
+        if (v->rec.vsock == VM_VSOCK_VHOST && v->rec.cid == cid && v->rec.phase >= 0)
+                return v;
         return NULL;
 }
 
 static int on_vsock_accept(sd_event_source *s, int fd, uint32_t revents, void *userdata) {
-        Manager *m = userdata;
+        VmNotify *n = userdata;
         struct sockaddr_vm peer = {};
         socklen_t len = sizeof(peer);
         _cleanup_close_ int cfd = accept4(fd, (struct sockaddr *) &peer, &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
@@ -1334,7 +1206,7 @@ static int on_vsock_accept(sd_event_source *s, int fd, uint32_t revents, void *u
 
         if (cfd < 0)
                 return 0;
-        v = len >= sizeof(peer) && peer.svm_family == AF_VSOCK ? vm_by_cid(m, peer.svm_cid) : NULL;
+        v = len >= sizeof(peer) && peer.svm_family == AF_VSOCK ? vm_by_cid(n->manager, peer.svm_cid) : NULL;
         if (!v) {
                 log_debug("READY=1 connection from unknown CID %u, closed.", (unsigned) peer.svm_cid);
                 return 0;
@@ -1343,28 +1215,29 @@ static int on_vsock_accept(sd_event_source *s, int fd, uint32_t revents, void *u
         return 0;
 }
 
-static int vsock_listen(Manager *m) {
+static int vsock_listen(VmNotify *n) {
         _cleanup_close_ int fd = -EBADF;
+        uint32_t port = manager_settings(n->manager)->notify_port;
         struct sockaddr_vm sa = {
                 .svm_family = AF_VSOCK,
                 .svm_cid = VMADDR_CID_ANY,
-                .svm_port = m->notify_port,
+                .svm_port = port,
         };
         int r;
 
-        if (m->vsock_source)
+        if (n->source)
                 return 0;
         fd = socket(AF_VSOCK, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
         if (fd < 0)
                 return -errno;
         if (bind(fd, (struct sockaddr *) &sa, sizeof(sa)) < 0 || listen(fd, 64) < 0)
                 return -errno;
-        r = sd_event_add_io(m->event, &m->vsock_source, fd, EPOLLIN, on_vsock_accept, m);
+        r = sd_event_add_io(manager_event(n->manager), &n->source, fd, EPOLLIN, on_vsock_accept, n);
         if (r < 0)
                 return r;
-        (void) listener_ratelimit(m->vsock_source);
-        m->vsock_fd = TAKE_FD(fd);
-        log_debug("Listening for READY=1 on vsock port %u.", (unsigned) m->notify_port);
+        (void) listener_ratelimit(n->source);
+        n->fd = TAKE_FD(fd);
+        log_debug("Listening for READY=1 on vsock port %u.", (unsigned) port);
         return 0;
 }
 
@@ -1373,17 +1246,17 @@ static int vsock_listen(Manager *m) {
 static VmVsock vm_pick_vsock(Vm *v) {
         int r;
 
-        switch (host_probe_notify(v->manager->host, NULL)) {
+        switch (host_probe_notify(manager_host(v->manager), NULL)) {
         case HOST_NOTIFY_VHOST:
-                r = vsock_listen(v->manager);
+                r = vsock_listen(manager_notify(v->manager));
                 if (r >= 0)
                         return VM_VSOCK_VHOST;
                 log_struct(
                         LOG_WARNING,
-                        LOG_FIELDS({ "VM_ID", v->id }),
+                        LOG_FIELDS({ "VM_ID", v->rec.id }),
                         "VM %s starts without READY=1: no AF_VSOCK listener on port %u: %s",
-                        v->id,
-                        (unsigned) v->manager->notify_port,
+                        v->rec.id,
+                        (unsigned) manager_settings(v->manager)->notify_port,
                         strerror(-r));
                 return VM_VSOCK_NONE;
         case HOST_NOTIFY_VHOST_USER:
@@ -1400,22 +1273,22 @@ Manager *vm_manager(Vm *v) {
 }
 
 const char *vm_ip(Vm *v) {
-        return v->ip;
+        return v->rec.ip;
 }
 
 /* The VM's port on its network's switch, added on first use: the lease is the port's identity. */
 NetPort *vm_port(Vm *v, bool create) {
-        NetSwitch *sw = manager_switch_get(v->manager, v->spec.network);
-        Network *n = network_registry_get(v->manager->networks, v->spec.network);
-        const NetworkLease *l = n ? network_lease_find(n, v->id) : NULL;
+        NetSwitch *sw = manager_switch_get(v->manager, v->rec.spec.network);
+        Network *n = network_registry_get(manager_networks(v->manager), v->rec.spec.network);
+        const NetworkLease *l = n ? network_lease_find(n, v->rec.id) : NULL;
         NetPort *p;
 
         if (!sw)
                 return NULL;
-        p = net_switch_find_port(sw, v->id);
+        p = net_switch_find_port(sw, v->rec.id);
         if (p || !create || !l)
                 return p;
-        if (net_switch_add_port(sw, v->id, l->mac, l->ip, &p) < 0)
+        if (net_switch_add_port(sw, v->rec.id, l->mac, l->ip, &p) < 0)
                 return NULL;
         return p;
 }
@@ -1426,11 +1299,8 @@ static int on_imds_accept(sd_event_source *s, int fd, uint32_t revents, void *us
 
         if (cfd < 0)
                 return 0;
-        if (!v->manager->imds_accept || v->state == VM_STATE_DELETING) {
+        if (v->rec.state == VM_STATE_DELETING || !manager_imds_accept(v->manager, v, cfd))
                 (void) close(cfd);
-                return 0;
-        }
-        v->manager->imds_accept(v->manager->imds_userdata, v, cfd);
         return 0;
 }
 
@@ -1447,7 +1317,7 @@ static int vm_imds_listen(Vm *v, NetPort *p) {
                 fd = unix_stream_listen(path, 64);
                 if (fd < 0)
                         return fd;
-                r = sd_event_add_io(v->manager->event, &v->imds_source, fd, EPOLLIN, on_imds_accept, v);
+                r = sd_event_add_io(manager_event(v->manager), &v->imds_source, fd, EPOLLIN, on_imds_accept, v);
                 if (r < 0)
                         return r;
                 (void) listener_ratelimit(v->imds_source);
@@ -1469,23 +1339,23 @@ static void vm_net_attach(Vm *v) {
         r = p ? net_port_dial(p, path) : -ENOENT;
         if (p) {
                 /* the metadata listener stands whether or not the NIC answered this time */
-                Network *n = network_registry_get(v->manager->networks, v->spec.network);
+                Network *n = network_registry_get(manager_networks(v->manager), v->rec.spec.network);
                 int k = n && n->enable_imds ? vm_imds_listen(v, p) : 0;
                 if (k < 0)
                         log_struct(
                                 LOG_WARNING,
-                                LOG_FIELDS({ "VM_ID", v->id }),
+                                LOG_FIELDS({ "VM_ID", v->rec.id }),
                                 "VM %s has no metadata service: %s",
-                                v->id,
+                                v->rec.id,
                                 strerror(-k));
         }
         if (r < 0)
                 log_struct(
                         LOG_WARNING,
-                        LOG_FIELDS({ "VM_ID", v->id }),
+                        LOG_FIELDS({ "VM_ID", v->rec.id }),
                         "VM %s has no network: linking its NIC to network %s failed: %s",
-                        v->id,
-                        v->spec.network,
+                        v->rec.id,
+                        v->rec.spec.network,
                         strerror(-r));
 }
 
@@ -1541,12 +1411,12 @@ static int vm_spawn(Vm *v, char **argv, const char *log_name, const char *role, 
         _cleanup_free_ char *log = vm_path(v, log_name), *unit = NULL;
         bool qemu = streq(role, "qemu");
 
-        if (!log || asprintf(&unit, "vm-manager-%s-%s.service", v->id, role) < 0)
+        if (!log || asprintf(&unit, "vm-manager-%s-%s.service", v->rec.id, role) < 0)
                 return -ENOMEM;
         return vm_launched_spawn(
                 ret,
-                v->manager->event,
-                v->manager->units,
+                manager_event(v->manager),
+                manager_units(v->manager),
                 unit,
                 &(VmProcessOptions){
                         .argv = argv,
@@ -1563,7 +1433,10 @@ static void on_qmp_event(QmpClient *c, const char *event, json_t *data, void *us
 
         if (event)
                 log_struct(
-                        LOG_DEBUG, LOG_FIELDS({ "VM_ID", v->id }, { "QMP_EVENT", event }), "QMP event %s", event);
+                        LOG_DEBUG,
+                        LOG_FIELDS({ "VM_ID", v->rec.id }, { "QMP_EVENT", event }),
+                        "QMP event %s",
+                        event);
 }
 
 static void on_qmp_disconnect(QmpClient *c, void *userdata) {
@@ -1588,24 +1461,31 @@ static void on_qmp_ready(QmpClient *c, int error, void *userdata) {
                         &msg,
                         "qemu QMP at %s did not answer within %s: %s (%s)",
                         qmp ?: "qmp.sock",
-                        format_duration(d, sizeof(d), v->manager->qmp_timeout),
+                        format_duration(d, sizeof(d), manager_settings(v->manager)->qmp_timeout),
                         strerror(-error),
                         tail && *tail ? tail : "qemu wrote nothing to its log");
                 start_fail(v, error, msg ?: "qemu QMP did not answer");
                 return;
         }
 
-        vm_set_state(v, v->phase == VM_PHASE_INSTALL ? VM_STATE_INSTALLING : VM_STATE_BOOTING);
+        vm_set_state(v, v->rec.phase == VM_PHASE_INSTALL ? VM_STATE_INSTALLING : VM_STATE_BOOTING);
         vm_net_attach(v);
-        timeout = v->phase == VM_PHASE_INSTALL ? v->manager->install_timeout : v->manager->boot_timeout;
+        timeout = v->rec.phase == VM_PHASE_INSTALL ? manager_settings(v->manager)->install_timeout :
+                                                     manager_settings(v->manager)->boot_timeout;
         r = sd_event_add_time_relative(
-                v->manager->event, &v->phase_timer, CLOCK_MONOTONIC, timeout, USEC_PER_SEC, on_phase_timeout, v);
+                manager_event(v->manager),
+                &v->phase_timer,
+                CLOCK_MONOTONIC,
+                timeout,
+                USEC_PER_SEC,
+                on_phase_timeout,
+                v);
         if (r < 0)
                 log_struct(
                         LOG_WARNING,
-                        LOG_FIELDS({ "VM_ID", v->id }),
+                        LOG_FIELDS({ "VM_ID", v->rec.id }),
                         "No phase timer for %s: %s",
-                        v->id,
+                        v->rec.id,
                         strerror(-r));
         (void) vm_save(v);
         manager_touch(v->manager);
@@ -1618,65 +1498,67 @@ static int start_qemu(Vm *v) {
                             *vhost = vm_path(v, "vhost-vsock.sock"), *tpm = vm_path(v, "tpm/swtpm.sock"),
                             *qmp = vm_path(v, "qmp.sock"), *keys = NULL, *notify = NULL;
         _cleanup_strv_free_ char **argv = NULL;
-        const Image *img = image_catalog_resolve(v->manager->images, v->spec.image);
-        const Network *net_rec = network_registry_get(v->manager->networks, v->spec.network);
+        const Image *img = image_catalog_resolve(manager_images(v->manager), v->rec.spec.image);
+        const Network *net_rec = network_registry_get(manager_networks(v->manager), v->rec.spec.network);
         VmCredential creds[5];
         size_t n = 0;
         int r;
 
         if (!vars || !net || !vhost || !tpm || !qmp)
                 return -ENOMEM;
-        if (v->phase == VM_PHASE_INSTALL && (!img || !streq(img->ref, v->spec.image)))
+        if (v->rec.phase == VM_PHASE_INSTALL && (!img || !streq(img->ref, v->rec.spec.image)))
                 return -ENOENT;
 
         /* the per-VM key first, then the caller's, one per line */
         {
-                size_t len = strlen(v->ssh_public_key) + 2, at = 0;
-                for (char **k = v->spec.ssh_authorized_keys; k && *k; k++)
+                size_t len = strlen(v->rec.ssh_public_key) + 2, at = 0;
+                for (char **k = v->rec.spec.ssh_authorized_keys; k && *k; k++)
                         len += strlen(*k) + 1;
                 keys = malloc(len);
                 if (!keys)
                         return -ENOMEM;
-                at = stpcpy(stpcpy(keys, v->ssh_public_key), "\n") - keys;
-                for (char **k = v->spec.ssh_authorized_keys; k && *k; k++)
+                at = stpcpy(stpcpy(keys, v->rec.ssh_public_key), "\n") - keys;
+                for (char **k = v->rec.spec.ssh_authorized_keys; k && *k; k++)
                         at = stpcpy(stpcpy(keys + at, *k), "\n") - keys;
         }
-        if (asprintf(&notify, "vsock-stream:2:%u", v->manager->notify_port) < 0)
+        if (asprintf(&notify, "vsock-stream:2:%u", manager_settings(v->manager)->notify_port) < 0)
                 return -ENOMEM;
 
-        creds[n++] = (VmCredential){ "firstboot.hostname", v->spec.hostname };
+        creds[n++] = (VmCredential){ "firstboot.hostname", v->rec.spec.hostname };
         creds[n++] = (VmCredential){ "ssh.authorized_keys.root", keys };
-        creds[n++] = (VmCredential){ "system.machine_id", v->machine_id };
-        if (v->phase == VM_PHASE_INSTALL)
+        creds[n++] = (VmCredential){ "system.machine_id", v->rec.machine_id };
+        if (v->rec.phase == VM_PHASE_INSTALL)
                 creds[n++] = (VmCredential){ "vm.install-target", "/dev/disk/by-id/virtio-target" };
         creds[n++] = (VmCredential){ "vmm.notify_socket", notify };
 
         r = vm_cmdline_build(
                 &(VmCmdlineSpec){
                         .qemu = "qemu-system-x86_64",
-                        .id = v->id,
+                        .id = v->rec.id,
                         .dir = v->dir,
-                        .phase = v->phase,
-                        .accel = host_probe_accel(v->manager->host, NULL) == HOST_ACCEL_KVM ? VM_ACCEL_KVM :
-                                                                                              VM_ACCEL_TCG,
-                        .vsock = v->vsock,
-                        .cpus = v->spec.cpus,
-                        .memory_mib = v->spec.memory_mib,
-                        .ovmf_code = v->manager->ovmf_code,
+                        .phase = v->rec.phase,
+                        .accel = host_probe_accel(manager_host(v->manager), NULL) == HOST_ACCEL_KVM ?
+                                VM_ACCEL_KVM :
+                                VM_ACCEL_TCG,
+                        .vsock = v->rec.vsock,
+                        .cpus = v->rec.spec.cpus,
+                        .memory_mib = v->rec.spec.memory_mib,
+                        .ovmf_code = manager_settings(v->manager)->ovmf_code,
                         .ovmf_vars = vars,
                         .uki = img ? img->uki : NULL,
                         .image_raw = img ? img->disk : NULL,
-                        .volume = v->volume,
+                        .volume = v->rec.volume,
                         .net_socket = net,
                         .mtu = net_rec ? net_rec->mtu : 0,
-                        .mac = v->mac,
-                        .cid = v->cid,
+                        .mac = v->rec.mac,
+                        .cid = v->rec.cid,
                         .vsock_socket = vhost,
                         .tpm_socket = tpm,
                         .credentials = creds,
                         .n_credentials = n,
-                        .kernel_cmdline_extra = v->phase == VM_PHASE_BOOT && !v->booted ? "ignition.firstboot" :
-                                                                                          NULL,
+                        .kernel_cmdline_extra = v->rec.phase == VM_PHASE_BOOT && !v->rec.booted ?
+                                "ignition.firstboot" :
+                                NULL,
                 },
                 &argv);
         if (r < 0)
@@ -1689,12 +1571,12 @@ static int start_qemu(Vm *v) {
         v->start_step = START_QMP;
         r = qmp_client_connect_retry(
                 &v->qmp,
-                v->manager->event,
+                manager_event(v->manager),
                 qmp,
                 on_qmp_event,
                 on_qmp_disconnect,
                 v,
-                v->manager->qmp_timeout,
+                manager_settings(v->manager)->qmp_timeout,
                 on_qmp_ready);
         if (r < 0) {
                 (void) vm_launched_kill(v->qemu, SIGKILL, true);
@@ -1712,7 +1594,7 @@ static int start_vsockd(Vm *v) {
                 return -ENOMEM;
         (void) unlink(vhost);
         v->vsockd = vm_launched_free(v->vsockd); /* a leftover of the previous run */
-        r = vm_vhost_user_vsock_cmdline_build("vhost-device-vsock", v->cid, vhost, uds, &argv);
+        r = vm_vhost_user_vsock_cmdline_build("vhost-device-vsock", v->rec.cid, vhost, uds, &argv);
         if (r < 0)
                 return r;
         r = vm_spawn(v, argv, "vsock.log", "vsock", &v->vsockd);
@@ -1743,7 +1625,7 @@ static int on_probe(sd_event_source *s, usec_t usec, void *userdata) {
                 start_fail(v, -ETIMEDOUT, msg ?: "vtpm not responding");
                 return 0;
         }
-        vsock_up = v->vsock != VM_VSOCK_VHOST_USER || access(vhost, F_OK) >= 0;
+        vsock_up = v->rec.vsock != VM_VSOCK_VHOST_USER || access(vhost, F_OK) >= 0;
         if (!vsock_up && (!v->vsockd || usec >= v->probe_deadline)) {
                 _cleanup_free_ char *log = vm_path(v, "vsock.log"),
                                     *tail = log ? file_tail(log, 2048) : NULL, *msg = NULL;
@@ -1753,7 +1635,7 @@ static int on_probe(sd_event_source *s, usec_t usec, void *userdata) {
         }
 
         if (v->swtpm_up && vsock_up) {
-                if (v->phase == VM_PHASE_BOOT && v->vsock == VM_VSOCK_VHOST_USER &&
+                if (v->rec.phase == VM_PHASE_BOOT && v->rec.vsock == VM_VSOCK_VHOST_USER &&
                     (r = notify_listen(v)) < 0) {
                         start_fail(v, r, "failed to listen for READY=1");
                         return 0;
@@ -1807,25 +1689,24 @@ static int vm_start_phase(Vm *v, VmPhase phase, ApiError *reterr) {
 
         if (!tpm || !ctrl || !tlog || !tprev || !vars || !console)
                 return -ENOMEM;
-        if (v->manager->shutting_down)
+        if (manager_shutting_down(v->manager))
                 return api_error_set(reterr, -ESHUTDOWN, API_ERROR_CONFLICT, "vm-manager is shutting down");
 
-        v->phase = phase;
-        v->has_phase = true;
+        v->rec.phase = phase;
         v->starting = true;
         v->install_timed_out = false;
         if (phase == VM_PHASE_BOOT) {
                 /* every installed boot starts afresh: readiness, status, errors, attestation */
-                v->booted_at = now_usec(CLOCK_REALTIME);
-                v->ready_at = 0;
-                v->status = mfree(v->status);
+                v->rec.booted_at = now_usec(CLOCK_REALTIME);
+                v->rec.ready_at = 0;
+                v->rec.status = mfree(v->rec.status);
                 vm_set_error(v, NULL);
-                v->att.required = v->spec.require_attestation;
-                v->att.released = !v->spec.require_attestation;
-                v->att.nonce_issued_at = 0;
-                attest_result_done(&v->att.initrd);
-                attest_result_done(&v->att.ready);
-                v->att.has_initrd = v->att.has_ready = false;
+                v->rec.att.required = v->rec.spec.require_attestation;
+                v->rec.att.released = !v->rec.spec.require_attestation;
+                v->rec.att.nonce_issued_at = 0;
+                attest_result_done(&v->rec.att.initrd);
+                attest_result_done(&v->rec.att.ready);
+                v->rec.att.has_initrd = v->rec.att.has_ready = false;
                 v->guest_exit_status = mfree(v->guest_exit_status);
                 v->ready_reported = false;
                 v->fail_reason = mfree(v->fail_reason);
@@ -1833,7 +1714,7 @@ static int vm_start_phase(Vm *v, VmPhase phase, ApiError *reterr) {
 
         r = mkdir_p(tpm, 0700);
         if (r >= 0)
-                r = copy_file_excl(v->manager->ovmf_vars, vars, 0600);
+                r = copy_file_excl(manager_settings(v->manager)->ovmf_vars, vars, 0600);
         if (r < 0) {
                 v->starting = false;
                 return api_error_set(reterr, r, API_ERROR_INTERNAL, "preparing %s: %s", v->dir, strerror(-r));
@@ -1851,9 +1732,9 @@ static int vm_start_phase(Vm *v, VmPhase phase, ApiError *reterr) {
         }
         v->swtpm_pid = vm_launched_pid(v->swtpm);
         v->swtpm_up = false;
-        v->vsock = vm_pick_vsock(v);
+        v->rec.vsock = vm_pick_vsock(v);
         v->vsockd = vm_launched_free(v->vsockd); /* a leftover of the previous run */
-        r = v->vsock == VM_VSOCK_VHOST_USER ? start_vsockd(v) : 0;
+        r = v->rec.vsock == VM_VSOCK_VHOST_USER ? start_vsockd(v) : 0;
         if (r < 0) {
                 vm_stop_processes_now(v);
                 v->starting = false;
@@ -1863,11 +1744,11 @@ static int vm_start_phase(Vm *v, VmPhase phase, ApiError *reterr) {
         v->start_step = START_SWTPM;
         v->probe_deadline = now_usec(CLOCK_MONOTONIC) + VM_SWTPM_START_TIMEOUT;
         r = sd_event_add_time_relative(
-                v->manager->event, &v->probe_timer, CLOCK_MONOTONIC, VM_PROBE_INTERVAL, 1, on_probe, v);
+                manager_event(v->manager), &v->probe_timer, CLOCK_MONOTONIC, VM_PROBE_INTERVAL, 1, on_probe, v);
         if (r < 0) {
                 vm_stop_processes_now(v);
                 v->starting = false;
-                return api_error_set(reterr, r, API_ERROR_INTERNAL, "starting %s: %s", v->id, strerror(-r));
+                return api_error_set(reterr, r, API_ERROR_INTERNAL, "starting %s: %s", v->rec.id, strerror(-r));
         }
         (void) vm_save(v);
         return 0;
@@ -1885,7 +1766,7 @@ static int on_stop_timer(sd_event_source *s, usec_t usec, void *userdata) {
                 v->stop_step = 2;
                 (void) vm_launched_kill(v->qemu, SIGTERM, false);
                 return sd_event_add_time_relative(
-                        v->manager->event,
+                        manager_event(v->manager),
                         &v->stop_timer,
                         CLOCK_MONOTONIC,
                         VM_STOP_GRACE,
@@ -1916,19 +1797,19 @@ static void vm_begin_stop(Vm *v) {
                 return;
         v->stop_step = 1;
         r = sd_event_add_time_relative(
-                v->manager->event,
+                manager_event(v->manager),
                 &v->stop_timer,
                 CLOCK_MONOTONIC,
-                v->manager->stop_timeout,
+                manager_settings(v->manager)->stop_timeout,
                 USEC_PER_MSEC,
                 on_stop_timer,
                 v);
         if (r < 0)
                 log_struct(
                         LOG_WARNING,
-                        LOG_FIELDS({ "VM_ID", v->id }),
+                        LOG_FIELDS({ "VM_ID", v->rec.id }),
                         "No stop timer for %s: %s",
-                        v->id,
+                        v->rec.id,
                         strerror(-r));
         if (!v->qmp || qmp_client_execute(v->qmp, "system_powerdown", NULL, 0, on_powerdown_reply, v) < 0) {
                 v->stop_timer = sd_event_source_disable_unref(v->stop_timer);
@@ -1946,8 +1827,8 @@ int vm_stop(Vm *v, VmDoneFunc done, void *userdata, ApiError *reterr) {
         _unused_ _cleanup_(vm_unrefp) Vm *pin = vm_ref(v);
         Pending *p;
 
-        if (v->state == VM_STATE_DELETING)
-                return api_error_set(reterr, -EBUSY, API_ERROR_CONFLICT, "vm %s is being deleted", v->id);
+        if (v->rec.state == VM_STATE_DELETING)
+                return api_error_set(reterr, -EBUSY, API_ERROR_CONFLICT, "vm %s is being deleted", v->rec.id);
         /* A start chain (swtpm, vsock, QEMU, QMP) takes a moment: stop once it stands. */
         if (v->starting)
                 return api_error_set(
@@ -1955,16 +1836,16 @@ int vm_stop(Vm *v, VmDoneFunc done, void *userdata, ApiError *reterr) {
                         -EBUSY,
                         API_ERROR_CONFLICT,
                         "vm %s is %s and still starting; try again in a moment",
-                        v->id,
-                        vm_state_to_string(v->state));
+                        v->rec.id,
+                        vm_state_to_string(v->rec.state));
         if (!vm_has_process(v))
                 return api_error_set(
                         reterr,
                         -EBUSY,
                         API_ERROR_CONFLICT,
                         "vm %s is not running (%s)",
-                        v->id,
-                        vm_state_to_string(v->state));
+                        v->rec.id,
+                        vm_state_to_string(v->rec.state));
         p = pending_add(v, PENDING_STOPPED, done, userdata);
         if (!p)
                 return -ENOMEM;
@@ -1978,26 +1859,31 @@ int vm_start(Vm *v, VmDoneFunc done, void *userdata, ApiError *reterr) {
         Pending *p;
         int r;
 
-        if (v->manager->shutting_down)
+        if (manager_shutting_down(v->manager))
                 return api_error_set(reterr, -ESHUTDOWN, API_ERROR_CONFLICT, "vm-manager is shutting down");
-        if (v->state == VM_STATE_DELETING)
-                return api_error_set(reterr, -EBUSY, API_ERROR_CONFLICT, "vm %s is being deleted", v->id);
+        if (v->rec.state == VM_STATE_DELETING)
+                return api_error_set(reterr, -EBUSY, API_ERROR_CONFLICT, "vm %s is being deleted", v->rec.id);
         if (vm_has_process(v))
                 return api_error_set(
-                        reterr, -EBUSY, API_ERROR_CONFLICT, "vm %s is %s", v->id, vm_state_to_string(v->state));
-        if (v->installed_at == 0)
+                        reterr,
+                        -EBUSY,
+                        API_ERROR_CONFLICT,
+                        "vm %s is %s",
+                        v->rec.id,
+                        vm_state_to_string(v->rec.state));
+        if (v->rec.installed_at == 0)
                 return api_error_set(
                         reterr,
                         -EBUSY,
                         API_ERROR_CONFLICT,
                         "vm %s never finished installing; delete and recreate it",
-                        v->id);
+                        v->rec.id);
 
         if (v->volume_fd < 0) {
                 /* first start since the daemon did: take the disk's lease again */
                 r = vm_acquire_volume(v, VOLUME_OPEN, reterr);
                 if (r < 0)
-                        return api_error_prefix(reterr, "disk of vm %s", v->id);
+                        return api_error_prefix(reterr, "disk of vm %s", v->rec.id);
         }
         p = pending_add(v, PENDING_STARTED, done, userdata);
         if (!p)
@@ -2018,15 +1904,15 @@ int vm_start(Vm *v, VmDoneFunc done, void *userdata, ApiError *reterr) {
 int vm_reboot(Vm *v, VmDoneFunc done, void *userdata, ApiError *reterr) {
         int r;
 
-        if (v->manager->shutting_down)
+        if (manager_shutting_down(v->manager))
                 return api_error_set(reterr, -ESHUTDOWN, API_ERROR_CONFLICT, "vm-manager is shutting down");
-        if (v->installed_at == 0)
+        if (v->rec.installed_at == 0)
                 return api_error_set(
                         reterr,
                         -EBUSY,
                         API_ERROR_CONFLICT,
                         "vm %s never finished installing; delete and recreate it",
-                        v->id);
+                        v->rec.id);
         r = vm_stop(v, done, userdata, reterr);
         if (r < 0)
                 return r;
@@ -2042,22 +1928,22 @@ static void vm_delete_volume(Manager *m, const char *id) {
         _cleanup_free_ char *name = NULL;
 
         if (asprintf(&name, "vm-%s", id) >= 0)
-                (void) storage_delete(m->storage, name, NULL);
+                (void) storage_delete(manager_storage(m), name, NULL);
 }
 
 static int release_resources(Vm *v) {
-        Network *n = network_registry_get(v->manager->networks, v->spec.network);
+        Network *n = network_registry_get(manager_networks(v->manager), v->rec.spec.network);
         int r = 0;
 
         vm_net_detach(v, true);
-        if (v->manager->nonces)
-                attest_nonce_forget(v->manager->nonces, v->id);
-        if (n && network_lease_find(n, v->id))
-                r = network_lease_release(v->manager->networks, n, v->id);
+        if (manager_nonces(v->manager))
+                attest_nonce_forget(manager_nonces(v->manager), v->rec.id);
+        if (n && network_lease_find(n, v->rec.id))
+                r = network_lease_release(manager_networks(v->manager), n, v->rec.id);
         v->volume_fd = safe_close(v->volume_fd);
         /* by its name, not its recorded path: a create stopped by a crash acquired it without
          * recording it */
-        vm_delete_volume(v->manager, v->id);
+        vm_delete_volume(v->manager, v->rec.id);
         if (v->dir)
                 (void) rm_rf(v->dir); /* only our files live there */
         return r;
@@ -2079,8 +1965,9 @@ static void delete_finish(int r, json_t *record, const ApiError *e, void *userda
 
         vm_unobserve(v, c->userdata);
         (void) release_resources(v);
-        log_struct(LOG_INFO, LOG_FIELDS({ "VM_ID", v->id }), "VM %s (%s) deleted.", v->id, v->spec.name);
-        gone = json_pack("{s:s,s:b}", "id", v->id, "deleted", true);
+        log_struct(
+                LOG_INFO, LOG_FIELDS({ "VM_ID", v->rec.id }), "VM %s (%s) deleted.", v->rec.id, v->rec.spec.name);
+        gone = json_pack("{s:s,s:b}", "id", v->rec.id, "deleted", true);
         manager_remove_vm(m, v);
         manager_touch(m);
         if (c->done)
@@ -2093,9 +1980,9 @@ int vm_delete(Vm *v, VmDoneFunc done, void *userdata, ApiError *reterr) {
         DeleteCall *c;
         Pending *p;
 
-        if (v->state == VM_STATE_DELETING)
+        if (v->rec.state == VM_STATE_DELETING)
                 return api_error_set(
-                        reterr, -EBUSY, API_ERROR_CONFLICT, "vm %s is already being deleted", v->id);
+                        reterr, -EBUSY, API_ERROR_CONFLICT, "vm %s is already being deleted", v->rec.id);
         c = calloc(1, sizeof(DeleteCall));
         if (!c)
                 return -ENOMEM;
@@ -2128,9 +2015,9 @@ static int vm_acquire_volume(Vm *v, VolumeCreate mode, ApiError *reterr) {
         _cleanup_free_ char *name = NULL, *path = NULL;
         int r;
 
-        if (asprintf(&name, "vm-%s", v->id) < 0)
+        if (asprintf(&name, "vm-%s", v->rec.id) < 0)
                 return -ENOMEM;
-        r = storage_acquire(v->manager->storage, name, v->spec.disk_gib << 30, mode, &vol, reterr);
+        r = storage_acquire(manager_storage(v->manager), name, v->rec.spec.disk_gib << 30, mode, &vol, reterr);
         if (r < 0)
                 return r;
         if (vol.path)
@@ -2141,225 +2028,9 @@ static int vm_acquire_volume(Vm *v, VolumeCreate mode, ApiError *reterr) {
                 return -ENOMEM;
         safe_close(v->volume_fd);
         v->volume_fd = TAKE_FD(vol.fd);
-        free(v->volume);
-        v->volume = TAKE_PTR(path);
+        free(v->rec.volume);
+        v->rec.volume = TAKE_PTR(path);
         return 0;
-}
-
-typedef struct CreateRequest {
-        char *name, *image, *kubernetes_version, *network, *user_data, *hostname, *wait_for;
-        int64_t cpus, memory_mib, disk_gib;
-        char **ssh_authorized_keys;
-        json_t *metadata;
-        int require_attestation; /* -1: absent */
-} CreateRequest;
-
-static void create_request_done(CreateRequest *c) {
-        free(c->name);
-        free(c->image);
-        free(c->kubernetes_version);
-        free(c->network);
-        free(c->user_data);
-        free(c->hostname);
-        free(c->wait_for);
-        strv_free(c->ssh_authorized_keys);
-        json_decref(c->metadata);
-}
-
-static int dispatch_tristate(const char *name, json_t *v, void *dest, ApiError *reterr) {
-        if (!json_is_boolean(v))
-                return api_error_set(
-                        reterr,
-                        -EINVAL,
-                        API_ERROR_INVALID_REQUEST,
-                        "field \"%s\": expected a boolean, got %s",
-                        name,
-                        json_type_name(v));
-        *(int *) dest = json_is_true(v);
-        return 0;
-}
-
-/* Appends "; "-separated problems. */
-static void problem(char **acc, const char *fmt, ...) _printf_(2, 3);
-static void problem(char **acc, const char *fmt, ...) {
-        _cleanup_free_ char *p = NULL;
-        char *n = NULL;
-        va_list ap;
-
-        va_start(ap, fmt);
-        if (vasprintf(&p, fmt, ap) < 0)
-                p = NULL;
-        va_end(ap);
-        if (!p)
-                return;
-        if (asprintf(&n, "%s%s%s", *acc ?: "", *acc ? "; " : "", p) < 0)
-                return;
-        free(*acc);
-        *acc = n;
-}
-
-/* The size limits of a request (vm.h). Records written before they existed still load, so a record
- * is checked for its shape only. */
-static void check_limits(const CreateRequest *c, char **problems) {
-        size_t total = 0, n = 0;
-        const char *key;
-        json_t *val;
-
-        if (c->image && strlen(c->image) > VM_REF_MAX)
-                problem(problems, "image must be at most %u bytes", VM_REF_MAX);
-        if (c->kubernetes_version && strlen(c->kubernetes_version) > VM_REF_MAX)
-                problem(problems, "kubernetes_version must be at most %u bytes", VM_REF_MAX);
-        if (c->network && strlen(c->network) > VM_REF_MAX)
-                problem(problems, "network must be at most %u bytes", VM_REF_MAX);
-        for (char **k = c->ssh_authorized_keys; k && *k; k++, n++) {
-                if (strlen(*k) > VM_SSH_KEY_MAX) {
-                        problem(problems, "ssh authorized keys must be at most %u bytes each", VM_SSH_KEY_MAX);
-                        break;
-                }
-                total += strlen(*k) + 1;
-        }
-        if (n > VM_SSH_KEYS_MAX)
-                problem(problems, "at most %u ssh authorized keys", VM_SSH_KEYS_MAX);
-        else if (total > VM_SSH_KEYS_TOTAL_MAX)
-                problem(problems,
-                        "ssh authorized keys must be at most %u bytes together",
-                        VM_SSH_KEYS_TOTAL_MAX);
-        if (c->metadata) {
-                total = 0;
-                if (json_object_size(c->metadata) > VM_METADATA_MAX)
-                        problem(problems, "metadata must have at most %u entries", VM_METADATA_MAX);
-                json_object_foreach(c->metadata, key, val) {
-                        if (strlen(key) > VM_METADATA_KEY_MAX) {
-                                problem(problems, "metadata keys must be at most %u bytes", VM_METADATA_KEY_MAX);
-                                break;
-                        }
-                        if (json_string_length(val) > VM_METADATA_VALUE_MAX) {
-                                problem(problems,
-                                        "metadata value of \"%s\" must be at most %u bytes",
-                                        key,
-                                        VM_METADATA_VALUE_MAX);
-                                break;
-                        }
-                        total += strlen(key) + json_string_length(val);
-                }
-                if (total > VM_METADATA_TOTAL_MAX)
-                        problem(problems, "metadata must be at most %u bytes together", VM_METADATA_TOTAL_MAX);
-        }
-        if (c->user_data && strlen(c->user_data) > VM_USER_DATA_MAX)
-                problem(problems, "user_data must be at most %u bytes", VM_USER_DATA_MAX);
-}
-
-static int spec_decode(
-        json_t *request, bool record, VmSpec *ret, char **ret_user_data, VmWaitFor *ret_wait_for, ApiError *reterr) {
-        static const JsonDispatch table[] = {
-                { "name", json_dispatch_string, offsetof(CreateRequest, name), JSON_NULLABLE },
-                { "image", json_dispatch_string, offsetof(CreateRequest, image), JSON_NULLABLE },
-                { "kubernetes_version",
-                  json_dispatch_string,
-                  offsetof(CreateRequest, kubernetes_version),
-                  JSON_NULLABLE },
-                { "cpus", json_dispatch_int64, offsetof(CreateRequest, cpus), JSON_NULLABLE },
-                { "memory_mib", json_dispatch_int64, offsetof(CreateRequest, memory_mib), JSON_NULLABLE },
-                { "disk_gib", json_dispatch_int64, offsetof(CreateRequest, disk_gib), JSON_NULLABLE },
-                { "network", json_dispatch_string, offsetof(CreateRequest, network), JSON_NULLABLE },
-                { "user_data", json_dispatch_string, offsetof(CreateRequest, user_data), JSON_NULLABLE },
-                { "ssh_authorized_keys",
-                  json_dispatch_strv,
-                  offsetof(CreateRequest, ssh_authorized_keys),
-                  JSON_NULLABLE },
-                { "hostname", json_dispatch_string, offsetof(CreateRequest, hostname), JSON_NULLABLE },
-                { "metadata", json_dispatch_object, offsetof(CreateRequest, metadata), JSON_NULLABLE },
-                { "require_attestation",
-                  dispatch_tristate,
-                  offsetof(CreateRequest, require_attestation),
-                  JSON_NULLABLE },
-                { "wait_for", json_dispatch_string, offsetof(CreateRequest, wait_for), JSON_NULLABLE },
-                {},
-        };
-        _cleanup_(create_request_done) CreateRequest c = { .require_attestation = -1 };
-        _cleanup_free_ char *problems = NULL;
-        VmWaitFor w;
-        const char *key;
-        json_t *val;
-        int r;
-
-        r = json_dispatch(request, table, &c, reterr);
-        if (r < 0)
-                return r;
-
-        /* defaults first, so 0 means the default while -1 is an error */
-        if (c.cpus == 0)
-                c.cpus = 2;
-        if (c.memory_mib == 0)
-                c.memory_mib = 2048;
-        if (c.disk_gib == 0)
-                c.disk_gib = 20;
-        if (!c.network || !*c.network) {
-                free(c.network);
-                c.network = strdup("default");
-        }
-        if ((!c.hostname || !*c.hostname) && c.name) {
-                free(c.hostname);
-                c.hostname = strdup(c.name);
-        }
-        if (!c.network || (c.name && !c.hostname))
-                return -ENOMEM;
-
-        if (!dns_label_is_valid(c.name))
-                problem(&problems, "name must be a DNS label (lowercase letters, digits, dashes)");
-        if (!dns_label_is_valid(c.hostname))
-                problem(&problems, "hostname must be a DNS label");
-        if (c.cpus < 1 || c.cpus > 256)
-                problem(&problems, "cpus must be 1..256");
-        if (c.memory_mib < 256 || c.memory_mib > 16 * 1024 * 1024)
-                problem(&problems, "memoryMiB must be at least 256");
-        if (c.disk_gib < 1 || c.disk_gib > 4096)
-                problem(&problems, "diskGiB must be 1..4096");
-        w = c.wait_for && *c.wait_for ? vm_wait_for_from_string(c.wait_for) : VM_WAIT_READY;
-        if (w < 0)
-                problem(&problems, "waitFor must be none, installed, attested or ready");
-        if (c.metadata)
-                json_object_foreach(c.metadata, key, val) {
-                        if (!*key || strpbrk(key, "/ \t\n\r"))
-                                problem(&problems,
-                                        "metadata key \"%s\" must not be empty or contain slashes or spaces",
-                                        key);
-                        else if (!json_is_string(val))
-                                problem(&problems, "metadata value of \"%s\" must be a string", key);
-                }
-        for (char **k = c.ssh_authorized_keys; k && *k; k++)
-                if (strpbrk(*k, "\r\n")) {
-                        problem(&problems, "ssh authorized keys must be single lines");
-                        break;
-                }
-        if (!record)
-                check_limits(&c, &problems);
-        if (problems)
-                return api_error_set(reterr, -EINVAL, API_ERROR_INVALID_REQUEST, "%s", problems);
-
-        *ret = (VmSpec){
-                .name = TAKE_PTR(c.name),
-                .image = TAKE_PTR(c.image),
-                .kubernetes_version = TAKE_PTR(c.kubernetes_version),
-                .cpus = (unsigned) c.cpus,
-                .memory_mib = (uint64_t) c.memory_mib,
-                .disk_gib = (uint64_t) c.disk_gib,
-                .network = TAKE_PTR(c.network),
-                .ssh_authorized_keys = TAKE_PTR(c.ssh_authorized_keys),
-                .hostname = TAKE_PTR(c.hostname),
-                .metadata = TAKE_PTR(c.metadata),
-                .require_attestation = c.require_attestation != 0,
-        };
-        if (ret_user_data)
-                *ret_user_data = TAKE_PTR(c.user_data);
-        if (ret_wait_for)
-                *ret_wait_for = w;
-        return 0;
-}
-
-int vm_spec_from_request(
-        json_t *request, VmSpec *ret, char **ret_user_data, VmWaitFor *ret_wait_for, ApiError *reterr) {
-        return spec_decode(request, /* record= */ false, ret, ret_user_data, ret_wait_for, reterr);
 }
 
 static int random_hex(char *buf, size_t bytes) {
@@ -2405,12 +2076,12 @@ finish:
 }
 
 static uint32_t allocate_cid(Manager *m) {
-        uint32_t base = 3 + (fnv1a_32(m->state_dir) % (1U << 20));
+        uint32_t base = 3 + (fnv1a_32(manager_state_dir(m)) % (1U << 20));
 
         for (uint32_t cid = base;; cid = cid + 1 >= 0xFFFFFFFEU ? 3 : cid + 1) {
                 bool used = false;
-                for (size_t i = 0; i < m->n_vms && !used; i++)
-                        used = m->vms[i]->cid == cid;
+                for (size_t i = 0; i < manager_n_vms(m) && !used; i++)
+                        used = manager_vm_at(m, i)->rec.cid == cid;
                 if (!used)
                         return cid;
         }
@@ -2457,8 +2128,10 @@ static void create_started(int r, json_t *record, const ApiError *e, void *userd
             pending_set_deadline(
                     v,
                     w,
-                    v->manager->install_timeout + v->manager->stop_timeout +
-                            (c->wait_for == VM_WAIT_INSTALLED ? 0 : v->manager->boot_timeout)) < 0) {
+                    manager_settings(v->manager)->install_timeout + manager_settings(v->manager)->stop_timeout +
+                            (c->wait_for == VM_WAIT_INSTALLED ? 0 :
+                                                                manager_settings(v->manager)->boot_timeout)) <
+                    0) {
                 if (w) {
                         pending_unlink(v, w);
                         free(w);
@@ -2481,7 +2154,8 @@ static int vm_check_attestable(Manager *m, const Image *img, const VmSpec *spec,
         char list[3 * 32] = "";
         uint32_t missing;
 
-        if (!spec->require_attestation || m->attestation != ATTEST_MODE_VERIFY || m->learn_golden)
+        if (!spec->require_attestation || manager_settings(m)->attestation != ATTEST_MODE_VERIFY ||
+            manager_settings(m)->learn_golden)
                 return 0;
         if (!img->policy)
                 return api_error_set(
@@ -2540,7 +2214,7 @@ int vm_create(
                 return r;
 
         /* image and Kubernetes version: 400, not 404, since they are arguments */
-        img = image_catalog_resolve(m->images, spec.image);
+        img = image_catalog_resolve(manager_images(m), spec.image);
         if (!img) {
                 if (!spec.image || !*spec.image)
                         return api_error_set(
@@ -2548,7 +2222,7 @@ int vm_create(
                                 -EINVAL,
                                 API_ERROR_INVALID_REQUEST,
                                 "image \"\": not found: no images in %s",
-                                m->image_dir);
+                                manager_image_dir(m));
                 return api_error_set(
                         reterr,
                         -EINVAL,
@@ -2561,18 +2235,15 @@ int vm_create(
         spec.image = strdup(img->ref);
         if (!spec.image)
                 return -ENOMEM;
-        kv = image_catalog_kubernetes_versions(m->images);
+        kv = image_catalog_kubernetes_versions(manager_images(m));
         if (spec.kubernetes_version && *spec.kubernetes_version) {
                 bool found = false;
                 for (char **k = kv; k && *k && !found; k++)
                         found = streq(*k, spec.kubernetes_version);
                 if (!found) {
-                        _cleanup_free_ char *avail = NULL;
-                        for (char **k = kv; k && *k; k++)
-                                problem(&avail, "%s", *k);
-                        if (avail)
-                                for (char *q = avail; (q = strstr(q, "; ")); q++)
-                                        q[0] = ',';
+                        _cleanup_free_ char *avail = strv_join(kv, ", ");
+                        if (!avail)
+                                return -ENOMEM;
                         return api_error_set(
                                 reterr,
                                 -EINVAL,
@@ -2580,13 +2251,13 @@ int vm_create(
                                 "kubernetes version \"%s\" is not available for image %s (available: %s)",
                                 spec.kubernetes_version,
                                 img->ref,
-                                avail ?: "none");
+                                *avail ? avail : "none");
                 }
         } else {
                 free(spec.kubernetes_version);
                 spec.kubernetes_version = kv && kv[0] ? strdup(kv[0]) : NULL;
         }
-        net = network_registry_get(m->networks, spec.network);
+        net = network_registry_get(manager_networks(m), spec.network);
         if (!net)
                 return api_error_set(
                         reterr,
@@ -2600,7 +2271,7 @@ int vm_create(
         if (r < 0)
                 return r;
 
-        if (m->shutting_down)
+        if (manager_shutting_down(m))
                 return api_error_set(reterr, -ESHUTDOWN, API_ERROR_CONFLICT, "vm-manager is shutting down");
         other = manager_find_vm_by_name(m, spec.name);
         if (other)
@@ -2619,32 +2290,33 @@ int vm_create(
         v->manager = m;
         v->notify_fd = -EBADF;
         v->volume_fd = -EBADF;
-        v->id = calloc(1, 9);
-        if (!v->id)
+        v->rec.phase = _VM_PHASE_INVALID;
+        v->rec.id = calloc(1, 9);
+        if (!v->rec.id)
                 return -ENOMEM;
         do {
-                r = random_hex(v->id, 4);
+                r = random_hex(v->rec.id, 4);
                 if (r < 0)
                         return r;
-        } while (manager_find_vm(m, v->id));
-        r = random_hex(v->machine_id, 16);
+        } while (manager_find_vm(m, v->rec.id));
+        r = random_hex(v->rec.machine_id, 16);
         if (r < 0)
                 return r;
-        v->spec = spec;
+        v->rec.spec = spec;
         spec = (VmSpec){};
-        if (!v->spec.region) {
+        if (!v->rec.spec.region) {
                 char host[256] = "";
                 if (gethostname(host, sizeof(host)) >= 0 && *host)
-                        v->spec.region = strdup(host);
+                        v->rec.spec.region = strdup(host);
         }
-        v->spec.zone = strdup(v->spec.network);
-        v->cid = allocate_cid(m);
-        v->state = VM_STATE_CREATING;
-        v->created_at = now_usec(CLOCK_REALTIME);
-        if (m->caller && !(v->created_by = caller_created_by_json(m->caller)))
+        v->rec.spec.zone = strdup(v->rec.spec.network);
+        v->rec.cid = allocate_cid(m);
+        v->rec.state = VM_STATE_CREATING;
+        v->rec.created_at = now_usec(CLOCK_REALTIME);
+        if (manager_caller(m) && !(v->rec.created_by = caller_created_by_json(manager_caller(m))))
                 return -ENOMEM;
-        v->att.required = v->spec.require_attestation;
-        if (asprintf(&v->dir, "%s/vms/%s", m->state_dir, v->id) < 0)
+        v->rec.att.required = v->rec.spec.require_attestation;
+        if (asprintf(&v->dir, "%s/vms/%s", manager_state_dir(m), v->rec.id) < 0)
                 return -ENOMEM;
 
         r = mkdir_p(v->dir, 0700);
@@ -2664,14 +2336,14 @@ int vm_create(
                 create_discard(v);
                 return -ENOMEM;
         }
-        r = make_ssh_key(key_path, "vm-manager", &v->ssh_public_key);
+        r = make_ssh_key(key_path, "vm-manager", &v->rec.ssh_public_key);
         if (r >= 0) {
                 char *withid = NULL;
-                if (asprintf(&withid, "%s@%s", v->ssh_public_key, v->id) < 0)
+                if (asprintf(&withid, "%s@%s", v->rec.ssh_public_key, v->rec.id) < 0)
                         r = -ENOMEM;
                 else {
-                        free(v->ssh_public_key);
-                        v->ssh_public_key = withid;
+                        free(v->rec.ssh_public_key);
+                        v->rec.ssh_public_key = withid;
                 }
         }
         if (r >= 0 && user_data)
@@ -2679,16 +2351,16 @@ int vm_create(
         if (r < 0) {
                 create_discard(v);
                 return api_error_set(
-                        reterr, r, API_ERROR_INTERNAL, "provisioning vm %s: %s", v->id, strerror(-r));
+                        reterr, r, API_ERROR_INTERNAL, "provisioning vm %s: %s", v->rec.id, strerror(-r));
         }
         /* the disk: from the systemd storage provider where one answers, else a sparse file */
         r = vm_acquire_volume(v, VOLUME_NEW, reterr);
         if (r < 0) {
-                api_error_prefix(reterr, "disk of vm %s", v->id);
+                api_error_prefix(reterr, "disk of vm %s", v->rec.id);
                 create_discard(v);
                 return r;
         }
-        r = network_lease_acquire(m->networks, net, v->id, &lease, reterr);
+        r = network_lease_acquire(manager_networks(m), net, v->rec.id, &lease, reterr);
         if (r < 0) {
                 api_error_prefix(reterr, "attach network");
                 create_discard(v);
@@ -2697,9 +2369,9 @@ int vm_create(
         {
                 char ip[INET_ADDRSTRLEN], mac[ETHER_ADDR_STRLEN];
                 inet_ntop(AF_INET, &lease->ip, ip, sizeof(ip));
-                v->ip = strdup(ip);
-                v->mac = strdup(ether_addr_format(lease->mac, mac));
-                if (!v->ip || !v->mac) {
+                v->rec.ip = strdup(ip);
+                v->rec.mac = strdup(ether_addr_format(lease->mac, mac));
+                if (!v->rec.ip || !v->rec.mac) {
                         create_discard(v);
                         return -ENOMEM;
                 }
@@ -2739,11 +2411,11 @@ int vm_create(
         manager_touch(m);
         log_struct(
                 LOG_INFO,
-                LOG_FIELDS({ "VM_ID", v->id }),
+                LOG_FIELDS({ "VM_ID", v->rec.id }),
                 "Creating VM %s (%s) from %s.",
-                v->id,
-                v->spec.name,
-                v->spec.image);
+                v->rec.id,
+                v->rec.spec.name,
+                v->rec.spec.image);
         return 0;
 }
 
@@ -2752,12 +2424,8 @@ int vm_create(
 static int vm_from_json(Manager *m, const char *id, json_t *j, Vm **ret) {
         _cleanup_(vm_unrefp) Vm *v = NULL;
         _cleanup_(api_error_done) ApiError e = API_ERROR_NULL;
-        json_auto_t *spec_req = NULL;
-        const char *s;
-        json_t *att;
+        int r;
 
-        if (!json_is_object(j) || !streq(json_string_value(json_object_get(j, "id")) ?: "", id))
-                return -EBADMSG;
         v = calloc(1, sizeof(Vm));
         if (!v)
                 return -ENOMEM;
@@ -2765,105 +2433,20 @@ static int vm_from_json(Manager *m, const char *id, json_t *j, Vm **ret) {
         v->manager = m;
         v->notify_fd = -EBADF;
         v->volume_fd = -EBADF;
-        v->id = strdup(id);
-
-        /* the spec part goes through the same validation as a request */
-        spec_req = json_pack(
-                "{s:O?,s:O?,s:O?,s:O?,s:O?,s:O?,s:O?,s:O?,s:O?,s:O?,s:O?,s:s}",
-                "name",
-                json_object_get(j, "name"),
-                "image",
-                json_object_get(j, "image"),
-                "kubernetes_version",
-                json_object_get(j, "kubernetesVersion"),
-                "cpus",
-                json_object_get(j, "cpus"),
-                "memory_mib",
-                json_object_get(j, "memoryMiB"),
-                "disk_gib",
-                json_object_get(j, "diskGiB"),
-                "network",
-                json_object_get(j, "network"),
-                "ssh_authorized_keys",
-                json_object_get(j, "sshAuthorizedKeys"),
-                "hostname",
-                json_object_get(j, "hostname"),
-                "metadata",
-                json_object_get(j, "metadata"),
-                "require_attestation",
-                json_object_get(j, "requireAttestation"),
-                "wait_for",
-                "none");
-        if (!spec_req || spec_decode(spec_req, /* record= */ true, &v->spec, NULL, NULL, &e) < 0)
-                return -EBADMSG;
-        v->spec.image = v->spec.image ?: strdup("");
-        if ((s = json_string_value(json_object_get(j, "region"))))
-                v->spec.region = strdup(s);
-        if ((s = json_string_value(json_object_get(j, "zone"))))
-                v->spec.zone = strdup(s);
-
-        v->state = vm_state_from_string(json_string_value(json_object_get(j, "state")));
-        if (v->state < 0)
-                return -EBADMSG;
-        s = json_string_value(json_object_get(j, "phase"));
-        if (s) {
-                v->has_phase = true;
-                v->phase = streq(s, "install") ? VM_PHASE_INSTALL : VM_PHASE_BOOT;
+        v->rec.phase = _VM_PHASE_INVALID;
+        r = vm_record_from_json(j, id, &v->rec, &e);
+        if (r < 0) {
+                log_struct(
+                        LOG_DEBUG,
+                        LOG_FIELDS({ "VM_ID", id }),
+                        "VM record %s: %s",
+                        id,
+                        e.message ?: strerror(-r));
+                return r;
         }
-        /* records written before the kernel's vhost-vsock was supported: vhost-user */
-        s = json_string_value(json_object_get(j, "vsock"));
-        v->vsock = s ? vm_vsock_from_string(s) : VM_VSOCK_VHOST_USER;
-        if (v->vsock < 0)
-                return -EBADMSG;
-        if ((s = json_string_value(json_object_get(j, "ip"))))
-                v->ip = strdup(s);
-        if ((s = json_string_value(json_object_get(j, "mac"))))
-                v->mac = strdup(s);
-        v->cid = (uint32_t) json_integer_value(json_object_get(j, "cid"));
-        s = json_string_value(json_object_get(j, "machineID"));
-        if (!s || strlen(s) != 32 || strspn(s, "0123456789abcdef") != 32)
-                return -EBADMSG;
-        memcpy(v->machine_id, s, 33);
-        v->booted = json_is_true(json_object_get(j, "booted"));
-        if ((s = json_string_value(json_object_get(j, "status"))))
-                v->status = strdup(s);
-        if ((s = json_string_value(json_object_get(j, "sshPublicKey"))))
-                v->ssh_public_key = strdup(s);
-        if ((s = json_string_value(json_object_get(j, "lastError"))))
-                v->last_error = strdup(s);
-        if ((s = json_string_value(json_object_get(j, "consoleTail"))))
-                v->console_tail = strdup(s);
-        vm_forwards_from_json(v, json_object_get(j, "forwards"));
-        att = json_object_get(j, "attestation");
-        v->att.required = json_is_true(json_object_get(att, "required"));
-        v->att.released = json_is_true(json_object_get(att, "userDataReleased"));
-        (void) parse_rfc3339(json_string_value(json_object_get(att, "nonceIssuedAt")), &v->att.nonce_issued_at);
-        v->att.has_initrd = attest_result_from_json(json_object_get(att, "initrd"), &v->att.initrd) >= 0;
-        v->att.has_ready = attest_result_from_json(json_object_get(att, "ready"), &v->att.ready) >= 0;
-        if ((s = json_string_value(json_object_get(att, "akPinned"))))
-                v->att.ak_pin = strdup(s);
-        (void) parse_rfc3339(json_string_value(json_object_get(j, "createdAt")), &v->created_at);
-        if (json_is_string(json_object_get(json_object_get(j, "createdBy"), "subject")))
-                v->created_by = json_incref(json_object_get(j, "createdBy"));
-        (void) parse_rfc3339(json_string_value(json_object_get(j, "installedAt")), &v->installed_at);
-        (void) parse_rfc3339(json_string_value(json_object_get(j, "bootedAt")), &v->booted_at);
-        (void) parse_rfc3339(json_string_value(json_object_get(j, "readyAt")), &v->ready_at);
-        {
-                static const char *const roles[] = { "qemu", "swtpm", "vsock" };
-                for (size_t i = 0; i < ELEMENTSOF(roles); i++) {
-                        json_t *proc = json_object_get(json_object_get(j, "processes"), roles[i]);
-                        const char *unit = json_string_value(json_object_get(proc, "unit"));
-                        v->rec_pid[i] = (pid_t) json_integer_value(json_object_get(proc, "pid"));
-                        if (unit && !(v->rec_unit[i] = strdup(unit)))
-                                return -ENOMEM;
-                }
-                v->qemu_pid = v->rec_pid[0];
-                v->swtpm_pid = v->rec_pid[1];
-        }
-        if (asprintf(&v->dir, "%s/vms/%s", m->state_dir, id) < 0)
-                return -ENOMEM;
-        s = json_string_value(json_object_get(json_object_get(j, "paths"), "volume"));
-        if (s && *s && !(v->volume = strdup(s)))
+        v->qemu_pid = v->rec.processes[VM_ROLE_QEMU].pid;
+        v->swtpm_pid = v->rec.processes[VM_ROLE_SWTPM].pid;
+        if (asprintf(&v->dir, "%s/vms/%s", manager_state_dir(m), id) < 0)
                 return -ENOMEM;
         *ret = TAKE_PTR(v);
         return 0;
@@ -2872,9 +2455,9 @@ static int vm_from_json(Manager *m, const char *id, json_t *j, Vm **ret) {
 static int vm_cmp_created(const void *a, const void *b) {
         Vm *x = *(Vm *const *) a, *y = *(Vm *const *) b;
 
-        if (x->created_at != y->created_at)
-                return x->created_at < y->created_at ? -1 : 1;
-        return strcmp(x->id, y->id);
+        if (x->rec.created_at != y->rec.created_at)
+                return x->rec.created_at < y->rec.created_at ? -1 : 1;
+        return strcmp(x->rec.id, y->rec.id);
 }
 
 static void reattach_failed(Vm *v, const char *why) {
@@ -2883,7 +2466,7 @@ static void reattach_failed(Vm *v, const char *why) {
         asprintf_or_null(
                 &t,
                 "vm-manager restarted while the VM was %s and could not reattach to its QEMU (%s); start the VM again",
-                vm_state_to_string(v->state),
+                vm_state_to_string(v->rec.state),
                 why);
         vm_stop_processes_now(v);
         v->qemu_pid = v->swtpm_pid = 0;
@@ -2909,20 +2492,20 @@ static void on_qmp_reattached(QmpClient *c, int error, void *userdata) {
         }
         log_struct(
                 LOG_INFO,
-                LOG_FIELDS({ "VM_ID", v->id }),
+                LOG_FIELDS({ "VM_ID", v->rec.id }),
                 "Reattached to VM %s (%s), %s.",
-                v->id,
-                v->spec.name,
-                vm_state_to_string(v->state));
+                v->rec.id,
+                v->rec.spec.name,
+                vm_state_to_string(v->rec.state));
         vm_net_attach(v);
         /* the phase's clock starts again from the reattach */
-        if (v->state == VM_STATE_INSTALLING)
-                timeout = v->manager->install_timeout;
-        else if (v->state == VM_STATE_BOOTING || v->state == VM_STATE_ATTESTING)
-                timeout = v->manager->boot_timeout;
+        if (v->rec.state == VM_STATE_INSTALLING)
+                timeout = manager_settings(v->manager)->install_timeout;
+        else if (v->rec.state == VM_STATE_BOOTING || v->rec.state == VM_STATE_ATTESTING)
+                timeout = manager_settings(v->manager)->boot_timeout;
         if (timeout > 0) {
                 r = sd_event_add_time_relative(
-                        v->manager->event,
+                        manager_event(v->manager),
                         &v->phase_timer,
                         CLOCK_MONOTONIC,
                         timeout,
@@ -2930,9 +2513,9 @@ static void on_qmp_reattached(QmpClient *c, int error, void *userdata) {
                         on_phase_timeout,
                         v);
                 if (r < 0)
-                        log_warning_errno(r, "No phase timer for %s, ignoring: %m", v->id);
+                        log_warning_errno(r, "No phase timer for %s, ignoring: %m", v->rec.id);
         }
-        if (v->state == VM_STATE_STOPPING)
+        if (v->rec.state == VM_STATE_STOPPING)
                 vm_begin_stop(v); /* an interrupted stop goes on */
         vm_changed(v);
 }
@@ -2944,59 +2527,65 @@ static int vm_reattach(Vm *v) {
         _cleanup_free_ char *qmp = vm_path(v, "qmp.sock");
         int r;
 
-        if (!m->units)
+        if (!manager_units(m))
                 return -EOPNOTSUPP;
-        if (!v->rec_unit[0])
+        if (!v->rec.processes[VM_ROLE_QEMU].unit)
                 return -ENOENT;
         if (!qmp)
                 return -ENOMEM;
-        r = vm_launched_attach(&v->qemu, m->units, v->rec_unit[0], v->rec_pid[0], on_qemu_exit, v);
+        r = vm_launched_attach(
+                &v->qemu,
+                manager_units(m),
+                v->rec.processes[VM_ROLE_QEMU].unit,
+                v->rec.processes[VM_ROLE_QEMU].pid,
+                on_qemu_exit,
+                v);
         if (r < 0)
                 return r;
         /* the disk's lease, as the daemon that started it held it */
         if (vm_acquire_volume(v, VOLUME_OPEN, NULL) < 0)
-                log_warning("VM %s: cannot take the lease on its disk again, ignoring.", v->id);
+                log_warning("VM %s: cannot take the lease on its disk again, ignoring.", v->rec.id);
         v->qemu_pid = vm_launched_pid(v->qemu);
-        if (v->rec_unit[1] &&
-            vm_launched_attach(&v->swtpm, m->units, v->rec_unit[1], v->rec_pid[1], on_helper_exit, v) < 0)
-                log_warning("VM %s: its swtpm unit is gone.", v->id);
-        if (v->rec_unit[2] &&
-            vm_launched_attach(&v->vsockd, m->units, v->rec_unit[2], v->rec_pid[2], on_helper_exit, v) < 0)
-                log_warning("VM %s: its vhost-device-vsock unit is gone.", v->id);
+        if (v->rec.processes[VM_ROLE_SWTPM].unit &&
+            vm_launched_attach(
+                    &v->swtpm,
+                    manager_units(m),
+                    v->rec.processes[VM_ROLE_SWTPM].unit,
+                    v->rec.processes[VM_ROLE_SWTPM].pid,
+                    on_helper_exit,
+                    v) < 0)
+                log_warning("VM %s: its swtpm unit is gone.", v->rec.id);
+        if (v->rec.processes[VM_ROLE_VSOCK].unit &&
+            vm_launched_attach(
+                    &v->vsockd,
+                    manager_units(m),
+                    v->rec.processes[VM_ROLE_VSOCK].unit,
+                    v->rec.processes[VM_ROLE_VSOCK].pid,
+                    on_helper_exit,
+                    v) < 0)
+                log_warning("VM %s: its vhost-device-vsock unit is gone.", v->rec.id);
         v->swtpm_pid = vm_launched_pid(v->swtpm);
-        if (v->has_phase && v->phase == VM_PHASE_BOOT) {
-                r = v->vsock == VM_VSOCK_VHOST_USER ? notify_listen(v) :
-                        v->vsock == VM_VSOCK_VHOST  ? vsock_listen(m) :
-                                                      0;
+        if (v->rec.phase >= 0 && v->rec.phase == VM_PHASE_BOOT) {
+                r = v->rec.vsock == VM_VSOCK_VHOST_USER ? notify_listen(v) :
+                        v->rec.vsock == VM_VSOCK_VHOST  ? vsock_listen(manager_notify(m)) :
+                                                          0;
                 if (r < 0)
-                        log_warning_errno(r, "VM %s: cannot listen for READY=1 again, ignoring: %m", v->id);
+                        log_warning_errno(r, "VM %s: cannot listen for READY=1 again, ignoring: %m", v->rec.id);
         }
         return qmp_client_connect_retry(
-                &v->qmp, m->event, qmp, on_qmp_event, on_qmp_disconnect, v, v->manager->qmp_timeout, on_qmp_reattached);
+                &v->qmp,
+                manager_event(m),
+                qmp,
+                on_qmp_event,
+                on_qmp_disconnect,
+                v,
+                manager_settings(v->manager)->qmp_timeout,
+                on_qmp_reattached);
 }
 
 /* ---- records that do not load, and what crashes leave behind ---- */
 
 #define VM_QUARANTINE_REASON_FILE "quarantine-reason"
-
-static int quarantine_add(Manager *m, const char *id, const char *path, const char *reason) {
-        struct ManagerQuarantine *q;
-
-        q = reallocarray(m->quarantine, m->n_quarantine + 1, sizeof(*q));
-        if (!q)
-                return -ENOMEM;
-        m->quarantine = q;
-        q = &m->quarantine[m->n_quarantine];
-        *q = (struct ManagerQuarantine){ .id = strdup(id), .path = strdup(path), .reason = strdup(reason) };
-        if (!q->id || !q->path || !q->reason) {
-                free(q->id);
-                free(q->path);
-                free(q->reason);
-                return -ENOMEM;
-        }
-        m->n_quarantine++;
-        return 0;
-}
 
 /* The records set aside by earlier starts: <state>/quarantine/<id>, with the reason beside them. */
 static int vm_quarantine_load(Manager *m) {
@@ -3004,7 +2593,7 @@ static int vm_quarantine_load(Manager *m) {
         _cleanup_(closedirp) DIR *d = NULL;
         struct dirent *de;
 
-        if (asprintf(&qdir, "%s/quarantine", m->state_dir) < 0)
+        if (asprintf(&qdir, "%s/quarantine", manager_state_dir(m)) < 0)
                 return -ENOMEM;
         d = opendir(qdir);
         if (!d)
@@ -3023,7 +2612,7 @@ static int vm_quarantine_load(Manager *m) {
                 if (!reason)
                         return -ENOMEM;
                 reason[strcspn(reason, "\n")] = 0;
-                r = quarantine_add(m, de->d_name, path, reason);
+                r = manager_quarantine_add(m, de->d_name, path, reason);
                 if (r < 0)
                         return r;
                 log_warning(
@@ -3042,7 +2631,8 @@ static int vm_quarantine(Manager *m, const char *vms_dir, const char *id, const 
         _cleanup_free_ char *from = NULL, *qdir = NULL, *to = NULL, *rpath = NULL;
         int r;
 
-        if (asprintf(&from, "%s/%s", vms_dir, id) < 0 || asprintf(&qdir, "%s/quarantine", m->state_dir) < 0 ||
+        if (asprintf(&from, "%s/%s", vms_dir, id) < 0 ||
+            asprintf(&qdir, "%s/quarantine", manager_state_dir(m)) < 0 ||
             asprintf(&to, "%s/%s", qdir, id) < 0 || asprintf(&rpath, "%s/" VM_QUARANTINE_REASON_FILE, to) < 0)
                 return -ENOMEM;
         r = mkdir_p(qdir, 0700);
@@ -3061,7 +2651,7 @@ static int vm_quarantine(Manager *m, const char *vms_dir, const char *id, const 
                 reason,
                 to,
                 id);
-        r = quarantine_add(m, id, to, reason);
+        r = manager_quarantine_add(m, id, to, reason);
         if (r < 0)
                 return r;
         return 0;
@@ -3069,10 +2659,10 @@ static int vm_quarantine(Manager *m, const char *vms_dir, const char *id, const 
 
 /* Releases the leases the VM id holds on every network. */
 static void vm_release_leases_of(Manager *m, const char *id) {
-        for (size_t i = 0; i < network_registry_size(m->networks); i++) {
-                Network *n = network_registry_at(m->networks, i);
+        for (size_t i = 0; i < network_registry_size(manager_networks(m)); i++) {
+                Network *n = network_registry_at(manager_networks(m), i);
                 if (network_lease_find(n, id))
-                        (void) network_lease_release(m->networks, n, id);
+                        (void) network_lease_release(manager_networks(m), n, id);
         }
 }
 
@@ -3097,8 +2687,8 @@ static bool vm_id_known(Manager *m, const char *id) {
 
 /* Leases whose VM is gone (released by no one because a crash came first). */
 static void vm_release_stray_leases(Manager *m) {
-        for (size_t i = 0; i < network_registry_size(m->networks); i++) {
-                Network *n = network_registry_at(m->networks, i);
+        for (size_t i = 0; i < network_registry_size(manager_networks(m)); i++) {
+                Network *n = network_registry_at(manager_networks(m), i);
                 for (size_t k = 0; k < n->n_leases;) {
                         _cleanup_free_ char *id = strdup(n->leases[k].vm_id);
                         if (!id || vm_id_known(m, id)) {
@@ -3106,7 +2696,7 @@ static void vm_release_stray_leases(Manager *m) {
                                 continue;
                         }
                         log_notice("Releasing the lease of VM %s on network %s: no such VM.", id, n->name);
-                        if (network_lease_release(m->networks, n, id) < 0)
+                        if (network_lease_release(manager_networks(m), n, id) < 0)
                                 k++;
                 }
         }
@@ -3117,10 +2707,10 @@ static void vm_release_stray_leases(Manager *m) {
 static void vm_remove_stray_volumes(Manager *m) {
         _cleanup_free_ char *own = NULL;
         _cleanup_(closedirp) DIR *d = NULL;
-        const char *vdir = storage_volume_dir(m->storage);
+        const char *vdir = storage_volume_dir(manager_storage(m));
         struct dirent *de;
 
-        if (!vdir || asprintf(&own, "%s/volumes", m->state_dir) < 0 || !streq(vdir, own))
+        if (!vdir || asprintf(&own, "%s/volumes", manager_state_dir(m)) < 0 || !streq(vdir, own))
                 return;
         d = opendir(vdir);
         if (!d)
@@ -3141,8 +2731,7 @@ static void vm_remove_stray_volumes(Manager *m) {
 }
 
 int vm_delete_quarantined(Manager *m, const char *id, json_t **ret, ApiError *reterr) {
-        const struct ManagerQuarantine *q = manager_find_quarantined(m, id);
-        size_t i;
+        const ManagerQuarantine *q = manager_find_quarantined(m, id);
 
         if (!q)
                 return api_error_set(reterr, -ENOENT, API_ERROR_NOT_FOUND, "vm \"%s\"", id);
@@ -3150,12 +2739,7 @@ int vm_delete_quarantined(Manager *m, const char *id, json_t **ret, ApiError *re
         vm_delete_volume(m, id);
         (void) rm_rf(q->path);
         log_struct(LOG_INFO, LOG_FIELDS({ "VM_ID", id }), "Quarantined VM record %s deleted.", q->path);
-        i = (size_t) (q - m->quarantine);
-        free(m->quarantine[i].id);
-        free(m->quarantine[i].path);
-        free(m->quarantine[i].reason);
-        memmove(m->quarantine + i, m->quarantine + i + 1, (m->n_quarantine - i - 1) * sizeof(*m->quarantine));
-        m->n_quarantine--;
+        manager_quarantine_remove(m, id);
         manager_touch(m);
         *ret = json_pack("{s:s,s:b}", "id", id, "deleted", true);
         return *ret ? 0 : -ENOMEM;
@@ -3170,8 +2754,13 @@ int vm_load_all(Manager *m, ApiError *reterr) {
         r = vm_quarantine_load(m);
         if (r < 0)
                 return api_error_set(
-                        reterr, r, API_ERROR_INTERNAL, "reading %s/quarantine: %s", m->state_dir, strerror(-r));
-        if (asprintf(&dir, "%s/vms", m->state_dir) < 0)
+                        reterr,
+                        r,
+                        API_ERROR_INTERNAL,
+                        "reading %s/quarantine: %s",
+                        manager_state_dir(m),
+                        strerror(-r));
+        if (asprintf(&dir, "%s/vms", manager_state_dir(m)) < 0)
                 return -ENOMEM;
         d = opendir(dir);
         if (!d)
@@ -3208,48 +2797,49 @@ int vm_load_all(Manager *m, ApiError *reterr) {
                         continue;
                 }
 
-                if (v->state == VM_STATE_DELETING) {
+                if (v->rec.state == VM_STATE_DELETING) {
                         /* a delete_vm the previous daemon did not finish: finish it */
                         log_struct(
                                 LOG_NOTICE,
-                                LOG_FIELDS({ "VM_ID", v->id }),
+                                LOG_FIELDS({ "VM_ID", v->rec.id }),
                                 "Finishing the deletion of VM %s (%s) that vm-manager was killed in.",
-                                v->id,
-                                v->spec.name);
+                                v->rec.id,
+                                v->rec.spec.name);
                         (void) release_resources(v);
                         continue;
                 }
-                if (v->state == VM_STATE_CREATING) {
+                if (v->rec.state == VM_STATE_CREATING) {
                         _cleanup_free_ char *t = NULL;
                         asprintf_or_null(
                                 &t,
                                 "vm-manager restarted while the VM was %s; delete it",
-                                vm_state_to_string(v->state));
+                                vm_state_to_string(v->rec.state));
                         vm_set_state(v, VM_STATE_FAILED);
                         vm_set_error(v, t);
                 }
-                if (!vm_state_is_live(v->state))
+                if (!vm_state_is_live(v->rec.state))
                         v->qemu_pid = v->swtpm_pid = 0;
                 vm_report_load(v);
                 r = manager_add_vm(m, v);
                 if (r < 0)
                         return api_error_set(reterr, r, API_ERROR_INTERNAL, "too many VM records");
-                if (vm_state_is_live(v->state)) {
+                if (vm_state_is_live(v->rec.state)) {
                         r = vm_reattach(v);
                         if (r < 0) {
                                 _cleanup_free_ char *why = NULL;
                                 if (r == -EOPNOTSUPP || r == -ENOENT)
                                         why = strdup(
-                                                v->rec_unit[0] ?
+                                                v->rec.processes[VM_ROLE_QEMU].unit ?
                                                         "no service manager to find its units in" :
                                                         "it ran as a plain child process, which ends with the daemon");
                                 else
                                         asprintf_or_null(&why, "%s", strerror(-r));
                                 /* a leftover process from a daemon killed with SIGKILL must not keep the disk */
-                                if (!v->rec_unit[0] && v->qemu_pid > 0 && kill(v->qemu_pid, 0) >= 0)
+                                if (!v->rec.processes[VM_ROLE_QEMU].unit && v->qemu_pid > 0 &&
+                                    kill(v->qemu_pid, 0) >= 0)
                                         log_warning(
                                                 "VM %s: pid %d from the previous run still exists and is not ours to stop.",
-                                                v->id,
+                                                v->rec.id,
                                                 (int) v->qemu_pid);
                                 reattach_failed(v, why ?: "out of memory");
                         }
@@ -3257,24 +2847,23 @@ int vm_load_all(Manager *m, ApiError *reterr) {
                         (void) vm_save(v);
                 vm_forwards_restore(v);
         }
-        qsort(m->vms, m->n_vms, sizeof(Vm *), vm_cmp_created);
+        manager_sort_vms(m, vm_cmp_created);
         vm_release_stray_leases(m);
         vm_remove_stray_volumes(m);
         return 0;
 }
 
 void vm_detach_all(Manager *m) {
-        m->shutting_down = true;
-        m->detaching = true;
-        for (size_t i = 0; i < m->n_vms; i++) {
-                Vm *v = m->vms[i];
+        Vm *v;
+
+        MANAGER_FOREACH_VM(v, m, i) {
                 if (v->qemu)
                         log_struct(
                                 LOG_INFO,
-                                LOG_FIELDS({ "VM_ID", v->id }),
+                                LOG_FIELDS({ "VM_ID", v->rec.id }),
                                 "VM %s (%s) left running in %s.",
-                                v->id,
-                                v->spec.name,
+                                v->rec.id,
+                                v->rec.spec.name,
                                 vm_launched_unit(v->qemu) ?: "?");
                 (void) vm_save(v); /* its units and pids, for the next daemon */
         }
@@ -3299,10 +2888,9 @@ static void stop_all_one(int r, json_t *record, const ApiError *e, void *userdat
 void vm_stop_all(Manager *m, void (*done)(void *userdata), void *userdata) {
         StopAll *s = calloc(1, sizeof(StopAll));
 
-        m->shutting_down = true;
         if (!s) {
-                for (size_t i = 0; i < m->n_vms; i++)
-                        vm_stop_processes_now(m->vms[i]);
+                for (size_t i = 0; i < manager_n_vms(m); i++)
+                        vm_stop_processes_now(manager_vm_at(m, i));
                 if (done)
                         done(userdata);
                 return;
@@ -3311,14 +2899,14 @@ void vm_stop_all(Manager *m, void (*done)(void *userdata), void *userdata) {
         s->userdata = userdata;
         s->left = 1; /* held until every stop was issued */
         /* a snapshot: stopping may remove records (a create in flight is discarded) */
-        _cleanup_free_ Vm **snapshot = calloc(m->n_vms + 1, sizeof(Vm *));
-        size_t n = m->n_vms;
+        _cleanup_free_ Vm **snapshot = calloc(manager_n_vms(m) + 1, sizeof(Vm *));
+        size_t n = manager_n_vms(m);
         if (snapshot)
                 for (size_t i = 0; i < n; i++)
-                        snapshot[i] = vm_ref(m->vms[i]);
+                        snapshot[i] = vm_ref(manager_vm_at(m, i));
         for (size_t i = 0; snapshot && i < n; i++) {
                 _cleanup_(vm_unrefp) Vm *v = snapshot[i];
-                if (!vm_has_process(v) || v->state == VM_STATE_DELETING)
+                if (!vm_has_process(v) || v->rec.state == VM_STATE_DELETING)
                         continue;
                 if (v->starting) {
                         /* nothing to power down yet: end the chain (a create is discarded) */
@@ -3326,7 +2914,7 @@ void vm_stop_all(Manager *m, void (*done)(void *userdata), void *userdata) {
                         continue;
                 }
                 s->left++;
-                if (v->state == VM_STATE_STOPPING) {
+                if (v->rec.state == VM_STATE_STOPPING) {
                         if (!pending_add(v, PENDING_STOPPED, stop_all_one, s))
                                 s->left--;
                 } else if (vm_stop(v, stop_all_one, s, NULL) < 0)

@@ -8,82 +8,13 @@
 #include "api-error.h"
 #include "attest-verify.h"
 #include "cleanup.h"
+#include "core-forward.h"
 #include "metrics-guest.h"
 #include "net-switch.h"
 #include "time-util.h"
-
-typedef struct Manager Manager;
-typedef struct Vm Vm;
-
-typedef enum VmState {
-        VM_STATE_CREATING,
-        VM_STATE_INSTALLING,
-        VM_STATE_BOOTING,
-        VM_STATE_ATTESTING,
-        VM_STATE_READY,
-        VM_STATE_RUNNING,
-        VM_STATE_STOPPING,
-        VM_STATE_STOPPED,
-        VM_STATE_FAILED,
-        VM_STATE_DELETING,
-        _VM_STATE_MAX,
-        _VM_STATE_INVALID = -EINVAL,
-} VmState;
-
-const char *vm_state_to_string(VmState s) _const_;
-VmState vm_state_from_string(const char *s) _pure_;
-/* A QEMU process belongs to the VM in these states. */
-bool vm_state_is_live(VmState s) _const_;
-
-typedef enum VmWaitFor {
-        VM_WAIT_NONE,
-        VM_WAIT_INSTALLED,
-        VM_WAIT_ATTESTED,
-        VM_WAIT_READY,
-        _VM_WAIT_MAX,
-        _VM_WAIT_INVALID = -EINVAL,
-} VmWaitFor;
-
-const char *vm_wait_for_to_string(VmWaitFor w) _const_;
-VmWaitFor vm_wait_for_from_string(const char *s) _pure_;
-
-/* The what-to-build of a VM, as create_vm takes it (defaults applied). */
-typedef struct VmSpec {
-        char *name;
-        char *image; /* resolved "<id>_<version>" */
-        char *kubernetes_version;
-        unsigned cpus;
-        uint64_t memory_mib;
-        uint64_t disk_gib;
-        char *network;
-        char **ssh_authorized_keys;
-        char *hostname;
-        json_t *metadata; /* object of strings, or NULL */
-        char *region;
-        char *zone;
-        bool require_attestation;
-} VmSpec;
-
-void vm_spec_done(VmSpec *s);
-
-/* Limits of what create_vm takes (api/openapi.yaml documents them): they keep a VM's record, its
- * QEMU argv (the keys travel as an SMBIOS credential, one argument, which the kernel caps at 128 KiB)
- * and the metadata service's answers bounded, and they are checked before anything is allocated. */
-#define VM_SSH_KEYS_MAX 32U
-#define VM_SSH_KEY_MAX 4096U                  /* bytes of one key line */
-#define VM_SSH_KEYS_TOTAL_MAX (32U * 1024U)   /* bytes of all keys */
-#define VM_METADATA_MAX 64U                   /* entries */
-#define VM_METADATA_KEY_MAX 128U              /* bytes */
-#define VM_METADATA_VALUE_MAX (16U * 1024U)   /* bytes */
-#define VM_METADATA_TOTAL_MAX (64U * 1024U)   /* bytes of keys and values */
-#define VM_USER_DATA_MAX (1U * 1024U * 1024U) /* bytes */
-#define VM_REF_MAX 255U                       /* bytes of image, kubernetes_version, network */
-
-/* Decodes and validates a create_vm request, applying the API defaults first. Every problem is
- * collected into one invalid_request message. ret_user_data and ret_wait_for are the parts that
- * never enter the record. */
-int vm_spec_from_request(
-        json_t *request, VmSpec *ret, char **ret_user_data, VmWaitFor *ret_wait_for, ApiError *reterr);
+#include "vm-record.h"
+#include "vm-spec.h"
+#include "vm-state.h"
 
 /* Progress of an operation: a sentence such as "vm 1a2b3c4d is installing", per state change. */
 typedef void (*VmProgressFunc)(const char *message, void *userdata);
@@ -106,23 +37,14 @@ char *vm_path(Vm *v, const char *name);
  * required. */
 bool vm_user_data_released(Vm *v);
 
-/* The attestation of the current installed boot (api-contract §5.5), and the AK pinned on the VM's
- * first verified initrd quote (kept across boots, dropped with the VM). */
-typedef struct VmAttestation {
-        bool required, released;
-        usec_t nonce_issued_at;
-        AttestResult initrd, ready;
-        bool has_initrd, has_ready;
-        char *ak_pin;
-} VmAttestation;
-
 VmAttestation *vm_attestation(Vm *v);
 /* After a change to the attestation: the first nonce of a boot (moves booting to attesting), or a
  * verdict (lastError, the gate's waiters). Saves the record. */
 void vm_attest_changed(Vm *v, bool nonce);
 void vm_attest_verdict(Vm *v, const char *stage, bool verified, const char *message);
-int vm_json_set_time(json_t *o, const char *key, usec_t t);
 json_t *vm_attestation_to_json(Vm *v);
+/* The attestation of the current boot as one word: disabled, released, failed or pending. */
+const char *vm_attestation_word(Vm *v);
 /* GET /attest/nonce of the IMDS: a fresh nonce for the guest (64 hex). The first of a boot is recorded
  * and moves a VM that must attest from booting to attesting. */
 int vm_attest_nonce(Vm *v, char ret[static 65]);
@@ -140,25 +62,9 @@ NetPort *vm_port(Vm *v, bool create);
  * deleted. {"id","port","address"}; the same forward again for a port forwarded already. */
 int vm_forward_port(Vm *v, int64_t port, json_t **ret, ApiError *reterr);
 
-/* A VM's forwards, kept in its record ("forwards": [{"port","address"}]) and listening while the
- * VM exists, whether it runs or not. */
-#define VM_FORWARDS_MAX 32U
-typedef struct VmForward {
-        uint16_t port;      /* the guest's */
-        uint16_t host_port; /* on 127.0.0.1 */
-} VmForward;
-typedef struct VmForwards {
-        VmForward items[VM_FORWARDS_MAX];
-        size_t n;
-} VmForwards;
-
 VmForwards *vm_forwards(Vm *v);
 /* After a change to the forwards: saves the record. */
 void vm_forwards_changed(Vm *v);
-/* The record's "forwards" array; a new reference, NULL on OOM. */
-json_t *vm_forwards_to_json(Vm *v);
-/* Reads the record's "forwards" (NULL: none); entries that do not parse are skipped. */
-void vm_forwards_from_json(Vm *v, json_t *a);
 /* At start-up, once the VM is loaded (and its units attached to; the NIC is linked later, when its QMP
  * answers): listens again on each forward's host port, on a new one (logged, recorded) when another
  * process took it meanwhile. */
@@ -249,9 +155,21 @@ int vm_delete(Vm *v, VmDoneFunc done, void *userdata, ApiError *reterr);
 #define VM_CONSOLE_LINES_MAX 10000
 int vm_console_json(Vm *v, int64_t lines, json_t **ret, ApiError *reterr);
 
-/* Shutdown leaving the VMs running (systemd launcher): their records keep what the next daemon
- * needs to attach, and freeing the manager afterwards forgets the units without stopping them. */
+/* Shutdown leaving the VMs running (systemd launcher; manager_shutdown() decides): their records keep
+ * what the next daemon needs to attach, and freeing the manager afterwards forgets the units without
+ * stopping them. */
 void vm_detach_all(Manager *m);
 
 /* Stops every VM (shutdown); calls done when all have exited. */
 void vm_stop_all(Manager *m, void (*done)(void *userdata), void *userdata);
+
+/* ---- what the manager holds for every VM ---- */
+
+/* The READY=1 listener on the kernel's vhost-vsock (one AF_VSOCK port for all guests), opened when
+ * the first VM needs it. */
+int vm_notify_new(VmNotify **ret, Manager *m);
+VmNotify *vm_notify_free(VmNotify *n);
+/* The worker guest reports are parsed and stored on. Freeing it ends the queued jobs (their done
+ * callbacks hear they did not run), so it goes before the VMs. */
+int vm_reports_new(VmReports **ret);
+VmReports *vm_reports_free(VmReports *q);

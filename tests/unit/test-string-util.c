@@ -78,11 +78,30 @@ static void test_fnv1a_32(void **state) {
         assert_int_equal(fnv1a_32("\xff"), (0x811c9dc5U ^ 0xffU) * 16777619U);
 }
 
+static void test_strv_join(void **state) {
+        char *abc[] = { (char *) "a", (char *) "bc", (char *) "", (char *) "d", NULL }, *none[] = { NULL };
+        char *s;
+
+        s = strv_join(abc, ", ");
+        assert_string_equal(s, "a, bc, , d");
+        free(s);
+        s = strv_join(abc + 3, ", ");
+        assert_string_equal(s, "d");
+        free(s);
+        s = strv_join(none, ", ");
+        assert_string_equal(s, "");
+        free(s);
+        s = strv_join(NULL, "-");
+        assert_string_equal(s, "");
+        free(s);
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_strip_terminal_escapes),
                 cmocka_unit_test(test_string_table),
                 cmocka_unit_test(test_fnv1a_32),
+                cmocka_unit_test(test_strv_join),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }
