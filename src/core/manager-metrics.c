@@ -465,7 +465,7 @@ static int write_guest_families(MetricsBuf *f, Manager *m) {
         metrics_write_family(
                 f, "vm_guest_report_age_seconds", "gauge", "Seconds since the guest's last report upload.");
         for (size_t i = 0; i < manager_n_vms(m); i++) {
-                VmGuest *g = vm_guest(manager_vm_at(m, i));
+                const VmGuest *g = vm_guest(manager_vm_at(m, i));
                 if (g->has_upload)
                         metrics_write_samplel(
                                 f,
@@ -478,7 +478,7 @@ static int write_guest_families(MetricsBuf *f, Manager *m) {
         metrics_write_family(
                 f, "vm_guest_report_series", "gauge", "Series exported from the guest's last report.");
         for (size_t i = 0; i < manager_n_vms(m); i++) {
-                VmGuest *g = vm_guest(manager_vm_at(m, i));
+                const VmGuest *g = vm_guest(manager_vm_at(m, i));
                 if (g->report)
                         metrics_write_samplel(
                                 f,

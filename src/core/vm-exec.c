@@ -21,10 +21,9 @@
 #include "fs-util.h"
 #include "json-util.h"
 #include "log.h"
-#include "manager.h"
 #include "parse-util.h"
 #include "socket-util.h"
-#include "vm.h"
+#include "vm-internal.h"
 
 /* 'word' → 'word', with ' inside as '\'' : the remote shell sees the argv as given. */
 static char *shell_join(char **argv) {

@@ -10,6 +10,7 @@
 #include "net-switch.h"
 #include "network.h"
 #include "process-util.h"
+#include "vm-record.h"
 #include "vm.h"
 
 #define GUEST_NOTE_NONE "no systemd-report upload from the guest yet; host metrics only"
@@ -49,7 +50,7 @@ int vm_metrics_json(Vm *v, json_t **ret, ApiError *reterr) {
         json_auto_t *o = json_object(), *host = json_object(), *guest = NULL;
         usec_t created, installed, booted, ready, now = now_usec(CLOCK_REALTIME);
         pid_t pid = vm_qemu_pid(v);
-        VmGuest *g = vm_guest(v);
+        const VmGuest *g = vm_guest(v);
         ProcStats ps;
         char url[256];
 

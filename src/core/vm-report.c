@@ -13,9 +13,8 @@
 #include "fs-util.h"
 #include "json-util.h"
 #include "log.h"
-#include "manager.h"
 #include "metrics-guest.h"
-#include "vm.h"
+#include "vm-internal.h"
 #include "worker.h"
 
 /* The worker every VM's reports go through; made on first use. */
@@ -78,7 +77,7 @@ static int report_error(int r, ApiError *reterr) {
 
 /* A parsed upload becomes the VM's current one. */
 static void guest_take(Vm *v, GuestReport *rep, usec_t received_at) {
-        VmGuest *g = vm_guest(v);
+        VmGuest *g = &v->guest;
 
         g->has_upload = true;
         g->received_at = received_at;
@@ -181,7 +180,7 @@ static void report_run(void *userdata) {
 
 /* A stored upload becomes the VM's current one. */
 static void upload_take(Vm *v, ReportJob *j) {
-        VmGuest *g = vm_guest(v);
+        VmGuest *g = &v->guest;
         GuestReport *rep = TAKE_PTR(j->report);
 
         g->uploads++;
@@ -210,7 +209,7 @@ static void report_done(void *userdata, bool ran) {
         _cleanup_(api_error_done) ApiError e = API_ERROR_NULL;
         Vm *v = j->vm;
         Manager *m = vm_manager(v);
-        VmGuest *g = vm_guest(v);
+        VmGuest *g = &v->guest;
         bool gone = manager_find_vm(m, vm_id(v)) != v || vm_state(v) == VM_STATE_DELETING;
         int r;
 
@@ -277,14 +276,14 @@ static unsigned uploads_in_flight(Manager *m) {
         unsigned n = 0;
 
         for (size_t i = 0; i < manager_n_vms(m); i++)
-                n += vm_guest(manager_vm_at(m, i))->uploading;
+                n += manager_vm_at(m, i)->guest.uploading;
         return n;
 }
 
 int vm_report_upload(Vm *v, const void *body, size_t size, VmReportDone done, void *userdata, ApiError *reterr) {
         _cleanup_(report_job_freep) ReportJob *j = NULL;
         Manager *m = vm_manager(v);
-        VmGuest *g = vm_guest(v);
+        VmGuest *g = &v->guest;
         int r;
 
         assert_return(body || size == 0, -EINVAL);
@@ -331,11 +330,11 @@ static int report_load_submit(Vm *v) {
                 r = report_submit(vm_manager(v), j);
         if (r < 0) {
                 log_warning("VM %s: its stored report is not used: %s", vm_id(v), strerror(-r));
-                vm_guest(v)->loading = false;
+                v->guest.loading = false;
                 return r;
         }
         TAKE_PTR(j);
-        vm_guest(v)->load_running = true;
+        v->guest.load_running = true;
         return 0;
 }
 
@@ -343,10 +342,10 @@ static int report_load_submit(Vm *v) {
  * at most. */
 static void report_load_next(Manager *m) {
         for (size_t i = 0; i < manager_n_vms(m); i++)
-                if (vm_guest(manager_vm_at(m, i))->load_running)
+                if (manager_vm_at(m, i)->guest.load_running)
                         return;
         for (size_t i = 0; i < manager_n_vms(m); i++) {
-                VmGuest *g = vm_guest(manager_vm_at(m, i));
+                VmGuest *g = &manager_vm_at(m, i)->guest;
 
                 if (g->loading && g->uploads > 0)
                         g->loading = false; /* an upload came first: the stored one is older */
@@ -365,11 +364,11 @@ void vm_report_load(Vm *v) {
         (void) write_file_atomic_cleanup(path);
         if (access(path, F_OK) < 0)
                 return;
-        vm_guest(v)->loading = true;
+        v->guest.loading = true;
         /* v joins the registry after this: the first load starts here, the others follow from
          * report_done() */
         for (size_t i = 0; i < manager_n_vms(m); i++)
-                if (vm_guest(manager_vm_at(m, i))->loading)
+                if (manager_vm_at(m, i)->guest.loading)
                         return;
         (void) report_load_submit(v);
 }
@@ -381,7 +380,7 @@ int vm_report_open(Vm *v, int *ret_fd, uint64_t *ret_size, ApiError *reterr) {
 
         /* Only an upload this daemon parsed (taken, or mapped again at start-up) is known to be
          * JSON: a file still being mapped, or left by a daemon that stored any bytes, is not. */
-        if (!vm_guest(v)->has_upload)
+        if (!v->guest.has_upload)
                 return -EMEDIUMTYPE;
         path = vm_path(v, "report.json");
         if (!path)
