@@ -20,19 +20,30 @@ int sockaddr_un_set_path(struct sockaddr_un *ret, const char *path) {
         return (int) (offsetof(struct sockaddr_un, sun_path) + n + 1);
 }
 
+/* A stream socket for path, and the address to bind or connect it to. */
+static int unix_stream_socket(const char *path, int flags, struct sockaddr_un *ret_sa, socklen_t *ret_len) {
+        int len, fd;
+
+        len = sockaddr_un_set_path(ret_sa, path);
+        if (len < 0)
+                return len;
+        fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | flags, 0);
+        if (fd < 0)
+                return -errno;
+        *ret_len = (socklen_t) len;
+        return fd;
+}
+
 int unix_stream_listen(const char *path, int backlog) {
         _cleanup_close_ int fd = -EBADF;
         struct sockaddr_un sa;
-        int len;
+        socklen_t len;
 
-        len = sockaddr_un_set_path(&sa, path);
-        if (len < 0)
-                return len;
-        (void) unlink(path);
-        fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        fd = unix_stream_socket(path, SOCK_NONBLOCK, &sa, &len);
         if (fd < 0)
-                return -errno;
-        if (bind(fd, (struct sockaddr *) &sa, (socklen_t) len) < 0 || listen(fd, backlog) < 0)
+                return fd;
+        (void) unlink(path);
+        if (bind(fd, (struct sockaddr *) &sa, len) < 0 || listen(fd, backlog) < 0)
                 return -errno;
         return TAKE_FD(fd);
 }
@@ -40,15 +51,12 @@ int unix_stream_listen(const char *path, int backlog) {
 int unix_stream_connect(const char *path, bool nonblock) {
         _cleanup_close_ int fd = -EBADF;
         struct sockaddr_un sa;
-        int len;
+        socklen_t len;
 
-        len = sockaddr_un_set_path(&sa, path);
-        if (len < 0)
-                return len;
-        fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | (nonblock ? SOCK_NONBLOCK : 0), 0);
+        fd = unix_stream_socket(path, nonblock ? SOCK_NONBLOCK : 0, &sa, &len);
         if (fd < 0)
-                return -errno;
-        if (connect(fd, (struct sockaddr *) &sa, (socklen_t) len) < 0 && !(nonblock && errno == EINPROGRESS))
+                return fd;
+        if (connect(fd, (struct sockaddr *) &sa, len) < 0 && !(nonblock && errno == EINPROGRESS))
                 return -errno;
         return TAKE_FD(fd);
 }

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-/* The host reaching into a guest: exec_vm (forward_port is vm-forward.c's).
+/* The host reaching into a guest: exec_vm (forward_port is vm-net.c's).
  *
  * It goes through the network's gateway, never around it: exec_vm asks the gateway for a unix
  * listener in the VM's directory whose connections become TCP to the guest's port 22, and speaks SSH

@@ -103,24 +103,18 @@ static int vm_reattach(Vm *v) {
         if (vm_acquire_volume(v, VOLUME_OPEN, NULL) < 0)
                 log_warning("VM %s: cannot take the lease on its disk again, ignoring.", v->rec.id);
         v->qemu_pid = vm_launched_pid(v->qemu);
-        if (v->rec.processes[VM_ROLE_SWTPM].unit &&
-            vm_launched_attach(
-                    &v->swtpm,
-                    manager_units(m),
-                    v->rec.processes[VM_ROLE_SWTPM].unit,
-                    v->rec.processes[VM_ROLE_SWTPM].pid,
-                    vm_on_helper_exit,
-                    v) < 0)
-                log_warning("VM %s: its swtpm unit is gone.", v->rec.id);
-        if (v->rec.processes[VM_ROLE_VSOCK].unit &&
-            vm_launched_attach(
-                    &v->vsockd,
-                    manager_units(m),
-                    v->rec.processes[VM_ROLE_VSOCK].unit,
-                    v->rec.processes[VM_ROLE_VSOCK].pid,
-                    vm_on_helper_exit,
-                    v) < 0)
-                log_warning("VM %s: its vhost-device-vsock unit is gone.", v->rec.id);
+        /* the helpers are tolerated when gone */
+        for (VmRole i = VM_ROLE_SWTPM; i < _VM_ROLE_MAX; i++) {
+                VmLaunched **l = i == VM_ROLE_SWTPM ? &v->swtpm : &v->vsockd;
+                const VmProcessRecord *p = v->rec.processes + i;
+
+                if (p->unit &&
+                    vm_launched_attach(l, manager_units(m), p->unit, p->pid, vm_on_helper_exit, v) < 0)
+                        log_warning(
+                                "VM %s: its %s unit is gone.",
+                                v->rec.id,
+                                i == VM_ROLE_SWTPM ? "swtpm" : "vhost-device-vsock");
+        }
         v->swtpm_pid = vm_launched_pid(v->swtpm);
         r = vm_notify_listen_again(v);
         if (r < 0)

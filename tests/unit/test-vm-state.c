@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "test-golden.h"
 #include "test-util.h"
 
 #include "cleanup.h"
@@ -615,10 +616,7 @@ static char *golden_path(void) {
 }
 
 static void test_walk(void **state) {
-        _cleanup_free_ char *path = golden_path(), *got = walk(), *expected = NULL;
-        const char *regen = secure_getenv("VM_MANAGER_TEST_REGENERATE");
-        size_t size, line = 1;
-        const char *e, *g;
+        _cleanup_free_ char *path = golden_path(), *got = walk();
 
         /* every combination of every status field, against the rules alone */
         for (VmState st = 0; st < _VM_STATE_MAX; st++)
@@ -642,30 +640,7 @@ static void test_walk(void **state) {
                                                         check_answer(&s, ev, &t);
                                                 }
 
-        if (regen && parse_boolean(regen) > 0) {
-                assert_ok(write_file_atomic(path, got, strlen(got), 0644));
-                print_message("# regenerated %s\n", path);
-                return;
-        }
-        assert_ok(read_full_file(path, 1024 * 1024, &expected, &size));
-        if (streq(expected, got))
-                return;
-        for (e = expected, g = got; *e && *e == *g; e++, g++)
-                if (*e == '\n')
-                        line++;
-        while (e > expected && e[-1] != '\n') {
-                e--;
-                g--;
-        }
-        fail_msg(
-                "%s differs at line %zu:\n# expected: %.*s\n# got:      %.*s\n"
-                "# (VM_MANAGER_TEST_REGENERATE=1 accepts the new table)",
-                path,
-                line,
-                (int) strcspn(e, "\n"),
-                e,
-                (int) strcspn(g, "\n"),
-                g);
+        assert_true(test_golden_matches(path, got, "table"));
 }
 
 int main(void) {
