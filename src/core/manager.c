@@ -140,9 +140,79 @@ static void manager_check_golden_firmware(Manager *m) {
         }
 }
 
+/* The host's facts, and what they decide: the accelerator, the READY=1 transport, the firmware, and
+ * the timeouts' defaults. */
+static int manager_probe_host(Manager *m, const ManagerConfig *cfg, ApiError *reterr) {
+        const char *reason = NULL, *fw;
+        HostNotify n;
+        bool tcg;
+        int r;
+
+        r = host_probe_new(
+                &m->host,
+                &(HostProbeConfig){
+                        .ovmf_code = cfg->ovmf_code,
+                        .accel = cfg->accel,
+                        .notify = cfg->vsock,
+                });
+        if (r < 0)
+                return api_error_set(reterr, r, API_ERROR_INTERNAL, "probing the host: %s", strerror(-r));
+        /* Under TCG the guest image installs in 4-6 minutes and boots in 2-3: the defaults of the
+         * timeouts (made for KVM) grow with it; given values are kept. */
+        tcg = host_probe_accel(m->host, NULL) == HOST_ACCEL_TCG;
+        m->settings.install_timeout = cfg->install_timeout ?: (tcg ? 15 : 5) * USEC_PER_MINUTE;
+        m->settings.boot_timeout = cfg->boot_timeout ?: (tcg ? 10 : 4) * USEC_PER_MINUTE;
+        if (cfg->accel == HOST_ACCEL_AUTO && host_probe_accel(m->host, &reason) == HOST_ACCEL_TCG)
+                log_warning("VMs run under TCG, much slower than KVM: %s", reason ?: "");
+        else {
+                (void) host_probe_accel(m->host, &reason);
+                log_info(
+                        "Accelerator: %s (%s).",
+                        host_accel_to_string(host_probe_accel(m->host, NULL)),
+                        reason ?: "");
+        }
+        n = host_probe_notify(m->host, &reason);
+        if (n == HOST_NOTIFY_NONE)
+                log_warning("VMs cannot report READY=1: %s", reason ?: "");
+        else
+                log_info("READY=1 transport: %s (%s)", host_notify_transport_name(n), reason ?: "");
+        fw = host_probe_firmware_summary(m->host);
+        if (fw)
+                log_info("Firmware VMs boot with: %s.", fw);
+        else
+                log_warning(
+                        "No OVMF firmware at '%s': VMs cannot boot until one is installed.",
+                        cfg->ovmf_code ?: "");
+        return 0;
+}
+
+/* The launcher: VMs as transient units where a service manager is reachable. */
+static int manager_launcher_new(Manager *m, const ManagerConfig *cfg, ApiError *reterr) {
+        const char *why = NULL;
+        int r;
+
+        m->detach_vms_on_exit = cfg->detach_vms_on_exit;
+        if (cfg->launcher == VM_LAUNCHER_PROCESS)
+                return 0;
+        r = vm_unit_manager_new(&m->units, m->event, VM_UNIT_SCOPE_AUTO, &why);
+        if (r < 0 && cfg->launcher == VM_LAUNCHER_SYSTEMD)
+                return api_error_set(
+                        reterr,
+                        r,
+                        API_ERROR_UNSUPPORTED,
+                        "systemd launcher unavailable: %s",
+                        why ?: strerror(-r));
+        if (r < 0)
+                log_notice("VMs run as plain child processes and end with vm-manager: %s", why ?: strerror(-r));
+        else
+                log_info(
+                        "VMs run as transient systemd units in vm-manager.slice%s.",
+                        cfg->detach_vms_on_exit ? " and keep running when vm-manager stops" : "");
+        return 0;
+}
+
 int manager_new(Manager **ret, sd_event *event, const ManagerConfig *cfg, ApiError *reterr) {
         _cleanup_(manager_freep) Manager *m = NULL;
-        const char *reason = NULL, *fw;
         int r;
 
         assert_return(ret && event && cfg && cfg->state_dir && cfg->image_dir, -EINVAL);
@@ -175,43 +245,9 @@ int manager_new(Manager **ret, sd_event *event, const ManagerConfig *cfg, ApiErr
 
         /* Start-up order: host facts, networks with their leases, the image catalog, then the
          * default network. */
-        r = host_probe_new(
-                &m->host,
-                &(HostProbeConfig){
-                        .ovmf_code = cfg->ovmf_code,
-                        .accel = cfg->accel,
-                        .notify = cfg->vsock,
-                });
+        r = manager_probe_host(m, cfg, reterr);
         if (r < 0)
-                return api_error_set(reterr, r, API_ERROR_INTERNAL, "probing the host: %s", strerror(-r));
-        /* Under TCG the guest image installs in 4-6 minutes and boots in 2-3: the defaults of the
-         * timeouts (made for KVM) grow with it; given values are kept. */
-        bool tcg = host_probe_accel(m->host, NULL) == HOST_ACCEL_TCG;
-        m->settings.install_timeout = cfg->install_timeout ?: (tcg ? 15 : 5) * USEC_PER_MINUTE;
-        m->settings.boot_timeout = cfg->boot_timeout ?: (tcg ? 10 : 4) * USEC_PER_MINUTE;
-        if (cfg->accel == HOST_ACCEL_AUTO && host_probe_accel(m->host, &reason) == HOST_ACCEL_TCG)
-                log_warning("VMs run under TCG, much slower than KVM: %s", reason ?: "");
-        else {
-                (void) host_probe_accel(m->host, &reason);
-                log_info(
-                        "Accelerator: %s (%s).",
-                        host_accel_to_string(host_probe_accel(m->host, NULL)),
-                        reason ?: "");
-        }
-        {
-                HostNotify n = host_probe_notify(m->host, &reason);
-                if (n == HOST_NOTIFY_NONE)
-                        log_warning("VMs cannot report READY=1: %s", reason ?: "");
-                else
-                        log_info("READY=1 transport: %s (%s)", host_notify_transport_name(n), reason ?: "");
-        }
-        fw = host_probe_firmware_summary(m->host);
-        if (fw)
-                log_info("Firmware VMs boot with: %s.", fw);
-        else
-                log_warning(
-                        "No OVMF firmware at '%s': VMs cannot boot until one is installed.",
-                        cfg->ovmf_code ?: "");
+                return r;
 
         r = network_registry_load(&m->networks, m->state_dir, reterr);
         if (r < 0)
@@ -228,27 +264,9 @@ int manager_new(Manager **ret, sd_event *event, const ManagerConfig *cfg, ApiErr
         if (image_catalog_size(m->images) == 0)
                 log_warning("No images in '%s': create_vm needs one (see images/).", m->image_dir);
 
-        /* The launcher: VMs as transient units where a service manager is reachable. */
-        if (cfg->launcher != VM_LAUNCHER_PROCESS) {
-                const char *why = NULL;
-
-                r = vm_unit_manager_new(&m->units, event, VM_UNIT_SCOPE_AUTO, &why);
-                if (r < 0 && cfg->launcher == VM_LAUNCHER_SYSTEMD)
-                        return api_error_set(
-                                reterr,
-                                r,
-                                API_ERROR_UNSUPPORTED,
-                                "systemd launcher unavailable: %s",
-                                why ?: strerror(-r));
-                if (r < 0)
-                        log_notice(
-                                "VMs run as plain child processes and end with vm-manager: %s",
-                                why ?: strerror(-r));
-                else
-                        log_info(
-                                "VMs run as transient systemd units in vm-manager.slice%s.",
-                                cfg->detach_vms_on_exit ? " and keep running when vm-manager stops" : "");
-        }
+        r = manager_launcher_new(m, cfg, reterr);
+        if (r < 0)
+                return r;
         m->detach_vms_on_exit = cfg->detach_vms_on_exit;
 
         r = storage_new(&m->storage, m->state_dir, /* provider_socket= */ NULL);

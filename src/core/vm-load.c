@@ -292,6 +292,90 @@ int vm_delete_quarantined(Manager *m, const char *id, json_t **ret, ApiError *re
         return *ret ? 0 : -ENOMEM;
 }
 
+/* One <state>/vms/<name>: loaded, finished, quarantined or removed. */
+static int vm_load_one(Manager *m, const char *dir, const char *name, ApiError *reterr) {
+        _cleanup_free_ char *path = NULL, *text = NULL;
+        _cleanup_(vm_unrefp) Vm *v = NULL;
+        json_auto_t *j = NULL;
+        int r;
+
+        if (name[0] == '.')
+                return 0;
+        if (asprintf(&path, "%s/%s/vm.json", dir, name) < 0)
+                return -ENOMEM;
+        (void) write_file_atomic_cleanup(path);
+        r = read_full_file(path, VM_RECORD_MAX, &text, NULL);
+        if (r == -ENOENT) {
+                /* a create killed before its first record, or a delete killed after removing
+                 * it: nothing of the VM is left to show, so what remains goes */
+                vm_remove_leftovers(m, dir, name);
+                return 0;
+        }
+        if (r >= 0) {
+                json_error_t err;
+                j = json_loads(text, 0, &err);
+                r = j ? vm_from_json(m, name, j, &v) : -EBADMSG;
+        }
+        if (r == -ENOMEM)
+                return r;
+        if (r < 0) {
+                r = vm_quarantine(m, dir, name, strerror(-r));
+                if (r < 0)
+                        return api_error_set(
+                                reterr, r, API_ERROR_INTERNAL, "quarantining %s: %s", path, strerror(-r));
+                return 0;
+        }
+
+        if (v->rec.state == VM_STATE_DELETING) {
+                /* a delete_vm the previous daemon did not finish: finish it */
+                log_struct(
+                        LOG_NOTICE,
+                        LOG_FIELDS({ "VM_ID", v->rec.id }),
+                        "Finishing the deletion of VM %s (%s) that vm-manager was killed in.",
+                        v->rec.id,
+                        v->rec.spec.name);
+                vm_release(v);
+                return 0;
+        }
+        /* a create the previous daemon did not finish is failed, saying so */
+        (void) vm_set_state(v, VM_EVENT_RESTARTED, NULL, NULL);
+        if (!vm_state_is_live(v->rec.state))
+                v->qemu_pid = v->swtpm_pid = 0;
+        vm_report_load(v);
+        r = manager_add_vm(m, v);
+        if (r < 0)
+                return api_error_set(reterr, r, API_ERROR_INTERNAL, "too many VM records");
+        if (vm_state_is_live(v->rec.state)) {
+                r = vm_reattach(v);
+                if (r < 0) {
+                        _cleanup_free_ char *why = NULL;
+                        if (r == -EOPNOTSUPP || r == -ENOENT)
+                                why = vm_message(
+                                        v,
+                                        v->rec.processes[VM_ROLE_QEMU].unit ? VM_MESSAGE_NO_UNITS :
+                                                                              VM_MESSAGE_WAS_CHILD,
+                                        NULL);
+                        else
+                                why = strdup(strerror(-r));
+                        /* a leftover process from a daemon killed with SIGKILL must not keep the disk */
+                        if (!v->rec.processes[VM_ROLE_QEMU].unit && v->qemu_pid > 0 &&
+                            kill(v->qemu_pid, 0) >= 0)
+                                log_warning(
+                                        "VM %s: pid %d from the previous run still exists and is not ours to stop.",
+                                        v->rec.id,
+                                        (int) v->qemu_pid);
+                        (void) vm_set_state(
+                                v,
+                                VM_EVENT_REATTACH_FAILED,
+                                &(VmEventArgs){ .detail = why ?: "out of memory" },
+                                NULL);
+                }
+        } else
+                (void) vm_save(v);
+        vm_forwards_restore(v);
+        return 0;
+}
+
 int vm_load_all(Manager *m, ApiError *reterr) {
         _cleanup_free_ char *dir = NULL;
         _cleanup_(closedirp) DIR *d = NULL;
@@ -313,84 +397,9 @@ int vm_load_all(Manager *m, ApiError *reterr) {
         if (!d)
                 return errno == ENOENT ? 0 : api_error_set(reterr, -errno, API_ERROR_INTERNAL, "%s: %m", dir);
         while ((de = readdir(d))) {
-                _cleanup_free_ char *path = NULL, *text = NULL;
-                _cleanup_(vm_unrefp) Vm *v = NULL;
-                json_auto_t *j = NULL;
-
-                if (de->d_name[0] == '.')
-                        continue;
-                if (asprintf(&path, "%s/%s/vm.json", dir, de->d_name) < 0)
-                        return -ENOMEM;
-                (void) write_file_atomic_cleanup(path);
-                r = read_full_file(path, VM_RECORD_MAX, &text, NULL);
-                if (r == -ENOENT) {
-                        /* a create killed before its first record, or a delete killed after removing
-                         * it: nothing of the VM is left to show, so what remains goes */
-                        vm_remove_leftovers(m, dir, de->d_name);
-                        continue;
-                }
-                if (r >= 0) {
-                        json_error_t err;
-                        j = json_loads(text, 0, &err);
-                        r = j ? vm_from_json(m, de->d_name, j, &v) : -EBADMSG;
-                }
-                if (r == -ENOMEM)
-                        return r;
-                if (r < 0) {
-                        r = vm_quarantine(m, dir, de->d_name, strerror(-r));
-                        if (r < 0)
-                                return api_error_set(
-                                        reterr, r, API_ERROR_INTERNAL, "quarantining %s: %s", path, strerror(-r));
-                        continue;
-                }
-
-                if (v->rec.state == VM_STATE_DELETING) {
-                        /* a delete_vm the previous daemon did not finish: finish it */
-                        log_struct(
-                                LOG_NOTICE,
-                                LOG_FIELDS({ "VM_ID", v->rec.id }),
-                                "Finishing the deletion of VM %s (%s) that vm-manager was killed in.",
-                                v->rec.id,
-                                v->rec.spec.name);
-                        vm_release(v);
-                        continue;
-                }
-                /* a create the previous daemon did not finish is failed, saying so */
-                (void) vm_set_state(v, VM_EVENT_RESTARTED, NULL, NULL);
-                if (!vm_state_is_live(v->rec.state))
-                        v->qemu_pid = v->swtpm_pid = 0;
-                vm_report_load(v);
-                r = manager_add_vm(m, v);
+                r = vm_load_one(m, dir, de->d_name, reterr);
                 if (r < 0)
-                        return api_error_set(reterr, r, API_ERROR_INTERNAL, "too many VM records");
-                if (vm_state_is_live(v->rec.state)) {
-                        r = vm_reattach(v);
-                        if (r < 0) {
-                                _cleanup_free_ char *why = NULL;
-                                if (r == -EOPNOTSUPP || r == -ENOENT)
-                                        why = vm_message(
-                                                v,
-                                                v->rec.processes[VM_ROLE_QEMU].unit ? VM_MESSAGE_NO_UNITS :
-                                                                                      VM_MESSAGE_WAS_CHILD,
-                                                NULL);
-                                else
-                                        why = strdup(strerror(-r));
-                                /* a leftover process from a daemon killed with SIGKILL must not keep the disk */
-                                if (!v->rec.processes[VM_ROLE_QEMU].unit && v->qemu_pid > 0 &&
-                                    kill(v->qemu_pid, 0) >= 0)
-                                        log_warning(
-                                                "VM %s: pid %d from the previous run still exists and is not ours to stop.",
-                                                v->rec.id,
-                                                (int) v->qemu_pid);
-                                (void) vm_set_state(
-                                        v,
-                                        VM_EVENT_REATTACH_FAILED,
-                                        &(VmEventArgs){ .detail = why ?: "out of memory" },
-                                        NULL);
-                        }
-                } else
-                        (void) vm_save(v);
-                vm_forwards_restore(v);
+                        return r;
         }
         manager_sort_vms(m, vm_cmp_created);
         vm_release_stray_leases(m);

@@ -381,6 +381,66 @@ static int volume_from_paths(json_t *o, VmRecord *rec, ApiError *reterr) {
         return 0;
 }
 
+/* The decoded fields become the record: the spec checked as a request is, the enums parsed, the
+ * nested objects read. */
+static int record_build(RecordInput *in, VmRecord *rec, ApiError *reterr) {
+        _cleanup_(api_error_done) ApiError e = API_ERROR_NULL;
+        int r;
+
+        /* the spec goes through the same checks as a request, without the limits that came later */
+        {
+                VmSpec spec = {};
+
+                spec.region = TAKE_PTR(rec->spec.region);
+                spec.zone = TAKE_PTR(rec->spec.zone);
+                r = vm_spec_build(&in->spec, /* limits= */ false, &rec->spec, NULL, NULL, &e);
+                rec->spec.region = TAKE_PTR(spec.region);
+                rec->spec.zone = TAKE_PTR(spec.zone);
+                if (r == -ENOMEM)
+                        return r;
+                if (r < 0)
+                        return bad(reterr, "spec: %s", e.message ?: "invalid");
+        }
+        if (!rec->spec.image && !(rec->spec.image = strdup("")))
+                return -ENOMEM;
+
+        rec->state = vm_state_from_string(in->state);
+        if (rec->state < 0)
+                return bad(reterr, "field \"state\": \"%s\" is no state", in->state);
+        if (in->phase)
+                rec->phase = streq(in->phase, "install") ? VM_PHASE_INSTALL : VM_PHASE_BOOT;
+        /* records written before the kernel's vhost-vsock was supported: vhost-user */
+        rec->vsock = in->vsock ? vm_vsock_from_string(in->vsock) : VM_VSOCK_VHOST_USER;
+        if (rec->vsock < 0)
+                return bad(reterr, "field \"vsock\": \"%s\" is no transport", in->vsock);
+        if (strlen(in->machine_id) != 32 || strspn(in->machine_id, "0123456789abcdef") != 32)
+                return bad(reterr, "field \"machineID\": not 32 lower-case hex digits");
+        memcpy(rec->machine_id, in->machine_id, 33);
+        rec->cid = in->cid;
+        rec->booted = in->booted;
+
+        r = attestation_from_json(in->attestation, &rec->att, reterr);
+        if (r < 0)
+                return r;
+        r = processes_from_json(in->processes, rec, reterr);
+        if (r < 0)
+                return r;
+        r = volume_from_paths(in->paths, rec, reterr);
+        if (r < 0)
+                return r;
+        forwards_from_json(in->forwards, &rec->forwards);
+
+        rec->created_at = time_or_unset(in->created_at);
+        rec->installed_at = time_or_unset(in->installed_at);
+        rec->booted_at = time_or_unset(in->booted_at);
+        rec->ready_at = time_or_unset(in->ready_at);
+        /* createdBy without a subject was never written; such a value is dropped */
+        if (json_is_string(json_object_get(in->created_by, "subject")))
+                rec->created_by = TAKE_PTR(in->created_by);
+
+        return 0;
+}
+
 int vm_record_from_json(json_t *j, const char *id, VmRecord *ret, ApiError *reterr) {
 #define REC(f) offsetof(RecordInput, f)
         static const JsonDispatch table[] = {
@@ -466,57 +526,9 @@ int vm_record_from_json(json_t *j, const char *id, VmRecord *ret, ApiError *rete
                         return -ENOMEM;
         }
 
-        /* the spec goes through the same checks as a request, without the limits that came later */
-        {
-                VmSpec spec = {};
-
-                spec.region = TAKE_PTR(rec.spec.region);
-                spec.zone = TAKE_PTR(rec.spec.zone);
-                r = vm_spec_build(&in.spec, /* limits= */ false, &rec.spec, NULL, NULL, &e);
-                rec.spec.region = TAKE_PTR(spec.region);
-                rec.spec.zone = TAKE_PTR(spec.zone);
-                if (r == -ENOMEM)
-                        return r;
-                if (r < 0)
-                        return bad(reterr, "spec: %s", e.message ?: "invalid");
-        }
-        if (!rec.spec.image && !(rec.spec.image = strdup("")))
-                return -ENOMEM;
-
-        rec.state = vm_state_from_string(in.state);
-        if (rec.state < 0)
-                return bad(reterr, "field \"state\": \"%s\" is no state", in.state);
-        if (in.phase)
-                rec.phase = streq(in.phase, "install") ? VM_PHASE_INSTALL : VM_PHASE_BOOT;
-        /* records written before the kernel's vhost-vsock was supported: vhost-user */
-        rec.vsock = in.vsock ? vm_vsock_from_string(in.vsock) : VM_VSOCK_VHOST_USER;
-        if (rec.vsock < 0)
-                return bad(reterr, "field \"vsock\": \"%s\" is no transport", in.vsock);
-        if (strlen(in.machine_id) != 32 || strspn(in.machine_id, "0123456789abcdef") != 32)
-                return bad(reterr, "field \"machineID\": not 32 lower-case hex digits");
-        memcpy(rec.machine_id, in.machine_id, 33);
-        rec.cid = in.cid;
-        rec.booted = in.booted;
-
-        r = attestation_from_json(in.attestation, &rec.att, reterr);
+        r = record_build(&in, &rec, reterr);
         if (r < 0)
                 return r;
-        r = processes_from_json(in.processes, &rec, reterr);
-        if (r < 0)
-                return r;
-        r = volume_from_paths(in.paths, &rec, reterr);
-        if (r < 0)
-                return r;
-        forwards_from_json(in.forwards, &rec.forwards);
-
-        rec.created_at = time_or_unset(in.created_at);
-        rec.installed_at = time_or_unset(in.installed_at);
-        rec.booted_at = time_or_unset(in.booted_at);
-        rec.ready_at = time_or_unset(in.ready_at);
-        /* createdBy without a subject was never written; such a value is dropped */
-        if (json_is_string(json_object_get(in.created_by, "subject")))
-                rec.created_by = TAKE_PTR(in.created_by);
-
         if (!(rec.id = strdup(id)))
                 return -ENOMEM;
         *ret = rec;

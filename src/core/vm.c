@@ -459,6 +459,99 @@ int vm_check_event(Vm *v, VmEvent e, ApiError *reterr) {
         return t.error < 0 ? refusal(v, &s, &t, reterr) : 0;
 }
 
+/* The record's facts a transition sets: a new boot, installed, ready. */
+static void apply_facts(Vm *v, VmAction actions) {
+        if (actions & VM_ACTION_BEGIN_BOOT)
+                vm_begin_boot(v);
+        if (actions & VM_ACTION_INSTALLED) {
+                v->rec.installed_at = now_usec(CLOCK_REALTIME);
+                if (v->rec.created_at > 0 && v->rec.installed_at >= v->rec.created_at)
+                        manager_observe_install(v->manager, v->rec.installed_at - v->rec.created_at);
+        }
+        if (actions & VM_ACTION_BECOME_READY) {
+                v->rec.ready_at = now_usec(CLOCK_REALTIME);
+                if (v->rec.booted_at > 0 && v->rec.ready_at >= v->rec.booted_at)
+                        manager_observe_boot_to_ready(v->manager, v->rec.ready_at - v->rec.booted_at);
+                v->rec.booted = true;
+        }
+}
+
+/* The state, the sub-state, and the reason a failing boot ends with. */
+static void apply_state(Vm *v, const VmStatus *s, const VmTransition *t, const char *text) {
+        if (t->failing && !s->failing) {
+                /* a boot that cannot succeed: the waiters hear why at once, the VM is failed once
+                 * QEMU is gone */
+                log_struct(
+                        LOG_WARNING,
+                        LOG_FIELDS({ "VM_ID", v->rec.id }),
+                        "VM %s (%s) failed: %s; powering it off.",
+                        v->rec.id,
+                        v->rec.spec.name,
+                        text ?: "?");
+                free(v->fail_reason);
+                v->fail_reason = strdup(text ?: "attestation rejected");
+        } else if (!t->failing)
+                v->fail_reason = mfree(v->fail_reason);
+        v->sub = t->sub;
+        v->rec.phase = t->phase;
+        vm_state_change(v, t->state);
+}
+
+/* lastError, and what explains it. */
+static void apply_error(Vm *v, const VmTransition *t, const VmEventArgs *a, const char *text) {
+        if (t->message == VM_MESSAGE_CLEAR)
+                vm_set_error(v, NULL);
+        else if (t->message != VM_MESSAGE_NONE)
+                vm_set_error(v, text);
+        if (t->actions & VM_ACTION_CLEAR_REJECTION) {
+                /* a verified retry clears the rejection of its stage */
+                _cleanup_free_ char *prefix = NULL;
+                if (asprintf(&prefix, "%s attestation rejected: ", a->stage ?: "?") >= 0 &&
+                    v->rec.last_error && startswith(v->rec.last_error, prefix))
+                        vm_set_error(v, NULL);
+        }
+        if (t->actions & VM_ACTION_CONSOLE)
+                vm_capture_console(v);
+}
+
+/* The processes and the timers of the run. */
+static int apply_run(Vm *v, VmAction actions, ApiError *reterr) {
+        const ManagerSettings *st = manager_settings(v->manager);
+        int r;
+
+        if (actions & VM_ACTION_SPAWN_HELPERS) {
+                r = vm_start_helpers(v, reterr);
+                if (r < 0)
+                        return r;
+        }
+        if (actions & VM_ACTION_SPAWN_QEMU) {
+                r = vm_start_qemu(v, reterr);
+                if (r < 0)
+                        return r;
+        }
+        if (actions & VM_ACTION_LINK)
+                vm_net_attach(v);
+        if (actions & VM_ACTION_PHASE_TIMER)
+                vm_arm_phase_timer(
+                        v,
+                        v->rec.phase == VM_PHASE_INSTALL ? st->install_timeout : st->boot_timeout,
+                        USEC_PER_SEC);
+        if (actions & VM_ACTION_GRACE_TIMER)
+                vm_arm_phase_timer(v, vm_ready_quote_grace(v), USEC_PER_MSEC);
+        return 0;
+}
+
+/* The start chain's waiters hear how it ended: failed or deleted, with the text of the transition. */
+static void finish_start(Vm *v, const VmTransition *t, const VmEventArgs *a, const char *text) {
+        _cleanup_(api_error_done) ApiError e = API_ERROR_NULL;
+        bool failed = IN_SET(t->state, VM_STATE_FAILED, VM_STATE_DELETING);
+
+        if (failed)
+                (void) api_error_set(
+                        &e, a->error < 0 ? a->error : -EIO, API_ERROR_INTERNAL, "%s", text ?: "start failed");
+        vm_waiters_finish_start(v, failed ? e.error : 0, failed ? &e : NULL);
+}
+
 int vm_set_state(Vm *v, VmEvent e, const VmEventArgs *a, ApiError *reterr) {
         _unused_ _cleanup_(vm_unrefp) Vm *pin = vm_ref(v);
         _cleanup_free_ char *text = NULL;
@@ -473,7 +566,6 @@ int vm_set_state(Vm *v, VmEvent e, const VmEventArgs *a, ApiError *reterr) {
         if (t.ignored)
                 return 0;
         text = transition_text(v, &s, &t, a);
-
         if (t.sub != s.sub)
                 log_struct(
                         LOG_DEBUG,
@@ -494,78 +586,12 @@ int vm_set_state(Vm *v, VmEvent e, const VmEventArgs *a, ApiError *reterr) {
         if (t.actions & VM_ACTION_DISARM)
                 v->phase_timer = sd_event_source_disable_unref(v->phase_timer);
 
-        /* the record's facts */
-        if (t.actions & VM_ACTION_BEGIN_BOOT)
-                vm_begin_boot(v);
-        if (t.actions & VM_ACTION_INSTALLED) {
-                v->rec.installed_at = now_usec(CLOCK_REALTIME);
-                if (v->rec.created_at > 0 && v->rec.installed_at >= v->rec.created_at)
-                        manager_observe_install(v->manager, v->rec.installed_at - v->rec.created_at);
-        }
-        if (t.actions & VM_ACTION_BECOME_READY) {
-                v->rec.ready_at = now_usec(CLOCK_REALTIME);
-                if (v->rec.booted_at > 0 && v->rec.ready_at >= v->rec.booted_at)
-                        manager_observe_boot_to_ready(v->manager, v->rec.ready_at - v->rec.booted_at);
-                v->rec.booted = true;
-        }
-
-        /* the state */
-        if (t.failing && !s.failing) {
-                /* a boot that cannot succeed: the waiters hear why at once, the VM is failed once
-                 * QEMU is gone */
-                log_struct(
-                        LOG_WARNING,
-                        LOG_FIELDS({ "VM_ID", v->rec.id }),
-                        "VM %s (%s) failed: %s; powering it off.",
-                        v->rec.id,
-                        v->rec.spec.name,
-                        text ?: "?");
-                free(v->fail_reason);
-                v->fail_reason = strdup(text ?: "attestation rejected");
-        } else if (!t.failing)
-                v->fail_reason = mfree(v->fail_reason);
-        v->sub = t.sub;
-        v->rec.phase = t.phase;
-        vm_state_change(v, t.state);
-
-        /* lastError, and what explains it */
-        if (t.message == VM_MESSAGE_CLEAR)
-                vm_set_error(v, NULL);
-        else if (t.message != VM_MESSAGE_NONE)
-                vm_set_error(v, text);
-        if (t.actions & VM_ACTION_CLEAR_REJECTION) {
-                /* a verified retry clears the rejection of its stage */
-                _cleanup_free_ char *prefix = NULL;
-                if (asprintf(&prefix, "%s attestation rejected: ", a->stage ?: "?") >= 0 &&
-                    v->rec.last_error && startswith(v->rec.last_error, prefix))
-                        vm_set_error(v, NULL);
-        }
-        if (t.actions & VM_ACTION_CONSOLE)
-                vm_capture_console(v);
-
-        /* the processes and the timers of the run */
-        if (t.actions & VM_ACTION_SPAWN_HELPERS) {
-                r = vm_start_helpers(v, reterr);
-                if (r < 0)
-                        return r;
-        }
-        if (t.actions & VM_ACTION_SPAWN_QEMU) {
-                r = vm_start_qemu(v, reterr);
-                if (r < 0)
-                        return r;
-        }
-        if (t.actions & VM_ACTION_LINK)
-                vm_net_attach(v);
-        if (t.actions & VM_ACTION_PHASE_TIMER) {
-                const ManagerSettings *st = manager_settings(v->manager);
-                vm_arm_phase_timer(
-                        v,
-                        v->rec.phase == VM_PHASE_INSTALL ? st->install_timeout : st->boot_timeout,
-                        USEC_PER_SEC);
-        }
-        if (t.actions & VM_ACTION_GRACE_TIMER)
-                vm_arm_phase_timer(v, vm_ready_quote_grace(v), USEC_PER_MSEC);
-
+        apply_facts(v, t.actions);
+        apply_state(v, &s, &t, text);
+        apply_error(v, &t, a, text);
+        r = apply_run(v, t.actions, reterr);
+        if (r < 0)
+                return r; /* the caller ends the start chain */
         if (t.actions & VM_ACTION_SAVE)
                 vm_changed(v);
 
@@ -577,18 +603,7 @@ int vm_set_state(Vm *v, VmEvent e, const VmEventArgs *a, ApiError *reterr) {
         if (t.actions & VM_ACTION_SIGKILL)
                 vm_signal(v, SIGKILL);
 
-        if (t.actions & VM_ACTION_FINISH_START) {
-                _cleanup_(api_error_done) ApiError err = API_ERROR_NULL;
-                bool failed = t.state == VM_STATE_FAILED || t.state == VM_STATE_DELETING;
-
-                if (failed)
-                        (void) api_error_set(
-                                &err,
-                                a->error < 0 ? a->error : -EIO,
-                                API_ERROR_INTERNAL,
-                                "%s",
-                                text ?: "start failed");
-                vm_waiters_finish_start(v, failed ? err.error : 0, failed ? &err : NULL);
-        }
+        if (t.actions & VM_ACTION_FINISH_START)
+                finish_start(v, &t, a, text);
         return 0;
 }

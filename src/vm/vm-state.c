@@ -487,7 +487,7 @@ static VmTransition qemu_exited(VmTransition t, const VmStatus *s, VmEvent e) {
         return t;
 }
 
-static VmTransition on_ready(VmTransition t, const VmStatus *s) {
+static VmTransition on_ready(VmTransition t, const VmStatus *s, VmEvent e) {
         if (!awaits_ready(s)) {
                 t.actions |= VM_ACTION_SAVE; /* STATUS= may have come with it */
                 return t;
@@ -509,6 +509,223 @@ static VmTransition on_ready(VmTransition t, const VmStatus *s) {
         }
 }
 
+/* ---- one handler per event; vm_state_next() looks them up in the table below ---- */
+
+static VmTransition on_create(VmTransition t, const VmStatus *s, VmEvent e) {
+        if (s->shutting_down)
+                return refuse(t, -ESHUTDOWN, VM_MESSAGE_SHUTTING_DOWN);
+        if (s->state != VM_STATE_CREATING || s->sub != VM_SUB_NONE)
+                return refuse(t, -EBUSY, VM_MESSAGE_HAS_PROCESS);
+        t.sub = VM_SUB_START_HELPERS;
+        t.phase = VM_PHASE_INSTALL;
+        t.actions = VM_ACTION_SPAWN_HELPERS | VM_ACTION_SAVE;
+        return t;
+}
+
+static VmTransition on_start(VmTransition t, const VmStatus *s, VmEvent e) {
+        if (s->shutting_down)
+                return refuse(t, -ESHUTDOWN, VM_MESSAGE_SHUTTING_DOWN);
+        if (s->state == VM_STATE_DELETING)
+                return refuse(t, -EBUSY, VM_MESSAGE_BEING_DELETED);
+        if (vm_status_has_process(s))
+                return refuse(t, -EBUSY, VM_MESSAGE_HAS_PROCESS);
+        if (!s->installed)
+                return refuse(t, -EBUSY, VM_MESSAGE_NOT_INSTALLED);
+        t.sub = VM_SUB_START_HELPERS;
+        t.phase = VM_PHASE_BOOT;
+        t.failing = false;
+        t.actions = VM_ACTION_BEGIN_BOOT | VM_ACTION_SPAWN_HELPERS | VM_ACTION_SAVE;
+        return t;
+}
+
+/* stop_vm, and reboot_vm's stop, refused as start_vm would be refused afterwards */
+static VmTransition on_stop(VmTransition t, const VmStatus *s, VmEvent e) {
+        if (e == VM_EVENT_REBOOT && s->shutting_down)
+                return refuse(t, -ESHUTDOWN, VM_MESSAGE_SHUTTING_DOWN);
+        if (e == VM_EVENT_REBOOT && !s->installed)
+                return refuse(t, -EBUSY, VM_MESSAGE_NOT_INSTALLED);
+        if (s->state == VM_STATE_DELETING)
+                return refuse(t, -EBUSY, VM_MESSAGE_BEING_DELETED);
+        /* a start chain (swtpm, vsock, QEMU, QMP) takes a moment: stop once it stands */
+        if (sub_is_starting(s->sub))
+                return refuse(t, -EBUSY, VM_MESSAGE_STILL_STARTING);
+        if (!vm_status_has_process(s))
+                return refuse(t, -EBUSY, VM_MESSAGE_NOT_RUNNING);
+        t.state = VM_STATE_STOPPING;
+        t.actions = VM_ACTION_SAVE;
+        return begin_stop(t, s);
+}
+
+static VmTransition on_delete(VmTransition t, const VmStatus *s, VmEvent e) {
+        if (s->state == VM_STATE_DELETING)
+                return refuse(t, -EBUSY, VM_MESSAGE_ALREADY_DELETING);
+        t.state = VM_STATE_DELETING;
+        t.actions = VM_ACTION_SAVE;
+        if (sub_is_starting(s->sub)) {
+                /* nothing to power down yet: the chain ends here */
+                t.sub = VM_SUB_NONE;
+                t.message = VM_MESSAGE_DELETED_STARTING;
+                t.actions |= VM_ACTION_KILL | VM_ACTION_FINISH_START;
+                return t;
+        }
+        return begin_stop(t, s);
+}
+
+static VmTransition on_helpers_up(VmTransition t, const VmStatus *s, VmEvent e) {
+        if (s->sub != VM_SUB_START_HELPERS)
+                return ignore(t);
+        t.sub = VM_SUB_START_QMP;
+        t.actions = VM_ACTION_SPAWN_QEMU;
+        return t;
+}
+
+static VmTransition on_qmp_up(VmTransition t, const VmStatus *s, VmEvent e) {
+        if (s->sub != VM_SUB_START_QMP)
+                return ignore(t);
+        t.state = s->phase == VM_PHASE_INSTALL ? VM_STATE_INSTALLING : VM_STATE_BOOTING;
+        t.sub = VM_SUB_NONE;
+        t.actions = VM_ACTION_LINK | VM_ACTION_PHASE_TIMER | VM_ACTION_SAVE | VM_ACTION_FINISH_START;
+        return t;
+}
+
+static VmTransition on_start_failed(VmTransition t, const VmStatus *s, VmEvent e) {
+        if (!sub_is_starting(s->sub))
+                return ignore(t);
+        t.state = VM_STATE_FAILED;
+        t.sub = VM_SUB_NONE;
+        t.message = VM_MESSAGE_DETAIL;
+        t.actions = VM_ACTION_KILL | VM_ACTION_SAVE | VM_ACTION_FINISH_START;
+        return t;
+}
+
+static VmTransition on_phase_timeout(VmTransition t, const VmStatus *s, VmEvent e) {
+        if (s->phase == VM_PHASE_INSTALL) {
+                if (!has_qemu(s))
+                        return ignore(t);
+                /* the installer overran: killed, and failed once it is gone */
+                t.sub = VM_SUB_STOP_SIGKILL;
+                t.actions = VM_ACTION_SIGKILL;
+                return t;
+        }
+        if (s->sub == VM_SUB_READY_QUOTE && awaits_ready(s))
+                return fail_boot(t, s, VM_MESSAGE_NO_READY_QUOTE, /* graceful= */ true);
+        if (!IN_SET(s->state, VM_STATE_BOOTING, VM_STATE_ATTESTING))
+                return ignore(t);
+        t.state = VM_STATE_RUNNING;
+        t.message = VM_MESSAGE_NO_READY;
+        t.actions = VM_ACTION_SAVE;
+        return t;
+}
+
+/* the power button unanswered (stop timeout) or refused: SIGTERM; SIGTERM unanswered: SIGKILL */
+static VmTransition on_stop_timeout(VmTransition t, const VmStatus *s, VmEvent e) {
+        if (!has_qemu(s))
+                return ignore(t);
+        if (s->sub == VM_SUB_STOP_SIGTERM && e == VM_EVENT_STOP_TIMEOUT) {
+                t.sub = VM_SUB_STOP_SIGKILL;
+                t.actions = VM_ACTION_SIGKILL;
+                return t;
+        }
+        if (s->sub != VM_SUB_STOP_POWERDOWN)
+                return ignore(t);
+        t.sub = VM_SUB_STOP_SIGTERM;
+        t.actions = VM_ACTION_SIGTERM;
+        return t;
+}
+
+static VmTransition on_nonce(VmTransition t, const VmStatus *s, VmEvent e) {
+        /* the guest asks for its first nonce of the boot: it is attesting */
+        if (s->gate != VM_GATE_NONE && s->state == VM_STATE_BOOTING)
+                t.state = VM_STATE_ATTESTING;
+        t.actions = VM_ACTION_SAVE;
+        return t;
+}
+
+static VmTransition on_quote_verified(VmTransition t, const VmStatus *s, VmEvent e) {
+        t.actions = VM_ACTION_CLEAR_REJECTION;
+        /* READY=1 came first and waited for this quote */
+        if (e == VM_EVENT_QUOTE_VERIFIED_READY && s->sub == VM_SUB_READY_QUOTE && is_booting(s) &&
+            s->state != VM_STATE_READY)
+                return become_ready(t);
+        t.actions |= VM_ACTION_SAVE;
+        return t;
+}
+
+static VmTransition on_quote_rejected(VmTransition t, const VmStatus *s, VmEvent e) {
+        /* A VM that must attest and whose quote was rejected for good will not get further: it is
+         * failed now, not minutes later when the guest gives up. In the initrd the guest waits for
+         * its user-data and can go at once; at the ready stage it is powered off. */
+        if (e != VM_EVENT_QUOTE_RETRYABLE && s->gate != VM_GATE_NONE && is_booting(s))
+                return fail_boot(
+                        t, s, VM_MESSAGE_QUOTE_REJECTED, /* graceful= */ e == VM_EVENT_QUOTE_REJECTED_READY);
+        t.message = VM_MESSAGE_QUOTE_REJECTED;
+        t.actions = VM_ACTION_SAVE;
+        return t;
+}
+
+static VmTransition on_restarted(VmTransition t, const VmStatus *s, VmEvent e) {
+        if (s->state != VM_STATE_CREATING || sub_is_starting(s->sub))
+                return ignore(t);
+        t.state = VM_STATE_FAILED;
+        t.sub = VM_SUB_NONE;
+        t.message = VM_MESSAGE_RESTARTED;
+        return t;
+}
+
+static VmTransition on_reattached(VmTransition t, const VmStatus *s, VmEvent e) {
+        if (!has_qemu(s))
+                return ignore(t);
+        t.actions = VM_ACTION_LINK | VM_ACTION_SAVE;
+        /* the phase's clock starts again from the reattach */
+        if (IN_SET(s->state, VM_STATE_INSTALLING, VM_STATE_BOOTING, VM_STATE_ATTESTING))
+                t.actions |= VM_ACTION_PHASE_TIMER;
+        /* an interrupted stop goes on */
+        if (s->state == VM_STATE_STOPPING)
+                t = begin_stop(t, s);
+        return t;
+}
+
+static VmTransition on_reattach_failed(VmTransition t, const VmStatus *s, VmEvent e) {
+        /* only a record left live is attached to */
+        if (!has_qemu(s))
+                return ignore(t);
+        t.state = VM_STATE_STOPPED;
+        t.sub = VM_SUB_NONE;
+        t.failing = false;
+        t.message = VM_MESSAGE_NOT_REATTACHED;
+        t.actions = VM_ACTION_KILL | VM_ACTION_SAVE;
+        return t;
+}
+
+typedef VmTransition (*VmEventHandler)(VmTransition t, const VmStatus *s, VmEvent e);
+
+static const VmEventHandler handlers[_VM_EVENT_MAX] = {
+        [VM_EVENT_CREATE] = on_create,
+        [VM_EVENT_START] = on_start,
+        [VM_EVENT_STOP] = on_stop,
+        [VM_EVENT_REBOOT] = on_stop,
+        [VM_EVENT_DELETE] = on_delete,
+        [VM_EVENT_HELPERS_UP] = on_helpers_up,
+        [VM_EVENT_QMP_UP] = on_qmp_up,
+        [VM_EVENT_START_FAILED] = on_start_failed,
+        [VM_EVENT_EXIT] = qemu_exited,
+        [VM_EVENT_EXIT_GUEST_FAILED] = qemu_exited,
+        [VM_EVENT_EXIT_FAILED] = qemu_exited,
+        [VM_EVENT_PHASE_TIMEOUT] = on_phase_timeout,
+        [VM_EVENT_STOP_TIMEOUT] = on_stop_timeout,
+        [VM_EVENT_POWERDOWN_FAILED] = on_stop_timeout,
+        [VM_EVENT_NONCE] = on_nonce,
+        [VM_EVENT_READY] = on_ready,
+        [VM_EVENT_QUOTE_VERIFIED_INITRD] = on_quote_verified,
+        [VM_EVENT_QUOTE_VERIFIED_READY] = on_quote_verified,
+        [VM_EVENT_QUOTE_REJECTED_INITRD] = on_quote_rejected,
+        [VM_EVENT_QUOTE_REJECTED_READY] = on_quote_rejected,
+        [VM_EVENT_QUOTE_RETRYABLE] = on_quote_rejected,
+        [VM_EVENT_RESTARTED] = on_restarted,
+        [VM_EVENT_REATTACHED] = on_reattached,
+        [VM_EVENT_REATTACH_FAILED] = on_reattach_failed,
+};
+
 VmTransition vm_state_next(const VmStatus *s, VmEvent e) {
         VmTransition t = {
                 .state = s->state,
@@ -518,207 +735,9 @@ VmTransition vm_state_next(const VmStatus *s, VmEvent e) {
                 .message = VM_MESSAGE_NONE,
         };
 
-        switch (e) {
-        case VM_EVENT_CREATE:
-                if (s->shutting_down)
-                        return refuse(t, -ESHUTDOWN, VM_MESSAGE_SHUTTING_DOWN);
-                if (s->state != VM_STATE_CREATING || s->sub != VM_SUB_NONE)
-                        return refuse(t, -EBUSY, VM_MESSAGE_HAS_PROCESS);
-                t.sub = VM_SUB_START_HELPERS;
-                t.phase = VM_PHASE_INSTALL;
-                t.actions = VM_ACTION_SPAWN_HELPERS | VM_ACTION_SAVE;
-                return t;
-
-        case VM_EVENT_START:
-                if (s->shutting_down)
-                        return refuse(t, -ESHUTDOWN, VM_MESSAGE_SHUTTING_DOWN);
-                if (s->state == VM_STATE_DELETING)
-                        return refuse(t, -EBUSY, VM_MESSAGE_BEING_DELETED);
-                if (vm_status_has_process(s))
-                        return refuse(t, -EBUSY, VM_MESSAGE_HAS_PROCESS);
-                if (!s->installed)
-                        return refuse(t, -EBUSY, VM_MESSAGE_NOT_INSTALLED);
-                t.sub = VM_SUB_START_HELPERS;
-                t.phase = VM_PHASE_BOOT;
-                t.failing = false;
-                t.actions = VM_ACTION_BEGIN_BOOT | VM_ACTION_SPAWN_HELPERS | VM_ACTION_SAVE;
-                return t;
-
-        case VM_EVENT_REBOOT:
-                if (s->shutting_down)
-                        return refuse(t, -ESHUTDOWN, VM_MESSAGE_SHUTTING_DOWN);
-                if (!s->installed)
-                        return refuse(t, -EBUSY, VM_MESSAGE_NOT_INSTALLED);
-                _fallthrough_;
-        case VM_EVENT_STOP:
-                if (s->state == VM_STATE_DELETING)
-                        return refuse(t, -EBUSY, VM_MESSAGE_BEING_DELETED);
-                /* a start chain (swtpm, vsock, QEMU, QMP) takes a moment: stop once it stands */
-                if (sub_is_starting(s->sub))
-                        return refuse(t, -EBUSY, VM_MESSAGE_STILL_STARTING);
-                if (!vm_status_has_process(s))
-                        return refuse(t, -EBUSY, VM_MESSAGE_NOT_RUNNING);
-                t.state = VM_STATE_STOPPING;
-                t.actions = VM_ACTION_SAVE;
-                return begin_stop(t, s);
-
-        case VM_EVENT_DELETE:
-                if (s->state == VM_STATE_DELETING)
-                        return refuse(t, -EBUSY, VM_MESSAGE_ALREADY_DELETING);
-                t.state = VM_STATE_DELETING;
-                t.actions = VM_ACTION_SAVE;
-                if (sub_is_starting(s->sub)) {
-                        /* nothing to power down yet: the chain ends here */
-                        t.sub = VM_SUB_NONE;
-                        t.message = VM_MESSAGE_DELETED_STARTING;
-                        t.actions |= VM_ACTION_KILL | VM_ACTION_FINISH_START;
-                        return t;
-                }
-                return begin_stop(t, s);
-
-        case VM_EVENT_HELPERS_UP:
-                if (s->sub != VM_SUB_START_HELPERS)
-                        return ignore(t);
-                t.sub = VM_SUB_START_QMP;
-                t.actions = VM_ACTION_SPAWN_QEMU;
-                return t;
-
-        case VM_EVENT_QMP_UP:
-                if (s->sub != VM_SUB_START_QMP)
-                        return ignore(t);
-                t.state = s->phase == VM_PHASE_INSTALL ? VM_STATE_INSTALLING : VM_STATE_BOOTING;
-                t.sub = VM_SUB_NONE;
-                t.actions = VM_ACTION_LINK | VM_ACTION_PHASE_TIMER | VM_ACTION_SAVE | VM_ACTION_FINISH_START;
-                return t;
-
-        case VM_EVENT_START_FAILED:
-                if (!sub_is_starting(s->sub))
-                        return ignore(t);
-                t.state = VM_STATE_FAILED;
-                t.sub = VM_SUB_NONE;
-                t.message = VM_MESSAGE_DETAIL;
-                t.actions = VM_ACTION_KILL | VM_ACTION_SAVE | VM_ACTION_FINISH_START;
-                return t;
-
-        case VM_EVENT_EXIT:
-        case VM_EVENT_EXIT_GUEST_FAILED:
-        case VM_EVENT_EXIT_FAILED:
-                return qemu_exited(t, s, e);
-
-        case VM_EVENT_PHASE_TIMEOUT:
-                if (s->phase == VM_PHASE_INSTALL) {
-                        if (!has_qemu(s))
-                                return ignore(t);
-                        /* the installer overran: killed, and failed once it is gone */
-                        t.sub = VM_SUB_STOP_SIGKILL;
-                        t.actions = VM_ACTION_SIGKILL;
-                        return t;
-                }
-                if (s->sub == VM_SUB_READY_QUOTE && awaits_ready(s))
-                        return fail_boot(t, s, VM_MESSAGE_NO_READY_QUOTE, /* graceful= */ true);
-                if (IN_SET(s->state, VM_STATE_BOOTING, VM_STATE_ATTESTING)) {
-                        t.state = VM_STATE_RUNNING;
-                        t.message = VM_MESSAGE_NO_READY;
-                        t.actions = VM_ACTION_SAVE;
-                        return t;
-                }
-                return ignore(t);
-
-        case VM_EVENT_STOP_TIMEOUT:
-                if (!has_qemu(s))
-                        return ignore(t);
-                if (s->sub == VM_SUB_STOP_SIGTERM) {
-                        t.sub = VM_SUB_STOP_SIGKILL;
-                        t.actions = VM_ACTION_SIGKILL;
-                        return t;
-                }
-                if (s->sub != VM_SUB_STOP_POWERDOWN)
-                        return ignore(t);
-                t.sub = VM_SUB_STOP_SIGTERM;
-                t.actions = VM_ACTION_SIGTERM;
-                return t;
-
-        case VM_EVENT_POWERDOWN_FAILED:
-                /* no ACPI path: SIGTERM at once */
-                if (!has_qemu(s) || s->sub != VM_SUB_STOP_POWERDOWN)
-                        return ignore(t);
-                t.sub = VM_SUB_STOP_SIGTERM;
-                t.actions = VM_ACTION_SIGTERM;
-                return t;
-
-        case VM_EVENT_NONCE:
-                /* the guest asks for its first nonce of the boot: it is attesting */
-                if (s->gate != VM_GATE_NONE && s->state == VM_STATE_BOOTING)
-                        t.state = VM_STATE_ATTESTING;
-                t.actions = VM_ACTION_SAVE;
-                return t;
-
-        case VM_EVENT_READY:
-                return on_ready(t, s);
-
-        case VM_EVENT_QUOTE_VERIFIED_INITRD:
-                t.actions = VM_ACTION_CLEAR_REJECTION | VM_ACTION_SAVE;
-                return t;
-
-        case VM_EVENT_QUOTE_VERIFIED_READY:
-                t.actions = VM_ACTION_CLEAR_REJECTION;
-                /* READY=1 came first and waited for this quote */
-                if (s->sub == VM_SUB_READY_QUOTE && is_booting(s) && s->state != VM_STATE_READY)
-                        return become_ready(t);
-                t.actions |= VM_ACTION_SAVE;
-                return t;
-
-        case VM_EVENT_QUOTE_REJECTED_INITRD:
-        case VM_EVENT_QUOTE_REJECTED_READY:
-                /* A VM that must attest and whose quote was rejected for good will not get further: it
-                 * is failed now, not minutes later when the guest gives up. In the initrd the guest
-                 * waits for its user-data and can go at once; at the ready stage it is powered off. */
-                if (s->gate != VM_GATE_NONE && is_booting(s))
-                        return fail_boot(
-                                t,
-                                s,
-                                VM_MESSAGE_QUOTE_REJECTED,
-                                /* graceful= */ e == VM_EVENT_QUOTE_REJECTED_READY);
-                _fallthrough_;
-        case VM_EVENT_QUOTE_RETRYABLE:
-                t.message = VM_MESSAGE_QUOTE_REJECTED;
-                t.actions = VM_ACTION_SAVE;
-                return t;
-
-        case VM_EVENT_RESTARTED:
-                if (s->state != VM_STATE_CREATING || sub_is_starting(s->sub))
-                        return ignore(t);
-                t.state = VM_STATE_FAILED;
-                t.sub = VM_SUB_NONE;
-                t.message = VM_MESSAGE_RESTARTED;
-                return t;
-
-        case VM_EVENT_REATTACHED:
-                if (!has_qemu(s))
-                        return ignore(t);
-                t.actions = VM_ACTION_LINK | VM_ACTION_SAVE;
-                /* the phase's clock starts again from the reattach */
-                if (IN_SET(s->state, VM_STATE_INSTALLING, VM_STATE_BOOTING, VM_STATE_ATTESTING))
-                        t.actions |= VM_ACTION_PHASE_TIMER;
-                /* an interrupted stop goes on */
-                if (s->state == VM_STATE_STOPPING)
-                        t = begin_stop(t, s);
-                return t;
-
-        case VM_EVENT_REATTACH_FAILED:
-                /* only a record left live is attached to */
-                if (!has_qemu(s))
-                        return ignore(t);
-                t.state = VM_STATE_STOPPED;
-                t.sub = VM_SUB_NONE;
-                t.failing = false;
-                t.message = VM_MESSAGE_NOT_REATTACHED;
-                t.actions = VM_ACTION_KILL | VM_ACTION_SAVE;
-                return t;
-
-        default:
+        if (e < 0 || e >= _VM_EVENT_MAX)
                 return refuse(t, -EINVAL, VM_MESSAGE_NONE);
-        }
+        return handlers[e](t, s, e);
 }
 
 VmWaitVerdict vm_state_wait(const VmStatus *s, const VmMilestones *m, VmWaitFor w) {
