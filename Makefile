@@ -1,6 +1,10 @@
 # Thin wrapper around meson: every target installs what it needs first (tools/install-deps.sh).
 #   make golden  record the golden PCRs of the guest image on this host (one learn-mode VM, about 7
 #                minutes under TCG): VMs that must attest (the default) verify against them
+#   make install the daemon, its systemd units, service user and polkit rule (docs/install.md), under
+#                prefix (default /usr/local) below DESTDIR; vm-agent belongs in the guest and stays out
+#   make container-image  the container image (deploy/container/build.sh: an mmdebstrap root and
+#                buildah) as CONTAINER_IMAGE, in the containers storage under /var/cache/vm-manager
 #   make run     build, then serve in the foreground (state in ./state unless STATE_DIR or
 #                VM_MANAGER_STATE_DIR says otherwise; ARGS="--listen :9090" adds serve flags)
 #   make check   build with ASan/UBSan and run every test that can run on this machine: after the
@@ -21,12 +25,14 @@ BUILD ?= build
 CHECK_BUILD ?= build-asan
 STATE_DIR ?= $(or $(VM_MANAGER_STATE_DIR),$(CURDIR)/state)
 ARGS ?=
-SUITES ?= unit integration fuzz style image fresh-root e2e-ci
+SUITES ?= unit integration fuzz style image fresh-root deploy e2e-ci
 
 IMAGE_DIR ?= $(CURDIR)/images/build
+prefix ?= /usr/local
+CONTAINER_IMAGE ?= localhost/vm-manager:dev
 
-.PHONY: all deps-run deps-check deps-bench build build-check run check e2e bench fuzz format tools-doc clean \
-	image image-verify image-smoke golden image-push image-pull
+.PHONY: all deps-run deps-check deps-bench build build-check install container-image run check e2e bench fuzz format \
+	tools-doc clean image image-verify image-smoke golden image-push image-pull
 
 all: build
 
@@ -50,6 +56,14 @@ build: deps-run $(BUILD)/build.ninja
 
 build-check: deps-check $(CHECK_BUILD)/build.ninja
 	ninja -C $(CHECK_BUILD)
+
+install: build
+	meson configure $(BUILD) -Dprefix=$(prefix)
+	DESTDIR="$(DESTDIR)" meson install -C $(BUILD)
+
+container-image: build
+	@./tools/install-deps.sh deploy
+	./deploy/container/build.sh $(BUILD)/src/daemon/vm-manager $(CONTAINER_IMAGE)
 
 # The daemon serves the guest image that images/ builds (taken from the cache after the first build).
 run: build image

@@ -3,7 +3,7 @@
 # purpose with mmdebstrap (variant minbase, plus git and make, which a user needs to clone the
 # repository and to type `make`), entered with unshare + chroot, and a clean clone of the commit
 # under test in /root/vm-manager. Inside, as root and with nothing else installed:
-#   1. `make run` (on a free port of 127.0.0.1), until GET /healthz answers 200 and
+#   1. `make run` (on a port of 127.0.0.1 the kernel picks), until GET /healthz answers 200 and
 #      GET /api/v1/images lists the guest image; then SIGTERM to the daemon, and make must exit 0;
 #   2. `make build-check`, make check's set-up (its packages and the ASan build), not its tests.
 # A package missing from an install-deps group makes one of them fail, and the failure names it.
@@ -77,11 +77,14 @@ if [ "${1:-}" = --steps ]; then
 
         # 1. make run, as the README says, in the background until it serves
         t=$(date +%s)
-        setsid make run ARGS="--listen 127.0.0.1:$port" </dev/null >/root/make-run.log 2>&1 &
+        # Port 0: the kernel picks a free one as the daemon binds (one picked here could be taken by
+        # the time make run gets there, minutes later), and the daemon's log names it.
+        setsid make run ARGS="--listen 127.0.0.1:0" </dev/null >/root/make-run.log 2>&1 &
         mk=$!
         served=
         while kill -0 "$mk" 2>/dev/null; do
-                if [ "$(http_get /healthz 2>/dev/null | head -n 1)" = 200 ]; then
+                port=$(sed -n 's|.* serving on http://127\.0\.0\.1:\([0-9]*\).*|\1|p' /root/make-run.log | tail -n 1)
+                if [ -n "$port" ] && [ "$(http_get /healthz 2>/dev/null | head -n 1)" = 200 ]; then
                         served=1
                         break
                 fi
@@ -273,7 +276,7 @@ if [ "${FRESH_ROOT_COLD:-0}" != 1 ]; then
                 say "host's image cache key $host_key: not in the cache, the root builds the image (minutes)"
         fi
 fi
-port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+port=0 # make run listens on a port the kernel picks; the steps read it from the daemon's log
 
 unshare --mount --pid --fork --kill-child -- "${BASH_SOURCE[0]}" --inside "$work" "$port" "$host_key" "$cached"
 rc=$?

@@ -4,7 +4,7 @@
 # lists are refreshed only when they are missing or older than a day. The check group adds
 # nodejs and npm only when the node or npm command is missing.
 #
-# usage: tools/install-deps.sh [build|check|run|image|bench|fuzz]...   (default: build check run)
+# usage: tools/install-deps.sh [build|check|run|image|bench|fuzz|deploy]...   (default: build check run)
 #
 # Every command a script of this repository runs comes from one of these groups (or from the base
 # system: coreutils, grep, sed, awk, find, apt, dpkg); the scripts check for theirs up front
@@ -48,6 +48,11 @@ check+=("${vms[@]}" "${test_image[@]}")
 bench=(wrk curl procps time python3 iperf3 iproute2 slirp4netns passt libvirt-daemon-system libvirt-clients
        swtpm-tools "${vms[@]}" "${test_image[@]}")
 fuzz=(clang-14 libclang-rt-14-dev)
+# deploy/ and tests/deploy: the container image (mmdebstrap, buildah, podman with runc), the unit under
+# a private systemd --system with its bus, polkit and systemd-analyze, PyYAML to read the chart; make
+# check runs those tests.
+deploy=(mmdebstrap buildah podman runc systemd dbus polkitd python3-yaml)
+check+=("${deploy[@]}")
 # images/ (the guest image, group "image"): mkosi 27 (from sid, unpacked by images/scripts/mkosi) runs
 # on the system's python3 and apt and builds everything else inside its sid tools tree; git lists
 # the files the cache key hashes; openssl and gnupg make the keys, gnupg signs SHA256SUMS and gpgv
@@ -68,8 +73,9 @@ for g in "${groups[@]}"; do
         bench) want+=("${build[@]}" "${bench[@]}") ;;
         fuzz) want+=("${build[@]}" "${check[@]}" "${fuzz[@]}") ;;
         image) want+=("${guest_image[@]}") ;;
+        deploy) want+=("${deploy[@]}") ;;
         *)
-                echo "install-deps: unknown group '$g' (want build, check, run, bench, fuzz or image)" >&2
+                echo "install-deps: unknown group '$g' (want build, check, run, bench, fuzz, image or deploy)" >&2
                 exit 1
                 ;;
         esac
@@ -83,7 +89,7 @@ done
 
 sid=()
 for g in "${groups[@]}"; do
-        case "$g" in run | check | bench | image) sid=(vhost-device-vsock) ;; esac
+        case "$g" in run | check | bench | image | deploy) sid=(vhost-device-vsock) ;; esac
 done
 
 if [ ${#missing[@]} -gt 0 ]; then

@@ -36,7 +36,10 @@ pkg_of() {
         node) echo nodejs ;;
         ninja) echo ninja-build ;;
         pkg-config) echo pkgconf ;;
-        unshare | setsid | findmnt | mount | umount) echo util-linux ;;
+        unshare | setsid | findmnt | mount | umount | nsenter | runuser) echo util-linux ;;
+        systemctl | systemd-analyze | systemd-sysusers) echo systemd ;;
+        dbus-daemon) echo dbus ;;
+        ldd) echo libc-bin ;;
         busctl) echo systemd ;;
         virsh) echo libvirt-clients ;;
         libvirtd | virtlogd) echo libvirt-daemon ;;

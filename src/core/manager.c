@@ -480,6 +480,7 @@ void manager_remove_vm(Manager *m, Vm *v) {
 }
 
 void manager_sort_vms(Manager *m, int (*cmp)(const void *a, const void *b)) {
+        /* m->vms is NULL while there is no VM (every VM deleted): qsort() takes no NULL */
         if (m->n_vms > 1)
                 qsort(m->vms, m->n_vms, sizeof(Vm *), cmp);
 }

@@ -9,6 +9,7 @@
 #include <sys/epoll.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/types.h>
 #include <unistd.h>
 
 #include <systemd/sd-bus.h>
@@ -31,6 +32,11 @@
 #define SD_ERROR_NO_SUCH_PROCESS "org.freedesktop.systemd1.NoSuchProcess"
 #define SD_ERROR_UNIT_EXISTS "org.freedesktop.systemd1.UnitExists"
 
+#define POLKIT_DESTINATION "org.freedesktop.PolicyKit1"
+#define POLKIT_PATH "/org/freedesktop/PolicyKit1/Authority"
+#define POLKIT_AUTHORITY "org.freedesktop.PolicyKit1.Authority"
+#define POLKIT_ACTION_MANAGE_UNITS "org.freedesktop.systemd1.manage-units"
+
 #define VM_UNIT_SLICE "vm-manager.slice"
 #define VM_UNIT_CALL_USEC (15 * USEC_PER_SEC)       /* every method call, and a whole start */
 #define VM_UNIT_EXIT_POLL_USEC (50 * USEC_PER_MSEC) /* reading the exit status after the exit */
@@ -38,7 +44,15 @@
 
 struct VmUnitManager {
         sd_event *event;
-        sd_bus *bus; /* a direct connection to the manager's private socket */
+        sd_bus *bus; /* a direct connection to the manager's private socket, or the system bus */
+        bool on_bus; /* the system bus (a daemon that is not root): signals carry a sender */
+        /* Units of the system manager started by a daemon that is not root run with its credentials
+         * (User=, Group=, SupplementaryGroups=), not as root. */
+        bool as_caller;
+        uid_t uid;
+        gid_t gid;
+        gid_t *groups;
+        size_t n_groups;
 };
 
 struct VmUnit {
@@ -142,34 +156,16 @@ static int find_executable(const char *name, char **ret) {
 
 /* ---- The connection ---- */
 
-static int manager_address(VmUnitScope scope, char **ret, const char **ret_reason) {
-        bool root = geteuid() == 0;
-        const char *dir;
+static bool system_manager_booted(void) {
+        return access("/run/systemd/system", F_OK) >= 0;
+}
+
+static int user_manager_address(char **ret, const char **ret_reason) {
+        const char *dir = secure_getenv("XDG_RUNTIME_DIR");
         struct stat st;
         char *address;
         int r;
 
-        if (scope == VM_UNIT_SCOPE_AUTO)
-                scope = root && access("/run/systemd/system", F_OK) >= 0 ? VM_UNIT_SCOPE_SYSTEM :
-                                                                           VM_UNIT_SCOPE_USER;
-
-        if (scope == VM_UNIT_SCOPE_SYSTEM) {
-                if (!root) {
-                        *ret_reason = "the system service manager needs root";
-                        return -EHOSTDOWN;
-                }
-                if (access("/run/systemd/system", F_OK) < 0) {
-                        *ret_reason = "running as root but /run/systemd/system does not exist";
-                        return -EHOSTDOWN;
-                }
-                address = strdup("unix:path=/run/systemd/private");
-                if (!address)
-                        return -ENOMEM;
-                *ret = address;
-                return 0;
-        }
-
-        dir = secure_getenv("XDG_RUNTIME_DIR");
         if (dir && dir[0] == '/')
                 r = asprintf(&address, "unix:path=%s/systemd/private", dir);
         else
@@ -190,11 +186,134 @@ static int manager_address(VmUnitScope scope, char **ret, const char **ret_reaso
         return 0;
 }
 
+/* Where to reach the manager: *ret is the address of a private socket, or NULL for the system bus
+ * (the system manager for a daemon that is not root, which asks polkit before it obeys). AUTO picks
+ * the system manager as root on a host booted with systemd; otherwise the user's own manager when it
+ * runs, else the system manager over the bus. */
+static int manager_address(VmUnitScope scope, char **ret, const char **ret_reason) {
+        bool root = geteuid() == 0;
+        char *address;
+        int r;
+
+        if (scope == VM_UNIT_SCOPE_AUTO) {
+                if (root)
+                        scope = system_manager_booted() ? VM_UNIT_SCOPE_SYSTEM : VM_UNIT_SCOPE_USER;
+                else {
+                        r = user_manager_address(ret, ret_reason);
+                        if (r != -EHOSTDOWN || !system_manager_booted())
+                                return r;
+                        *ret_reason = NULL;
+                        scope = VM_UNIT_SCOPE_SYSTEM;
+                }
+        }
+
+        if (scope == VM_UNIT_SCOPE_USER)
+                return user_manager_address(ret, ret_reason);
+
+        if (!system_manager_booted()) {
+                *ret_reason = root ? "running as root but /run/systemd/system does not exist" :
+                                     "the host was not booted with systemd (no /run/systemd/system)";
+                return -EHOSTDOWN;
+        }
+        if (!root) {
+                *ret = NULL;
+                return 0;
+        }
+        address = strdup("unix:path=/run/systemd/private");
+        if (!address)
+                return -ENOMEM;
+        *ret = address;
+        return 0;
+}
+
+/* The system manager lets a caller that is not root start and stop units only with polkit's consent
+ * for org.freedesktop.systemd1.manage-units (deploy/polkit-1/rules.d/vm-manager.rules grants it to
+ * the vm-manager user). Asked once, at connection time, the way the manager itself will ask: for
+ * this bus name, without interaction. */
+static int check_polkit(VmUnitManager *m, const char **ret_reason) {
+        _cleanup_(sd_bus_error_free) sd_bus_error error = SD_BUS_ERROR_NULL;
+        _cleanup_(sd_bus_message_unrefp) sd_bus_message *reply = NULL;
+        const char *unique;
+        int authorized, challenge, r;
+
+        r = sd_bus_get_unique_name(m->bus, &unique);
+        if (r < 0)
+                return r;
+        r = sd_bus_call_method(
+                m->bus,
+                POLKIT_DESTINATION,
+                POLKIT_PATH,
+                POLKIT_AUTHORITY,
+                "CheckAuthorization",
+                &error,
+                &reply,
+                "(sa{sv})sa{ss}us",
+                "system-bus-name",
+                1,
+                "name",
+                "s",
+                unique,
+                POLKIT_ACTION_MANAGE_UNITS,
+                0,
+                UINT32_C(0),
+                "");
+        if (r < 0) {
+                log_debug_errno(r, "polkit CheckAuthorization: %s", error.message ?: "-");
+                *ret_reason = sd_bus_error_has_names(
+                                      &error,
+                                      "org.freedesktop.DBus.Error.ServiceUnknown",
+                                      "org.freedesktop.DBus.Error.NameHasNoOwner") ?
+                        "the system service manager takes units from a user other than root only with "
+                        "polkit's consent, and polkit (polkitd) is not on the system bus" :
+                        "polkit did not answer whether this user may manage units";
+                return -EHOSTDOWN;
+        }
+        r = sd_bus_message_enter_container(reply, 'r', "bba{ss}");
+        if (r >= 0)
+                r = sd_bus_message_read(reply, "bb", &authorized, &challenge);
+        if (r < 0)
+                return log_debug_errno(r, "polkit's answer: %m");
+        if (!authorized) {
+                log_debug(
+                        "polkit: uid %u may not %s%s",
+                        (unsigned) m->uid,
+                        POLKIT_ACTION_MANAGE_UNITS,
+                        challenge ? " without authentication" : "");
+                *ret_reason =
+                        "polkit does not allow this user to manage the system's units "
+                        "(org.freedesktop.systemd1.manage-units; the vm-manager user gets it from "
+                        "deploy/polkit-1/rules.d/vm-manager.rules)";
+                return -EHOSTDOWN;
+        }
+        return 0;
+}
+
+static int manager_take_credentials(VmUnitManager *m) {
+        int n;
+
+        m->uid = geteuid();
+        m->gid = getegid();
+        n = getgroups(0, NULL);
+        if (n < 0)
+                return -errno;
+        if (n > 0) {
+                m->groups = calloc(n, sizeof(gid_t));
+                if (!m->groups)
+                        return -ENOMEM;
+                n = getgroups(n, m->groups);
+                if (n < 0)
+                        return -errno;
+        }
+        m->n_groups = n;
+        m->as_caller = true;
+        return 0;
+}
+
 int vm_unit_manager_new(VmUnitManager **ret, sd_event *e, VmUnitScope scope, const char **ret_reason) {
         _cleanup_(vm_unit_manager_freep) VmUnitManager *m = NULL;
         _cleanup_(sd_bus_error_free) sd_bus_error error = SD_BUS_ERROR_NULL;
         _cleanup_free_ char *address = NULL, *version = NULL;
-        const char *reason = NULL;
+        const char *reason = NULL, *where;
         int r;
 
         assert_return(ret && e, -EINVAL);
@@ -203,40 +322,68 @@ int vm_unit_manager_new(VmUnitManager **ret, sd_event *e, VmUnitScope scope, con
         r = manager_address(scope, &address, &reason);
         if (r < 0)
                 goto fail;
+        where = address ? address : "the system bus";
 
         m = calloc(1, sizeof(VmUnitManager));
         if (!m)
                 return -ENOMEM;
         m->event = sd_event_ref(e);
+        m->on_bus = !address;
 
-        r = sd_bus_new(&m->bus);
-        if (r < 0)
-                return r;
-        r = sd_bus_set_address(m->bus, address);
-        if (r < 0)
-                return r;
+        if (m->on_bus) {
+                r = manager_take_credentials(m);
+                if (r < 0)
+                        return r;
+                r = sd_bus_open_system_with_description(&m->bus, "vm-manager-units");
+                if (r < 0) {
+                        log_debug_errno(r, "cannot connect to the system bus: %m");
+                        reason = "the system bus does not accept connections";
+                        r = -EHOSTDOWN;
+                        goto fail;
+                }
+        } else {
+                r = sd_bus_new(&m->bus);
+                if (r < 0)
+                        return r;
+                r = sd_bus_set_address(m->bus, address);
+                if (r < 0)
+                        return r;
+        }
         r = sd_bus_set_method_call_timeout(m->bus, VM_UNIT_CALL_USEC);
         if (r < 0)
                 return r;
-        r = sd_bus_start(m->bus);
-        if (r < 0) {
-                log_debug_errno(r, "cannot connect to '%s': %m", address);
-                reason = "the service manager does not accept connections on its private socket";
-                r = -EHOSTDOWN;
-                goto fail;
+        if (!m->on_bus) {
+                r = sd_bus_start(m->bus);
+                if (r < 0) {
+                        log_debug_errno(r, "cannot connect to '%s': %m", address);
+                        reason = "the service manager does not accept connections on its private socket";
+                        r = -EHOSTDOWN;
+                        goto fail;
+                }
         }
 
         /* Authentication happens with the first call: one property read proves the manager answers. */
         r = sd_bus_get_property_string(
                 m->bus, SD_DESTINATION, SD_PATH, SD_MANAGER, "Version", &error, &version);
         if (r < 0) {
-                log_debug_errno(
-                        r, "service manager at '%s' does not answer: %s", address, error.message ?: "-");
-                reason = "the service manager does not answer on its private socket";
+                log_debug_errno(r, "service manager at '%s' does not answer: %s", where, error.message ?: "-");
+                reason = m->on_bus ? "the system service manager does not answer on the system bus" :
+                                     "the service manager does not answer on its private socket";
                 r = -EHOSTDOWN;
                 goto fail;
         }
-        log_debug("connected to systemd %s at '%s'", version, address);
+
+        if (m->on_bus) {
+                r = check_polkit(m, &reason);
+                if (r < 0)
+                        goto fail;
+                /* On the bus the manager sends JobRemoved only to subscribers. */
+                r = sd_bus_call_method(
+                        m->bus, SD_DESTINATION, SD_PATH, SD_MANAGER, "Subscribe", &error, NULL, NULL);
+                if (r < 0)
+                        return log_debug_errno(r, "Subscribe: %s", error.message ?: "-");
+        }
+        log_debug("connected to systemd %s at '%s'", version, where);
 
         r = sd_bus_attach_event(m->bus, e, SD_EVENT_PRIORITY_NORMAL);
         if (r < 0)
@@ -260,6 +407,7 @@ VmUnitManager *vm_unit_manager_free(VmUnitManager *m) {
                 m->bus = sd_bus_close_unref(m->bus);
         }
         sd_event_unref(m->event);
+        free(m->groups);
         free(m);
         return NULL;
 }
@@ -356,9 +504,17 @@ static int on_job_removed(sd_bus_message *msg, void *userdata, sd_bus_error *ret
 }
 
 static int job_wait_begin(VmUnitManager *m, JobWait *w) {
-        /* A direct connection has no sender names: match without one (as systemd's bus-wait-for-jobs). */
+        /* A direct connection has no sender names: match without one there (as systemd's
+         * bus-wait-for-jobs); on the bus only the manager's signals count. */
         return sd_bus_match_signal(
-                m->bus, &w->slot, NULL, SD_PATH, SD_MANAGER, "JobRemoved", on_job_removed, w);
+                m->bus,
+                &w->slot,
+                m->on_bus ? SD_DESTINATION : NULL,
+                SD_PATH,
+                SD_MANAGER,
+                "JobRemoved",
+                on_job_removed,
+                w);
 }
 
 static int job_wait_set_path(JobWait *w, sd_bus_message *reply) {
@@ -617,8 +773,40 @@ static int unit_new(VmUnit **ret, VmUnitManager *m, const char *name, VmUnitExit
 
 /* ---- Public API ---- */
 
+/* User=, Group= and SupplementaryGroups= of the caller, numerically (the manager accepts numbers). */
+static int append_credentials(sd_bus_message *call, const VmUnitManager *m) {
+        char uid[16], gid[16];
+        int r;
+
+        (void) snprintf(uid, sizeof(uid), "%u", (unsigned) m->uid);
+        (void) snprintf(gid, sizeof(gid), "%u", (unsigned) m->gid);
+        r = sd_bus_message_append(call, "(sv)(sv)", "User", "s", uid, "Group", "s", gid);
+        if (r < 0)
+                return r;
+
+        r = sd_bus_message_open_container(call, 'r', "sv");
+        if (r >= 0)
+                r = sd_bus_message_append(call, "s", "SupplementaryGroups");
+        if (r >= 0)
+                r = sd_bus_message_open_container(call, 'v', "as");
+        if (r >= 0)
+                r = sd_bus_message_open_container(call, 'a', "s");
+        for (size_t i = 0; i < m->n_groups && r >= 0; i++) {
+                char g[16];
+
+                if (m->groups[i] == m->gid)
+                        continue;
+                (void) snprintf(g, sizeof(g), "%u", (unsigned) m->groups[i]);
+                r = sd_bus_message_append(call, "s", g);
+        }
+        for (int i = 0; i < 3 && r >= 0; i++)
+                r = sd_bus_message_close_container(call);
+        return r;
+}
+
 static int append_properties(
         sd_bus_message *call,
+        const VmUnitManager *m,
         const char *exe,
         char **argv,
         const char *log_file,
@@ -633,6 +821,11 @@ static int append_properties(
                 call, "(sv)(sv)(sv)", "Slice", "s", VM_UNIT_SLICE, "Type", "s", "exec", "RemainAfterExit", "b", 1);
         if (r < 0)
                 return r;
+        if (m->as_caller) {
+                r = append_credentials(call, m);
+                if (r < 0)
+                        return r;
+        }
 
         /* ExecStart: a(sasb), one command: path, argv, ignore-failure. */
         r = sd_bus_message_open_container(call, 'r', "sv");
@@ -750,7 +943,7 @@ int vm_unit_start(
         r = sd_bus_message_append(call, "ss", u->name, "fail");
         if (r < 0)
                 return r;
-        r = append_properties(call, exe, argv, log_path, wd, block_io_uring);
+        r = append_properties(call, m, exe, argv, log_path, wd, block_io_uring);
         if (r < 0)
                 return r;
         r = sd_bus_message_append(call, "a(sa(sv))", 0);

@@ -8,12 +8,18 @@
 #include "cleanup.h"
 
 /* The systemd launcher: processes as transient service units of a service manager, driven over its
- * private D-Bus socket (runtime.md §4). Units outlive the daemon and are reattached by name. */
+ * private D-Bus socket (runtime.md §4), or over the system bus when the daemon is not root. Units
+ * outlive the daemon and are reattached by name. */
 
 typedef enum VmUnitScope {
-        VM_UNIT_SCOPE_AUTO,   /* SYSTEM as root when /run/systemd/system exists, else USER */
-        VM_UNIT_SCOPE_SYSTEM, /* /run/systemd/private */
-        VM_UNIT_SCOPE_USER,   /* $XDG_RUNTIME_DIR/systemd/private (default /run/user/<uid>) */
+        /* as root: SYSTEM when /run/systemd/system exists, else USER; otherwise USER when the user's
+         * manager runs, else SYSTEM when /run/systemd/system exists */
+        VM_UNIT_SCOPE_AUTO,
+        /* as root /run/systemd/private; otherwise the system bus, with polkit's consent for
+         * org.freedesktop.systemd1.manage-units (checked at connection time), and the units run with
+         * the daemon's uid, gid and supplementary groups */
+        VM_UNIT_SCOPE_SYSTEM,
+        VM_UNIT_SCOPE_USER, /* $XDG_RUNTIME_DIR/systemd/private (default /run/user/<uid>) */
 } VmUnitScope;
 
 /* One bus connection to a service manager, attached to an event loop. */

@@ -296,7 +296,7 @@ def start_sshd(work, ns, sshd, ip, pubkey, name):
     p = subprocess.Popen(["ip", "netns", "exec", ns, sshd, "-D", "-e", "-f", conf],
                          stdout=subprocess.DEVNULL, stderr=open(os.path.join(work, "sshd-%s.log" % name), "w"))
     for _ in range(50):
-        if subprocess.run(["ip", "netns", "exec", ns, "sh", "-c", "exec 3<>/dev/tcp/%s/22" % ip],
+        if subprocess.run(["ip", "netns", "exec", ns, "bash", "-c", "exec 3<>/dev/tcp/%s/22" % ip],
                           capture_output=True).returncode == 0 or p.poll() is not None:
             break
         time.sleep(0.1)

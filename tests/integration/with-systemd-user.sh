@@ -11,6 +11,7 @@
 # of being skipped: for a suite of which only some tests need one.
 
 set -u
+. "$(dirname "$0")/../cgroup-util.sh"
 
 skip() {
         if [ -n "${WITH_SYSTEMD_USER_OPTIONAL:-}" ]; then
@@ -54,18 +55,7 @@ cleanup() {
                 done
                 kill -KILL "$manager_pid" 2>/dev/null
         fi
-        for h in unified systemd; do
-                d=/sys/fs/cgroup/$h/$cg
-                [ -d "$d" ] || continue
-                # Stragglers (a unit process the manager did not reap in time) are killed first.
-                for i in 1 2 3 4 5 6 7 8 9 10; do
-                        procs=$(find "$d" -name cgroup.procs -exec cat {} + 2>/dev/null)
-                        [ -z "$procs" ] && break
-                        kill -KILL $procs 2>/dev/null
-                        sleep 0.1
-                done
-                find "$d" -depth -type d -exec rmdir {} \; 2>/dev/null
-        done
+        cgroup_remove "$cg"
         [ -n "${KEEP:-}" ] || rm -rf "$work"
 }
 trap cleanup EXIT
