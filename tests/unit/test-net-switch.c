@@ -18,6 +18,7 @@
 
 #include "cleanup.h"
 #include "fs-util.h"
+#include "hex-util.h"
 #include "net-switch.h"
 #include "socket-util.h"
 #include "time-util.h"
@@ -160,7 +161,7 @@ static void mac_of(unsigned i, uint8_t mac[6]) {
 static Guest *guest_start(Fixture *f, unsigned i, unsigned claim_mac, char **actions) {
         Guest *g = &f->guests[f->n_guests++];
         uint8_t mac[6];
-        char macs[18], fdarg[16];
+        char macs[ETHER_ADDR_STRLEN], fdarg[16];
         int sp[2], out[2];
 
         mac_of(i, mac);
@@ -173,7 +174,7 @@ static Guest *guest_start(Fixture *f, unsigned i, unsigned claim_mac, char **act
         assert_ok(RET_NERRNO(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp)));
         assert_ok(RET_NERRNO(pipe2(out, O_CLOEXEC)));
         mac_of(claim_mac ?: i, mac);
-        snprintf(macs, sizeof(macs), "%02x:%02x:%02x:%02x:%02x:%02x", mac[0], mac[1], mac[2], mac[3], mac[4], mac[5]);
+        ether_addr_format(mac, macs);
         g->pid = fork();
         assert_true(g->pid >= 0);
         if (g->pid == 0) {

@@ -593,18 +593,17 @@ static void test_connect_errors(void **state) {
         Fixture *f = *state;
         _cleanup_free_ char *long_path = NULL;
         _cleanup_close_ int fd = -EBADF;
-        union {
-                struct sockaddr sa;
-                struct sockaddr_un un;
-        } sa = { .un.sun_family = AF_UNIX };
+        struct sockaddr_un sa;
+        int len;
 
         assert_errno(qmp_client_connect(&f->client, f->event, f->fake.path, NULL, NULL, NULL), -ENOENT);
 
         /* A stale socket nobody listens on. */
         fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
         assert_true(fd >= 0);
-        strcpy(sa.un.sun_path, f->fake.path);
-        assert_int_equal(bind(fd, &sa.sa, sizeof(sa.un)), 0);
+        len = sockaddr_un_set_path(&sa, f->fake.path);
+        assert_ok(len);
+        assert_int_equal(bind(fd, (struct sockaddr *) &sa, (socklen_t) len), 0);
         assert_errno(qmp_client_connect(&f->client, f->event, f->fake.path, NULL, NULL, NULL), -ECONNREFUSED);
 
         long_path = malloc(200);
