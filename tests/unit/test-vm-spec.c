@@ -133,19 +133,10 @@ static void test_checks(void **state) {
         expect_invalid("{\"name\":\"w\",\"colour\":\"red\"}", "invalid request: unknown field \"colour\"");
 }
 
-static char *repeat(char c, size_t n) {
-        char *s = malloc(n + 1);
-
-        assert_non_null(s);
-        memset(s, c, n);
-        s[n] = 0;
-        return s;
-}
-
 static void test_limits(void **state) {
-        _cleanup_free_ char *long_ref = repeat('i', VM_REF_MAX + 1),
-                            *long_key = repeat('k', VM_SSH_KEY_MAX + 1),
-                            *big_ud = repeat('u', VM_USER_DATA_MAX + 1), *req = NULL;
+        _cleanup_free_ char *long_ref = test_repeat('i', VM_REF_MAX + 1),
+                            *long_key = test_repeat('k', VM_SSH_KEY_MAX + 1),
+                            *big_ud = test_repeat('u', VM_USER_DATA_MAX + 1), *req = NULL;
         _cleanup_(vm_spec_done) VmSpec s = {};
         VmSpecInput in = VM_SPEC_INPUT_NULL;
 
