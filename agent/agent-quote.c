@@ -10,24 +10,14 @@
 #include "agent-util.h"
 #include "cleanup.h"
 #include "hex-util.h"
+#include "string-table.h"
 
-static const char *const stage_names[_AGENT_STAGE_MAX] = {
+static const char *const agent_stage_table[_AGENT_STAGE_MAX] = {
         [AGENT_STAGE_INITRD] = "initrd",
         [AGENT_STAGE_READY] = "ready",
 };
 
-const char *agent_stage_to_string(AgentStage s) {
-        if (s < 0 || s >= _AGENT_STAGE_MAX)
-                return NULL;
-        return stage_names[s];
-}
-
-AgentStage agent_stage_from_string(const char *s) {
-        for (int i = 0; s && i < _AGENT_STAGE_MAX; i++)
-                if (streq(s, stage_names[i]))
-                        return (AgentStage) i;
-        return _AGENT_STAGE_INVALID;
-}
+DEFINE_STRING_TABLE_LOOKUP(agent_stage, AgentStage);
 
 uint32_t agent_stage_pcrs(AgentStage s) {
         switch (s) {

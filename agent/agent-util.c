@@ -60,33 +60,6 @@ int hex_decode(const char *s, uint8_t **ret, size_t *ret_size) {
         return 0;
 }
 
-char *base64_encode(const void *data, size_t size) {
-        static const char table[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-        const uint8_t *p = data;
-        char *s, *o;
-
-        if (size > (SIZE_MAX - 1) / 4 * 3 - 2)
-                return NULL;
-        s = o = malloc((size + 2) / 3 * 4 + 1);
-        if (!s)
-                return NULL;
-        for (size_t i = 0; i < size; i += 3) {
-                uint32_t v = (uint32_t) p[i] << 16;
-                size_t left = size - i;
-
-                if (left > 1)
-                        v |= (uint32_t) p[i + 1] << 8;
-                if (left > 2)
-                        v |= p[i + 2];
-                *o++ = table[v >> 18 & 0x3f];
-                *o++ = table[v >> 12 & 0x3f];
-                *o++ = left > 1 ? table[v >> 6 & 0x3f] : '=';
-                *o++ = left > 2 ? table[v & 0x3f] : '=';
-        }
-        *o = 0;
-        return s;
-}
-
 int read_file_capped(const char *path, size_t max, uint8_t **ret, size_t *ret_size) {
         _cleanup_close_ int fd = -EBADF;
         _cleanup_free_ uint8_t *buf = NULL;

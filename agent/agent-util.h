@@ -29,10 +29,6 @@ void agent_log_internal(int level, const char *format, ...) _printf_(2, 3);
  * hex, -ENOMEM on OOM. */
 int hex_decode(const char *s, uint8_t **ret, size_t *ret_size);
 
-/* Standard base64 with padding (RFC 4648 §4), the encoding Go's encoding/json gives []byte. Returns
- * a new string or NULL on OOM. */
-char *base64_encode(const void *data, size_t size);
-
 /* Reads a whole file of at most max bytes (also files whose st_size is 0, as in securityfs).
  * -ENOENT when it does not exist, -EFBIG when it is larger than max. */
 int read_file_capped(const char *path, size_t max, uint8_t **ret, size_t *ret_size);

@@ -59,7 +59,7 @@ static int reply_cached(ApiRest *a, const Operation *op, HttpRequest *req, json_
         json_auto_t *result = NULL;
         int r;
 
-        if (!c->body || c->generation != a->manager->generation) {
+        if (!c->body || c->generation != manager_generation(a->manager)) {
                 char *body;
                 size_t size;
 
@@ -72,7 +72,7 @@ static int reply_cached(ApiRest *a, const Operation *op, HttpRequest *req, json_
                 free(c->body);
                 c->body = body;
                 c->size = size;
-                c->generation = a->manager->generation;
+                c->generation = manager_generation(a->manager);
         }
         return http_request_reply(req, op->success_status, "application/json", c->body, c->size);
 }

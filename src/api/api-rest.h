@@ -4,7 +4,7 @@
 #include <stdbool.h>
 
 #include "http-server.h"
-#include "manager.h"
+#include "operation.h"
 #include "trace.h"
 
 #define API_REST_PREFIX "/api/v1"

@@ -83,97 +83,15 @@ int attest_hex_decode(const char *s, size_t len, uint8_t **ret, size_t *ret_size
         return 0;
 }
 
-static int base64_corrupt(size_t at, char **reterr_go) {
-        if (reterr_go)
-                asprintf_or_null(reterr_go, "illegal base64 data at input byte %zu", at);
-        return -EINVAL;
-}
-
-/* One quantum of Go's decodeQuantum(): up to four symbols from s[*si], newlines skipped, padding
- * only at the very end. Returns the bytes produced (0–3), or -EINVAL; *done is set at the end. */
-static int base64_quantum(const char *s, size_t len, size_t *si, uint8_t out[3], bool *done, char **reterr_go) {
-        uint8_t d[4] = {};
-        size_t dlen = 4;
-
-        for (size_t j = 0; j < 4; j++) {
-                int v;
-                char c;
-
-                if (*si == len) {
-                        if (j == 0) {
-                                *done = true;
-                                return 0;
-                        }
-                        return base64_corrupt(*si - j, reterr_go);
-                }
-                c = s[(*si)++];
-                v = unbase64char(c, /* url= */ false);
-                if (v >= 0) {
-                        d[j] = (uint8_t) v;
-                        continue;
-                }
-                if (c == '\n' || c == '\r') {
-                        j--;
-                        continue;
-                }
-                if (c != '=' || j < 2)
-                        return base64_corrupt(*si - 1, reterr_go);
-                if (j == 2) {
-                        /* "==" is expected; the first '=' is already consumed */
-                        while (*si < len && (s[*si] == '\n' || s[*si] == '\r'))
-                                (*si)++;
-                        if (*si == len)
-                                return base64_corrupt(len, reterr_go);
-                        if (s[*si] != '=')
-                                return base64_corrupt(*si - 1, reterr_go);
-                        (*si)++;
-                }
-                while (*si < len && (s[*si] == '\n' || s[*si] == '\r'))
-                        (*si)++;
-                if (*si < len)
-                        return base64_corrupt(*si, reterr_go);
-                dlen = j;
-                *done = true;
-                break;
-        }
-
-        uint32_t val = (uint32_t) d[0] << 18 | (uint32_t) d[1] << 12 | (uint32_t) d[2] << 6 | d[3];
-        out[0] = (uint8_t) (val >> 16);
-        out[1] = (uint8_t) (val >> 8);
-        out[2] = (uint8_t) val;
-        return (int) dlen - 1;
-}
-
 int attest_base64_decode(
         const char *s, size_t len, size_t max, uint8_t **ret, size_t *ret_size, char **reterr_go) {
-        _cleanup_free_ uint8_t *buf = NULL;
-        size_t si = 0, n = 0, symbols = 0;
-        bool done = false;
+        size_t at = 0;
+        int r;
 
-        assert_return(s || len == 0, -EINVAL);
-        assert_return(ret && ret_size, -EINVAL);
-
-        /* Bound the work by what the symbols could decode to, newlines and padding not counted. */
-        for (size_t i = 0; i < len; i++)
-                if (s[i] != '\n' && s[i] != '\r' && s[i] != '=')
-                        symbols++;
-        if (symbols / 4 * 3 + (symbols % 4 ? symbols % 4 - 1 : 0) > max)
-                return -EFBIG;
-
-        buf = malloc(symbols / 4 * 3 + 3);
-        if (!buf)
-                return -ENOMEM;
-        while (!done) {
-                int k = base64_quantum(s, len, &si, buf + n, &done, reterr_go);
-                if (k < 0)
-                        return k;
-                n += (size_t) k;
-        }
-        if (n == 0)
-                buf = mfree(buf);
-        *ret = TAKE_PTR(buf);
-        *ret_size = n;
-        return 0;
+        r = base64_decode(s, len, max, ret, ret_size, &at);
+        if (r == -EINVAL && reterr_go)
+                asprintf_or_null(reterr_go, "illegal base64 data at input byte %zu", at);
+        return r;
 }
 
 char *attest_go_quote(const char *s, size_t len) {

@@ -7,26 +7,15 @@
 #include "attest-quote.h"
 #include "attest-verify.h"
 #include "cleanup.h"
+#include "string-table.h"
+#include "time-util.h"
 
-static const char *const stage_table[_ATTEST_STAGE_MAX] = {
+static const char *const attest_stage_table[_ATTEST_STAGE_MAX] = {
         [ATTEST_STAGE_INITRD] = "initrd",
         [ATTEST_STAGE_READY] = "ready",
 };
 
-const char *attest_stage_to_string(AttestStage s) {
-        if (s < 0 || s >= _ATTEST_STAGE_MAX)
-                return NULL;
-        return stage_table[s];
-}
-
-AttestStage attest_stage_from_string(const char *s) {
-        if (!s)
-                return _ATTEST_STAGE_INVALID;
-        for (int i = 0; i < _ATTEST_STAGE_MAX; i++)
-                if (streq(s, stage_table[i]))
-                        return (AttestStage) i;
-        return _ATTEST_STAGE_INVALID;
-}
+DEFINE_STRING_TABLE_LOOKUP(attest_stage, AttestStage);
 
 const char *attest_stage_phase(AttestStage s) {
         return s == ATTEST_STAGE_READY   ? ATTEST_PHASE_READY :
@@ -307,47 +296,6 @@ int attest_verify_quote(
         return 0;
 }
 
-/* RFC 3339 in UTC with the fraction trimmed, as Go's time.Time marshals (to the microsecond). */
-static void format_time(usec_t t, char buf[static 40]) {
-        time_t sec = (time_t) (t / USEC_PER_SEC);
-        unsigned frac = (unsigned) (t % USEC_PER_SEC);
-        struct tm tm;
-        size_t n;
-
-        (void) gmtime_r(&sec, &tm);
-        n = strftime(buf, 40, "%Y-%m-%dT%H:%M:%S", &tm);
-        if (frac > 0) {
-                char f[8];
-
-                (void) snprintf(f, sizeof(f), "%06u", frac);
-                for (size_t k = strlen(f); k > 0 && f[k - 1] == '0'; k--)
-                        f[k - 1] = 0;
-                n += (size_t) snprintf(buf + n, 40 - n, ".%s", f);
-        }
-        (void) snprintf(buf + n, 40 - n, "Z");
-}
-
-static int parse_time(const char *s, usec_t *ret) {
-        struct tm tm = {};
-        usec_t frac = 0, scale = 100000;
-        const char *e;
-        time_t sec;
-
-        e = strptime(s, "%Y-%m-%dT%H:%M:%S", &tm);
-        if (!e)
-                return -EINVAL;
-        if (*e == '.')
-                for (e++; *e >= '0' && *e <= '9'; e++, scale /= 10)
-                        frac += scale * (usec_t) (*e - '0');
-        if (!streq(e, "Z"))
-                return -EINVAL;
-        sec = timegm(&tm);
-        if (sec < 0)
-                return -EINVAL;
-        *ret = (usec_t) sec * USEC_PER_SEC + frac;
-        return 0;
-}
-
 /* Go sorts a map's keys by their text: 0, 1, 11, 13, 2, … */
 static int cmp_index_text(const void *a, const void *b) {
         char x[4], y[4];
@@ -359,11 +307,11 @@ static int cmp_index_text(const void *a, const void *b) {
 
 json_t *attest_result_to_json(const AttestResult *r) {
         json_auto_t *o = NULL;
-        char at[40];
+        char at[RFC3339_MAX];
 
         assert_return(r, NULL);
 
-        format_time(r->at, at);
+        format_rfc3339(r->at, at);
         o = json_pack("{s:b}", "verified", r->verified);
         if (!o)
                 return NULL;
@@ -440,7 +388,7 @@ int attest_result_from_json(json_t *v, AttestResult *ret) {
                         return -ENOMEM;
         }
         e = json_object_get(v, "at");
-        if (e && (!json_is_string(e) || parse_time(json_string_value(e), &res.at) < 0))
+        if (e && (!json_is_string(e) || parse_rfc3339(json_string_value(e), &res.at) < 0))
                 return -EINVAL;
         e = json_object_get(v, "akFingerprint");
         if (e) {

@@ -8,6 +8,7 @@
 #include "auth-jwt.h"
 #include "hex-util.h"
 #include "log.h"
+#include "string-table.h"
 
 typedef enum AuthKeyType {
         AUTH_KEY_EC_P256,
@@ -28,91 +29,16 @@ struct AuthKeySet {
 #define AUTH_KEYS_MAX 64
 #define AUTH_RSA_BITS_MIN 2048
 
-static const char *const alg_table[_AUTH_ALG_MAX] = {
+static const char *const auth_alg_table[_AUTH_ALG_MAX] = {
         [AUTH_ALG_ES256] = "ES256",
         [AUTH_ALG_RS256] = "RS256",
         [AUTH_ALG_PS256] = "PS256",
 };
 
-const char *auth_alg_to_string(AuthAlg a) {
-        return a >= 0 && a < _AUTH_ALG_MAX ? alg_table[a] : NULL;
-}
-
-AuthAlg auth_alg_from_string(const char *s) {
-        for (size_t i = 0; s && i < ELEMENTSOF(alg_table); i++)
-                if (streq(s, alg_table[i]))
-                        return (AuthAlg) i;
-        return _AUTH_ALG_INVALID;
-}
+DEFINE_STRING_TABLE_LOOKUP(auth_alg, AuthAlg);
 
 static AuthKeyType alg_key_type(AuthAlg a) {
         return a == AUTH_ALG_ES256 ? AUTH_KEY_EC_P256 : AUTH_KEY_RSA;
-}
-
-/* ---- base64url ---- */
-
-static const char b64url[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-
-int auth_base64url_encode(const void *data, size_t size, char **ret) {
-        const uint8_t *p = data;
-        char *s, *o;
-
-        assert_return(ret && (data || size == 0), -EINVAL);
-
-        s = o = malloc(size / 3 * 4 + 5);
-        if (!s)
-                return -ENOMEM;
-        for (size_t i = 0; i < size; i += 3) {
-                uint32_t v = (uint32_t) p[i] << 16;
-
-                if (i + 1 < size)
-                        v |= (uint32_t) p[i + 1] << 8;
-                if (i + 2 < size)
-                        v |= p[i + 2];
-                *o++ = b64url[(v >> 18) & 63];
-                *o++ = b64url[(v >> 12) & 63];
-                if (i + 1 < size)
-                        *o++ = b64url[(v >> 6) & 63];
-                if (i + 2 < size)
-                        *o++ = b64url[v & 63];
-        }
-        *o = 0;
-        *ret = s;
-        return 0;
-}
-
-int auth_base64url_decode(const char *s, size_t n, uint8_t **ret, size_t *ret_size) {
-        _cleanup_free_ uint8_t *out = NULL;
-        size_t k = 0;
-        uint32_t acc = 0;
-        unsigned bits = 0;
-
-        assert_return(ret && ret_size && (s || n == 0), -EINVAL);
-
-        if (n % 4 == 1) /* no length leaves one character over */
-                return -EBADMSG;
-        out = malloc(n / 4 * 3 + 3);
-        if (!out)
-                return -ENOMEM;
-        for (size_t i = 0; i < n; i++) {
-                int v = unbase64char(s[i], /* url= */ true);
-
-                if (v < 0)
-                        return -EBADMSG;
-                acc = (acc << 6) | (uint32_t) v;
-                bits += 6;
-                if (bits >= 8) {
-                        bits -= 8;
-                        out[k++] = (uint8_t) (acc >> bits);
-                        acc &= (1u << bits) - 1;
-                }
-        }
-        if (acc != 0) /* the unused low bits of the last character must be zero: one encoding only */
-                return -EBADMSG;
-        out[k] = 0;
-        *ret_size = k;
-        *ret = TAKE_PTR(out);
-        return 0;
 }
 
 /* ---- key sets ---- */
@@ -146,7 +72,7 @@ static bool is_base64url(const char *s, size_t n) {
         _cleanup_free_ uint8_t *d = NULL;
         size_t size;
 
-        return auth_base64url_decode(s, n, &d, &size) >= 0;
+        return base64url_decode(s, n, &d, &size) >= 0;
 }
 
 /* The key members of a JWK that libcjose decodes: all strict base64url where present. */
@@ -268,7 +194,7 @@ static json_t *decode_json_part(const char *s, size_t n) {
         _cleanup_free_ uint8_t *raw = NULL;
         size_t size;
 
-        if (n == 0 || auth_base64url_decode(s, n, &raw, &size) < 0)
+        if (n == 0 || base64url_decode(s, n, &raw, &size) < 0)
                 return NULL;
         /* duplicate member names are a classic way to show two parsers two different tokens */
         return json_loadb((const char *) raw, size, JSON_REJECT_DUPLICATES, NULL);

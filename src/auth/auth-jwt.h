@@ -90,7 +90,3 @@ int auth_token_caller(const AuthToken *t, CallerSource source, Caller **ret);
 /* Signs claims as a compact JWS with an EC P-256 key (ES256), kid and typ in the header. *ret is
  * malloc'd. */
 int auth_jwt_sign(const json_t *claims, const cjose_jwk_t *key, const char *kid, const char *typ, char **ret);
-
-/* base64url without padding, as JOSE uses it. *ret is malloc'd (NUL-terminated for decode too). */
-int auth_base64url_encode(const void *data, size_t size, char **ret);
-int auth_base64url_decode(const char *s, size_t n, uint8_t **ret, size_t *ret_size);

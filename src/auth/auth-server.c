@@ -84,7 +84,8 @@ static int random_token(size_t n, char **ret) {
         assert(n <= sizeof(b));
         if (getrandom(b, n, 0) != (ssize_t) n)
                 return -EIO;
-        return auth_base64url_encode(b, n, ret);
+        *ret = base64url_encode(b, n);
+        return *ret ? 0 : -ENOMEM;
 }
 
 /* The PKCE S256 challenge of a verifier. */
@@ -92,7 +93,8 @@ static int pkce_challenge(const char *verifier, char **ret) {
         uint8_t d[32];
 
         sha256(verifier, strlen(verifier), d);
-        return auth_base64url_encode(d, sizeof(d), ret);
+        *ret = base64url_encode(d, sizeof(d));
+        return *ret ? 0 : -ENOMEM;
 }
 
 static bool pkce_verifier_valid(const char *v) {
@@ -307,7 +309,7 @@ static int signing_key_load(Auth *a) {
                 k = cjose_jwk_create_EC_random(CJOSE_JWK_EC_P_256, &err);
                 if (!k)
                         return -ENOMEM;
-                if (getrandom(b, sizeof(b), 0) != sizeof(b) || auth_base64url_encode(b, sizeof(b), &kid) < 0 ||
+                if (getrandom(b, sizeof(b), 0) != sizeof(b) || !(kid = base64url_encode(b, sizeof(b))) ||
                     !cjose_jwk_set_kid(k, kid, strlen(kid), &err)) {
                         cjose_jwk_release(k);
                         return -EIO;

@@ -8,22 +8,14 @@
 
 #include "auth-internal.h"
 #include "log.h"
+#include "string-table.h"
 
-static const char *const provider_table[_AUTH_PROVIDER_MAX] = {
+static const char *const auth_provider_table[_AUTH_PROVIDER_MAX] = {
         [AUTH_PROVIDER_DEX] = "dex",
         [AUTH_PROVIDER_GOOGLE] = "google",
 };
 
-const char *auth_provider_to_string(AuthProvider p) {
-        return p >= 0 && p < _AUTH_PROVIDER_MAX ? provider_table[p] : NULL;
-}
-
-AuthProvider auth_provider_from_string(const char *s) {
-        for (size_t i = 0; s && i < ELEMENTSOF(provider_table); i++)
-                if (streq(s, provider_table[i]))
-                        return (AuthProvider) i;
-        return _AUTH_PROVIDER_INVALID;
-}
+DEFINE_STRING_TABLE_LOOKUP(auth_provider, AuthProvider);
 
 /* ---- configuration ---- */
 

@@ -3,22 +3,14 @@
 #include <string.h>
 
 #include "caller.h"
+#include "string-table.h"
 
-static const char *const source_table[_CALLER_SOURCE_MAX] = {
+static const char *const caller_source_table[_CALLER_SOURCE_MAX] = {
         [CALLER_SOURCE_SSO] = "sso",
         [CALLER_SOURCE_OAUTH] = "oauth",
 };
 
-const char *caller_source_to_string(CallerSource s) {
-        return s >= 0 && s < _CALLER_SOURCE_MAX ? source_table[s] : NULL;
-}
-
-CallerSource caller_source_from_string(const char *s) {
-        for (size_t i = 0; s && i < ELEMENTSOF(source_table); i++)
-                if (streq(s, source_table[i]))
-                        return (CallerSource) i;
-        return _CALLER_SOURCE_INVALID;
-}
+DEFINE_STRING_TABLE_LOOKUP(caller_source, CallerSource);
 
 Caller *caller_dup(const Caller *c) {
         _cleanup_(caller_freep) Caller *d = NULL;

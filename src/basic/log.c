@@ -13,12 +13,13 @@
 
 #include "cleanup.h"
 #include "log.h"
+#include "string-table.h"
 
 static int log_max_level = LOG_INFO;
 static LogTarget log_target = LOG_TARGET_AUTO;
 static int log_journal_detected = -1; /* -1: not yet checked */
 
-static const char *const level_names[] = {
+static const char *const log_level_table[] = {
         [LOG_EMERG] = "emerg",     [LOG_ALERT] = "alert",   [LOG_CRIT] = "crit", [LOG_ERR] = "error",
         [LOG_WARNING] = "warning", [LOG_NOTICE] = "notice", [LOG_INFO] = "info", [LOG_DEBUG] = "debug",
 };
@@ -59,11 +60,13 @@ LogTarget log_get_target(void) {
 }
 
 int log_level_from_string(const char *s) {
+        ssize_t i = string_table_lookup(log_level_table, ELEMENTSOF(log_level_table), s);
+
+        if (i >= 0)
+                return (int) i;
         if (!s)
                 return -EINVAL;
-        for (size_t i = 0; i < ELEMENTSOF(level_names); i++)
-                if (streq(s, level_names[i]))
-                        return (int) i;
+        /* the aliases and numbers syslog knows them by */
         if (streq(s, "warn"))
                 return LOG_WARNING;
         if (streq(s, "err"))
@@ -73,11 +76,7 @@ int log_level_from_string(const char *s) {
         return -EINVAL;
 }
 
-const char *log_level_to_string(int level) {
-        if (level < 0 || (size_t) level >= ELEMENTSOF(level_names))
-                return NULL;
-        return level_names[level];
-}
+DEFINE_STRING_TABLE_LOOKUP_TO_STRING(log_level, int);
 
 /* Writes value for the key=value format: bare when it is a plain token, else double-quoted with
  * backslash escapes. Control characters never reach the terminal raw. */

@@ -14,10 +14,25 @@
 #define _sentinel_ __attribute__((__sentinel__))
 #define _noreturn_ __attribute__((__noreturn__))
 #define _warn_unused_result_ __attribute__((__warn_unused_result__))
+#define _fallthrough_ __attribute__((__fallthrough__))
 #define _likely_(x) (__builtin_expect(!!(x), 1))
 #define _unlikely_(x) (__builtin_expect(!!(x), 0))
 
 #define ELEMENTSOF(x) (sizeof(x) / sizeof((x)[0]))
+
+/* Whether x equals one of the values that follow: IN_SET(state, A, B, C). */
+#define IN_SET(x, first, ...)                                                  \
+        ({                                                                     \
+                const typeof(first) _in_set_values[] = { first, __VA_ARGS__ }; \
+                const typeof(first) _in_set_x = (x);                           \
+                bool _in_set_found = false;                                    \
+                for (size_t _i = 0; _i < ELEMENTSOF(_in_set_values); _i++)     \
+                        if (_in_set_values[_i] == _in_set_x) {                 \
+                                _in_set_found = true;                          \
+                                break;                                         \
+                        }                                                      \
+                _in_set_found;                                                 \
+        })
 
 #define MIN(a, b)                                  \
         ({                                         \

@@ -1,5 +1,7 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 #include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "string-util.h"
 
@@ -50,5 +52,33 @@ char *strip_terminal_escapes(char *s) {
                 *w++ = *r++;
         }
         *w = 0;
+        return s;
+}
+
+uint32_t fnv1a_32(const char *s) {
+        uint32_t h = UINT32_C(2166136261);
+
+        for (; *s; s++) {
+                h ^= (uint8_t) *s;
+                h *= UINT32_C(16777619);
+        }
+        return h;
+}
+
+char *strv_join(char *const *l, const char *sep) {
+        size_t n = 1, k = strlen(sep);
+        char *s, *p;
+
+        for (char *const *i = l; i && *i; i++)
+                n += strlen(*i) + (i != l ? k : 0);
+        s = p = malloc(n);
+        if (!s)
+                return NULL;
+        *p = 0;
+        for (char *const *i = l; i && *i; i++) {
+                if (i != l)
+                        p = stpcpy(p, sep);
+                p = stpcpy(p, *i);
+        }
         return s;
 }

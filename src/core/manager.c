@@ -1,30 +1,76 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
+#include <arpa/inet.h>
 #include <stdlib.h>
 #include <string.h>
-
 #include <sys/random.h>
 
+#include "attest-nonce.h"
 #include "fs-util.h"
+#include "image-catalog.h"
 #include "log.h"
 #include "manager.h"
+#include "metrics-guest.h"
+#include "net-switch.h"
+#include "network.h"
 #include "parse-util.h"
+#include "storage.h"
+#include "string-table.h"
+#include "vm-unit.h"
+#include "vm.h"
 
-static const char *const launcher_table[_VM_LAUNCHER_MAX] = {
+struct Manager {
+        sd_event *event;
+        char *state_dir, *image_dir;
+        char *version, *commit, *built;
+        char *ovmf_code, *ovmf_vars;
+        ManagerSettings settings;
+
+        NetworkRegistry *networks;
+        ImageCatalog *images;
+        HostProbe *host;
+        Storage *storage;         /* where VM disks come from */
+        VmUnitManager *units;     /* the systemd launcher's connection; NULL: plain children */
+        AttestNonceStore *nonces; /* the nonces handed to guests */
+        VmNotify *notify;         /* the READY=1 listener on the kernel's vhost-vsock */
+        VmReports *reports;       /* guest reports parsed and stored off the loop */
+        ManagerMetrics *metrics;
+
+        /* VMs, oldest first */
+        Vm **vms;
+        size_t n_vms;
+        ManagerQuarantine *quarantine;
+        size_t n_quarantine;
+        /* the data plane: one switch per network record, in no particular order */
+        struct ManagerSwitch {
+                char *name;
+                NetSwitch *sw;
+        } * switches;
+        size_t n_switches;
+
+        ManagerImdsAccept imds_accept;
+        void *imds_userdata;
+
+        bool detach_vms_on_exit;
+        bool shutting_down;
+        bool detaching; /* shutting down with VMs left running */
+        uint64_t generation;
+        const Caller *caller;
+};
+
+static const char *const vm_launcher_table[_VM_LAUNCHER_MAX] = {
         [VM_LAUNCHER_AUTO] = "auto",
         [VM_LAUNCHER_SYSTEMD] = "systemd",
         [VM_LAUNCHER_PROCESS] = "process",
 };
 
-const char *vm_launcher_to_string(VmLauncherKind k) {
-        return k >= 0 && k < _VM_LAUNCHER_MAX ? launcher_table[k] : NULL;
-}
+DEFINE_STRING_TABLE_LOOKUP(vm_launcher, VmLauncherKind);
 
-VmLauncherKind vm_launcher_from_string(const char *s) {
-        for (int i = 0; s && i < _VM_LAUNCHER_MAX; i++)
-                if (streq(s, launcher_table[i]))
-                        return (VmLauncherKind) i;
-        return _VM_LAUNCHER_INVALID;
-}
+static const char *const attest_mode_table[_ATTEST_MODE_MAX] = {
+        [ATTEST_MODE_VERIFY] = "verify",
+        [ATTEST_MODE_NOOP] = "noop",
+};
+
+DEFINE_STRING_TABLE_LOOKUP(attest_mode, AttestMode);
 
 static void on_images_changed(ImageCatalog *c, void *userdata) {
         manager_touch(userdata);
@@ -49,7 +95,7 @@ static int notify_port_init(Manager *m, uint32_t wanted) {
         if (wanted == 0 && read_full_file(path, 64, &text, NULL) >= 0) {
                 text[strcspn(text, "\n")] = 0;
                 if (safe_atou32(text, &port) >= 0 && port > 0) {
-                        m->notify_port = port;
+                        m->settings.notify_port = port;
                         return 0;
                 }
                 log_warning("Ignoring malformed %s.", path);
@@ -59,13 +105,11 @@ static int notify_port_init(Manager *m, uint32_t wanted) {
                         return -EIO;
                 wanted = 49152U + rnd % 16384U;
         }
-        m->notify_port = wanted;
+        m->settings.notify_port = wanted;
         snprintf(buf, sizeof(buf), "%u\n", wanted);
         r = write_file_atomic(path, buf, strlen(buf), 0600);
         return r;
 }
-
-static int manager_switches_start(Manager *m, ApiError *reterr);
 
 /* An image whose golden values were recorded with another firmware build than this host's cannot
  * pass verification here: say so once, at start. */
@@ -74,7 +118,7 @@ static void manager_check_golden_firmware(Manager *m) {
         for (size_t i = 0; i < image_catalog_size(m->images); i++) {
                 const Image *img = image_catalog_at(m->images, i);
                 json_t *fw = json_object_get(img->policy, "golden_firmware");
-                if (m->attestation == ATTEST_MODE_VERIFY && !m->learn_golden &&
+                if (m->settings.attestation == ATTEST_MODE_VERIFY && !m->settings.learn_golden &&
                     json_object_size(json_object_get(json_object_get(img->policy, "golden"), "sha256")) == 0)
                         log_notice(
                                 "Image %s has no golden PCR values yet: create_vm with require_attestation (the "
@@ -96,40 +140,14 @@ static void manager_check_golden_firmware(Manager *m) {
         }
 }
 
-/* The buckets of the reference: an install under KVM takes tens of seconds, under TCG minutes. */
-static const double install_buckets[] = { 10, 20, 30, 45, 60, 90, 120, 180, 300 };
-static const double ready_buckets[] = { 1, 2, 5, 10, 15, 20, 30, 60, 120 };
-
-int manager_new(Manager **ret, sd_event *event, const ManagerConfig *cfg, ApiError *reterr) {
-        _cleanup_(manager_freep) Manager *m = NULL;
+/* The host's facts, and what they decide: the accelerator, the READY=1 transport, the firmware, and
+ * the timeouts' defaults. */
+static int manager_probe_host(Manager *m, const ManagerConfig *cfg, ApiError *reterr) {
         const char *reason = NULL, *fw;
+        HostNotify n;
+        bool tcg;
         int r;
 
-        assert_return(ret && event && cfg && cfg->state_dir && cfg->image_dir, -EINVAL);
-
-        m = calloc(1, sizeof(Manager));
-        if (!m)
-                return -ENOMEM;
-        m->vsock_fd = -EBADF;
-        m->attestation = cfg->attestation;
-        m->learn_golden = cfg->attestation_learn_golden;
-        r = attest_nonce_store_new(&m->nonces);
-        if (r < 0)
-                return r;
-        m->event = sd_event_ref(event);
-        if (strdup_to(&m->state_dir, cfg->state_dir) < 0 || strdup_to(&m->image_dir, cfg->image_dir) < 0 ||
-            strdup_to(&m->version, cfg->version) < 0 || strdup_to(&m->commit, cfg->commit) < 0 ||
-            strdup_to(&m->built, cfg->built) < 0 || strdup_to(&m->ovmf_code, cfg->ovmf_code) < 0 ||
-            strdup_to(&m->ovmf_vars, cfg->ovmf_vars) < 0)
-                return -ENOMEM;
-        m->stop_timeout = cfg->stop_timeout ?: 30 * USEC_PER_SEC;
-        m->qmp_timeout = cfg->qmp_timeout ?: 30 * USEC_PER_SEC;
-        m->guest_series_limit = cfg->guest_series_limit ?: GUEST_SERIES_LIMIT_DEFAULT;
-        metrics_histogram_init(&m->install_seconds, install_buckets, ELEMENTSOF(install_buckets));
-        metrics_histogram_init(&m->boot_to_ready_seconds, ready_buckets, ELEMENTSOF(ready_buckets));
-
-        /* Start-up order: host facts, networks with their leases, the image catalog, then the
-         * default network. */
         r = host_probe_new(
                 &m->host,
                 &(HostProbeConfig){
@@ -141,9 +159,9 @@ int manager_new(Manager **ret, sd_event *event, const ManagerConfig *cfg, ApiErr
                 return api_error_set(reterr, r, API_ERROR_INTERNAL, "probing the host: %s", strerror(-r));
         /* Under TCG the guest image installs in 4-6 minutes and boots in 2-3: the defaults of the
          * timeouts (made for KVM) grow with it; given values are kept. */
-        bool tcg = host_probe_accel(m->host, NULL) == HOST_ACCEL_TCG;
-        m->install_timeout = cfg->install_timeout ?: (tcg ? 15 : 5) * USEC_PER_MINUTE;
-        m->boot_timeout = cfg->boot_timeout ?: (tcg ? 10 : 4) * USEC_PER_MINUTE;
+        tcg = host_probe_accel(m->host, NULL) == HOST_ACCEL_TCG;
+        m->settings.install_timeout = cfg->install_timeout ?: (tcg ? 15 : 5) * USEC_PER_MINUTE;
+        m->settings.boot_timeout = cfg->boot_timeout ?: (tcg ? 10 : 4) * USEC_PER_MINUTE;
         if (cfg->accel == HOST_ACCEL_AUTO && host_probe_accel(m->host, &reason) == HOST_ACCEL_TCG)
                 log_warning("VMs run under TCG, much slower than KVM: %s", reason ?: "");
         else {
@@ -153,13 +171,11 @@ int manager_new(Manager **ret, sd_event *event, const ManagerConfig *cfg, ApiErr
                         host_accel_to_string(host_probe_accel(m->host, NULL)),
                         reason ?: "");
         }
-        {
-                HostNotify n = host_probe_notify(m->host, &reason);
-                if (n == HOST_NOTIFY_NONE)
-                        log_warning("VMs cannot report READY=1: %s", reason ?: "");
-                else
-                        log_info("READY=1 transport: %s (%s)", host_notify_transport_name(n), reason ?: "");
-        }
+        n = host_probe_notify(m->host, &reason);
+        if (n == HOST_NOTIFY_NONE)
+                log_warning("VMs cannot report READY=1: %s", reason ?: "");
+        else
+                log_info("READY=1 transport: %s (%s)", host_notify_transport_name(n), reason ?: "");
         fw = host_probe_firmware_summary(m->host);
         if (fw)
                 log_info("Firmware VMs boot with: %s.", fw);
@@ -167,6 +183,71 @@ int manager_new(Manager **ret, sd_event *event, const ManagerConfig *cfg, ApiErr
                 log_warning(
                         "No OVMF firmware at '%s': VMs cannot boot until one is installed.",
                         cfg->ovmf_code ?: "");
+        return 0;
+}
+
+/* The launcher: VMs as transient units where a service manager is reachable. */
+static int manager_launcher_new(Manager *m, const ManagerConfig *cfg, ApiError *reterr) {
+        const char *why = NULL;
+        int r;
+
+        m->detach_vms_on_exit = cfg->detach_vms_on_exit;
+        if (cfg->launcher == VM_LAUNCHER_PROCESS)
+                return 0;
+        r = vm_unit_manager_new(&m->units, m->event, VM_UNIT_SCOPE_AUTO, &why);
+        if (r < 0 && cfg->launcher == VM_LAUNCHER_SYSTEMD)
+                return api_error_set(
+                        reterr,
+                        r,
+                        API_ERROR_UNSUPPORTED,
+                        "systemd launcher unavailable: %s",
+                        why ?: strerror(-r));
+        if (r < 0)
+                log_notice("VMs run as plain child processes and end with vm-manager: %s", why ?: strerror(-r));
+        else
+                log_info(
+                        "VMs run as transient systemd units in vm-manager.slice%s.",
+                        cfg->detach_vms_on_exit ? " and keep running when vm-manager stops" : "");
+        return 0;
+}
+
+int manager_new(Manager **ret, sd_event *event, const ManagerConfig *cfg, ApiError *reterr) {
+        _cleanup_(manager_freep) Manager *m = NULL;
+        int r;
+
+        assert_return(ret && event && cfg && cfg->state_dir && cfg->image_dir, -EINVAL);
+
+        m = calloc(1, sizeof(Manager));
+        if (!m)
+                return -ENOMEM;
+        m->settings.attestation = cfg->attestation;
+        m->settings.learn_golden = cfg->attestation_learn_golden;
+        r = attest_nonce_store_new(&m->nonces);
+        if (r < 0)
+                return r;
+        r = manager_metrics_new(&m->metrics);
+        if (r < 0)
+                return r;
+        r = vm_reports_new(&m->reports);
+        if (r < 0)
+                return r;
+        m->event = sd_event_ref(event);
+        if (strdup_to(&m->state_dir, cfg->state_dir) < 0 || strdup_to(&m->image_dir, cfg->image_dir) < 0 ||
+            strdup_to(&m->version, cfg->version) < 0 || strdup_to(&m->commit, cfg->commit) < 0 ||
+            strdup_to(&m->built, cfg->built) < 0 || strdup_to(&m->ovmf_code, cfg->ovmf_code) < 0 ||
+            strdup_to(&m->ovmf_vars, cfg->ovmf_vars) < 0)
+                return -ENOMEM;
+        m->settings.ovmf_code = m->ovmf_code;
+        m->settings.ovmf_vars = m->ovmf_vars;
+        m->settings.stop_timeout = cfg->stop_timeout ?: 30 * USEC_PER_SEC;
+        m->settings.qmp_timeout = cfg->qmp_timeout ?: 30 * USEC_PER_SEC;
+        m->settings.guest_series_limit = cfg->guest_series_limit ?: GUEST_SERIES_LIMIT_DEFAULT;
+
+        /* Start-up order: host facts, networks with their leases, the image catalog, then the
+         * default network. */
+        r = manager_probe_host(m, cfg, reterr);
+        if (r < 0)
+                return r;
 
         r = network_registry_load(&m->networks, m->state_dir, reterr);
         if (r < 0)
@@ -183,27 +264,9 @@ int manager_new(Manager **ret, sd_event *event, const ManagerConfig *cfg, ApiErr
         if (image_catalog_size(m->images) == 0)
                 log_warning("No images in '%s': create_vm needs one (see images/).", m->image_dir);
 
-        /* The launcher: VMs as transient units where a service manager is reachable. */
-        if (cfg->launcher != VM_LAUNCHER_PROCESS) {
-                const char *why = NULL;
-
-                r = vm_unit_manager_new(&m->units, event, VM_UNIT_SCOPE_AUTO, &why);
-                if (r < 0 && cfg->launcher == VM_LAUNCHER_SYSTEMD)
-                        return api_error_set(
-                                reterr,
-                                r,
-                                API_ERROR_UNSUPPORTED,
-                                "systemd launcher unavailable: %s",
-                                why ?: strerror(-r));
-                if (r < 0)
-                        log_notice(
-                                "VMs run as plain child processes and end with vm-manager: %s",
-                                why ?: strerror(-r));
-                else
-                        log_info(
-                                "VMs run as transient systemd units in vm-manager.slice%s.",
-                                cfg->detach_vms_on_exit ? " and keep running when vm-manager stops" : "");
-        }
+        r = manager_launcher_new(m, cfg, reterr);
+        if (r < 0)
+                return r;
         m->detach_vms_on_exit = cfg->detach_vms_on_exit;
 
         r = storage_new(&m->storage, m->state_dir, /* provider_socket= */ NULL);
@@ -215,12 +278,15 @@ int manager_new(Manager **ret, sd_event *event, const ManagerConfig *cfg, ApiErr
         if (r < 0)
                 return api_error_set(
                         reterr, r, API_ERROR_INTERNAL, "recording the notify port: %s", strerror(-r));
+        r = vm_notify_new(&m->notify, m);
+        if (r < 0)
+                return r;
 
         r = vm_load_all(m, reterr);
         if (r < 0)
                 return r;
         /* From here on a failed start-up must not take the VMs just attached to down with it. */
-        m->detaching = m->units && m->detach_vms_on_exit;
+        manager_hold_vms(m, true);
 
         r = network_ensure_default(m->networks, cfg->default_network, cfg->network_subnet, reterr);
         if (r < 0)
@@ -229,35 +295,259 @@ int manager_new(Manager **ret, sd_event *event, const ManagerConfig *cfg, ApiErr
         if (r < 0)
                 return r;
 
-        if (m->attestation == ATTEST_MODE_NOOP)
+        if (m->settings.attestation == ATTEST_MODE_NOOP)
                 log_warning(
                         "Attestation is noop: any quote that echoes a fresh nonce passes. Development only.");
-        if (m->learn_golden)
+        if (m->settings.learn_golden)
                 log_warning(
                         "Attestation learns golden PCRs it has no value for (--attestation-learn-golden): "
                         "never for production.");
         manager_check_golden_firmware(m);
 
-        m->detaching = false;
+        manager_hold_vms(m, false);
         *ret = TAKE_PTR(m);
         return 0;
 }
 
-static const char *const attest_mode_names[_ATTEST_MODE_MAX] = {
-        [ATTEST_MODE_VERIFY] = "verify",
-        [ATTEST_MODE_NOOP] = "noop",
-};
-
-const char *attest_mode_to_string(AttestMode m) {
-        return m >= 0 && m < _ATTEST_MODE_MAX ? attest_mode_names[m] : NULL;
+Manager *manager_free(Manager *m) {
+        if (!m)
+                return NULL;
+        /* first: the jobs still running finish while their VMs exist */
+        m->reports = vm_reports_free(m->reports);
+        while (m->n_vms > 0)
+                manager_remove_vm(m, m->vms[m->n_vms - 1]);
+        free(m->vms);
+        for (size_t i = 0; i < m->n_quarantine; i++) {
+                free(m->quarantine[i].id);
+                free(m->quarantine[i].path);
+                free(m->quarantine[i].reason);
+        }
+        free(m->quarantine);
+        while (m->n_switches > 0)
+                manager_switch_stop(m, m->switches[0].name);
+        free(m->switches);
+        vm_notify_free(m->notify);
+        attest_nonce_store_free(m->nonces);
+        vm_unit_manager_free(m->units);
+        storage_free(m->storage);
+        manager_metrics_free(m->metrics);
+        free(m->ovmf_code);
+        free(m->ovmf_vars);
+        image_catalog_free(m->images);
+        network_registry_free(m->networks);
+        host_probe_free(m->host);
+        sd_event_unref(m->event);
+        free(m->state_dir);
+        free(m->image_dir);
+        free(m->version);
+        free(m->commit);
+        free(m->built);
+        free(m);
+        return NULL;
 }
 
-AttestMode attest_mode_from_string(const char *s) {
-        for (int i = 0; s && i < _ATTEST_MODE_MAX; i++)
-                if (streq(s, attest_mode_names[i]))
-                        return (AttestMode) i;
-        return _ATTEST_MODE_INVALID;
+const ManagerSettings *manager_settings(Manager *m) {
+        return &m->settings;
 }
+
+sd_event *manager_event(Manager *m) {
+        return m->event;
+}
+
+const char *manager_state_dir(Manager *m) {
+        return m->state_dir;
+}
+
+const char *manager_image_dir(Manager *m) {
+        return m->image_dir;
+}
+
+NetworkRegistry *manager_networks(Manager *m) {
+        return m->networks;
+}
+
+ImageCatalog *manager_images(Manager *m) {
+        return m->images;
+}
+
+HostProbe *manager_host(Manager *m) {
+        return m->host;
+}
+
+Storage *manager_storage(Manager *m) {
+        return m->storage;
+}
+
+AttestNonceStore *manager_nonces(Manager *m) {
+        return m->nonces;
+}
+
+VmUnitManager *manager_units(Manager *m) {
+        return m->units;
+}
+
+VmNotify *manager_notify(Manager *m) {
+        return m->notify;
+}
+
+VmReports *manager_reports(Manager *m) {
+        return m->reports;
+}
+
+ManagerMetrics *manager_metrics(Manager *m) {
+        return m->metrics;
+}
+
+const char *manager_version(Manager *m) {
+        return m->version;
+}
+
+const char *manager_commit(Manager *m) {
+        return m->commit;
+}
+
+const char *manager_built(Manager *m) {
+        return m->built;
+}
+
+void manager_touch(Manager *m) {
+        m->generation++;
+}
+
+uint64_t manager_generation(Manager *m) {
+        return m->generation;
+}
+
+const Caller *manager_caller(Manager *m) {
+        return m->caller;
+}
+
+void manager_set_caller(Manager *m, const Caller *caller) {
+        m->caller = caller;
+}
+
+/* ---- VMs ---- */
+
+size_t manager_n_vms(Manager *m) {
+        return m->n_vms;
+}
+
+Vm *manager_vm_at(Manager *m, size_t i) {
+        return i < m->n_vms ? m->vms[i] : NULL;
+}
+
+const char *manager_vm_name(const char *vm_id, void *userdata) {
+        Vm *v = manager_find_vm(userdata, vm_id);
+
+        return v ? vm_name(v) : NULL;
+}
+
+Vm *manager_find_vm(Manager *m, const char *id) {
+        for (size_t i = 0; id && i < m->n_vms; i++)
+                if (streq(vm_id(m->vms[i]), id))
+                        return m->vms[i];
+        return NULL;
+}
+
+Vm *manager_find_vm_by_name(Manager *m, const char *name) {
+        for (size_t i = 0; name && i < m->n_vms; i++)
+                if (streq(vm_name(m->vms[i]), name))
+                        return m->vms[i];
+        return NULL;
+}
+
+int manager_add_vm(Manager *m, Vm *v) {
+        Vm **a;
+
+        if (m->n_vms >= MANAGER_VMS_MAX)
+                return -E2BIG;
+        a = realloc(m->vms, (m->n_vms + 1) * sizeof(Vm *));
+        if (!a)
+                return -ENOMEM;
+        m->vms = a;
+        m->vms[m->n_vms++] = vm_ref(v);
+        return 0;
+}
+
+void manager_remove_vm(Manager *m, Vm *v) {
+        for (size_t i = 0; i < m->n_vms; i++)
+                if (m->vms[i] == v) {
+                        memmove(m->vms + i, m->vms + i + 1, (m->n_vms - i - 1) * sizeof(Vm *));
+                        m->n_vms--;
+                        vm_unref(v);
+                        return;
+                }
+}
+
+void manager_sort_vms(Manager *m, int (*cmp)(const void *a, const void *b)) {
+        /* m->vms is NULL while there is no VM (every VM deleted): qsort() takes no NULL */
+        if (m->n_vms > 1)
+                qsort(m->vms, m->n_vms, sizeof(Vm *), cmp);
+}
+
+/* ---- quarantine ---- */
+
+int manager_quarantine_add(Manager *m, const char *id, const char *path, const char *reason) {
+        ManagerQuarantine *q;
+
+        q = reallocarray(m->quarantine, m->n_quarantine + 1, sizeof(*q));
+        if (!q)
+                return -ENOMEM;
+        m->quarantine = q;
+        q = &m->quarantine[m->n_quarantine];
+        *q = (ManagerQuarantine){ .id = strdup(id), .path = strdup(path), .reason = strdup(reason) };
+        if (!q->id || !q->path || !q->reason) {
+                free(q->id);
+                free(q->path);
+                free(q->reason);
+                return -ENOMEM;
+        }
+        m->n_quarantine++;
+        return 0;
+}
+
+const ManagerQuarantine *manager_find_quarantined(Manager *m, const char *id) {
+        for (size_t i = 0; id && i < m->n_quarantine; i++)
+                if (streq(m->quarantine[i].id, id))
+                        return &m->quarantine[i];
+        return NULL;
+}
+
+void manager_quarantine_remove(Manager *m, const char *id) {
+        const ManagerQuarantine *q = manager_find_quarantined(m, id);
+        size_t i;
+
+        if (!q)
+                return;
+        i = (size_t) (q - m->quarantine);
+        free(m->quarantine[i].id);
+        free(m->quarantine[i].path);
+        free(m->quarantine[i].reason);
+        memmove(m->quarantine + i, m->quarantine + i + 1, (m->n_quarantine - i - 1) * sizeof(*m->quarantine));
+        m->n_quarantine--;
+}
+
+json_t *manager_quarantine_to_json(Manager *m) {
+        json_auto_t *a = json_array();
+
+        if (!a)
+                return NULL;
+        for (size_t i = 0; i < m->n_quarantine; i++)
+                if (json_array_append_new(
+                            a,
+                            json_pack(
+                                    "{s:s,s:s,s:s}",
+                                    "id",
+                                    m->quarantine[i].id,
+                                    "path",
+                                    m->quarantine[i].path,
+                                    "reason",
+                                    m->quarantine[i].reason)) < 0)
+                        return NULL;
+        return TAKE_PTR(a);
+}
+
+/* ---- switches ---- */
 
 NetSwitch *manager_switch_get(Manager *m, const char *name) {
         for (size_t i = 0; name && i < m->n_switches; i++)
@@ -310,7 +600,7 @@ void manager_switch_stop(Manager *m, const char *name) {
                 }
 }
 
-static int manager_switches_start(Manager *m, ApiError *reterr) {
+int manager_switches_start(Manager *m, ApiError *reterr) {
         for (size_t i = 0; i < network_registry_size(m->networks); i++) {
                 Network *n = network_registry_at(m->networks, i);
                 int r = manager_switch_start(m, n);
@@ -321,89 +611,48 @@ static int manager_switches_start(Manager *m, ApiError *reterr) {
         return 0;
 }
 
-Manager *manager_free(Manager *m) {
-        if (!m)
-                return NULL;
-        /* first: the jobs still running finish while their VMs exist */
-        m->report_worker = worker_free(m->report_worker);
-        while (m->n_vms > 0)
-                manager_remove_vm(m, m->vms[m->n_vms - 1]);
-        free(m->vms);
-        for (size_t i = 0; i < m->n_quarantine; i++) {
-                free(m->quarantine[i].id);
-                free(m->quarantine[i].path);
-                free(m->quarantine[i].reason);
+/* ---- the metadata service ---- */
+
+void manager_set_imds(Manager *m, ManagerImdsAccept accept, void *userdata) {
+        m->imds_accept = accept;
+        m->imds_userdata = userdata;
+}
+
+void manager_unset_imds(Manager *m, void *userdata) {
+        if (m->imds_userdata == userdata)
+                manager_set_imds(m, NULL, NULL);
+}
+
+bool manager_imds_accept(Manager *m, Vm *v, int fd) {
+        if (!m->imds_accept)
+                return false;
+        m->imds_accept(m->imds_userdata, v, fd);
+        return true;
+}
+
+/* ---- shutdown ---- */
+
+bool manager_shutting_down(Manager *m) {
+        return m->shutting_down;
+}
+
+bool manager_detaching(Manager *m) {
+        return m->detaching;
+}
+
+void manager_hold_vms(Manager *m, bool hold) {
+        m->detaching = hold && m->units && m->detach_vms_on_exit;
+}
+
+int manager_shutdown(Manager *m, void (*done)(void *userdata), void *userdata) {
+        m->shutting_down = true;
+        /* VMs in units stay (--detach-vms-on-exit) for the next daemon; plain children are powered
+         * down before we go */
+        if (m->units && m->detach_vms_on_exit) {
+                m->detaching = true;
+                vm_detach_all(m);
+                return 0;
         }
-        free(m->quarantine);
-        while (m->n_switches > 0)
-                manager_switch_stop(m, m->switches[0].name);
-        free(m->switches);
-        sd_event_source_disable_unref(m->vsock_source);
-        safe_close(m->vsock_fd);
-        attest_nonce_store_free(m->nonces);
-        vm_unit_manager_free(m->units);
-        storage_free(m->storage);
-        free(m->ovmf_code);
-        free(m->ovmf_vars);
-        image_catalog_free(m->images);
-        network_registry_free(m->networks);
-        host_probe_free(m->host);
-        sd_event_unref(m->event);
-        free(m->state_dir);
-        free(m->image_dir);
-        free(m->version);
-        free(m->commit);
-        free(m->built);
-        free(m);
-        return NULL;
-}
-
-const char *manager_vm_name(const char *vm_id, void *userdata) {
-        Vm *v = manager_find_vm(userdata, vm_id);
-
-        return v ? vm_name(v) : NULL;
-}
-
-Vm *manager_find_vm(Manager *m, const char *id) {
-        for (size_t i = 0; id && i < m->n_vms; i++)
-                if (streq(vm_id(m->vms[i]), id))
-                        return m->vms[i];
-        return NULL;
-}
-
-const struct ManagerQuarantine *manager_find_quarantined(Manager *m, const char *id) {
-        for (size_t i = 0; id && i < m->n_quarantine; i++)
-                if (streq(m->quarantine[i].id, id))
-                        return &m->quarantine[i];
-        return NULL;
-}
-
-Vm *manager_find_vm_by_name(Manager *m, const char *name) {
-        for (size_t i = 0; name && i < m->n_vms; i++)
-                if (streq(vm_name(m->vms[i]), name))
-                        return m->vms[i];
-        return NULL;
-}
-
-int manager_add_vm(Manager *m, Vm *v) {
-        Vm **a;
-
-        if (m->n_vms >= MANAGER_VMS_MAX)
-                return -E2BIG;
-        a = realloc(m->vms, (m->n_vms + 1) * sizeof(Vm *));
-        if (!a)
-                return -ENOMEM;
-        m->vms = a;
-        m->vms[m->n_vms++] = vm_ref(v);
-        return 0;
-}
-
-void manager_remove_vm(Manager *m, Vm *v) {
-        for (size_t i = 0; i < m->n_vms; i++)
-                if (m->vms[i] == v) {
-                        memmove(m->vms + i, m->vms + i + 1, (m->n_vms - i - 1) * sizeof(Vm *));
-                        m->n_vms--;
-                        vm_unref(v);
-                        return;
-                }
+        vm_stop_all(m, done, userdata);
+        return 1;
 }

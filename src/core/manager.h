@@ -1,24 +1,28 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 #pragma once
 
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <systemd/sd-event.h>
 
 #include "api-error.h"
-#include "attest-nonce.h"
 #include "caller.h"
 #include "cleanup.h"
+#include "core-forward.h"
 #include "host-probe.h"
-#include "image-catalog.h"
-#include "metrics-text.h"
-#include "net-switch.h"
-#include "network.h"
-#include "storage.h"
-#include "vm-unit.h"
-#include "vm.h"
-#include "worker.h"
+#include "time-util.h"
 
-/* The service behind both surfaces: it owns the records (networks, images, host facts, and the VMs
- * of later parts) and runs every operation. REST and MCP only translate to and from it. */
+/* The service behind both surfaces: it owns the records (networks, images, host facts, VMs) and the
+ * settings VMs run with. REST and MCP reach it through operation.h only; the VM rooms through the
+ * accessors below. Opaque: its fields are manager.c's alone. */
+
+typedef struct AttestNonceStore AttestNonceStore;
+typedef struct ImageCatalog ImageCatalog;
+typedef struct NetSwitch NetSwitch;
+typedef struct Storage Storage;
+typedef struct VmUnitManager VmUnitManager;
 
 typedef enum VmLauncherKind {
         VM_LAUNCHER_AUTO,    /* systemd where a service manager is reachable, else process */
@@ -66,95 +70,127 @@ typedef struct ManagerConfig {
         const char *built;
 } ManagerConfig;
 
-typedef struct Manager {
-        sd_event *event;
-        char *state_dir;
-        char *image_dir;
-        char *version, *commit, *built;
-        NetworkRegistry *networks;
-        ImageCatalog *images;
-        HostProbe *host;
-
-        /* VMs, oldest first */
-        Vm **vms;
-        size_t n_vms;
-        char *ovmf_code, *ovmf_vars;
-        usec_t install_timeout, boot_timeout, stop_timeout, qmp_timeout;
-        uint32_t notify_port;
-        /* attestation: the mode, learn mode, and the nonces handed to guests */
-        AttestMode attestation;
-        bool learn_golden;
-        AttestNonceStore *nonces;
-
-        /* the AF_VSOCK listener for guests on the kernel's vhost-vsock, opened on first use */
-        int vsock_fd;
-        sd_event_source *vsock_source;
-        VmUnitManager *units; /* the systemd launcher's connection; NULL: plain children */
-        Storage *storage;     /* where VM disks come from */
-        bool detach_vms_on_exit;
-        bool shutting_down;
-        bool detaching; /* shutting down with VMs left running */
-
-        /* the metadata server, set by the daemon: takes a connection a VM's guest opened to the IMDS */
-        void (*imds_accept)(void *userdata, Vm *v, int fd);
-        void *imds_userdata;
-
-        /* the data plane: one switch per network record, in no particular order */
-        struct ManagerSwitch {
-                char *name;
-                NetSwitch *sw;
-        } * switches;
-        size_t n_switches;
-
-        /* metrics: durations observed since start-up, and the cap on a guest report's series */
-        MetricsHistogram install_seconds, boot_to_ready_seconds;
-        size_t guest_series_limit;
-        size_t metrics_size_hint; /* bytes of the last exposition */
-        Worker *report_worker;    /* parses and stores guest reports off the loop; made on first use */
-
-        /* VM records that did not load at start-up, set aside in <state>/quarantine/<id>: get_host
-         * lists them, delete_vm of their id removes them with their disk and lease. */
-        struct ManagerQuarantine {
-                char *id, *path, *reason;
-        } * quarantine;
-        size_t n_quarantine;
-
-        /* Bumped on every change to a record, so that surfaces can cache what they rendered. */
-        uint64_t generation;
-
-        /* Who asked for the operation running now (borrowed): set by operation_run() and
-         * operation_run_async() for the handler's duration; NULL when anonymous (no --enable-oauth).
-         * create_vm records it as the VM's createdBy. */
-        const Caller *caller;
-} Manager;
-
 /* Loads the state directory (networks and leases), scans the image directory (and watches it),
- * probes the host, and ensures the default network. */
+ * probes the host, loads the VMs (attaching to those still running), and ensures the default
+ * network. */
 int manager_new(Manager **ret, sd_event *event, const ManagerConfig *cfg, ApiError *reterr);
 Manager *manager_free(Manager *m);
 DEFINE_TRIVIAL_CLEANUP_FUNC(Manager *, manager_free);
 
-static inline void manager_touch(Manager *m) {
-        m->generation++;
-}
+/* ---- what VMs run with, fixed at start-up ---- */
 
-/* The Prometheus exposition of every host and guest family (GET /metrics); *ret is malloc'd. */
-int manager_metrics_text(Manager *m, char **ret, size_t *ret_size);
+struct ManagerSettings {
+        const char *ovmf_code, *ovmf_vars;
+        usec_t install_timeout, boot_timeout, stop_timeout, qmp_timeout;
+        uint32_t notify_port; /* the vsock port guests send READY=1 to */
+        AttestMode attestation;
+        bool learn_golden;
+        size_t guest_series_limit;
+};
 
-/* The name of the VM holding a lease, for messages; NULL when unknown. */
-const char *manager_vm_name(const char *vm_id, void *userdata);
+const ManagerSettings *manager_settings(Manager *m);
+
+/* ---- the registries and services it owns (borrowed) ---- */
+
+sd_event *manager_event(Manager *m);
+const char *manager_state_dir(Manager *m);
+const char *manager_image_dir(Manager *m);
+NetworkRegistry *manager_networks(Manager *m);
+ImageCatalog *manager_images(Manager *m);
+HostProbe *manager_host(Manager *m);
+Storage *manager_storage(Manager *m);
+AttestNonceStore *manager_nonces(Manager *m);
+VmUnitManager *manager_units(Manager *m); /* the systemd launcher's connection; NULL: plain children */
+VmNotify *manager_notify(Manager *m);
+VmReports *manager_reports(Manager *m);
+ManagerMetrics *manager_metrics(Manager *m);
+const char *manager_version(Manager *m);
+const char *manager_commit(Manager *m);
+const char *manager_built(Manager *m);
+
+/* ---- records ---- */
+
+/* Bumped on every change to a record, so that surfaces can cache what they rendered. */
+void manager_touch(Manager *m);
+uint64_t manager_generation(Manager *m);
+
+/* Who asked for the operation running now (borrowed): set by operation_run() and
+ * operation_run_async() for the handler's duration; NULL when anonymous (no --enable-oauth).
+ * create_vm records it as the VM's createdBy. */
+const Caller *manager_caller(Manager *m);
+void manager_set_caller(Manager *m, const Caller *caller);
 
 #define MANAGER_VMS_MAX 1024U
 
+/* VMs, oldest first. */
+size_t manager_n_vms(Manager *m);
+Vm *manager_vm_at(Manager *m, size_t i);
+#define MANAGER_FOREACH_VM(v, m, i) \
+        for (size_t i = 0; i < manager_n_vms(m) && ((v) = manager_vm_at((m), i)); i++)
+Vm *manager_find_vm(Manager *m, const char *id);
+Vm *manager_find_vm_by_name(Manager *m, const char *name);
+int manager_add_vm(Manager *m, Vm *v);     /* takes a reference; -E2BIG beyond MANAGER_VMS_MAX */
+void manager_remove_vm(Manager *m, Vm *v); /* drops the manager's reference */
+void manager_sort_vms(Manager *m, int (*cmp)(const void *a, const void *b));
+/* The name of the VM holding a lease, for messages; NULL when unknown. */
+const char *manager_vm_name(const char *vm_id, void *userdata);
+
+/* VM records that did not load at start-up, set aside in <state>/quarantine/<id>: get_host lists
+ * them, delete_vm of their id removes them with their disk and lease. */
+struct ManagerQuarantine {
+        char *id, *path, *reason;
+};
+
+int manager_quarantine_add(Manager *m, const char *id, const char *path, const char *reason);
+const ManagerQuarantine *manager_find_quarantined(Manager *m, const char *id);
+void manager_quarantine_remove(Manager *m, const char *id);
+/* [{"id","path","reason"}]; a new reference, NULL on OOM. */
+json_t *manager_quarantine_to_json(Manager *m);
+
+/* ---- networks (manager-network.c): the records and their switches ---- */
+
+/* create_network: the record, then its switch; a switch that does not start takes the record
+ * with it. ret is borrowed. */
+int manager_create_network(Manager *m, json_t *request, Network **ret, ApiError *reterr);
+/* delete_network: the record (refused while VMs hold leases), then its switch. */
+int manager_delete_network(Manager *m, const char *name, ApiError *reterr);
 /* The switch of a network record: started when the network is loaded or created, stopped when it is
  * deleted. */
 int manager_switch_start(Manager *m, const Network *n);
+int manager_switches_start(Manager *m, ApiError *reterr);
 void manager_switch_stop(Manager *m, const char *name);
 NetSwitch *manager_switch_get(Manager *m, const char *name);
 
-Vm *manager_find_vm(Manager *m, const char *id);
-Vm *manager_find_vm_by_name(Manager *m, const char *name);
-/* A quarantined record (see Manager.quarantine), NULL when id is none. */
-const struct ManagerQuarantine *manager_find_quarantined(Manager *m, const char *id);
-int manager_add_vm(Manager *m, Vm *v);     /* takes a reference */
-void manager_remove_vm(Manager *m, Vm *v); /* drops the manager's reference */
+/* ---- the metadata service ---- */
+
+/* The daemon's IMDS takes the connections a VM's guest opens to 169.254.169.254 (fd is given away). */
+typedef void (*ManagerImdsAccept)(void *userdata, Vm *v, int fd);
+void manager_set_imds(Manager *m, ManagerImdsAccept accept, void *userdata);
+/* Forgets the IMDS registered with userdata (another one stays). */
+void manager_unset_imds(Manager *m, void *userdata);
+/* Hands fd to the IMDS; false (fd untouched) when none is set. */
+bool manager_imds_accept(Manager *m, Vm *v, int fd);
+
+/* ---- metrics (manager-metrics.c) ---- */
+
+int manager_metrics_new(ManagerMetrics **ret);
+ManagerMetrics *manager_metrics_free(ManagerMetrics *mm);
+
+/* Durations the exposition's histograms count. */
+void manager_observe_install(Manager *m, usec_t duration);
+void manager_observe_boot_to_ready(Manager *m, usec_t duration);
+/* The Prometheus exposition of every host and guest family (GET /metrics); *ret is malloc'd. */
+int manager_metrics_text(Manager *m, char **ret, size_t *ret_size);
+
+/* ---- start-up and shutdown ---- */
+
+bool manager_shutting_down(Manager *m);
+/* Shutting down with VMs left running. */
+bool manager_detaching(Manager *m);
+/* While held (start-up), freeing the manager leaves the VMs of units running when
+ * --detach-vms-on-exit asks for it: a failed start-up must not take them down. */
+void manager_hold_vms(Manager *m, bool hold);
+/* Shutdown: VMs in units stay for the next daemon when --detach-vms-on-exit asks for it (returns 0;
+ * done is not called); otherwise every VM is stopped and done follows once all have exited
+ * (returns 1; done may run before this returns). */
+int manager_shutdown(Manager *m, void (*done)(void *userdata), void *userdata);

@@ -7,10 +7,13 @@
 
 #include "cleanup.h"
 #include "fs-util.h"
+#include "hex-util.h"
 #include "json-util.h"
 #include "log.h"
 #include "network.h"
 #include "parse-util.h"
+#include "socket-util.h"
+#include "string-util.h"
 
 /* <state_dir>/networks.json, written whole with write_file_atomic() after every change:
  *
@@ -40,7 +43,6 @@
 #define DNS_NAME_MAX 253U
 #define DNS_LABEL_MAX 63U
 #define VM_ID_MAX 255U
-#define MAC_STRLEN sizeof("xx:xx:xx:xx:xx:xx")
 
 struct NetworkRegistry {
         char *state_dir;
@@ -83,12 +85,6 @@ static const char *format_ip(struct in_addr a, char buf[static INET_ADDRSTRLEN])
 
 static const char *format_ip_host(uint32_t h, char buf[static INET_ADDRSTRLEN]) {
         return format_ip(addr_net(h), buf);
-}
-
-static const char *format_mac(const uint8_t mac[6], char buf[static MAC_STRLEN]) {
-        (void) snprintf(
-                buf, MAC_STRLEN, "%02x:%02x:%02x:%02x:%02x:%02x", mac[0], mac[1], mac[2], mac[3], mac[4], mac[5]);
-        return buf;
 }
 
 static bool ascii_is_digit(char c) {
@@ -279,16 +275,6 @@ int dns_name_validate(const char *name, ApiError *reterr) {
         return 0;
 }
 
-static uint32_t fnv1a_32(const char *s) {
-        uint32_t h = UINT32_C(2166136261);
-
-        for (const unsigned char *p = (const unsigned char *) s; *p; p++) {
-                h ^= *p;
-                h *= UINT32_C(16777619);
-        }
-        return h;
-}
-
 void network_mac_for(const char *network_name, struct in_addr ip, uint8_t ret_mac[6]) {
         uint32_t a = addr_host(ip);
 
@@ -326,9 +312,9 @@ static bool vm_id_is_valid(const char *id) {
         return true;
 }
 
-/* unix sockets limit their path to sizeof(sun_path) - 1 bytes. */
+/* unix sockets limit their path to SOCKADDR_UN_PATH_MAX bytes. */
 static int check_socket_path(const char *state_dir, const char *name, ApiError *reterr) {
-        const size_t max = sizeof(((struct sockaddr_un){}).sun_path) - 1;
+        const size_t max = SOCKADDR_UN_PATH_MAX;
         size_t len = strlen(state_dir) + strlen("/networks/") + strlen(name) + strlen("/qemu.sock");
 
         if (len > max)
@@ -555,12 +541,12 @@ static json_t *leases_to_json(const Network *n) {
 
         for (size_t i = 0; i < n->n_leases; i++) {
                 const NetworkLease *l = n->leases + i;
-                char mac[MAC_STRLEN], ip[INET_ADDRSTRLEN];
+                char mac[ETHER_ADDR_STRLEN], ip[INET_ADDRSTRLEN];
                 json_t *o = json_object();
 
                 if (json_array_append_new(a, o) < 0 ||
                     json_object_set_new(o, "vmID", json_string(l->vm_id)) < 0 ||
-                    json_object_set_new(o, "mac", json_string(format_mac(l->mac, mac))) < 0 ||
+                    json_object_set_new(o, "mac", json_string(ether_addr_format(l->mac, mac))) < 0 ||
                     json_object_set_new(o, "ip", json_string(format_ip(l->ip, ip))) < 0)
                         return NULL;
         }
@@ -1016,7 +1002,7 @@ static int lease_load(NetworkRegistry *reg, Network *n, size_t index, json_t *v,
         };
         _cleanup_(lease_record_done) LeaseRecord rec = {};
         _cleanup_(api_error_done) ApiError e = API_ERROR_NULL;
-        char first[INET_ADDRSTRLEN], last[INET_ADDRSTRLEN], mac[MAC_STRLEN];
+        char first[INET_ADDRSTRLEN], last[INET_ADDRSTRLEN], mac[ETHER_ADDR_STRLEN];
         NetworkLease l = {};
         uint32_t ip;
         int r;
@@ -1057,7 +1043,7 @@ static int lease_load(NetworkRegistry *reg, Network *n, size_t index, json_t *v,
 
         l.ip = addr_net(ip);
         network_mac_for(n->name, l.ip, l.mac);
-        if (!streq(rec.mac, format_mac(l.mac, mac)))
+        if (!streq(rec.mac, ether_addr_format(l.mac, mac)))
                 return corrupt(
                         reg,
                         reterr,

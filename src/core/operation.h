@@ -5,6 +5,7 @@
 
 #include "api-error.h"
 #include "manager.h"
+#include "vm.h"
 
 /* The operation table: every operation is declared once, and the REST router, MCP tools/list and
  * tools/call, get_info, the OpenAPI consistency test and docs/tools.md are all derived from it. */
@@ -72,7 +73,7 @@ typedef struct Operation {
         unsigned success_status;      /* REST status on success: 200, 201 or 204 */
         bool rest_body;               /* REST: the body is a JSON object holding the non-path params */
         const char *list_key;         /* MCP: structuredContent key wrapping an array result */
-        bool cacheable;               /* the result depends only on the records (Manager.generation) */
+        bool cacheable;               /* the result depends only on the records (manager_generation()) */
         const OperationParam *params; /* terminated by a NULL name */
         OperationHandler handler;
         OperationAsyncHandler async_handler; /* instead of handler */
@@ -85,7 +86,8 @@ const Operation *operation_find(const char *name);
  * types right. Errors are invalid_request and name the field. */
 int operation_check_args(const Operation *op, json_t *args, ApiError *reterr);
 
-/* operation_check_args(), then the handler; caller (borrowed, NULL: anonymous) is m->caller meanwhile. */
+/* operation_check_args(), then the handler; caller (borrowed, NULL: anonymous) is manager_caller()
+ * meanwhile. */
 int operation_run(
         const Operation *op, Manager *m, const Caller *caller, json_t *args, json_t **ret, ApiError *reterr);
 

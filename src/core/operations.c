@@ -2,7 +2,9 @@
 #include <stdlib.h>
 
 #include "cleanup.h"
+#include "image-catalog.h"
 #include "json-util.h"
+#include "network.h"
 #include "operation.h"
 
 static int op_get_info(Manager *m, json_t *args, json_t **ret, ApiError *reterr) {
@@ -16,7 +18,15 @@ static int op_get_info(Manager *m, json_t *args, json_t **ret, ApiError *reterr)
                 if (table[i].name && json_array_append_new(tools, json_string(table[i].name)) < 0)
                         return -ENOMEM;
         info = json_pack(
-                "{s:s,s:s,s:s,s:O}", "version", m->version, "commit", m->commit, "built", m->built, "tools", tools);
+                "{s:s,s:s,s:s,s:O}",
+                "version",
+                manager_version(m),
+                "commit",
+                manager_commit(m),
+                "built",
+                manager_built(m),
+                "tools",
+                tools);
         if (!info)
                 return -ENOMEM;
         *ret = TAKE_PTR(info);
@@ -24,46 +34,34 @@ static int op_get_info(Manager *m, json_t *args, json_t **ret, ApiError *reterr)
 }
 
 static int op_get_host(Manager *m, json_t *args, json_t **ret, ApiError *reterr) {
-        json_auto_t *h = host_probe_to_json(m->host);
+        json_auto_t *h = host_probe_to_json(manager_host(m));
+        const ManagerSettings *st = manager_settings(m);
         json_t *a;
 
         if (!h)
                 return -ENOMEM;
         /* how quotes are judged here; learn mode and noop are never for production, and say so */
         a = json_pack(
-                "{s:s,s:b}", "mode", attest_mode_to_string(m->attestation), "learnGolden", m->learn_golden);
+                "{s:s,s:b}", "mode", attest_mode_to_string(st->attestation), "learnGolden", st->learn_golden);
         if (!a || json_object_set_new(h, "attestation", a) < 0)
                 return -ENOMEM;
-        if (m->attestation == ATTEST_MODE_NOOP || m->learn_golden)
+        if (st->attestation == ATTEST_MODE_NOOP || st->learn_golden)
                 json_object_set_new(
                         a,
                         "warning",
                         json_string(
-                                m->attestation == ATTEST_MODE_NOOP ?
+                                st->attestation == ATTEST_MODE_NOOP ?
                                         "noop attestation: any quote echoing a fresh nonce passes; never for production" :
                                         "golden PCRs without a value are learned and accepted; never for production"));
         /* VM records that did not load: set aside, not lost */
-        a = json_array();
-        if (!a || json_object_set_new(h, "quarantine", a) < 0)
+        if (json_object_set_new(h, "quarantine", manager_quarantine_to_json(m)) < 0)
                 return -ENOMEM;
-        for (size_t i = 0; i < m->n_quarantine; i++)
-                if (json_array_append_new(
-                            a,
-                            json_pack(
-                                    "{s:s,s:s,s:s}",
-                                    "id",
-                                    m->quarantine[i].id,
-                                    "path",
-                                    m->quarantine[i].path,
-                                    "reason",
-                                    m->quarantine[i].reason)) < 0)
-                        return -ENOMEM;
         *ret = TAKE_PTR(h);
         return 0;
 }
 
 static int op_list_images(Manager *m, json_t *args, json_t **ret, ApiError *reterr) {
-        json_t *l = image_catalog_to_json(m->images);
+        json_t *l = image_catalog_to_json(manager_images(m));
 
         if (!l)
                 return -ENOMEM;
@@ -72,11 +70,12 @@ static int op_list_images(Manager *m, json_t *args, json_t **ret, ApiError *rete
 }
 
 static int op_get_image(Manager *m, json_t *args, json_t **ret, ApiError *reterr) {
-        return image_catalog_get_json(m->images, json_string_value(json_object_get(args, "ref")), ret, reterr);
+        return image_catalog_get_json(
+                manager_images(m), json_string_value(json_object_get(args, "ref")), ret, reterr);
 }
 
 static int op_list_networks(Manager *m, json_t *args, json_t **ret, ApiError *reterr) {
-        json_t *l = network_registry_to_json(m->networks);
+        json_t *l = network_registry_to_json(manager_networks(m));
 
         if (!l)
                 return -ENOMEM;
@@ -86,7 +85,7 @@ static int op_list_networks(Manager *m, json_t *args, json_t **ret, ApiError *re
 
 static int lookup_network(Manager *m, json_t *args, Network **ret, ApiError *reterr) {
         const char *name = json_string_value(json_object_get(args, "name"));
-        Network *n = network_registry_get(m->networks, name);
+        Network *n = network_registry_get(manager_networks(m), name);
 
         if (!n)
                 return api_error_set(reterr, -ENOENT, API_ERROR_NOT_FOUND, "network \"%s\"", name);
@@ -109,18 +108,9 @@ static int op_create_network(Manager *m, json_t *args, json_t **ret, ApiError *r
         Network *n = NULL;
         int r;
 
-        r = network_create(m->networks, args, &n, reterr);
+        r = manager_create_network(m, args, &n, reterr);
         if (r < 0)
                 return r;
-        r = manager_switch_start(m, n);
-        if (r < 0) {
-                /* a record nothing switches is worse than none */
-                _cleanup_free_ char *name = strdup(n->name);
-                if (name)
-                        (void) network_delete(m->networks, name, manager_vm_name, m, NULL);
-                return api_error_set(
-                        reterr, r, API_ERROR_INTERNAL, "starting the switch of network: %s", strerror(-r));
-        }
         *ret = network_to_json(n);
         return *ret ? 0 : -ENOMEM;
 }
@@ -129,10 +119,9 @@ static int op_delete_network(Manager *m, json_t *args, json_t **ret, ApiError *r
         const char *name = json_string_value(json_object_get(args, "name"));
         int r;
 
-        r = network_delete(m->networks, name, manager_vm_name, m, reterr);
+        r = manager_delete_network(m, name, reterr);
         if (r < 0)
                 return r;
-        manager_switch_stop(m, name);
         /* REST answers 204; MCP gets this record of what was removed. */
         *ret = json_pack("{s:s,s:b}", "id", name, "deleted", true);
         return *ret ? 0 : -ENOMEM;
@@ -174,8 +163,8 @@ static int op_list_vms(Manager *m, json_t *args, json_t **ret, ApiError *reterr)
 
         if (!l)
                 return -ENOMEM;
-        for (size_t i = 0; i < m->n_vms; i++)
-                if (json_array_append_new(l, vm_to_json(m->vms[i])) < 0)
+        for (size_t i = 0; i < manager_n_vms(m); i++)
+                if (json_array_append_new(l, vm_to_json(manager_vm_at(m, i))) < 0)
                         return -ENOMEM;
         *ret = TAKE_PTR(l);
         return 0;
@@ -908,9 +897,9 @@ int operation_run_async(
         r = operation_check_args(op, args, reterr);
         if (r < 0)
                 return r;
-        m->caller = caller;
+        manager_set_caller(m, caller);
         r = op->async_handler(m, args, done, progress, userdata, reterr);
-        m->caller = NULL;
+        manager_set_caller(m, NULL);
         if (r < 0) {
                 api_error_from_errno(reterr, r, op->name);
                 return r;
@@ -927,9 +916,9 @@ int operation_run(
         r = operation_check_args(op, args, reterr);
         if (r < 0)
                 return r;
-        m->caller = caller;
+        manager_set_caller(m, caller);
         r = op->handler(m, args, &result, reterr);
-        m->caller = NULL;
+        manager_set_caller(m, NULL);
         if (r < 0) {
                 api_error_from_errno(reterr, r, op->name);
                 return r;

@@ -6,30 +6,109 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "attest-nonce.h"
 #include "attest-policy.h"
 #include "attest-request.h"
 #include "fs-util.h"
+#include "host-probe.h"
+#include "image-catalog.h"
 #include "json-util.h"
 #include "log.h"
-#include "manager.h"
 #include "parse-util.h"
-#include "vm.h"
+#include "vm-internal.h"
 
 #define NOOP_VERIFIED "nonce matched; quote not verified (noop attestor)"
 #define NOOP_UNKNOWN "unknown or expired nonce"
 
 json_t *vm_attestation_to_json(Vm *v) {
-        VmAttestation *a = vm_attestation(v);
-        json_auto_t *o = json_pack("{s:b,s:b}", "required", a->required, "userDataReleased", a->released);
+        return vm_attestation_to_json_full(&v->rec.att, /* for_disk= */ false);
+}
 
-        if (!o)
+void vm_attest_reset(Vm *v) {
+        VmAttestation *a = &v->rec.att;
+
+        a->required = v->rec.spec.require_attestation;
+        a->released = !v->rec.spec.require_attestation;
+        a->nonce_issued_at = 0;
+        attest_result_done(&a->initrd);
+        attest_result_done(&a->ready);
+        a->has_initrd = a->has_ready = false;
+}
+
+VmGate vm_attest_gate(Vm *v) {
+        const VmAttestation *a = &v->rec.att;
+
+        if (!a->required)
+                return VM_GATE_NONE;
+        if (a->has_ready && a->ready.verified)
+                return VM_GATE_READY;
+        if (a->has_initrd && a->initrd.verified)
+                return VM_GATE_INITRD;
+        if (a->has_initrd)
+                return VM_GATE_REJECTED;
+        return a->nonce_issued_at ? VM_GATE_NONCE : VM_GATE_CLOSED;
+}
+
+char *vm_attest_boot_rejection(Vm *v) {
+        const VmAttestation *a = &v->rec.att;
+        const AttestResult *r = a->has_initrd && !a->initrd.verified ? &a->initrd :
+                a->has_ready && !a->ready.verified                   ? &a->ready :
+                                                                       NULL;
+        char *t = NULL;
+
+        if (!a->required || !r)
                 return NULL;
-        (void) vm_json_set_time(o, "nonceIssuedAt", a->nonce_issued_at);
-        if (a->has_initrd && json_object_set_new(o, "initrd", attest_result_to_json(&a->initrd)) < 0)
-                return NULL;
-        if (a->has_ready && json_object_set_new(o, "ready", attest_result_to_json(&a->ready)) < 0)
-                return NULL;
-        return TAKE_PTR(o);
+        asprintf_or_null(
+                &t, "%s attestation rejected: %s", r == &a->initrd ? "initrd" : "ready", r->message ?: "?");
+        return t;
+}
+
+/* Without golden values the boot would be rejected minutes from now: create_vm is refused before
+ * anything is allocated, with the way to record them. */
+int vm_attest_check_image(Manager *m, const Image *img, const VmSpec *spec, ApiError *reterr) {
+        _cleanup_(attest_policy_freep) AttestPolicy *p = NULL;
+        _cleanup_(api_error_done) ApiError e = API_ERROR_NULL;
+        char list[3 * 32] = "";
+        uint32_t missing;
+
+        if (!spec->require_attestation || manager_settings(m)->attestation != ATTEST_MODE_VERIFY ||
+            manager_settings(m)->learn_golden)
+                return 0;
+        if (!img->policy)
+                return api_error_set(
+                        reterr,
+                        -EOPNOTSUPP,
+                        API_ERROR_UNSUPPORTED,
+                        "vm requires attestation, but image %s has no policy.json to verify its quotes against; "
+                        "use an image built by images/ (make image), or create the vm with require_attestation "
+                        "false",
+                        img->ref);
+        if (attest_policy_from_json(img->policy, &p, &e) < 0)
+                return api_error_set(
+                        reterr,
+                        -EOPNOTSUPP,
+                        API_ERROR_UNSUPPORTED,
+                        "vm requires attestation, but the policy.json of image %s does not load: %s",
+                        img->ref,
+                        e.message ?: "invalid policy");
+        missing = attest_policy_missing_golden(p);
+        if (missing == 0)
+                return 0;
+        for (unsigned i = 0, n = 0; i < 32; i++)
+                if (missing & (1U << i))
+                        n += (unsigned) snprintf(list + n, sizeof(list) - n, "%s%u", n ? "," : "", i);
+        return api_error_set(
+                reterr,
+                -EOPNOTSUPP,
+                API_ERROR_UNSUPPORTED,
+                "vm requires attestation, but image %s has no golden value for pcr %s, so its quotes cannot "
+                "verify (attestation verify, learn mode off). Record them once: run `make golden`, or serve "
+                "with --attestation-learn-golden, create one vm with require_attestation and wait_for ready, "
+                "then run `vm-manager image golden %s --from-vm <id>`. Or create this vm with "
+                "require_attestation false",
+                img->ref,
+                list,
+                img->ref);
 }
 
 /* The event logs of each stage's last quote, as the guest sent them, kept in the VM's directory
@@ -91,16 +170,16 @@ static void remove_logs(Vm *v) {
 
 int vm_attest_nonce(Vm *v, char ret[static 65]) {
         Manager *m = vm_manager(v);
-        VmAttestation *a = vm_attestation(v);
+        VmAttestation *a = &v->rec.att;
         int r;
 
-        r = attest_nonce_issue(m->nonces, vm_id(v), now_usec(CLOCK_MONOTONIC), ret);
+        r = attest_nonce_issue(manager_nonces(m), vm_id(v), now_usec(CLOCK_MONOTONIC), ret);
         if (r < 0)
                 return r;
         if (a->nonce_issued_at == 0) {
                 remove_logs(v);
                 a->nonce_issued_at = now_usec(CLOCK_REALTIME);
-                vm_attest_changed(v, /* nonce= */ true);
+                (void) vm_set_state(v, VM_EVENT_NONCE, NULL, NULL);
         }
         return 0;
 }
@@ -109,7 +188,7 @@ int vm_attest_nonce(Vm *v, char ret[static 65]) {
 static AttestPolicy *policy_for(Vm *v, char **ret_why) {
         Manager *m = vm_manager(v);
         const char *ref = vm_spec(v)->image;
-        const Image *img = image_catalog_resolve(m->images, ref);
+        const Image *img = image_catalog_resolve(manager_images(m), ref);
         _cleanup_(api_error_done) ApiError e = API_ERROR_NULL;
         AttestPolicy *p = NULL;
 
@@ -130,7 +209,7 @@ static AttestPolicy *policy_for(Vm *v, char **ret_why) {
 
 /* Where the host's firmware is not the one the golden values were recorded with, the verdict says so. */
 static char *firmware_note(Vm *v, const AttestPolicy *p) {
-        const char *host = host_probe_firmware_sha256(vm_manager(v)->host);
+        const char *host = host_probe_firmware_sha256(manager_host(vm_manager(v)));
         char *note = NULL;
 
         if (!p || !p->has_golden_firmware || !host || strcasecmp(host, p->golden_firmware_sha256) == 0)
@@ -146,6 +225,24 @@ static char *firmware_note(Vm *v, const AttestPolicy *p) {
         return note;
 }
 
+/* A verdict, once recorded, is an event of the lifecycle: verified, rejected for good (a golden
+ * mismatch, no golden value, another AK: a VM that must attest is failed at once), or rejected for
+ * the guest to retry (a stale nonce; anything in noop mode). */
+static void verdict_event(Vm *v, AttestStage stage) {
+        const AttestResult *r = stage == ATTEST_STAGE_READY ? &v->rec.att.ready : &v->rec.att.initrd;
+        bool ready = stage == ATTEST_STAGE_READY;
+        VmEvent e;
+
+        if (r->verified)
+                e = ready ? VM_EVENT_QUOTE_VERIFIED_READY : VM_EVENT_QUOTE_VERIFIED_INITRD;
+        else if (r->retryable || manager_settings(v->manager)->attestation == ATTEST_MODE_NOOP)
+                e = VM_EVENT_QUOTE_RETRYABLE;
+        else
+                e = ready ? VM_EVENT_QUOTE_REJECTED_READY : VM_EVENT_QUOTE_REJECTED_INITRD;
+        (void) vm_set_state(
+                v, e, &(VmEventArgs){ .stage = attest_stage_to_string(stage), .detail = r->message ?: "" }, NULL);
+}
+
 int vm_attest_quote(Vm *v, const void *body, size_t size, unsigned *ret_status, json_t **ret, char **ret_text) {
         _cleanup_(attest_quote_request_done) AttestQuoteRequest req = {};
         _cleanup_(attest_result_done) AttestResult res = {};
@@ -153,7 +250,7 @@ int vm_attest_quote(Vm *v, const void *body, size_t size, unsigned *ret_status, 
         _cleanup_(api_error_done) ApiError e = API_ERROR_NULL;
         _cleanup_free_ char *why = NULL, *note = NULL;
         Manager *m = vm_manager(v);
-        VmAttestation *a = vm_attestation(v);
+        VmAttestation *a = &v->rec.att;
         AttestStage stage;
         int r;
 
@@ -167,8 +264,9 @@ int vm_attest_quote(Vm *v, const void *body, size_t size, unsigned *ret_status, 
         }
         stage = attest_stage_from_string(req.stage);
 
-        if (m->attestation == ATTEST_MODE_NOOP) {
-                bool ok = attest_nonce_consume(m->nonces, vm_id(v), req.nonce, now_usec(CLOCK_MONOTONIC));
+        if (manager_settings(m)->attestation == ATTEST_MODE_NOOP) {
+                bool ok = attest_nonce_consume(
+                        manager_nonces(m), vm_id(v), req.nonce, now_usec(CLOCK_MONOTONIC));
                 res.verified = ok;
                 res.message = strdup(ok ? NOOP_VERIFIED : NOOP_UNKNOWN);
                 res.at = now_usec(CLOCK_REALTIME);
@@ -177,7 +275,7 @@ int vm_attest_quote(Vm *v, const void *body, size_t size, unsigned *ret_status, 
         } else {
                 policy = policy_for(v, &why);
                 r = attest_verify_quote(
-                        m->nonces,
+                        manager_nonces(m),
                         &req,
                         &(AttestVerifyParams){
                                 .vm_id = vm_id(v),
@@ -187,7 +285,7 @@ int vm_attest_quote(Vm *v, const void *body, size_t size, unsigned *ret_status, 
                                 .no_policy_message = why ?: "no attestation policy",
                                 .kubernetes_version = vm_spec(v)->kubernetes_version,
                                 .pinned_ak = a->ak_pin,
-                                .learn_golden = m->learn_golden,
+                                .learn_golden = manager_settings(m)->learn_golden,
                         },
                         &res);
                 if (r < 0) {
@@ -240,7 +338,20 @@ int vm_attest_quote(Vm *v, const void *body, size_t size, unsigned *ret_status, 
                 a->ready = res;
                 a->has_ready = true;
         }
-        vm_attest_verdict(v, attest_stage_to_string(stage), res.verified, res.message);
         res = (AttestResult){}; /* moved */
+        verdict_event(v, stage);
         return 0;
+}
+
+/* The attestation as one word: disabled, released, failed or pending (in that order). */
+const char *vm_attestation_word(Vm *v) {
+        VmAttestation *a = &v->rec.att;
+
+        if (!vm_spec(v)->require_attestation)
+                return "disabled";
+        if (a->released)
+                return "released";
+        if (a->has_initrd && !a->initrd.verified)
+                return "failed";
+        return "pending";
 }

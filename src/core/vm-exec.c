@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-/* The host reaching into a guest: exec_vm (forward_port is vm-forward.c's).
+/* The host reaching into a guest: exec_vm (forward_port is vm-net.c's).
  *
  * It goes through the network's gateway, never around it: exec_vm asks the gateway for a unix
  * listener in the VM's directory whose connections become TCP to the guest's port 22, and speaks SSH
@@ -21,9 +21,9 @@
 #include "fs-util.h"
 #include "json-util.h"
 #include "log.h"
-#include "manager.h"
 #include "parse-util.h"
-#include "vm.h"
+#include "socket-util.h"
+#include "vm-internal.h"
 
 /* 'word' → 'word', with ' inside as '\'' : the remote shell sees the argv as given. */
 static char *shell_join(char **argv) {
@@ -86,7 +86,6 @@ _noreturn_ static void exec_child(
         const char *key_path,
         const char *pin_path,
         const char *cmd) {
-        struct sockaddr_un sa = { .sun_family = AF_UNIX };
         ssh_session session = NULL;
         ssh_channel channel = NULL;
         ssh_key server_key = NULL, key = NULL;
@@ -103,12 +102,9 @@ _noreturn_ static void exec_child(
                 goto finish;                         \
         } while (0)
 
-        fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        if (fd < 0 || strlen(sock) >= sizeof(sa.sun_path))
-                FAIL("dial %s: %s", addr, strerror(errno ?: ENAMETOOLONG));
-        strcpy(sa.sun_path, sock);
-        if (connect(fd, (struct sockaddr *) &sa, sizeof(sa)) < 0)
-                FAIL("dial %s: %s", addr, strerror(errno));
+        fd = unix_stream_connect(sock, /* nonblock= */ false);
+        if (fd < 0)
+                FAIL("dial %s: %s", addr, strerror(-fd));
 
         session = ssh_new();
         if (!session)
@@ -370,12 +366,18 @@ int vm_exec(Vm *v, char **command, usec_t timeout, VmDoneFunc done, void *userda
         }
         wfd = safe_close(wfd);
         (void) fcntl(rfd, F_SETFL, O_NONBLOCK);
-        r = sd_event_add_io(m->event, &c->pipe_source, rfd, EPOLLIN, on_exec_pipe, c);
+        r = sd_event_add_io(manager_event(m), &c->pipe_source, rfd, EPOLLIN, on_exec_pipe, c);
         if (r >= 0) {
                 (void) sd_event_source_set_io_fd_own(c->pipe_source, true);
                 TAKE_FD(rfd);
                 r = sd_event_add_time_relative(
-                        m->event, &c->timer, CLOCK_MONOTONIC, timeout, USEC_PER_SEC / 10, on_exec_timeout, c);
+                        manager_event(m),
+                        &c->timer,
+                        CLOCK_MONOTONIC,
+                        timeout,
+                        USEC_PER_SEC / 10,
+                        on_exec_timeout,
+                        c);
         }
         if (r < 0) {
                 exec_call_free(c);

@@ -1,89 +1,21 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 #pragma once
 
+/* A VM, as the operations, the metadata service and the manager see it: opaque, with accessors and
+ * the operations that change it. Its inside is vm-internal.h's, for the rooms of vm.c only. */
+
 #include <jansson.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "api-error.h"
-#include "attest-verify.h"
 #include "cleanup.h"
+#include "core-forward.h"
 #include "metrics-guest.h"
-#include "net-switch.h"
 #include "time-util.h"
-
-typedef struct Manager Manager;
-typedef struct Vm Vm;
-
-typedef enum VmState {
-        VM_STATE_CREATING,
-        VM_STATE_INSTALLING,
-        VM_STATE_BOOTING,
-        VM_STATE_ATTESTING,
-        VM_STATE_READY,
-        VM_STATE_RUNNING,
-        VM_STATE_STOPPING,
-        VM_STATE_STOPPED,
-        VM_STATE_FAILED,
-        VM_STATE_DELETING,
-        _VM_STATE_MAX,
-        _VM_STATE_INVALID = -EINVAL,
-} VmState;
-
-const char *vm_state_to_string(VmState s) _const_;
-VmState vm_state_from_string(const char *s) _pure_;
-/* A QEMU process belongs to the VM in these states. */
-bool vm_state_is_live(VmState s) _const_;
-
-typedef enum VmWaitFor {
-        VM_WAIT_NONE,
-        VM_WAIT_INSTALLED,
-        VM_WAIT_ATTESTED,
-        VM_WAIT_READY,
-        _VM_WAIT_MAX,
-        _VM_WAIT_INVALID = -EINVAL,
-} VmWaitFor;
-
-const char *vm_wait_for_to_string(VmWaitFor w) _const_;
-VmWaitFor vm_wait_for_from_string(const char *s) _pure_;
-
-/* The what-to-build of a VM, as create_vm takes it (defaults applied). */
-typedef struct VmSpec {
-        char *name;
-        char *image; /* resolved "<id>_<version>" */
-        char *kubernetes_version;
-        unsigned cpus;
-        uint64_t memory_mib;
-        uint64_t disk_gib;
-        char *network;
-        char **ssh_authorized_keys;
-        char *hostname;
-        json_t *metadata; /* object of strings, or NULL */
-        char *region;
-        char *zone;
-        bool require_attestation;
-} VmSpec;
-
-void vm_spec_done(VmSpec *s);
-
-/* Limits of what create_vm takes (api/openapi.yaml documents them): they keep a VM's record, its
- * QEMU argv (the keys travel as an SMBIOS credential, one argument, which the kernel caps at 128 KiB)
- * and the metadata service's answers bounded, and they are checked before anything is allocated. */
-#define VM_SSH_KEYS_MAX 32U
-#define VM_SSH_KEY_MAX 4096U                  /* bytes of one key line */
-#define VM_SSH_KEYS_TOTAL_MAX (32U * 1024U)   /* bytes of all keys */
-#define VM_METADATA_MAX 64U                   /* entries */
-#define VM_METADATA_KEY_MAX 128U              /* bytes */
-#define VM_METADATA_VALUE_MAX (16U * 1024U)   /* bytes */
-#define VM_METADATA_TOTAL_MAX (64U * 1024U)   /* bytes of keys and values */
-#define VM_USER_DATA_MAX (1U * 1024U * 1024U) /* bytes */
-#define VM_REF_MAX 255U                       /* bytes of image, kubernetes_version, network */
-
-/* Decodes and validates a create_vm request, applying the API defaults first. Every problem is
- * collected into one invalid_request message. ret_user_data and ret_wait_for are the parts that
- * never enter the record. */
-int vm_spec_from_request(
-        json_t *request, VmSpec *ret, char **ret_user_data, VmWaitFor *ret_wait_for, ApiError *reterr);
+#include "vm-spec.h"
+#include "vm-state.h"
 
 /* Progress of an operation: a sentence such as "vm 1a2b3c4d is installing", per state change. */
 typedef void (*VmProgressFunc)(const char *message, void *userdata);
@@ -95,74 +27,70 @@ Vm *vm_ref(Vm *v);
 Vm *vm_unref(Vm *v);
 DEFINE_TRIVIAL_CLEANUP_FUNC(Vm *, vm_unref);
 
+/* ---- what a VM is (borrowed) ---- */
+
 const char *vm_id(Vm *v);
 const char *vm_name(Vm *v);
 const char *vm_network(Vm *v);
 const VmSpec *vm_spec(Vm *v);
 const char *vm_ssh_public_key(Vm *v);
+const char *vm_ip(Vm *v); /* the lease, NULL while it has none */
+Manager *vm_manager(Vm *v);
+VmState vm_state(Vm *v);
+usec_t vm_created_at(Vm *v);
+/* When the VM was created, installed, last booted (installed boot) and last became ready;
+ * CLOCK_REALTIME, 0 = not yet. */
+void vm_times(Vm *v, usec_t *ret_created, usec_t *ret_installed, usec_t *ret_booted, usec_t *ret_ready);
+/* QEMU runs, or its start chain does. */
+bool vm_has_process(Vm *v);
+/* The QEMU main PID while a process runs, else 0. */
+pid_t vm_qemu_pid(Vm *v);
+/* The size of the VM's open volume, else its diskGiB in bytes. */
+uint64_t vm_disk_bytes(Vm *v);
 /* A file of the VM's directory; NULL on OOM. */
 char *vm_path(Vm *v, const char *name);
+/* The record as the API shows it (camelCase, the reference's key order); a new reference. */
+json_t *vm_to_json(Vm *v);
+
+/* The console tail: the last lines (1..VM_CONSOLE_LINES_MAX, 0 for the default of 100) of
+ * console.log, from its final 64 KiB. */
+#define VM_CONSOLE_LINES_MAX 10000
+int vm_console_json(Vm *v, int64_t lines, json_t **ret, ApiError *reterr);
+
+/* ---- the operations (vm-ops.c) ---- */
+
+/* create_vm: decodes the request, allocates and provisions, starts the installer, and calls done at
+ * the milestone. progress (optional) hears every state change until then. */
+int vm_create(
+        Manager *m, json_t *request, VmDoneFunc done, VmProgressFunc progress, void *userdata, ApiError *reterr);
+int vm_start(Vm *v, VmDoneFunc done, void *userdata, ApiError *reterr);
+int vm_stop(Vm *v, VmDoneFunc done, void *userdata, ApiError *reterr);
+int vm_reboot(Vm *v, VmDoneFunc done, void *userdata, ApiError *reterr);
+int vm_delete(Vm *v, VmDoneFunc done, void *userdata, ApiError *reterr);
+
+/* Reports v's state changes to progress until the operation whose userdata this is completes. */
+int vm_observe(Vm *v, VmProgressFunc progress, void *userdata);
+void vm_unobserve(Vm *v, void *userdata);
+
+/* ---- the guest (vm-attest.c, vm-net.c, vm-exec.c, vm-report.c, vm-metrics.c) ---- */
+
 /* Whether the IMDS serves user-data: a verified initrd quote, or at boot when no attestation is
  * required. */
 bool vm_user_data_released(Vm *v);
-
-/* The attestation of the current installed boot (api-contract §5.5), and the AK pinned on the VM's
- * first verified initrd quote (kept across boots, dropped with the VM). */
-typedef struct VmAttestation {
-        bool required, released;
-        usec_t nonce_issued_at;
-        AttestResult initrd, ready;
-        bool has_initrd, has_ready;
-        char *ak_pin;
-} VmAttestation;
-
-VmAttestation *vm_attestation(Vm *v);
-/* After a change to the attestation: the first nonce of a boot (moves booting to attesting), or a
- * verdict (lastError, the gate's waiters). Saves the record. */
-void vm_attest_changed(Vm *v, bool nonce);
-void vm_attest_verdict(Vm *v, const char *stage, bool verified, const char *message);
-int vm_json_set_time(json_t *o, const char *key, usec_t t);
+/* get_vm_attestation: the attestation of the current installed boot (api-contract §5.5). */
 json_t *vm_attestation_to_json(Vm *v);
+/* The attestation of the current boot as one word: disabled, released, failed or pending. */
+const char *vm_attestation_word(Vm *v);
 /* GET /attest/nonce of the IMDS: a fresh nonce for the guest (64 hex). The first of a boot is recorded
  * and moves a VM that must attest from booting to attesting. */
 int vm_attest_nonce(Vm *v, char ret[static 65]);
 /* POST /attest/quote of the IMDS: *ret_status is 200 (verified), 403 (rejected, *ret the QuoteResult)
  * or 400 (*ret_text says why); 500 with *ret_text when the verdict cannot be stored. */
 int vm_attest_quote(Vm *v, const void *body, size_t size, unsigned *ret_status, json_t **ret, char **ret_text);
-const char *vm_ip(Vm *v); /* the lease, NULL while it has none */
-Manager *vm_manager(Vm *v);
-bool vm_has_process(Vm *v); /* QEMU runs, or its start chain does */
-/* The VM's port on its network's switch; created (unconnected) on first use when create is set. NULL
- * when the VM holds no lease or the network has no switch. */
-NetPort *vm_port(Vm *v, bool create);
 
 /* forward_port: a listener on 127.0.0.1 whose connections reach the guest's port, until the VM is
  * deleted. {"id","port","address"}; the same forward again for a port forwarded already. */
 int vm_forward_port(Vm *v, int64_t port, json_t **ret, ApiError *reterr);
-
-/* A VM's forwards, kept in its record ("forwards": [{"port","address"}]) and listening while the
- * VM exists, whether it runs or not. */
-#define VM_FORWARDS_MAX 32U
-typedef struct VmForward {
-        uint16_t port;      /* the guest's */
-        uint16_t host_port; /* on 127.0.0.1 */
-} VmForward;
-typedef struct VmForwards {
-        VmForward items[VM_FORWARDS_MAX];
-        size_t n;
-} VmForwards;
-
-VmForwards *vm_forwards(Vm *v);
-/* After a change to the forwards: saves the record. */
-void vm_forwards_changed(Vm *v);
-/* The record's "forwards" array; a new reference, NULL on OOM. */
-json_t *vm_forwards_to_json(Vm *v);
-/* Reads the record's "forwards" (NULL: none); entries that do not parse are skipped. */
-void vm_forwards_from_json(Vm *v, json_t *a);
-/* At start-up, once the VM is loaded (and its units attached to; the NIC is linked later, when its QMP
- * answers): listens again on each forward's host port, on a new one (logged, recorded) when another
- * process took it meanwhile. */
-void vm_forwards_restore(Vm *v);
 
 /* exec_vm: runs command (argv) in the guest as root over ssh with the VM's own key, the guest's host
  * key pinned on first use. Output beyond VM_EXEC_OUTPUT_MAX per stream is dropped (and flagged), and
@@ -173,16 +101,6 @@ void vm_forwards_restore(Vm *v);
 #define VM_EXEC_TIMEOUT_MAX (3600 * USEC_PER_SEC)
 #define VM_EXEC_HANDSHAKE_TIMEOUT_SEC 15
 int vm_exec(Vm *v, char **command, usec_t timeout, VmDoneFunc done, void *userdata, ApiError *reterr);
-VmState vm_state(Vm *v);
-usec_t vm_created_at(Vm *v);
-
-/* When the VM was created, installed, last booted (installed boot) and last became ready;
- * CLOCK_REALTIME, 0 = not yet. */
-void vm_times(Vm *v, usec_t *ret_created, usec_t *ret_installed, usec_t *ret_booted, usec_t *ret_ready);
-/* The QEMU main PID while a process runs, else 0. */
-pid_t vm_qemu_pid(Vm *v);
-/* The size of the VM's open volume, else its diskGiB in bytes. */
-uint64_t vm_disk_bytes(Vm *v);
 
 /* The guest's systemd-report uploads (IMDS POST /report). The raw bytes are kept in <vm>/report.json
  * (written atomically, loaded again at start-up); the mapped series live in memory. */
@@ -198,7 +116,7 @@ typedef struct VmGuest {
         bool load_running;                 /* ... and is being mapped */
 } VmGuest;
 
-VmGuest *vm_guest(Vm *v);
+const VmGuest *vm_guest(Vm *v);
 void vm_guest_done(VmGuest *g);
 /* Called on the loop once an upload is stored and mapped (r >= 0) or refused: 400-class problems (not
  * JSON, too deep, too large) are invalid_request errors and change nothing; valid JSON that is not a
@@ -220,38 +138,27 @@ int vm_report_json(Vm *v, json_t **ret, ApiError *reterr);
 /* get_vm_metrics: the host's view of the VM and a summary of its last report (api-contract §5.10). */
 int vm_metrics_json(Vm *v, json_t **ret, ApiError *reterr);
 
-/* The record as the API shows it (camelCase, the reference's key order); a new reference. */
-json_t *vm_to_json(Vm *v);
+/* ---- for the manager: start-up, shutdown, and what it holds for every VM ---- */
 
-/* delete_vm of a record that did not load (Manager.quarantine): its directory, disk and leases go.
- * {"id","deleted":true}; not_found when id is not quarantined. */
+/* Loads every <state>/vms/<id>/vm.json (vm-load.c): VMs whose processes are gone become stopped with
+ * a note; creating becomes failed, deleting is finished; records that do not load are quarantined. */
+int vm_load_all(Manager *m, ApiError *reterr);
+/* delete_vm of a record that did not load (manager_find_quarantined()): its directory, disk and
+ * leases go. {"id","deleted":true}; not_found when id is not quarantined. */
 int vm_delete_quarantined(Manager *m, const char *id, json_t **ret, ApiError *reterr);
 
-/* Loads every <state>/vms/<id>/vm.json: VMs whose processes are gone become stopped with a note;
- * creating/deleting become failed. */
-int vm_load_all(Manager *m, ApiError *reterr);
-
-/* create_vm: allocates and provisions, starts the installer, and calls done at the milestone.
- * progress (optional) hears every state change until then. */
-int vm_create(
-        Manager *m, json_t *request, VmDoneFunc done, VmProgressFunc progress, void *userdata, ApiError *reterr);
-
-/* Reports v's state changes to progress until the operation whose userdata this is completes. */
-int vm_observe(Vm *v, VmProgressFunc progress, void *userdata);
-void vm_unobserve(Vm *v, void *userdata);
-int vm_start(Vm *v, VmDoneFunc done, void *userdata, ApiError *reterr);
-int vm_stop(Vm *v, VmDoneFunc done, void *userdata, ApiError *reterr);
-int vm_reboot(Vm *v, VmDoneFunc done, void *userdata, ApiError *reterr);
-int vm_delete(Vm *v, VmDoneFunc done, void *userdata, ApiError *reterr);
-
-/* The console tail: the last lines (1..VM_CONSOLE_LINES_MAX, 0 for the default of 100) of
- * console.log, from its final 64 KiB. */
-#define VM_CONSOLE_LINES_MAX 10000
-int vm_console_json(Vm *v, int64_t lines, json_t **ret, ApiError *reterr);
-
-/* Shutdown leaving the VMs running (systemd launcher): their records keep what the next daemon
- * needs to attach, and freeing the manager afterwards forgets the units without stopping them. */
+/* Shutdown leaving the VMs running (systemd launcher; manager_shutdown() decides): their records keep
+ * what the next daemon needs to attach, and freeing the manager afterwards forgets the units without
+ * stopping them. */
 void vm_detach_all(Manager *m);
-
 /* Stops every VM (shutdown); calls done when all have exited. */
 void vm_stop_all(Manager *m, void (*done)(void *userdata), void *userdata);
+
+/* The READY=1 listener on the kernel's vhost-vsock (one AF_VSOCK port for all guests), opened when
+ * the first VM needs it. */
+int vm_notify_new(VmNotify **ret, Manager *m);
+VmNotify *vm_notify_free(VmNotify *n);
+/* The worker guest reports are parsed and stored on. Freeing it ends the queued jobs (their done
+ * callbacks hear they did not run), so it goes before the VMs. */
+int vm_reports_new(VmReports **ret);
+VmReports *vm_reports_free(VmReports *q);

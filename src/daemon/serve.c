@@ -23,6 +23,7 @@
 #include "log.h"
 #include "manager.h"
 #include "mcp-server.h"
+#include "metrics-text.h"
 #include "network.h"
 #include "parse-util.h"
 #include "serve.h"
@@ -861,13 +862,8 @@ static int on_signal(sd_event_source *s, const struct signalfd_siginfo *si, void
         (void) sd_notify(false, "STOPPING=1\nSTATUS=Shutting down");
         http_server_quiesce(d->http);
         /* VMs in units stay (--detach-vms-on-exit) for the next daemon; plain children are powered
-         * down before we go */
-        if (d->manager && d->manager->units && d->manager->detach_vms_on_exit) {
-                vm_detach_all(d->manager);
-                d->vms_stopped = true;
-        } else if (d->manager)
-                vm_stop_all(d->manager, on_vms_stopped, d);
-        else
+         * down before we go (on_vms_stopped) */
+        if (!d->manager || manager_shutdown(d->manager, on_vms_stopped, d) == 0)
                 d->vms_stopped = true;
 
         d->stop_deadline = now + MAX(SHUTDOWN_GRACE, arg_stop_timeout + 10 * USEC_PER_SEC);
@@ -1023,7 +1019,7 @@ static int run(void) {
                 return log_error_errno(r, "%s", e.message ?: "Failed to load the state: %m");
 
         /* a failed start-up from here on leaves the VMs of units running */
-        d.manager->detaching = d.manager->units && d.manager->detach_vms_on_exit;
+        manager_hold_vms(d.manager, true);
         r = imds_server_new(d.manager, &d.imds);
         if (r < 0)
                 return log_error_errno(r, "Failed to set up the metadata service: %m");
@@ -1043,7 +1039,7 @@ static int run(void) {
         if (r < 0)
                 return log_error_errno(r, "Failed to set up MCP: %m");
 
-        d.manager->detaching = false;
+        manager_hold_vms(d.manager, false);
 
         r = sd_event_add_defer(d.event, &d.ready_defer, on_started, &d);
         if (r < 0)

@@ -24,34 +24,22 @@
 #include "log.h"
 #include "openssl-util.h"
 #include "parse-util.h"
+#include "string-table.h"
 #include "time-util.h"
 
 extern char **environ;
 
 #define DEFAULT_PATH "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
-static const char *const accel_names[_HOST_ACCEL_MAX] = {
+static const char *const host_accel_table[_HOST_ACCEL_MAX] = {
         [HOST_ACCEL_AUTO] = "auto",
         [HOST_ACCEL_KVM] = "kvm",
         [HOST_ACCEL_TCG] = "tcg",
 };
 
-const char *host_accel_to_string(HostAccel a) {
-        if (a < 0 || a >= _HOST_ACCEL_MAX)
-                return NULL;
-        return accel_names[a];
-}
+DEFINE_STRING_TABLE_LOOKUP(host_accel, HostAccel);
 
-HostAccel host_accel_from_string(const char *s) {
-        if (!s)
-                return _HOST_ACCEL_INVALID;
-        for (int i = 0; i < _HOST_ACCEL_MAX; i++)
-                if (streq(s, accel_names[i]))
-                        return (HostAccel) i;
-        return _HOST_ACCEL_INVALID;
-}
-
-static const char *const notify_names[_HOST_NOTIFY_MAX] = {
+static const char *const host_notify_table[_HOST_NOTIFY_MAX] = {
         [HOST_NOTIFY_AUTO] = "auto",
         [HOST_NOTIFY_VHOST] = "vhost",
         [HOST_NOTIFY_VHOST_USER] = "vhost-user",
@@ -64,18 +52,7 @@ static const char *const notify_transport_names[_HOST_NOTIFY_MAX] = {
         [HOST_NOTIFY_NONE] = "none",
 };
 
-const char *host_notify_to_string(HostNotify n) {
-        return n >= 0 && n < _HOST_NOTIFY_MAX ? notify_names[n] : NULL;
-}
-
-HostNotify host_notify_from_string(const char *s) {
-        if (!s)
-                return _HOST_NOTIFY_INVALID;
-        for (int i = 0; i < _HOST_NOTIFY_MAX; i++)
-                if (streq(s, notify_names[i]))
-                        return (HostNotify) i;
-        return _HOST_NOTIFY_INVALID;
-}
+DEFINE_STRING_TABLE_LOOKUP(host_notify, HostNotify);
 
 const char *host_notify_transport_name(HostNotify n) {
         return n >= 0 && n < _HOST_NOTIFY_MAX ? notify_transport_names[n] : NULL;

@@ -190,7 +190,7 @@ static void serve_sysupdate(HttpRequest *req, Manager *m, const char *rest) {
                 goto fail;
         if (!segment_ok(component) || !segment_ok(slash + 1))
                 goto not_found;
-        if (asprintf(&path, "%s/sysupdate/%s/%s", m->image_dir, component, slash + 1) < 0) {
+        if (asprintf(&path, "%s/sysupdate/%s/%s", manager_image_dir(m), component, slash + 1) < 0) {
                 path = NULL;
                 goto fail;
         }
@@ -328,7 +328,7 @@ int imds_server_new(Manager *m, ImdsServer **ret) {
         s->manager = m;
         r = http_server_new(
                 &s->http,
-                m->event,
+                manager_event(m),
                 &(HttpServerOptions){
                         .listen_fd = -EBADF,
                         .no_listen = true,
@@ -343,8 +343,7 @@ int imds_server_new(Manager *m, ImdsServer **ret) {
                 &e);
         if (r < 0)
                 return r;
-        m->imds_accept = on_accept;
-        m->imds_userdata = s;
+        manager_set_imds(m, on_accept, s);
         *ret = TAKE_PTR(s);
         return 0;
 }
@@ -352,10 +351,8 @@ int imds_server_new(Manager *m, ImdsServer **ret) {
 ImdsServer *imds_server_free(ImdsServer *s) {
         if (!s)
                 return NULL;
-        if (s->manager && s->manager->imds_userdata == s) {
-                s->manager->imds_accept = NULL;
-                s->manager->imds_userdata = NULL;
-        }
+        if (s->manager)
+                manager_unset_imds(s->manager, s);
         http_server_free(s->http);
         free(s);
         return NULL;

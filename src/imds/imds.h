@@ -2,7 +2,7 @@
 #pragma once
 
 #include "cleanup.h"
-#include "manager.h"
+#include "operation.h"
 
 /* The instance metadata service (reference/network-imds-attest.md §2): HTTP below /giantswarm/v1,
  * served on connections the gateway hands to each VM's own unix listener (<vm>/imds.sock). The
@@ -10,7 +10,7 @@
 
 typedef struct ImdsServer ImdsServer;
 
-/* Registers itself with the manager (m->imds_accept) and serves from then on. */
+/* Registers itself with the manager (manager_set_imds()) and serves from then on. */
 int imds_server_new(Manager *m, ImdsServer **ret);
 ImdsServer *imds_server_free(ImdsServer *s);
 DEFINE_TRIVIAL_CLEANUP_FUNC(ImdsServer *, imds_server_free);

@@ -277,7 +277,7 @@ static json_t *handle_initialize(McpServer *s, json_t *params, McpSession **ret_
                 "title",
                 "vm-manager",
                 "version",
-                s->manager->version,
+                manager_version(s->manager),
                 "instructions",
                 mcp_instructions);
 }
@@ -609,7 +609,7 @@ static json_t *handle_tools_call(
                 http_request_on_done(c->req, tool_call_on_request_done, c);
                 if (accepts_event_stream(post->accept)) {
                         r = sd_event_add_time_relative(
-                                s->manager->event,
+                                manager_event(s->manager),
                                 &c->stream_timer,
                                 CLOCK_MONOTONIC,
                                 MCP_STREAM_AFTER,

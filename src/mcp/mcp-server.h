@@ -3,7 +3,7 @@
 
 #include "cleanup.h"
 #include "http-server.h"
-#include "manager.h"
+#include "operation.h"
 #include "trace.h"
 
 /* MCP over streamable HTTP: JSON-RPC 2.0 on one endpoint, tools derived from the operation table.

@@ -8,22 +8,19 @@
 #include <sys/random.h>
 
 #include "metrics-guest.h"
+#include "string-table.h"
 
 #define METRIC_PREFIX "vm_guest_"
 #define FIELD_PREFIX "field_"
 #define ELLIPSIS "\xe2\x80\xa6" /* U+2026 */
 
-static const char *const drop_reason_table[_GUEST_DROP_MAX] = {
+static const char *const guest_drop_reason_table[_GUEST_DROP_MAX] = {
         [GUEST_DROP_LIMIT] = "limit",
         [GUEST_DROP_UNSUPPORTED] = "unsupported",
         [GUEST_DROP_DUPLICATE] = "duplicate",
 };
 
-const char *guest_drop_reason_to_string(GuestDropReason r) {
-        if ((size_t) r >= _GUEST_DROP_MAX)
-                return NULL;
-        return drop_reason_table[r];
-}
+DEFINE_STRING_TABLE_LOOKUP_TO_STRING(guest_drop_reason, GuestDropReason);
 
 static bool ascii_upper(char c) {
         return c >= 'A' && c <= 'Z';

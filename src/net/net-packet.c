@@ -5,6 +5,7 @@
 
 #include "macro.h"
 #include "net-packet.h"
+#include "string-table.h"
 
 /* ARP for IPv4 over Ethernet (RFC 826): the fixed part, then sha, spa, tha, tpa. */
 #define ARP_FIXED_LEN 8
@@ -184,7 +185,7 @@ int net_frame_parse(const uint8_t *frame, size_t len, NetFrame *ret) {
         return 0;
 }
 
-static const char *const verdict_table[_NET_VERDICT_MAX] = {
+static const char *const net_verdict_table[_NET_VERDICT_MAX] = {
         [NET_PASS] = "pass",
         [NET_DROP_MALFORMED] = "malformed",
         [NET_DROP_SPOOFED_MAC] = "spoofed-mac",
@@ -196,11 +197,7 @@ static const char *const verdict_table[_NET_VERDICT_MAX] = {
         [NET_DROP_HOST_ALIAS] = "host-alias",
 };
 
-const char *net_verdict_to_string(NetVerdict v) {
-        if ((unsigned) v >= ELEMENTSOF(verdict_table))
-                return NULL;
-        return verdict_table[v];
-}
+DEFINE_STRING_TABLE_LOOKUP_TO_STRING(net_verdict, NetVerdict);
 
 /* A DHCP client without an address yet: UDP 68 → 67, broadcast or straight to the server. */
 static bool is_dhcp_request(const NetNetworkPolicy *net, const NetFrame *f) {

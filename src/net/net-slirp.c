@@ -14,6 +14,7 @@
 #include "cleanup.h"
 #include "log.h"
 #include "net-slirp.h"
+#include "socket-util.h"
 #include "time-util.h"
 
 /* How slirp runs on sd-event.
@@ -623,18 +624,13 @@ static bool net_slirp_is_guest_address(const NetSlirp *s, struct in_addr a) {
                 a.s_addr != c->host_alias.s_addr;
 }
 
+/* Slirp's forwards name their unix socket by address: every problem with the path is -EINVAL here. */
 static int make_sockaddr_un(const char *path, struct sockaddr_un *ret, socklen_t *ret_len) {
-        size_t l;
+        int len = sockaddr_un_set_path(ret, path);
 
-        if (!path)
+        if (len < 0)
                 return -EINVAL;
-        l = strlen(path);
-        if (l == 0 || l >= sizeof(ret->sun_path))
-                return -EINVAL;
-
-        *ret = (struct sockaddr_un){ .sun_family = AF_UNIX };
-        memcpy(ret->sun_path, path, l + 1);
-        *ret_len = (socklen_t) (offsetof(struct sockaddr_un, sun_path) + l + 1);
+        *ret_len = (socklen_t) len;
         return 0;
 }
 

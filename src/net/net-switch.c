@@ -14,6 +14,7 @@
 #include "net-packet.h"
 #include "net-slirp.h"
 #include "net-switch.h"
+#include "socket-util.h"
 
 /* The largest frame a port may carry: an MTU of NET_MTU_MAX plus the Ethernet header, with room for
  * a VLAN tag. A stream peer announcing more is broken and gets disconnected. */
@@ -510,20 +511,15 @@ int net_port_attach_fd(NetPort *p, int fd, NetPortFraming framing) {
 }
 
 int net_port_dial(NetPort *p, const char *path) {
-        struct sockaddr_un sa = { .sun_family = AF_UNIX };
         int fd;
 
-        if (!p || !path || strlen(path) >= sizeof(sa.sun_path))
+        if (!p || !path)
                 return -EINVAL;
-        strcpy(sa.sun_path, path);
-        fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        fd = unix_stream_connect(path, /* nonblock= */ true);
+        if (fd == -ENAMETOOLONG)
+                return -EINVAL;
         if (fd < 0)
-                return -errno;
-        if (connect(fd, (struct sockaddr *) &sa, sizeof(sa)) < 0 && errno != EINPROGRESS) {
-                int r = -errno;
-                (void) close(fd);
-                return r;
-        }
+                return fd;
         /* a bigger socket buffer smooths bursts at large MTUs */
         (void) setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &(int){ 1024 * 1024 }, sizeof(int));
         (void) setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &(int){ 1024 * 1024 }, sizeof(int));

@@ -1,11 +1,11 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 #include <jansson.h>
-#include <openssl/evp.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cleanup.h"
 #include "fs-util.h"
+#include "hex-util.h"
 #include "oci-auth.h"
 
 #define AUTH_FILE_MAX ((size_t) 1 << 20)
@@ -214,39 +214,25 @@ int oci_token_parse(const void *data, size_t size, char **ret) {
         return 0;
 }
 
-char *oci_base64_encode(const void *data, size_t size) {
-        char *out;
+/* The "auth" of a docker config: padded base64 of user:password, NUL-terminated. */
+static int auth_decode(const char *s, char **ret, size_t *ret_size) {
+        _cleanup_free_ uint8_t *d = NULL;
+        size_t n = strlen(s), size = 0;
+        char *t;
+        int r;
 
-        if (size > ((size_t) 1 << 30))
-                return NULL;
-        out = malloc(4 * ((size + 2) / 3) + 1);
-        if (!out)
-                return NULL;
-        EVP_EncodeBlock((unsigned char *) out, data, (int) size);
-        return out;
-}
-
-static int base64_decode(const char *s, char **ret, size_t *ret_size) {
-        size_t n = strlen(s), pad = 0;
-        _cleanup_free_ char *out = NULL;
-        int k;
-
-        if (n == 0 || n % 4 != 0 || n > ((size_t) 1 << 20))
+        if (n == 0 || n % 4 != 0)
                 return -EBADMSG;
-        out = malloc(n / 4 * 3 + 1);
-        if (!out)
+        r = base64_decode(s, n, (size_t) 1 << 20, &d, &size, /* reterr_offset= */ NULL);
+        if (r < 0)
+                return r == -ENOMEM ? r : -EBADMSG;
+        t = realloc(d, size + 1);
+        if (!t)
                 return -ENOMEM;
-        k = EVP_DecodeBlock((unsigned char *) out, (const unsigned char *) s, (int) n);
-        if (k < 0)
-                return -EBADMSG;
-        /* EVP_DecodeBlock counts the padding as zero bytes */
-        if (s[n - 1] == '=')
-                pad++;
-        if (s[n - 2] == '=')
-                pad++;
-        out[k - pad] = 0;
-        *ret_size = (size_t) k - pad;
-        *ret = TAKE_PTR(out);
+        d = NULL;
+        t[size] = 0;
+        *ret = t;
+        *ret_size = size;
         return 0;
 }
 
@@ -313,7 +299,7 @@ int oci_auth_file_lookup(
                 size_t dlen = 0;
                 char *colon;
 
-                r = base64_decode(json_string_value(json_object_get(entry, "auth")), &decoded, &dlen);
+                r = auth_decode(json_string_value(json_object_get(entry, "auth")), &decoded, &dlen);
                 if (r < 0 || memchr(decoded, 0, dlen) || !(colon = strchr(decoded, ':')) || colon == decoded)
                         return api_error_set(
                                 reterr,

@@ -44,6 +44,3 @@ int oci_token_parse(const void *data, size_t size, char **ret);
  * be read or the entry is malformed. */
 int oci_auth_file_lookup(
         const char *path, const char *host, char **ret_username, char **ret_password, ApiError *reterr);
-
-/* base64 of data; NULL on OOM. */
-char *oci_base64_encode(const void *data, size_t size);

@@ -20,6 +20,7 @@
 #include "oci-manifest.h"
 #include "oci-tar.h"
 #include "oci-util.h"
+#include "string-table.h"
 
 #define TREE_BYTES_MAX_DEFAULT ((uint64_t) 64 << 30)
 #define SMALL_FILE_MAX ((size_t) 1 << 20)
@@ -31,21 +32,12 @@
 #define BUILD_MANIFEST_FILE "manifest.json"
 #define NAME_MAX_LEN 255U
 
-static const char *const policy_mode_table[_OCI_POLICY_MODE_MAX] = {
+static const char *const oci_policy_mode_table[_OCI_POLICY_MODE_MAX] = {
         [OCI_POLICY_KEEP] = "keep",
         [OCI_POLICY_REPLACE] = "replace",
 };
 
-const char *oci_policy_mode_to_string(OciPolicyMode m) {
-        return m >= 0 && m < _OCI_POLICY_MODE_MAX ? policy_mode_table[m] : NULL;
-}
-
-OciPolicyMode oci_policy_mode_from_string(const char *s) {
-        for (int i = 0; s && i < _OCI_POLICY_MODE_MAX; i++)
-                if (streq(s, policy_mode_table[i]))
-                        return (OciPolicyMode) i;
-        return _OCI_POLICY_MODE_INVALID;
-}
+DEFINE_STRING_TABLE_LOOKUP(oci_policy_mode, OciPolicyMode);
 
 void oci_push_result_done(OciPushResult *r) {
         if (!r)

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "curl-util.h"
+#include "hex-util.h"
 #include "oci-auth.h"
 #include "oci-digest.h"
 #include "oci-registry.h"
@@ -457,7 +458,7 @@ static char *basic_authorization(OciClient *c) {
 
         if (asprintf(&pair, "%s:%s", c->username, c->password ?: "") < 0)
                 return NULL;
-        b64 = oci_base64_encode(pair, strlen(pair));
+        b64 = base64_encode(pair, strlen(pair));
         if (!b64 || asprintf(&v, "Basic %s", b64) < 0)
                 return NULL;
         return v;

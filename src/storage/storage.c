@@ -15,7 +15,9 @@
 #include "cleanup.h"
 #include "fs-util.h"
 #include "log.h"
+#include "socket-util.h"
 #include "storage.h"
+#include "string-table.h"
 #include "time-util.h"
 
 #define VOLUME_SUFFIX ".volume"
@@ -34,46 +36,20 @@ struct Storage {
         char *description;
 };
 
-static const char *const storage_kind_names[_STORAGE_KIND_MAX] = {
+static const char *const storage_kind_table[_STORAGE_KIND_MAX] = {
         [STORAGE_FILES] = "files",
         [STORAGE_PROVIDER] = "provider",
 };
 
-const char *storage_kind_to_string(StorageKind k) {
-        if (k < 0 || k >= _STORAGE_KIND_MAX)
-                return NULL;
-        return storage_kind_names[k];
-}
+DEFINE_STRING_TABLE_LOOKUP(storage_kind, StorageKind);
 
-StorageKind storage_kind_from_string(const char *s) {
-        if (!s)
-                return _STORAGE_KIND_INVALID;
-        for (int i = 0; i < _STORAGE_KIND_MAX; i++)
-                if (streq(s, storage_kind_names[i]))
-                        return (StorageKind) i;
-        return _STORAGE_KIND_INVALID;
-}
-
-static const char *const volume_create_names[_VOLUME_CREATE_MAX] = {
+static const char *const volume_create_table[_VOLUME_CREATE_MAX] = {
         [VOLUME_OPEN] = "open",
         [VOLUME_NEW] = "new",
         [VOLUME_ANY] = "any",
 };
 
-const char *volume_create_to_string(VolumeCreate m) {
-        if (m < 0 || m >= _VOLUME_CREATE_MAX)
-                return NULL;
-        return volume_create_names[m];
-}
-
-VolumeCreate volume_create_from_string(const char *s) {
-        if (!s)
-                return _VOLUME_CREATE_INVALID;
-        for (int i = 0; i < _VOLUME_CREATE_MAX; i++)
-                if (streq(s, volume_create_names[i]))
-                        return (VolumeCreate) i;
-        return _VOLUME_CREATE_INVALID;
-}
+DEFINE_STRING_TABLE_LOOKUP(volume_create, VolumeCreate);
 
 bool volume_name_is_valid(const char *name) {
         size_t n;
@@ -188,21 +164,18 @@ static int fd_wait_until(int fd, short events, usec_t deadline) {
 
 static int varlink_connect(const char *path, usec_t deadline, int *ret) {
         _cleanup_close_ int fd = -EBADF;
-        struct sockaddr_un sa = { .sun_family = AF_UNIX };
-        size_t n = strlen(path);
-        int r;
+        struct sockaddr_un sa;
+        int r, len;
 
-        if (n == 0 || n >= sizeof(sa.sun_path))
+        len = sockaddr_un_set_path(&sa, path);
+        if (len < 0)
                 return -EINVAL;
-        memcpy(sa.sun_path, path, n);
 
         fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
         if (fd < 0)
                 return -errno;
 
-        if (connect(fd,
-                    (const struct sockaddr *) &sa,
-                    (socklen_t) (offsetof(struct sockaddr_un, sun_path) + n + 1)) < 0) {
+        if (connect(fd, (const struct sockaddr *) &sa, (socklen_t) len) < 0) {
                 if (errno != EINPROGRESS)
                         return -errno;
                 r = fd_wait_until(fd, POLLOUT, deadline);
@@ -210,8 +183,8 @@ static int varlink_connect(const char *path, usec_t deadline, int *ret) {
                         return r;
 
                 int err = 0;
-                socklen_t len = sizeof(err);
-                if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) < 0)
+                socklen_t err_len = sizeof(err);
+                if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &err_len) < 0)
                         return -errno;
                 if (err != 0)
                         return -err;

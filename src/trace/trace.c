@@ -14,6 +14,7 @@
 #include "json-util.h"
 #include "log.h"
 #include "parse-util.h"
+#include "string-table.h"
 #include "time-util.h"
 #include "trace-internal.h"
 
@@ -77,7 +78,7 @@ struct Tracer {
 
 /* ---- configuration ---- */
 
-static const char *const sampler_table[_TRACE_SAMPLER_MAX] = {
+static const char *const trace_sampler_table[_TRACE_SAMPLER_MAX] = {
         [TRACE_SAMPLER_ALWAYS_ON] = "always_on",
         [TRACE_SAMPLER_ALWAYS_OFF] = "always_off",
         [TRACE_SAMPLER_TRACEIDRATIO] = "traceidratio",
@@ -86,18 +87,7 @@ static const char *const sampler_table[_TRACE_SAMPLER_MAX] = {
         [TRACE_SAMPLER_PARENTBASED_TRACEIDRATIO] = "parentbased_traceidratio",
 };
 
-const char *trace_sampler_to_string(TraceSampler s) {
-        return s >= 0 && s < _TRACE_SAMPLER_MAX ? sampler_table[s] : NULL;
-}
-
-TraceSampler trace_sampler_from_string(const char *s) {
-        if (!s)
-                return _TRACE_SAMPLER_INVALID;
-        for (size_t i = 0; i < ELEMENTSOF(sampler_table); i++)
-                if (streq(s, sampler_table[i]))
-                        return (TraceSampler) i;
-        return _TRACE_SAMPLER_INVALID;
-}
+DEFINE_STRING_TABLE_LOOKUP(trace_sampler, TraceSampler);
 
 /* An OTEL_* variable; empty counts as unset, as the specification says. */
 static const char *env(const char *name) {

@@ -6,56 +6,31 @@
 #include <string.h>
 
 #include "cleanup.h"
+#include "hex-util.h"
+#include "string-table.h"
 #include "vm-cmdline.h"
 
-static const char *const phase_names[_VM_PHASE_MAX] = {
+static const char *const vm_phase_table[_VM_PHASE_MAX] = {
         [VM_PHASE_INSTALL] = "install",
         [VM_PHASE_BOOT] = "boot",
 };
 
-static const char *const accel_names[_VM_ACCEL_MAX] = {
+static const char *const vm_accel_table[_VM_ACCEL_MAX] = {
         [VM_ACCEL_KVM] = "kvm",
         [VM_ACCEL_TCG] = "tcg",
 };
 
-static const char *const vsock_names[_VM_VSOCK_MAX] = {
+static const char *const vm_vsock_table[_VM_VSOCK_MAX] = {
         [VM_VSOCK_VHOST] = "vhost",
         [VM_VSOCK_VHOST_USER] = "vhost-user",
         [VM_VSOCK_NONE] = "none",
 };
 
-static int table_lookup(const char *const *table, int n, const char *s) {
-        if (!s)
-                return -EINVAL;
-        for (int i = 0; i < n; i++)
-                if (streq(table[i], s))
-                        return i;
-        return -EINVAL;
-}
+DEFINE_STRING_TABLE_LOOKUP(vm_phase, VmPhase);
 
-const char *vm_phase_to_string(VmPhase p) {
-        return p >= 0 && p < _VM_PHASE_MAX ? phase_names[p] : NULL;
-}
+DEFINE_STRING_TABLE_LOOKUP(vm_accel, VmAccel);
 
-VmPhase vm_phase_from_string(const char *s) {
-        return (VmPhase) table_lookup(phase_names, _VM_PHASE_MAX, s);
-}
-
-const char *vm_accel_to_string(VmAccel a) {
-        return a >= 0 && a < _VM_ACCEL_MAX ? accel_names[a] : NULL;
-}
-
-VmAccel vm_accel_from_string(const char *s) {
-        return (VmAccel) table_lookup(accel_names, _VM_ACCEL_MAX, s);
-}
-
-const char *vm_vsock_to_string(VmVsock v) {
-        return v >= 0 && v < _VM_VSOCK_MAX ? vsock_names[v] : NULL;
-}
-
-VmVsock vm_vsock_from_string(const char *s) {
-        return (VmVsock) table_lookup(vsock_names, _VM_VSOCK_MAX, s);
-}
+DEFINE_STRING_TABLE_LOOKUP(vm_vsock, VmVsock);
 
 char *vm_cmdline_escape(const char *value) {
         size_t n = 0;
@@ -75,37 +50,6 @@ char *vm_cmdline_escape(const char *value) {
                 *q++ = *p;
                 if (*p == ',')
                         *q++ = ',';
-        }
-        *q = 0;
-        return buf;
-}
-
-/* RFC 4648 base64 with padding, which is what systemd's io.systemd.credential.binary: decodes. */
-static char *base64_encode(const void *data, size_t size) {
-        static const char table[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-        const uint8_t *p = data;
-        char *buf, *q;
-
-        if (size > (SIZE_MAX - 1) / 4 * 3 - 2)
-                return NULL;
-
-        buf = malloc((size + 2) / 3 * 4 + 1);
-        if (!buf)
-                return NULL;
-
-        q = buf;
-        for (size_t i = 0; i < size; i += 3) {
-                uint32_t v = (uint32_t) p[i] << 16;
-
-                if (i + 1 < size)
-                        v |= (uint32_t) p[i + 1] << 8;
-                if (i + 2 < size)
-                        v |= p[i + 2];
-
-                *q++ = table[(v >> 18) & 63];
-                *q++ = table[(v >> 12) & 63];
-                *q++ = i + 1 < size ? table[(v >> 6) & 63] : '=';
-                *q++ = i + 2 < size ? table[v & 63] : '=';
         }
         *q = 0;
         return buf;

@@ -10,13 +10,14 @@
 #include <stdint.h>
 
 #include "macro.h"
+#include "socket-util.h"
 
 /* The files QEMU keeps in the VM directory, next to ovmf_vars.fd. */
 #define VM_CONSOLE_LOG "console.log"
 #define VM_QMP_SOCKET "qmp.sock"
 
 /* The longest path a unix socket address can hold (sun_path minus its NUL). */
-#define VM_UNIX_PATH_MAX 107
+#define VM_UNIX_PATH_MAX SOCKADDR_UN_PATH_MAX
 
 #define VM_CPUS_MAX 256U
 #define VM_MEMORY_MIB_MIN 256U

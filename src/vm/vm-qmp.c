@@ -9,6 +9,8 @@
 
 #include "cleanup.h"
 #include "log.h"
+#include "socket-util.h"
+#include "string-table.h"
 #include "vm-qmp.h"
 
 /* How much one read asks for. The input buffer holds at most one unfinished line (QMP_LINE_MAX)
@@ -24,20 +26,7 @@ static const char *const qmp_message_type_table[_QMP_MESSAGE_TYPE_MAX] = {
         [QMP_MESSAGE_EVENT] = "event",
 };
 
-const char *qmp_message_type_to_string(QmpMessageType t) {
-        if (t < 0 || t >= _QMP_MESSAGE_TYPE_MAX)
-                return NULL;
-        return qmp_message_type_table[t];
-}
-
-QmpMessageType qmp_message_type_from_string(const char *s) {
-        if (!s)
-                return _QMP_MESSAGE_TYPE_INVALID;
-        for (QmpMessageType t = 0; t < _QMP_MESSAGE_TYPE_MAX; t++)
-                if (streq(s, qmp_message_type_table[t]))
-                        return t;
-        return _QMP_MESSAGE_TYPE_INVALID;
-}
+DEFINE_STRING_TABLE_LOOKUP(qmp_message_type, QmpMessageType);
 
 void qmp_message_done(QmpMessage *m) {
         if (!m)
@@ -675,25 +664,14 @@ static bool connect_error_is_transient(int r) {
 }
 
 static int qmp_client_try_connect(QmpClient *c) {
-        union {
-                struct sockaddr sa;
-                struct sockaddr_un un;
-        } sa = { .un.sun_family = AF_UNIX };
         _cleanup_close_ int fd = -EBADF;
-        size_t len = strlen(c->socket_path);
         int r;
 
-        assert(len < sizeof(sa.un.sun_path));
-        memcpy(sa.un.sun_path, c->socket_path, len);
-
-        fd = RET_NERRNO(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
-        if (fd < 0)
-                return fd;
         /* A unix stream connect completes at once or fails; EINPROGRESS would surface as a read
          * error or the greeting, both of which we wait for anyway. */
-        if (connect(fd, &sa.sa, (socklen_t) (offsetof(struct sockaddr_un, sun_path) + len + 1)) < 0 &&
-            errno != EINPROGRESS)
-                return -errno;
+        fd = unix_stream_connect(c->socket_path, /* nonblock= */ true);
+        if (fd < 0)
+                return fd;
 
         r = sd_event_add_io(c->event, &c->io_source, fd, EPOLLIN, on_io, c);
         if (r < 0)
@@ -721,7 +699,7 @@ static int qmp_client_new(
         assert_return(e, -EINVAL);
         assert_return(socket_path && socket_path[0], -EINVAL);
 
-        if (strlen(socket_path) >= sizeof(((struct sockaddr_un){ 0 }).sun_path))
+        if (strlen(socket_path) > SOCKADDR_UN_PATH_MAX)
                 return -ENAMETOOLONG;
 
         c = malloc(sizeof(QmpClient));

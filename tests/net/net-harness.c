@@ -37,6 +37,7 @@
 #include "macro.h"
 #include "net-switch.h"
 #include "parse-util.h"
+#include "socket-util.h"
 
 #define IMDS_BODY "harness"
 #define IMDS_REQUEST_MAX 4096U
@@ -157,7 +158,6 @@ static int on_imds_accept(sd_event_source *s, int fd, uint32_t revents, void *us
 }
 
 static int imds_listen(Harness *h, char **ret_path) {
-        struct sockaddr_un sa = { .sun_family = AF_UNIX };
         _cleanup_close_ int fd = -EBADF;
         _cleanup_free_ char *path = NULL;
         sd_event_source *source = NULL;
@@ -165,15 +165,9 @@ static int imds_listen(Harness *h, char **ret_path) {
 
         if (asprintf(&path, "%s/imds.sock", h->dir) < 0)
                 return -ENOMEM;
-        if (strlen(path) >= sizeof(sa.sun_path))
-                return -ENAMETOOLONG;
-        strcpy(sa.sun_path, path);
-
-        fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        fd = unix_stream_listen(path, 128);
         if (fd < 0)
-                return -errno;
-        if (bind(fd, (struct sockaddr *) &sa, sizeof(sa)) < 0 || listen(fd, 128) < 0)
-                return -errno;
+                return fd;
 
         r = sd_event_add_io(h->event, &source, fd, EPOLLIN, on_imds_accept, h);
         if (r < 0)

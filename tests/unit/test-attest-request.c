@@ -182,20 +182,11 @@ static void test_malformed(void **state) {
         check("{\"quote\":\"!\",\"nonce\":1}", -EBADMSG, "malformed quote: illegal base64 data at input byte 0");
 }
 
-static char *repeat(char c, size_t n) {
-        char *s = malloc(n + 1);
-
-        assert_non_null(s);
-        memset(s, c, n);
-        s[n] = 0;
-        return s;
-}
-
 static void test_limits(void **state) {
         _cleanup_free_ char *body = NULL, *a = NULL, *bank = NULL;
 
         /* 4096 decoded bytes of quote pass the decoder, 4097 do not */
-        a = repeat('A', 4 * 4096 / 3 + 4);
+        a = test_repeat('A', 4 * 4096 / 3 + 4);
         a[4 * 1365] = 0; /* 1365 quanta = 4095 bytes */
         assert_true(asprintf(&body, "{\"quote\":\"%sAA==\"}", a) > 0);
         check(body, -EINVAL, "invalid request: stage must be \"initrd\" or \"ready\"");
@@ -205,7 +196,7 @@ static void test_limits(void **state) {
         free(body);
         free(a);
 
-        a = repeat('A', 1368);
+        a = test_repeat('A', 1368);
         assert_true(asprintf(&body, "{\"signature\":\"%s\"}", a) > 0);
         check(body, -EFBIG, "malformed quote: signature is over 1024 bytes");
         free(body);
@@ -214,13 +205,13 @@ static void test_limits(void **state) {
         free(body);
         free(a);
 
-        a = repeat('a', ATTEST_NONCE_MAX + 1);
+        a = test_repeat('a', ATTEST_NONCE_MAX + 1);
         assert_true(asprintf(&body, "{\"nonce\":\"%s\"}", a) > 0);
         check(body, -EFBIG, "malformed quote: nonce is over 1024 characters");
         free(body);
         free(a);
 
-        a = repeat('0', 129);
+        a = test_repeat('0', 129);
         assert_true(asprintf(&body, "{\"pcrs\":{\"sha512\":{\"0\":\"%s\"}}}", a) > 0);
         check(body, -EFBIG, "malformed quote: pcrs value is over 128 characters");
         free(body);
@@ -248,7 +239,7 @@ static void test_limits(void **state) {
         check(body, -EFBIG, "malformed quote: pcrs has over 16 banks");
 
         /* logs: 4 MiB each */
-        _cleanup_free_ char *big = repeat('A', (ATTEST_LOG_MAX / 3 + 1) * 4);
+        _cleanup_free_ char *big = test_repeat('A', (ATTEST_LOG_MAX / 3 + 1) * 4);
         free(body);
         assert_true(asprintf(&body, "{\"event_log\":\"%s\"}", big) > 0);
         check(body, -EFBIG, "malformed quote: event_log is over 4194304 bytes");

@@ -12,6 +12,7 @@
 
 #include "cleanup.h"
 #include "net-slirp.h"
+#include "socket-util.h"
 #include "time-util.h"
 
 /* A real libslirp on a real sd-event loop, driven by hand-built frames from one guest,
@@ -443,31 +444,17 @@ static bool cond_icmp_unreachable(Harness *h, void *userdata) {
 }
 
 static int unix_listener(const char *path) {
-        struct sockaddr_un sa = { .sun_family = AF_UNIX };
-        int fd;
+        int fd = unix_stream_listen(path, 4);
 
-        assert_true(strlen(path) < sizeof(sa.sun_path));
-        strcpy(sa.sun_path, path);
-        fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-        assert_true(fd >= 0);
-        assert_int_equal(bind(fd, (struct sockaddr *) &sa, sizeof(sa)), 0);
-        assert_int_equal(listen(fd, 4), 0);
+        assert_ok(fd);
         return fd;
 }
 
 static int unix_connect(const char *path) {
-        struct sockaddr_un sa = { .sun_family = AF_UNIX };
-        int fd;
+        int fd = unix_stream_connect(path, /* nonblock= */ false);
 
-        strcpy(sa.sun_path, path);
-        fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        assert_true(fd >= 0);
-        if (connect(fd, (struct sockaddr *) &sa, sizeof(sa)) < 0) {
-                int e = errno;
-                close(fd);
-                return -e;
-        }
-        assert_int_equal(fcntl(fd, F_SETFL, O_NONBLOCK), 0);
+        if (fd >= 0)
+                assert_int_equal(fcntl(fd, F_SETFL, O_NONBLOCK), 0);
         return fd;
 }
 

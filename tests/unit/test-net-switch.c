@@ -18,7 +18,9 @@
 
 #include "cleanup.h"
 #include "fs-util.h"
+#include "hex-util.h"
 #include "net-switch.h"
+#include "socket-util.h"
 #include "time-util.h"
 
 #define GUESTS_MAX 128
@@ -91,14 +93,10 @@ static int on_imds_accept(sd_event_source *s, int fd, uint32_t revents, void *us
 }
 
 static void imds_listen(Fixture *f, Guest *g) {
-        struct sockaddr_un sa = { .sun_family = AF_UNIX };
-        int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        int fd = unix_stream_listen(g->imds_path, 16);
         sd_event_source *src = NULL;
 
-        assert_true(fd >= 0);
-        strcpy(sa.sun_path, g->imds_path);
-        assert_ok(RET_NERRNO(bind(fd, (struct sockaddr *) &sa, sizeof(sa))));
-        assert_ok(RET_NERRNO(listen(fd, 16)));
+        assert_ok(fd);
         assert_ok(sd_event_add_io(f->event, &src, fd, EPOLLIN, on_imds_accept, g));
         assert_ok(sd_event_source_set_io_fd_own(src, true));
         assert_ok(sd_event_source_set_floating(src, true));
@@ -163,7 +161,7 @@ static void mac_of(unsigned i, uint8_t mac[6]) {
 static Guest *guest_start(Fixture *f, unsigned i, unsigned claim_mac, char **actions) {
         Guest *g = &f->guests[f->n_guests++];
         uint8_t mac[6];
-        char macs[18], fdarg[16];
+        char macs[ETHER_ADDR_STRLEN], fdarg[16];
         int sp[2], out[2];
 
         mac_of(i, mac);
@@ -176,7 +174,7 @@ static Guest *guest_start(Fixture *f, unsigned i, unsigned claim_mac, char **act
         assert_ok(RET_NERRNO(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp)));
         assert_ok(RET_NERRNO(pipe2(out, O_CLOEXEC)));
         mac_of(claim_mac ?: i, mac);
-        snprintf(macs, sizeof(macs), "%02x:%02x:%02x:%02x:%02x:%02x", mac[0], mac[1], mac[2], mac[3], mac[4], mac[5]);
+        ether_addr_format(mac, macs);
         g->pid = fork();
         assert_true(g->pid >= 0);
         if (g->pid == 0) {

@@ -15,6 +15,7 @@
 #include "cleanup.h"
 #include "fs-util.h"
 #include "log.h"
+#include "socket-util.h"
 #include "storage.h"
 
 /* A fake io.systemd.StorageProvider: a thread serving a unix socket, one call per connection. Acquire
@@ -283,7 +284,8 @@ static void *fake_thread(void *p) {
 }
 
 static void fake_start(Fake *f, const char *socket_path, const char *volumes, const char *elsewhere) {
-        struct sockaddr_un sa = { .sun_family = AF_UNIX };
+        struct sockaddr_un sa;
+        int len;
         _cleanup_free_ char *parent = strdup(socket_path);
 
         assert_non_null(parent);
@@ -297,11 +299,11 @@ static void fake_start(Fake *f, const char *socket_path, const char *volumes, co
         f->elsewhere = strdup(elsewhere);
         assert_true(f->socket && f->volumes && f->elsewhere);
 
-        assert_true(strlen(socket_path) < sizeof(sa.sun_path));
-        strcpy(sa.sun_path, socket_path);
+        len = sockaddr_un_set_path(&sa, socket_path);
+        assert_ok(len);
         f->listen_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
         assert_true(f->listen_fd >= 0);
-        assert_ok(RET_NERRNO(bind(f->listen_fd, (struct sockaddr *) &sa, sizeof(sa))));
+        assert_ok(RET_NERRNO(bind(f->listen_fd, (struct sockaddr *) &sa, (socklen_t) len)));
         assert_ok(RET_NERRNO(listen(f->listen_fd, 16)));
         f->stop_fd = eventfd(0, EFD_CLOEXEC);
         assert_true(f->stop_fd >= 0);

@@ -10,6 +10,7 @@
 #include <cmocka.h>
 
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* "EINVAL" for -EINVAL (or EINVAL), "ok" for values that are not errors. */
@@ -75,3 +76,13 @@ static inline const char *test_strerror(intmax_t r) {
                 if (!strstr(_test_s, _test_n))                                        \
                         fail_msg("\"%s\" does not contain \"%s\"", _test_s, _test_n); \
         } while (0)
+
+/* A new string of n times c. */
+static inline char *test_repeat(char c, size_t n) {
+        char *s = malloc(n + 1);
+
+        assert_non_null(s);
+        memset(s, c, n);
+        s[n] = 0;
+        return s;
+}

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "test-golden.h"
 #include "test-util.h"
 
 #include "cleanup.h"
@@ -91,12 +92,6 @@ static char *golden_path(const char *name) {
         return p;
 }
 
-static bool regenerate(void) {
-        const char *e = secure_getenv("VM_MANAGER_TEST_REGENERATE");
-
-        return e && parse_boolean(e) > 0;
-}
-
 /* argv, one argument per line, the way the golden files store it. */
 static char *argv_to_text(char **argv) {
         _cleanup_free_ char *buf = NULL;
@@ -113,53 +108,11 @@ static char *argv_to_text(char **argv) {
         return TAKE_PTR(buf);
 }
 
-/* Compares argv with the golden file name, or rewrites the file when asked to. A difference is
- * reported with the first line that differs, and false is returned, so that the caller fails only after
- * its cleanups have run (cmocka's failures longjmp past them, and the leak report would bury the
- * message). */
+/* Compares argv with the golden file name, or rewrites the file when asked to (test-golden.h). */
 static bool golden_matches(const char *name, char **argv) {
-        _cleanup_free_ char *path = golden_path(name), *got = argv_to_text(argv), *expected = NULL;
-        size_t size, line = 1;
-        const char *e, *g;
-        int r;
+        _cleanup_free_ char *path = golden_path(name), *got = argv_to_text(argv);
 
-        if (regenerate()) {
-                assert_ok(write_file_atomic(path, got, strlen(got), 0644));
-                print_message("# regenerated %s\n", path);
-                return true;
-        }
-
-        r = read_full_file(path, 1024 * 1024, &expected, &size);
-        if (r < 0) {
-                print_error(
-                        "# cannot read %s (%s); run with VM_MANAGER_TEST_REGENERATE=1 to create it\n",
-                        path,
-                        test_errno_name(r));
-                return false;
-        }
-
-        if (streq(expected, got))
-                return true;
-
-        /* The first difference, and the start of its line, which both texts share. */
-        for (e = expected, g = got; *e && *e == *g; e++, g++)
-                if (*e == '\n')
-                        line++;
-        while (e > expected && e[-1] != '\n') {
-                e--;
-                g--;
-        }
-
-        print_error(
-                "# %s differs from the built argv at line %zu:\n# expected: %.*s\n# got:      %.*s\n"
-                "# (run with VM_MANAGER_TEST_REGENERATE=1 to accept the new argv)\n",
-                path,
-                line,
-                (int) strcspn(e, "\n"),
-                e,
-                (int) strcspn(g, "\n"),
-                g);
-        return false;
+        return test_golden_matches(path, got, "argv");
 }
 
 static void check_golden(const char *name, char ***argv) {

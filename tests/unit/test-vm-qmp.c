@@ -10,6 +10,7 @@
 #include "cleanup.h"
 #include "fs-util.h"
 #include "log.h"
+#include "socket-util.h"
 #include "time-util.h"
 #include "vm-qmp.h"
 
@@ -353,16 +354,8 @@ static void fake_load(Fake *s, const char *name) {
 }
 
 static void fake_listen(Fake *s) {
-        union {
-                struct sockaddr sa;
-                struct sockaddr_un un;
-        } sa = { .un.sun_family = AF_UNIX };
-
-        strcpy(sa.un.sun_path, s->path);
-        s->listen_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        s->listen_fd = unix_stream_listen(s->path, 4);
         assert_true(s->listen_fd >= 0);
-        assert_int_equal(bind(s->listen_fd, &sa.sa, sizeof(sa.un)), 0);
-        assert_int_equal(listen(s->listen_fd, 4), 0);
         assert_int_equal(
                 sd_event_add_io(s->event, &s->listen_source, s->listen_fd, EPOLLIN, on_fake_accept, s), 0);
 }
@@ -600,18 +593,17 @@ static void test_connect_errors(void **state) {
         Fixture *f = *state;
         _cleanup_free_ char *long_path = NULL;
         _cleanup_close_ int fd = -EBADF;
-        union {
-                struct sockaddr sa;
-                struct sockaddr_un un;
-        } sa = { .un.sun_family = AF_UNIX };
+        struct sockaddr_un sa;
+        int len;
 
         assert_errno(qmp_client_connect(&f->client, f->event, f->fake.path, NULL, NULL, NULL), -ENOENT);
 
         /* A stale socket nobody listens on. */
         fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
         assert_true(fd >= 0);
-        strcpy(sa.un.sun_path, f->fake.path);
-        assert_int_equal(bind(fd, &sa.sa, sizeof(sa.un)), 0);
+        len = sockaddr_un_set_path(&sa, f->fake.path);
+        assert_ok(len);
+        assert_int_equal(bind(fd, (struct sockaddr *) &sa, (socklen_t) len), 0);
         assert_errno(qmp_client_connect(&f->client, f->event, f->fake.path, NULL, NULL, NULL), -ECONNREFUSED);
 
         long_path = malloc(200);

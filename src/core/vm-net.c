@@ -1,5 +1,7 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-/* forward_port: the host's 127.0.0.1 into a guest's TCP port, through the network's gateway.
+/* A VM on its network: its port on the switch (the lease is the port's identity), the metadata
+ * listener the gateway connects the guest's IMDS requests to (the listener is the identity: nothing
+ * but this VM's port reaches it), and forward_port.
  *
  * A forward belongs to its VM until the VM is deleted. It is listed in the record (the API's and
  * vm.json's "forwards"), so a second forward_port for the same guest port answers with it instead of
@@ -10,30 +12,114 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "log.h"
 #include "macro.h"
+#include "net-switch.h"
+#include "network.h"
 #include "parse-util.h"
-#include "vm.h"
+#include "socket-util.h"
+#include "vm-internal.h"
 
 #define FORWARD_ADDRESS_PREFIX "127.0.0.1:"
 
-static VmForward *forward_find(VmForwards *f, uint16_t port) {
-        for (size_t i = 0; i < f->n; i++)
-                if (f->items[i].port == port)
-                        return f->items + i;
-        return NULL;
+/* The lease is the port's identity. */
+NetPort *vm_port(Vm *v, bool create) {
+        NetSwitch *sw = manager_switch_get(v->manager, v->rec.spec.network);
+        Network *n = network_registry_get(manager_networks(v->manager), v->rec.spec.network);
+        const NetworkLease *l = n ? network_lease_find(n, v->rec.id) : NULL;
+        NetPort *p;
+
+        if (!sw)
+                return NULL;
+        p = net_switch_find_port(sw, v->rec.id);
+        if (p || !create || !l)
+                return p;
+        if (net_switch_add_port(sw, v->rec.id, l->mac, l->ip, &p) < 0)
+                return NULL;
+        return p;
 }
 
-static json_t *forward_to_json(const VmForward *f) {
-        char address[sizeof(FORWARD_ADDRESS_PREFIX) + 5];
+static int on_imds_accept(sd_event_source *s, int fd, uint32_t revents, void *userdata) {
+        Vm *v = userdata;
+        int cfd = accept4(fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
 
-        snprintf(address, sizeof(address), FORWARD_ADDRESS_PREFIX "%u", (unsigned) f->host_port);
-        return json_pack("{s:i,s:s}", "port", (int) f->port, "address", address);
+        if (cfd < 0)
+                return 0;
+        if (v->rec.state == VM_STATE_DELETING || !manager_imds_accept(v->manager, v, cfd))
+                (void) close(cfd);
+        return 0;
+}
+
+/* The VM's metadata listener, which the gateway connects the guest's IMDS requests to. The listener
+ * is the identity: nothing but this VM's port reaches it. */
+static int imds_listen(Vm *v, NetPort *p) {
+        _cleanup_free_ char *path = vm_path(v, "imds.sock");
+        _cleanup_close_ int fd = -EBADF;
+        int r;
+
+        if (!path)
+                return -ENOMEM;
+        if (!v->imds_source) {
+                fd = unix_stream_listen(path, 64);
+                if (fd < 0)
+                        return fd;
+                r = sd_event_add_io(manager_event(v->manager), &v->imds_source, fd, EPOLLIN, on_imds_accept, v);
+                if (r < 0)
+                        return r;
+                (void) vm_listener_ratelimit(v->imds_source);
+                (void) sd_event_source_set_io_fd_own(v->imds_source, true);
+                TAKE_FD(fd);
+        }
+        return net_port_set_imds(p, path);
+}
+
+/* QEMU listens on <vm>/net.sock; the switch dials it once QEMU's monitor answers, and again after a
+ * daemon restart. A VM whose NIC cannot be linked still runs, without a network, and says so. */
+void vm_net_attach(Vm *v) {
+        _cleanup_free_ char *path = vm_path(v, "net.sock");
+        NetPort *p = vm_port(v, true);
+        int r;
+
+        if (!path)
+                return;
+        r = p ? net_port_dial(p, path) : -ENOENT;
+        if (p) {
+                /* the metadata listener stands whether or not the NIC answered this time */
+                Network *n = network_registry_get(manager_networks(v->manager), v->rec.spec.network);
+                int k = n && n->enable_imds ? imds_listen(v, p) : 0;
+                if (k < 0)
+                        log_struct(
+                                LOG_WARNING,
+                                LOG_FIELDS({ "VM_ID", v->rec.id }),
+                                "VM %s has no metadata service: %s",
+                                v->rec.id,
+                                strerror(-k));
+        }
+        if (r < 0)
+                log_struct(
+                        LOG_WARNING,
+                        LOG_FIELDS({ "VM_ID", v->rec.id }),
+                        "VM %s has no network: linking its NIC to network %s failed: %s",
+                        v->rec.id,
+                        v->rec.spec.network,
+                        strerror(-r));
+}
+
+void vm_net_detach(Vm *v, bool remove) {
+        NetPort *p = vm_port(v, false);
+
+        if (remove) {
+                net_port_remove(p);
+                v->imds_source = sd_event_source_disable_unref(v->imds_source);
+        } else
+                net_port_disconnect(p);
 }
 
 int vm_forward_port(Vm *v, int64_t port, json_t **ret, ApiError *reterr) {
-        VmForwards *fw = vm_forwards(v);
+        VmForwards *fw = &v->rec.forwards;
         uint16_t host_port = 0;
         VmForward *f;
         NetPort *p;
@@ -43,15 +129,15 @@ int vm_forward_port(Vm *v, int64_t port, json_t **ret, ApiError *reterr) {
         if (port < 1 || port > 65535)
                 return api_error_set(
                         reterr, -EINVAL, API_ERROR_INVALID_REQUEST, "port %" PRIi64 " out of range", port);
-        if (!vm_ip(v) || vm_state(v) == VM_STATE_DELETING)
+        if (!v->rec.ip || v->rec.state == VM_STATE_DELETING)
                 return api_error_set(
                         reterr,
                         -EADDRNOTAVAIL,
                         API_ERROR_CONFLICT,
                         "vm %s has no address (%s)",
                         vm_id(v),
-                        vm_state_to_string(vm_state(v)));
-        f = forward_find(fw, (uint16_t) port);
+                        vm_state_to_string(v->rec.state));
+        f = vm_forwards_find(fw, (uint16_t) port);
         if (!f) {
                 if (fw->n >= VM_FORWARDS_MAX)
                         return api_error_set(
@@ -82,9 +168,9 @@ int vm_forward_port(Vm *v, int64_t port, json_t **ret, ApiError *reterr) {
                         vm_id(v),
                         (unsigned) f->port,
                         (unsigned) f->host_port);
-                vm_forwards_changed(v);
+                vm_changed(v);
         }
-        j = forward_to_json(f);
+        j = vm_forward_to_json(f);
         if (!j || json_object_set_new(j, "id", json_string(vm_id(v))) < 0) {
                 json_decref(j);
                 return -ENOMEM;
@@ -93,40 +179,8 @@ int vm_forward_port(Vm *v, int64_t port, json_t **ret, ApiError *reterr) {
         return 0;
 }
 
-json_t *vm_forwards_to_json(Vm *v) {
-        VmForwards *fw = vm_forwards(v);
-        json_auto_t *a = json_array();
-
-        if (!a)
-                return NULL;
-        for (size_t i = 0; i < fw->n; i++)
-                if (json_array_append_new(a, forward_to_json(fw->items + i)) < 0)
-                        return NULL;
-        return TAKE_PTR(a);
-}
-
-void vm_forwards_from_json(Vm *v, json_t *a) {
-        VmForwards *fw = vm_forwards(v);
-        size_t i;
-        json_t *e;
-
-        json_array_foreach(a, i, e) {
-                json_int_t port = json_integer_value(json_object_get(e, "port"));
-                const char *address = json_string_value(json_object_get(e, "address"));
-                const char *s = address ? startswith(address, FORWARD_ADDRESS_PREFIX) : NULL;
-                uint16_t host_port;
-
-                if (port < 1 || port > 65535 || !s || safe_atou16(s, &host_port) < 0 || host_port == 0 ||
-                    forward_find(fw, (uint16_t) port) || fw->n >= VM_FORWARDS_MAX) {
-                        log_debug("VM %s: skipping forward #%zu of its record.", vm_id(v), i);
-                        continue;
-                }
-                fw->items[fw->n++] = (VmForward){ .port = (uint16_t) port, .host_port = host_port };
-        }
-}
-
 void vm_forwards_restore(Vm *v) {
-        VmForwards *fw = vm_forwards(v);
+        VmForwards *fw = &v->rec.forwards;
         bool changed = false;
         NetPort *p;
 
@@ -174,5 +228,5 @@ void vm_forwards_restore(Vm *v) {
                 i++;
         }
         if (changed)
-                vm_forwards_changed(v);
+                vm_changed(v);
 }

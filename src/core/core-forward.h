@@ -1,0 +1,20 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#pragma once
+
+/* The types of src/core, declared once so that headers can name each other's without including
+ * each other (manager.h and vm.h do not). Typedefs only. */
+
+typedef struct Manager Manager;                     /* manager.c: the service, its registries and settings */
+typedef struct ManagerMetrics ManagerMetrics;       /* manager-metrics.c: the histograms of the exposition */
+typedef struct ManagerQuarantine ManagerQuarantine; /* a VM record that did not load */
+typedef struct ManagerSettings ManagerSettings;     /* what the VMs run with, fixed at start-up */
+
+typedef struct Vm Vm;                   /* vm.c and its rooms, behind vm-internal.h */
+typedef struct VmSpec VmSpec;           /* vm-spec.h: what create_vm builds */
+typedef struct VmRecord VmRecord;       /* vm-record.h: what vm.json keeps */
+typedef struct VmNotify VmNotify;       /* vm-notify.c: the READY=1 listener every VM shares */
+typedef struct VmReports VmReports;     /* vm-report.c: the worker that parses guest reports */
+typedef struct VmProvision VmProvision; /* vm-provision.c: what create_vm acquired, undone on failure */
+
+typedef struct Network Network; /* network.h */
+typedef struct NetworkRegistry NetworkRegistry;

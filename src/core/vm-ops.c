@@ -1,0 +1,395 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* The operations on VMs that both surfaces run: create_vm (spec -> new -> provision -> start, one
+ * unwind), start_vm, stop_vm, reboot_vm, delete_vm. Each asks vm_set_state() first, so what a VM in a
+ * given state may do is decided in one place (src/vm/vm-state.c), with its refusal's text. */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "image-catalog.h"
+#include "log.h"
+#include "network.h"
+#include "storage.h"
+#include "string-util.h"
+#include "vm-internal.h"
+
+/* ---- create_vm ---- */
+
+/* The arguments that name other records: the image (and its newest version), the Kubernetes
+ * version, the network, the attestation policy; then whether a VM may be created at all. They are
+ * arguments, so 400 and not 404. */
+static int create_resolve(Manager *m, VmSpec *spec, Network **ret_net, ApiError *reterr) {
+        const Image *img;
+        Network *net;
+        char **kv;
+        Vm *other;
+        int r;
+
+        /* image and Kubernetes version: 400, not 404, since they are arguments */
+        img = image_catalog_resolve(manager_images(m), spec->image);
+        if (!img) {
+                if (!spec->image || !*spec->image)
+                        return api_error_set(
+                                reterr,
+                                -EINVAL,
+                                API_ERROR_INVALID_REQUEST,
+                                "image \"\": not found: no images in %s",
+                                manager_image_dir(m));
+                return api_error_set(
+                        reterr,
+                        -EINVAL,
+                        API_ERROR_INVALID_REQUEST,
+                        "image \"%s\": not found: image \"%s\"",
+                        spec->image,
+                        spec->image);
+        }
+        free(spec->image);
+        spec->image = strdup(img->ref);
+        if (!spec->image)
+                return -ENOMEM;
+        kv = image_catalog_kubernetes_versions(manager_images(m));
+        if (spec->kubernetes_version && *spec->kubernetes_version) {
+                bool found = false;
+                for (char **k = kv; k && *k && !found; k++)
+                        found = streq(*k, spec->kubernetes_version);
+                if (!found) {
+                        _cleanup_free_ char *avail = strv_join(kv, ", ");
+                        if (!avail)
+                                return -ENOMEM;
+                        return api_error_set(
+                                reterr,
+                                -EINVAL,
+                                API_ERROR_INVALID_REQUEST,
+                                "kubernetes version \"%s\" is not available for image %s (available: %s)",
+                                spec->kubernetes_version,
+                                img->ref,
+                                *avail ? avail : "none");
+                }
+        } else {
+                free(spec->kubernetes_version);
+                spec->kubernetes_version = kv && kv[0] ? strdup(kv[0]) : NULL;
+        }
+        net = network_registry_get(manager_networks(m), spec->network);
+        if (!net)
+                return api_error_set(
+                        reterr,
+                        -EINVAL,
+                        API_ERROR_INVALID_REQUEST,
+                        "network \"%s\": not found: network \"%s\"",
+                        spec->network,
+                        spec->network);
+
+        r = vm_attest_check_image(m, img, spec, reterr);
+        if (r < 0)
+                return r;
+
+        if (manager_shutting_down(m))
+                return api_error_set(reterr, -ESHUTDOWN, API_ERROR_CONFLICT, "vm-manager is shutting down");
+        other = manager_find_vm_by_name(m, spec->name);
+        if (other)
+                return api_error_set(
+                        reterr,
+                        -EEXIST,
+                        API_ERROR_CONFLICT,
+                        "vm name \"%s\" is in use by %s",
+                        spec->name,
+                        vm_id(other));
+
+        *ret_net = net;
+        return 0;
+}
+
+/* A VM of the spec, not yet anywhere: its id, machine ID, the region (this host) and zone (its
+ * network), who asked for it. */
+static int create_new(Manager *m, VmSpec *spec, Vm **ret) {
+        _cleanup_(vm_unrefp) Vm *v = vm_new(m);
+        int r;
+
+        if (!v)
+                return -ENOMEM;
+        v->rec.id = calloc(1, 9);
+        if (!v->rec.id)
+                return -ENOMEM;
+        do {
+                r = vm_random_hex(v->rec.id, 4);
+                if (r < 0)
+                        return r;
+        } while (manager_find_vm(m, v->rec.id));
+        r = vm_random_hex(v->rec.machine_id, 16);
+        if (r < 0)
+                return r;
+        v->rec.spec = *spec;
+        *spec = (VmSpec){};
+        if (!v->rec.spec.region) {
+                char host[256] = "";
+                if (gethostname(host, sizeof(host)) >= 0 && *host)
+                        v->rec.spec.region = strdup(host);
+        }
+        v->rec.spec.zone = strdup(v->rec.spec.network);
+        v->rec.state = VM_STATE_CREATING;
+        v->rec.created_at = now_usec(CLOCK_REALTIME);
+        if (manager_caller(m) && !(v->rec.created_by = caller_created_by_json(manager_caller(m))))
+                return -ENOMEM;
+        v->rec.att.required = v->rec.spec.require_attestation;
+        if (asprintf(&v->dir, "%s/vms/%s", manager_state_dir(m), v->rec.id) < 0)
+                return -ENOMEM;
+        *ret = TAKE_PTR(v);
+        return 0;
+}
+
+typedef struct CreateCall {
+        Vm *vm;
+        VmWaitFor wait_for;
+        VmDoneFunc done;
+        void *userdata;
+        VmWaiter *waiter; /* until the start chain takes it */
+        bool observing;
+} CreateCall;
+
+/* Unless the start chain took it: its waiter and observer go with it. */
+static CreateCall *create_call_free(CreateCall *c) {
+        if (!c)
+                return NULL;
+        vm_waiter_drop(c->vm, c->waiter);
+        if (c->observing)
+                vm_unobserve(c->vm, c->userdata);
+        vm_unref(c->vm);
+        free(c);
+        return NULL;
+}
+
+DEFINE_TRIVIAL_CLEANUP_FUNC(CreateCall *, create_call_free);
+
+/* A create whose installer never ran leaves nothing behind. */
+static void create_discard(Vm *v) {
+        vm_kill(v);
+        vm_release(v);
+        manager_remove_vm(v->manager, v);
+        manager_touch(v->manager);
+}
+
+/* The installer is up (or could not start): answer now, or wait for the milestone. */
+static void create_started(int r, json_t *record, const ApiError *e, void *userdata) {
+        _cleanup_free_ CreateCall *c = userdata;
+        _cleanup_(vm_unrefp) Vm *v = c->vm;
+        _cleanup_(api_error_done) ApiError e2 = API_ERROR_NULL;
+        const ManagerSettings *st = manager_settings(v->manager);
+        VmWaiter *w;
+
+        if (r < 0 || c->wait_for == VM_WAIT_NONE)
+                vm_unobserve(v, c->userdata);
+        if (r < 0) {
+                create_discard(v);
+                if (c->done)
+                        c->done(r, NULL, e, c->userdata);
+                return;
+        }
+        if (c->wait_for == VM_WAIT_NONE) {
+                if (c->done)
+                        c->done(0, record, NULL, c->userdata);
+                return;
+        }
+        /* From here on the VM exists whatever happens: a failed wait names it, it is not removed. */
+        w = vm_waiter_add(v, VM_WAITER_MILESTONE, c->done, c->userdata);
+        if (!w ||
+            vm_waiter_set_milestone(
+                    v,
+                    w,
+                    c->wait_for,
+                    st->install_timeout + st->stop_timeout +
+                            (c->wait_for == VM_WAIT_INSTALLED ? 0 : st->boot_timeout)) < 0) {
+                vm_waiter_drop(v, w);
+                (void) api_error_set(&e2, -ENOMEM, API_ERROR_INTERNAL, "out of memory");
+                if (c->done)
+                        c->done(e2.error, NULL, &e2, c->userdata);
+                return;
+        }
+        vm_waiters_check(v);
+}
+
+int vm_create(
+        Manager *m, json_t *request, VmDoneFunc done, VmProgressFunc progress, void *userdata, ApiError *reterr) {
+        _cleanup_(vm_spec_done) VmSpec spec = {};
+        _cleanup_free_ char *user_data = NULL;
+        _cleanup_(vm_unrefp) Vm *v = NULL;
+        _cleanup_(vm_provision_undo) VmProvision provision = {};
+        _cleanup_(create_call_freep) CreateCall *call = NULL;
+        VmWaitFor wait_for;
+        Network *net;
+        int r;
+
+        /* the spec */
+        r = vm_spec_from_request(request, &spec, &user_data, &wait_for, reterr);
+        if (r < 0)
+                return r;
+        r = create_resolve(m, &spec, &net, reterr);
+        if (r < 0)
+                return r;
+
+        /* a new VM, its resources: from here on a failure undoes them all */
+        r = create_new(m, &spec, &v);
+        if (r < 0)
+                return r;
+        r = vm_provision(&provision, v, user_data, net, reterr);
+        if (r < 0)
+                return r;
+
+        /* the installer's start chain, whose end answers (create_started) */
+        call = calloc(1, sizeof(CreateCall));
+        if (!call)
+                return -ENOMEM;
+        *call = (CreateCall){ .vm = vm_ref(v), .wait_for = wait_for, .done = done, .userdata = userdata };
+        r = vm_observe(v, progress, userdata);
+        if (r < 0)
+                return r;
+        call->observing = true;
+        call->waiter = vm_waiter_add(v, VM_WAITER_STARTED, create_started, call);
+        if (!call->waiter)
+                return -ENOMEM;
+        r = vm_set_state(v, VM_EVENT_CREATE, NULL, reterr);
+        if (r < 0)
+                return r;
+
+        /* the chain owns the call now, and the VM exists */
+        TAKE_PTR(call);
+        vm_provision_commit(&provision);
+        manager_touch(m);
+        log_struct(
+                LOG_INFO,
+                LOG_FIELDS({ "VM_ID", v->rec.id }),
+                "Creating VM %s (%s) from %s.",
+                v->rec.id,
+                v->rec.spec.name,
+                v->rec.spec.image);
+        return 0;
+}
+
+/* ---- start, stop, reboot ---- */
+
+bool vm_has_process(Vm *v) {
+        return v->qemu || IN_SET(v->sub, VM_SUB_START_HELPERS, VM_SUB_START_QMP);
+}
+
+int vm_start(Vm *v, VmDoneFunc done, void *userdata, ApiError *reterr) {
+        _cleanup_(api_error_done) ApiError e = API_ERROR_NULL;
+        int r;
+
+        r = vm_check_event(v, VM_EVENT_START, reterr);
+        if (r < 0)
+                return r;
+        if (v->volume_fd < 0) {
+                /* first start since the daemon did: take the disk's lease again */
+                r = vm_acquire_volume(v, VOLUME_OPEN, reterr);
+                if (r < 0) {
+                        (void) api_error_prefix(reterr, "disk of vm %s", v->rec.id);
+                        return r;
+                }
+        }
+        r = vm_set_state(v, VM_EVENT_START, NULL, &e);
+        if (r < 0) {
+                (void) vm_set_state(
+                        v,
+                        VM_EVENT_START_FAILED,
+                        &(VmEventArgs){ .error = r, .detail = e.message ?: "start failed" },
+                        NULL);
+                if (reterr) {
+                        api_error_done(reterr);
+                        *reterr = e;
+                        e = API_ERROR_NULL;
+                }
+                return r;
+        }
+        if (!vm_waiter_add(v, VM_WAITER_STARTED, done, userdata))
+                return -ENOMEM;
+        return 0;
+}
+
+int vm_stop(Vm *v, VmDoneFunc done, void *userdata, ApiError *reterr) {
+        _unused_ _cleanup_(vm_unrefp) Vm *pin = vm_ref(v);
+        int r;
+
+        r = vm_check_event(v, VM_EVENT_STOP, reterr);
+        if (r < 0)
+                return r;
+        if (!vm_waiter_add(v, VM_WAITER_STOPPED, done, userdata))
+                return -ENOMEM;
+        return vm_set_state(v, VM_EVENT_STOP, NULL, reterr);
+}
+
+int vm_reboot(Vm *v, VmDoneFunc done, void *userdata, ApiError *reterr) {
+        _unused_ _cleanup_(vm_unrefp) Vm *pin = vm_ref(v);
+        VmWaiter *w;
+        int r;
+
+        r = vm_check_event(v, VM_EVENT_REBOOT, reterr);
+        if (r < 0)
+                return r;
+        /* the stop first; once it is done its waiter starts the VM, and the start answers */
+        w = vm_waiter_add(v, VM_WAITER_STOPPED, done, userdata);
+        if (!w)
+                return -ENOMEM;
+        vm_waiter_then_start(w);
+        r = vm_set_state(v, VM_EVENT_REBOOT, NULL, reterr);
+        if (r < 0)
+                return r;
+        vm_waiters_check(v);
+        return 0;
+}
+
+/* ---- delete ---- */
+
+typedef struct DeleteCall {
+        Vm *vm;
+        VmDoneFunc done;
+        void *userdata;
+} DeleteCall;
+
+static void delete_finish(int r, json_t *record, const ApiError *e, void *userdata) {
+        DeleteCall *c = userdata;
+        _cleanup_(vm_unrefp) Vm *v = c->vm;
+        Manager *m = v->manager;
+        json_auto_t *gone = NULL;
+
+        vm_unobserve(v, c->userdata);
+        vm_release(v);
+        log_struct(
+                LOG_INFO, LOG_FIELDS({ "VM_ID", v->rec.id }), "VM %s (%s) deleted.", v->rec.id, v->rec.spec.name);
+        gone = json_pack("{s:s,s:b}", "id", v->rec.id, "deleted", true);
+        manager_remove_vm(m, v);
+        manager_touch(m);
+        if (c->done)
+                c->done(0, gone, NULL, c->userdata);
+        free(c);
+}
+
+int vm_delete(Vm *v, VmDoneFunc done, void *userdata, ApiError *reterr) {
+        _unused_ _cleanup_(vm_unrefp) Vm *pin = vm_ref(v); /* the deletion may complete before we return */
+        DeleteCall *c;
+        int r;
+
+        r = vm_check_event(v, VM_EVENT_DELETE, reterr);
+        if (r < 0)
+                return r;
+        c = calloc(1, sizeof(DeleteCall));
+        if (!c)
+                return -ENOMEM;
+        *c = (DeleteCall){ .vm = vm_ref(v), .done = done, .userdata = userdata };
+
+        if (IN_SET(v->sub, VM_SUB_START_HELPERS, VM_SUB_START_QMP)) {
+                /* nothing to power down yet: the chain ends first (a create is discarded) */
+                _cleanup_free_ char *text = vm_message(v, VM_MESSAGE_DELETED_STARTING, NULL);
+                (void) vm_set_state(
+                        v,
+                        VM_EVENT_START_FAILED,
+                        &(VmEventArgs){ .error = -ECANCELED, .detail = text ?: "deleted while starting" },
+                        NULL);
+        }
+        if (!vm_waiter_add(v, VM_WAITER_STOPPED, delete_finish, c)) {
+                vm_unref(c->vm);
+                free(c);
+                return -ENOMEM;
+        }
+        (void) vm_set_state(v, VM_EVENT_DELETE, NULL, NULL);
+        vm_waiters_check(v);
+        return 0;
+}

@@ -1,0 +1,377 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* The start chain of a run: swtpm and vhost-device-vsock side by side, probed every 5 ms until both
+ * answer (VM_SUB_START_HELPERS), then QEMU and its monitor (VM_SUB_START_QMP). Each step reports to
+ * vm_set_state(): VM_EVENT_HELPERS_UP, VM_EVENT_QMP_UP, or VM_EVENT_START_FAILED with what went wrong.
+ *
+ * Steps that may take long (an install on the host, a disk copied) belong before the chain, off the
+ * loop in a helper process whose end starts it, as the probe does here for swtpm. */
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "fs-util.h"
+#include "host-probe.h"
+#include "image-catalog.h"
+#include "log.h"
+#include "network.h"
+#include "socket-util.h"
+#include "vm-cmdline.h"
+#include "vm-internal.h"
+
+#define VM_SWTPM_START_TIMEOUT (5 * USEC_PER_SEC)
+#define VM_PROBE_INTERVAL (5 * USEC_PER_MSEC)
+
+/* swtpm's control channel answers CMD_GET_CAPABILITY (00 00 00 01) with 8 bytes once it is up. */
+static bool swtpm_answers(const char *ctrl) {
+        _cleanup_close_ int fd = unix_stream_connect(ctrl, /* nonblock= */ false);
+        static const uint8_t cmd[4] = { 0, 0, 0, 1 };
+        struct pollfd pfd;
+        uint8_t answer[8];
+
+        if (fd < 0)
+                return false;
+        if (write(fd, cmd, sizeof(cmd)) != sizeof(cmd))
+                return false;
+        pfd = (struct pollfd){ .fd = fd, .events = POLLIN };
+        if (poll(&pfd, 1, 200) <= 0)
+                return false;
+        return read(fd, answer, sizeof(answer)) == sizeof(answer);
+}
+
+/* role names the unit (vm-manager-<id>-<role>.service) under the systemd launcher. */
+static int vm_spawn(Vm *v, char **argv, const char *log_name, const char *role, VmLaunched **ret) {
+        _cleanup_free_ char *log = vm_path(v, log_name), *unit = NULL;
+        bool qemu = streq(role, "qemu");
+
+        if (!log || asprintf(&unit, "vm-manager-%s-%s.service", v->rec.id, role) < 0)
+                return -ENOMEM;
+        return vm_launched_spawn(
+                ret,
+                manager_event(v->manager),
+                manager_units(v->manager),
+                unit,
+                &(VmProcessOptions){
+                        .argv = argv,
+                        .log_file = log,
+                        .working_dir = v->dir,
+                        .block_io_uring = qemu,
+                },
+                qemu ? vm_on_qemu_exit : vm_on_helper_exit,
+                v);
+}
+
+void vm_on_helper_exit(VmLaunched *p, int code, int status, void *userdata) {
+        Vm *v = userdata;
+        _cleanup_free_ char *st = vm_exit_status_to_string(code, status);
+
+        if (p == v->swtpm) {
+                log_struct(
+                        LOG_DEBUG,
+                        LOG_FIELDS({ "VM_ID", v->rec.id }),
+                        "swtpm of %s exited: %s",
+                        v->rec.id,
+                        st ?: "?");
+                v->swtpm = vm_launched_free(v->swtpm);
+                v->swtpm_pid = 0;
+        } else if (p == v->vsockd) {
+                log_struct(
+                        LOG_DEBUG,
+                        LOG_FIELDS({ "VM_ID", v->rec.id }),
+                        "vhost-device-vsock of %s exited: %s",
+                        v->rec.id,
+                        st ?: "?");
+                v->vsockd = vm_launched_free(v->vsockd);
+        }
+}
+
+void vm_qmp_on_event(QmpClient *c, const char *event, json_t *data, void *userdata) {
+        Vm *v = userdata;
+
+        if (event)
+                log_struct(
+                        LOG_DEBUG,
+                        LOG_FIELDS({ "VM_ID", v->rec.id }, { "QMP_EVENT", event }),
+                        "QMP event %s",
+                        event);
+}
+
+void vm_qmp_on_disconnect(QmpClient *c, void *userdata) {
+        /* QEMU's exit is what counts; the pidfd reports it. */
+}
+
+/* The start chain ends with text (a message of vm-state.c rendered with its details). */
+static void start_failed(Vm *v, int r, VmMessage m, const VmMessageArgs *a) {
+        _cleanup_free_ char *text = vm_message(v, m, a);
+
+        (void) vm_set_state(
+                v, VM_EVENT_START_FAILED, &(VmEventArgs){ .error = r, .detail = text ?: "start failed" }, NULL);
+}
+
+static void on_qmp_ready(QmpClient *c, int error, void *userdata) {
+        if (c != ((Vm *) userdata)->qmp)
+                return; /* a connection we dropped: whoever dropped it settles the state */
+        _cleanup_(vm_unrefp) Vm *v = vm_ref(userdata);
+
+        if (v->sub != VM_SUB_START_QMP)
+                return;
+        if (error < 0) {
+                _cleanup_free_ char *qmp = vm_path(v, "qmp.sock"), *tail = vm_file_tail(v, "qemu.log", 8192);
+
+                start_failed(
+                        v,
+                        error,
+                        VM_MESSAGE_QMP_TIMEOUT,
+                        &(VmMessageArgs){ .what = qmp, .errno_text = strerror(-error), .detail = tail });
+                return;
+        }
+        (void) vm_set_state(v, VM_EVENT_QMP_UP, NULL, NULL);
+}
+
+static int spawn_qemu(Vm *v) {
+        _cleanup_free_ char *vars = vm_path(v, "ovmf_vars.fd"), *net = vm_path(v, "net.sock"),
+                            *vhost = vm_path(v, "vhost-vsock.sock"), *tpm = vm_path(v, "tpm/swtpm.sock"),
+                            *qmp = vm_path(v, "qmp.sock"), *keys = NULL, *notify = NULL;
+        _cleanup_strv_free_ char **argv = NULL;
+        const Image *img = image_catalog_resolve(manager_images(v->manager), v->rec.spec.image);
+        const Network *net_rec = network_registry_get(manager_networks(v->manager), v->rec.spec.network);
+        VmCredential creds[5];
+        size_t n = 0;
+        int r;
+
+        if (!vars || !net || !vhost || !tpm || !qmp)
+                return -ENOMEM;
+        if (v->rec.phase == VM_PHASE_INSTALL && (!img || !streq(img->ref, v->rec.spec.image)))
+                return -ENOENT;
+
+        /* the per-VM key first, then the caller's, one per line */
+        {
+                size_t len = strlen(v->rec.ssh_public_key) + 2, at = 0;
+                for (char **k = v->rec.spec.ssh_authorized_keys; k && *k; k++)
+                        len += strlen(*k) + 1;
+                keys = malloc(len);
+                if (!keys)
+                        return -ENOMEM;
+                at = stpcpy(stpcpy(keys, v->rec.ssh_public_key), "\n") - keys;
+                for (char **k = v->rec.spec.ssh_authorized_keys; k && *k; k++)
+                        at = stpcpy(stpcpy(keys + at, *k), "\n") - keys;
+        }
+        if (asprintf(&notify, "vsock-stream:2:%u", manager_settings(v->manager)->notify_port) < 0)
+                return -ENOMEM;
+
+        creds[n++] = (VmCredential){ "firstboot.hostname", v->rec.spec.hostname };
+        creds[n++] = (VmCredential){ "ssh.authorized_keys.root", keys };
+        creds[n++] = (VmCredential){ "system.machine_id", v->rec.machine_id };
+        if (v->rec.phase == VM_PHASE_INSTALL)
+                creds[n++] = (VmCredential){ "vm.install-target", "/dev/disk/by-id/virtio-target" };
+        creds[n++] = (VmCredential){ "vmm.notify_socket", notify };
+
+        r = vm_cmdline_build(
+                &(VmCmdlineSpec){
+                        .qemu = "qemu-system-x86_64",
+                        .id = v->rec.id,
+                        .dir = v->dir,
+                        .phase = v->rec.phase,
+                        .accel = host_probe_accel(manager_host(v->manager), NULL) == HOST_ACCEL_KVM ?
+                                VM_ACCEL_KVM :
+                                VM_ACCEL_TCG,
+                        .vsock = v->rec.vsock,
+                        .cpus = v->rec.spec.cpus,
+                        .memory_mib = v->rec.spec.memory_mib,
+                        .ovmf_code = manager_settings(v->manager)->ovmf_code,
+                        .ovmf_vars = vars,
+                        .uki = img ? img->uki : NULL,
+                        .image_raw = img ? img->disk : NULL,
+                        .volume = v->rec.volume,
+                        .net_socket = net,
+                        .mtu = net_rec ? net_rec->mtu : 0,
+                        .mac = v->rec.mac,
+                        .cid = v->rec.cid,
+                        .vsock_socket = vhost,
+                        .tpm_socket = tpm,
+                        .credentials = creds,
+                        .n_credentials = n,
+                        .kernel_cmdline_extra = v->rec.phase == VM_PHASE_BOOT && !v->rec.booted ?
+                                "ignition.firstboot" :
+                                NULL,
+                },
+                &argv);
+        if (r < 0)
+                return r;
+        (void) unlink(qmp);
+        r = vm_spawn(v, argv, "qemu.log", "qemu", &v->qemu);
+        if (r < 0)
+                return r;
+        v->qemu_pid = vm_launched_pid(v->qemu);
+        r = qmp_client_connect_retry(
+                &v->qmp,
+                manager_event(v->manager),
+                qmp,
+                vm_qmp_on_event,
+                vm_qmp_on_disconnect,
+                v,
+                manager_settings(v->manager)->qmp_timeout,
+                on_qmp_ready);
+        if (r < 0) {
+                (void) vm_launched_kill(v->qemu, SIGKILL, true);
+                return r;
+        }
+        return 0;
+}
+
+static int start_vsockd(Vm *v) {
+        _cleanup_free_ char *vhost = vm_path(v, "vhost-vsock.sock"), *uds = vm_path(v, "vsock");
+        _cleanup_strv_free_ char **argv = NULL;
+        int r;
+
+        if (!vhost || !uds)
+                return -ENOMEM;
+        (void) unlink(vhost);
+        v->vsockd = vm_launched_free(v->vsockd); /* a leftover of the previous run */
+        r = vm_vhost_user_vsock_cmdline_build("vhost-device-vsock", v->rec.cid, vhost, uds, &argv);
+        if (r < 0)
+                return r;
+        r = vm_spawn(v, argv, "vsock.log", "vsock", &v->vsockd);
+        if (r < 0)
+                return r;
+        return 0;
+}
+
+int vm_start_qemu(Vm *v, ApiError *reterr) {
+        _cleanup_free_ char *text = NULL;
+        int r;
+
+        /* vhost-user: vhost-device-vsock hands the guest's READY=1 to our socket in the VM directory */
+        if (v->rec.phase == VM_PHASE_BOOT && v->rec.vsock == VM_VSOCK_VHOST_USER) {
+                r = vm_notify_listen(v);
+                if (r < 0) {
+                        text = vm_message(v, VM_MESSAGE_NOTIFY_LISTEN, NULL);
+                        return api_error_set(reterr, r, API_ERROR_INTERNAL, "%s", text ?: "notify");
+                }
+        }
+        r = spawn_qemu(v);
+        if (r < 0) {
+                /* under systemd a QEMU that dies at once fails the start job: its log says why */
+                _cleanup_free_ char *tail = vm_file_tail(v, "qemu.log", 2048);
+
+                text = vm_message(
+                        v,
+                        VM_MESSAGE_QEMU_SPAWN,
+                        &(VmMessageArgs){ .errno_text = strerror(-r), .detail = tail });
+                return api_error_set(reterr, r, API_ERROR_INTERNAL, "%s", text ?: "failed to start qemu");
+        }
+        return 0;
+}
+
+/* swtpm and vhost-device-vsock start side by side; QEMU follows once both answer. */
+static int on_probe(sd_event_source *s, usec_t usec, void *userdata) {
+        _cleanup_(vm_unrefp) Vm *v = vm_ref(userdata);
+        _cleanup_free_ char *ctrl = vm_path(v, "tpm/swtpm.sock"), *vhost = vm_path(v, "vhost-vsock.sock");
+        _cleanup_(api_error_done) ApiError e = API_ERROR_NULL;
+        bool vsock_up;
+        int r;
+
+        if (v->sub != VM_SUB_START_HELPERS || !ctrl || !vhost)
+                return 0;
+
+        if (!v->swtpm_up && swtpm_answers(ctrl))
+                v->swtpm_up = true;
+        if (!v->swtpm_up && (!v->swtpm || usec >= v->probe_deadline)) {
+                _cleanup_free_ char *tail = vm_file_tail(v, "tpm/swtpm.log", 2048);
+                start_failed(v, -ETIMEDOUT, VM_MESSAGE_VTPM_TIMEOUT, &(VmMessageArgs){ .detail = tail });
+                return 0;
+        }
+        vsock_up = v->rec.vsock != VM_VSOCK_VHOST_USER || access(vhost, F_OK) >= 0;
+        if (!vsock_up && (!v->vsockd || usec >= v->probe_deadline)) {
+                _cleanup_free_ char *tail = vm_file_tail(v, "vsock.log", 2048);
+                start_failed(v, -ETIMEDOUT, VM_MESSAGE_VSOCKD_TIMEOUT, &(VmMessageArgs){ .detail = tail });
+                return 0;
+        }
+
+        if (v->swtpm_up && vsock_up) {
+                r = vm_set_state(v, VM_EVENT_HELPERS_UP, NULL, &e);
+                if (r < 0)
+                        (void) vm_set_state(
+                                v,
+                                VM_EVENT_START_FAILED,
+                                &(VmEventArgs){ .error = r, .detail = e.message ?: "failed to start qemu" },
+                                NULL);
+                return 0; /* QMP takes over */
+        }
+
+        (void) sd_event_source_set_time(s, usec + VM_PROBE_INTERVAL);
+        return sd_event_source_set_enabled(s, SD_EVENT_ONESHOT);
+}
+
+static int copy_file_excl(const char *from, const char *to, mode_t mode) {
+        _cleanup_free_ char *data = NULL;
+        _cleanup_close_ int fd = -EBADF;
+        size_t size;
+        int r;
+
+        r = read_full_file(from, 64U * 1024U * 1024U, &data, &size);
+        if (r < 0)
+                return r;
+        fd = open(to, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode);
+        if (fd < 0)
+                return errno == EEXIST ? 0 : -errno;
+        r = loop_write(fd, data, size);
+        if (r >= 0)
+                r = RET_NERRNO(fsync(fd));
+        if (r < 0)
+                (void) unlink(to);
+        return r;
+}
+
+/* Fails with the text of the step that failed (VM_MESSAGE_PREPARE and the like), having ended what it
+ * started. */
+static int helpers_failed(Vm *v, int r, VmMessage m, ApiError *reterr) {
+        _cleanup_free_ char *text = vm_message(
+                v, m, &(VmMessageArgs){ .what = v->dir, .errno_text = strerror(-r) });
+
+        vm_kill(v);
+        return api_error_set(reterr, r, API_ERROR_INTERNAL, "%s", text ?: "start failed");
+}
+
+int vm_start_helpers(Vm *v, ApiError *reterr) {
+        _cleanup_free_ char *tpm = vm_path(v, "tpm"), *ctrl = vm_path(v, "tpm/swtpm.sock"),
+                            *tlog = vm_path(v, "tpm/swtpm.log"), *tprev = vm_path(v, "tpm/swtpm.prev.log"),
+                            *vars = vm_path(v, "ovmf_vars.fd"), *console = vm_path(v, "console.log");
+        _cleanup_strv_free_ char **argv = NULL;
+        int r;
+
+        if (!tpm || !ctrl || !tlog || !tprev || !vars || !console)
+                return -ENOMEM;
+
+        r = mkdir_p(tpm, 0700);
+        if (r >= 0)
+                r = copy_file_excl(manager_settings(v->manager)->ovmf_vars, vars, 0600);
+        if (r < 0)
+                return helpers_failed(v, r, VM_MESSAGE_PREPARE, reterr);
+        (void) unlink(ctrl);
+        (void) rename(tlog, tprev);
+
+        v->swtpm = vm_launched_free(v->swtpm); /* a leftover of the previous run */
+        r = vm_swtpm_cmdline_build("swtpm", tpm, ctrl, tlog, &argv);
+        if (r >= 0)
+                r = vm_spawn(v, argv, "tpm/swtpm.out", "swtpm", &v->swtpm);
+        if (r < 0)
+                return helpers_failed(v, r, VM_MESSAGE_SWTPM_SPAWN, reterr);
+        v->swtpm_pid = vm_launched_pid(v->swtpm);
+        v->swtpm_up = false;
+        v->rec.vsock = vm_notify_pick(v);
+        v->vsockd = vm_launched_free(v->vsockd); /* a leftover of the previous run */
+        r = v->rec.vsock == VM_VSOCK_VHOST_USER ? start_vsockd(v) : 0;
+        if (r < 0)
+                return helpers_failed(v, r, VM_MESSAGE_VSOCKD_SPAWN, reterr);
+        v->probe_deadline = now_usec(CLOCK_MONOTONIC) + VM_SWTPM_START_TIMEOUT;
+        v->probe_timer = sd_event_source_disable_unref(v->probe_timer);
+        r = sd_event_add_time_relative(
+                manager_event(v->manager), &v->probe_timer, CLOCK_MONOTONIC, VM_PROBE_INTERVAL, 1, on_probe, v);
+        if (r < 0)
+                return helpers_failed(v, r, VM_MESSAGE_PROBE_TIMER, reterr);
+        return 0;
+}
