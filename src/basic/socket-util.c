@@ -37,7 +37,7 @@ static int unix_stream_socket(const char *path, int flags, struct sockaddr_un *r
 int unix_stream_listen(const char *path, int backlog) {
         _cleanup_close_ int fd = -EBADF;
         struct sockaddr_un sa;
-        socklen_t len;
+        socklen_t len = 0;
 
         fd = unix_stream_socket(path, SOCK_NONBLOCK, &sa, &len);
         if (fd < 0)
@@ -51,7 +51,7 @@ int unix_stream_listen(const char *path, int backlog) {
 int unix_stream_connect(const char *path, bool nonblock) {
         _cleanup_close_ int fd = -EBADF;
         struct sockaddr_un sa;
-        socklen_t len;
+        socklen_t len = 0;
 
         fd = unix_stream_socket(path, nonblock ? SOCK_NONBLOCK : 0, &sa, &len);
         if (fd < 0)

@@ -215,7 +215,7 @@ int vm_create(
         _cleanup_(vm_provision_undo) VmProvision provision = {};
         _cleanup_(create_call_freep) CreateCall *call = NULL;
         VmWaitFor wait_for;
-        Network *net;
+        Network *net = NULL;
         int r;
 
         /* the spec */
