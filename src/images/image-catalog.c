@@ -23,6 +23,7 @@
 #define KUBERNETES_PREFIX "kubernetes_"
 
 #define WATCH_MASK (IN_CREATE | IN_DELETE | IN_MOVED_TO | IN_MOVED_FROM | IN_CLOSE_WRITE | IN_ATTRIB)
+#define WATCH_SELF_MASK (IN_DELETE_SELF | IN_MOVE_SELF)
 
 /* A rescan runs this long after the last change in a burst, and at the latest this long after its
  * first change, so a steady trickle of events cannot postpone it forever. */
@@ -46,6 +47,7 @@ struct ImageCatalog {
         sd_event_source *inotify_source;
         sd_event_source *rescan_source;
         int inotify_fd;
+        int wd_dir;        /* the image directory's own watch, -1 while it is missing */
         int wd_sysupdate;  /* -1 when not watched */
         int wd_kubernetes; /* -1 when not watched */
         bool rescan_pending;
@@ -639,6 +641,24 @@ static void catalog_watch_subdir(ImageCatalog *c, int *wd, const char *name) {
         *wd = k < 0 ? -1 : k;
 }
 
+static void catalog_schedule_rescan(ImageCatalog *c);
+
+/* Watches the image directory itself. A directory replaced as a whole (a build publishing a new copy
+ * with rm + mv) is a new inode under the same path: the old watch died with the old directory, so the
+ * path is watched again at every rescan (for the same directory the kernel hands back the same watch).
+ * Returns false while the directory is missing. */
+static bool catalog_watch_dir(ImageCatalog *c) {
+        int k;
+
+        k = inotify_add_watch(c->inotify_fd, c->dir, WATCH_MASK | WATCH_SELF_MASK | IN_ONLYDIR);
+        if (k < 0 && errno != ENOENT && errno != ENOTDIR)
+                log_debug_errno(errno, "Cannot watch '%s', ignoring: %m", c->dir);
+        if (c->wd_dir >= 0 && c->wd_dir != k)
+                (void) inotify_rm_watch(c->inotify_fd, c->wd_dir);
+        c->wd_dir = k < 0 ? -1 : k;
+        return k >= 0;
+}
+
 static void catalog_update_watches(ImageCatalog *c) {
         _cleanup_close_ int fd = -EBADF;
         bool sysupdate;
@@ -664,8 +684,11 @@ static int on_rescan_timer(sd_event_source *s, uint64_t usec, void *userdata) {
 
         c->rescan_pending = false;
 
-        /* The image directory itself keeps its watch (re-adding would return the same one); its
-         * subdirectories may have come or gone. Watches first, so that nothing after the scan is missed. */
+        /* The directory and its subdirectories may have come, gone or been replaced. Watches first, so
+         * that nothing after the scan is missed. While the directory is missing (between the rm and the
+         * mv of a replacement) nothing will tell us of its return: look again shortly. */
+        if (!catalog_watch_dir(c))
+                catalog_schedule_rescan(c);
         catalog_update_watches(c);
 
         r = image_catalog_rescan(c);
@@ -769,7 +792,8 @@ static int catalog_watch(ImageCatalog *c, sd_event *event, ApiError *reterr) {
                         c->dir,
                         strerror(errno));
 
-        if (inotify_add_watch(c->inotify_fd, c->dir, WATCH_MASK | IN_ONLYDIR) < 0) {
+        c->wd_dir = inotify_add_watch(c->inotify_fd, c->dir, WATCH_MASK | WATCH_SELF_MASK | IN_ONLYDIR);
+        if (c->wd_dir < 0) {
                 r = -errno;
                 if (r == -ENOENT || r == -ENOTDIR || r == -EACCES)
                         return dir_error(reterr, r, c->dir);
@@ -809,7 +833,7 @@ int image_catalog_new(ImageCatalog **ret, sd_event *event, const char *image_dir
         if (!c)
                 return api_error_set(reterr, -ENOMEM, API_ERROR_INTERNAL, "out of memory");
         c->inotify_fd = -EBADF;
-        c->wd_sysupdate = c->wd_kubernetes = -1;
+        c->wd_dir = c->wd_sysupdate = c->wd_kubernetes = -1;
 
         r = path_make_absolute_clean(image_dir, &c->dir);
         if (r < 0)

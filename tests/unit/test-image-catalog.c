@@ -731,6 +731,14 @@ static bool has_no_image(Watcher *w) {
         return image_catalog_size(w->catalog) == 0;
 }
 
+static bool has_fresh(Watcher *w) {
+        return image_catalog_size(w->catalog) == 1 && streq(image_catalog_at(w->catalog, 0)->ref, "fresh_2");
+}
+
+static bool has_two_images(Watcher *w) {
+        return image_catalog_size(w->catalog) == 2;
+}
+
 static bool has_changed(Watcher *w) {
         return w->changes > w->baseline;
 }
@@ -795,6 +803,20 @@ static void test_inotify(void **state) {
         assert_ok(RET_NERRNO(rename(from, to)));
         assert_true(run_until(event, has_one_image, &w));
         assert_string_equal(image_catalog_at(c, 0)->ref, "lone_1");
+
+        /* The whole directory replaced by a new copy under the same path (a build publishing with
+         * rm + mv): the new copy's images show, and later changes inside it are still seen. */
+        {
+                _cleanup_free_ char *copy = NULL, *cmd = NULL;
+                assert_true(asprintf(&copy, "%s.new", dir) > 0);
+                assert_ok(RET_NERRNO(mkdir(copy, 0755)));
+                put_image(copy, "fresh_2");
+                assert_true(asprintf(&cmd, "rm -rf '%s' && mv '%s' '%s'", dir, copy, dir) > 0);
+                assert_int_equal(system(cmd), 0);
+                assert_true(run_until(event, has_fresh, &w));
+                put_image(dir, "later_3");
+                assert_true(run_until(event, has_two_images, &w));
+        }
 
         /* Freed with events queued and a rescan pending. */
         put_image(dir, "late_1");
