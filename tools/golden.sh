@@ -62,7 +62,19 @@ answer=$(curl -sS --max-time "$timeout" -H 'Content-Type: application/json' -X P
         -d "{\"name\":\"golden\",\"image\":\"$image\",\"memory_mib\":2048,\"disk_gib\":4,\"require_attestation\":true,\"wait_for\":\"ready\"}") ||
         die "create_vm did not answer within ${timeout}s"
 vm=$(printf '%s' "$answer" | python3 -c 'import json, sys; d = json.load(sys.stdin); print(d.get("id", "") if d.get("state") == "ready" else "")')
-[ -n "$vm" ] || die "the VM did not become ready: $answer"
+if [ -z "$vm" ]; then
+        say "the VM did not become ready: $answer"
+        # what the daemon knows of it: the root cause, the console's last lines, the attestation verdicts
+        curl -fsS "$base/api/v1/vms" | python3 -c '
+import json, sys
+for v in json.load(sys.stdin):
+    print("golden: lastError:", v.get("lastError"), file=sys.stderr)
+    print("golden: console tail:", v.get("consoleTail") or "(none)", sep="\n", file=sys.stderr)
+    print(v["id"])' | while read -r id; do
+                say "attestation: $(curl -fsS "$base/api/v1/vms/$id/attestation" || echo '(none)')"
+        done || true
+        die "the VM did not become ready (GOLDEN_KEEP=1 keeps $state for a closer look)"
+fi
 say "VM $vm ready after $(( $(date +%s) - t0 )) s"
 
 "$bin" image golden "$image" --from-vm "$vm" --server "$base" --image-dir "$images"
