@@ -18,6 +18,7 @@
  * sizeBytes, zeroed head and tail, a fresh UUID. ext4: formatted on the host; grow takes the rest of
  * the disk (one partition at most, the last). Partitions start at 1 MiB boundaries. */
 
+#include <errno.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
