@@ -336,8 +336,10 @@ int host_install_run(
         r = target_size(dst, &blockdev, &disk);
         if (r < 0)
                 return say(r, "cannot size the disk %s: %s", target, strerror(-r));
-        if (disk_size > 0 && disk != disk_size)
-                return say(-EINVAL, "the disk %s is %" PRIu64 " bytes, not %" PRIu64, target, disk, disk_size);
+        /* a provider may round a volume up; never down */
+        if (disk_size > 0 && disk < disk_size)
+                return say(
+                        -EINVAL, "the disk %s is %" PRIu64 " bytes, less than %" PRIu64, target, disk, disk_size);
         r = disk_plan_make(l, img, (uint64_t) ist.st_size, disk, random_uuid, plan, &why);
         if (r < 0)
                 return say(r, "cannot lay out the disk: %s", why ?: strerror(-r));

@@ -17,7 +17,7 @@ typedef struct HostInstallStats {
 } HostInstallStats;
 
 /* image: the .raw; layout: the layout file; target: the disk (a file or a block device) of
- * disk_size bytes (0: its current size). Errors are reported on stderr, the last line the reason. */
+ * at least disk_size bytes (0: any), laid out over its whole size. Errors are reported on stderr, the last line the reason. */
 int host_install_run(
         const char *image, const char *layout, const char *target, uint64_t disk_size, HostInstallStats *ret);
 
