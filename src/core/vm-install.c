@@ -147,7 +147,9 @@ int vm_host_install_start(Vm *v, ApiError *reterr) {
                         v);
         }
         if (r >= 0)
-                return 0;
+                /* what does not need the disk starts beside it: the first boot's chain then only
+                 * waits for QEMU */
+                return vm_prestart_helpers(v, reterr);
         text = vm_message(v, VM_MESSAGE_HOST_INSTALL_SPAWN, &(VmMessageArgs){ .errno_text = strerror(-r) });
         return api_error_set(reterr, r, API_ERROR_INTERNAL, "%s", text ?: "cannot start the host install");
 }

@@ -64,6 +64,7 @@ struct Vm {
         sd_event_source *stop_timer;  /* the stop escalation */
         usec_t probe_deadline;
         bool swtpm_up;
+        bool helpers_prestarted; /* swtpm and vhost-device-vsock spawned beside the host install */
 
         /* READY=1 over vhost-user (vm-notify.c) */
         int notify_fd;
@@ -160,6 +161,9 @@ void vm_release(Vm *v);
 
 /* VM_ACTION_SPAWN_HELPERS: swtpm and vhost-device-vsock side by side, probed until both answer. */
 int vm_start_helpers(Vm *v, ApiError *reterr);
+/* swtpm and vhost-device-vsock spawned early, beside the host install (they do not need the disk):
+ * the start chain that follows it only probes them, unless one of them ended meanwhile. */
+int vm_prestart_helpers(Vm *v, ApiError *reterr);
 /* VM_ACTION_SPAWN_QEMU: the READY=1 socket, QEMU, its monitor. */
 int vm_start_qemu(Vm *v, ApiError *reterr);
 /* How an exit of swtpm or vhost-device-vsock is taken, and QEMU's (vm-stop.c). */
