@@ -12,12 +12,17 @@ from the real image's repart.sysinstall.d, and:
   * a layout that does not match its image: create_vm answers vm_failed, the VM is failed with the
     reason in lastError and has no disk;
   * a daemon killed during a host install: the next one finds the VM failed, its disk gone;
-  * disk_gib too small for the layout: invalid_request before anything is allocated.
+  * disk_gib too small for the layout: invalid_request before anything is allocated;
+  * the storage provider back-end (a stand-in io.systemd.StorageProvider on varlink): a volume in the
+    provider's directory, and one without a name (unlinked once opened) that the helper reaches as
+    /proc/<daemon>/fd/<n>.
 """
 
+import array
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -279,6 +284,89 @@ def test_restart_during_install(work):
     d2.stop(signal.SIGTERM, timeout=30)
 
 
+def fake_provider(sock_path, vol_dir, mode):
+    """io.systemd.StorageProvider as vm-manager speaks it: GetInfo, Acquire (the fd passed with
+    SCM_RIGHTS). While mode["anon"] is set, a new volume is unlinked once opened."""
+    os.makedirs(os.path.dirname(sock_path), exist_ok=True)
+    os.makedirs(vol_dir, exist_ok=True)
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    srv.bind(sock_path)
+    srv.listen(16)
+    keep = []
+
+    def serve(conn):
+        buf = b""
+        while True:
+            chunk = conn.recv(65536)
+            if not chunk:
+                return
+            buf += chunk
+            while b"\0" in buf:
+                raw, buf = buf.split(b"\0", 1)
+                msg = json.loads(raw)
+                method, params = msg.get("method"), msg.get("parameters") or {}
+                if method == "org.varlink.service.GetInfo":
+                    conn.sendall(json.dumps({"parameters": {
+                        "vendor": "test", "product": "fake", "version": "1", "url": "",
+                        "interfaces": ["org.varlink.service", "io.systemd.StorageProvider"]}}).encode() + b"\0")
+                elif method == "io.systemd.StorageProvider.Acquire":
+                    path = os.path.join(vol_dir, params["name"] + ".volume")
+                    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+                    if params.get("createSizeBytes"):
+                        os.ftruncate(fd, params["createSizeBytes"])
+                    if mode.get("anon"):
+                        keep.append(os.dup(fd))
+                        os.unlink(path)
+                    reply = json.dumps({"parameters": {"type": "reg", "fileDescriptorIndex": 0,
+                                                       "readOnly": False}}).encode() + b"\0"
+                    conn.sendmsg([reply], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd]))])
+                    os.close(fd)
+                else:
+                    conn.sendall(json.dumps({"error": "org.varlink.service.MethodNotFound"}).encode() + b"\0")
+
+    def loop():
+        while True:
+            try:
+                conn, _ = srv.accept()
+            except OSError:
+                return
+            threading.Thread(target=lambda: (serve(conn), conn.close()), daemon=True).start()
+    threading.Thread(target=loop, daemon=True).start()
+    return srv
+
+
+def test_storage_provider(work):
+    images = os.path.join(work, "images-prov")
+    os.makedirs(images)
+    make_image(images, "prov_1.0")
+    layout = make_layout(images, "prov_1.0")
+    run_dir = os.path.join(work, "run-prov")
+    vol_dir = os.path.join(work, "state-home", "storage")
+    mode = {}
+    srv = fake_provider(os.path.join(run_dir, "systemd", "io.systemd.StorageProvider", "fs"), vol_dir, mode)
+    d, port = daemon(work, "prov", images, env_extra={"XDG_RUNTIME_DIR": run_dir,
+                                                      "XDG_STATE_HOME": os.path.join(work, "state-home")})
+    for name in ("named", "anon"):
+        mode["anon"] = name == "anon"
+        status, vm = api(port, "POST", "/vms", dict(CREATE, name="p-" + name, wait_for="none"))
+        disk = (vm or {}).get("paths", {}).get("volume", "")
+        ok = status == 201 and vm.get("installMode") == "host" and vm["state"] == "booting"
+        if name == "named":
+            ok = ok and disk == os.path.join(vol_dir, "vm-%s.volume" % vm["id"])
+        else:
+            ok = ok and disk.startswith("/proc/%d/fd/" % d.pid)
+        parts = []
+        if ok:
+            table = json.loads(subprocess.run(["sfdisk", "--json", disk], check=True, capture_output=True).stdout)
+            parts = table["partitiontable"]["partitions"]
+        tap.result(ok and [p["name"] for p in parts] == [p["label"] for p in layout["partitions"]],
+                   "storage provider, %s volume: the host install lays it out (%s)" % (name, disk),
+                   repr((status, vm))[:400])
+    d.stop(signal.SIGTERM, timeout=30)
+    srv.close()
+
+
 if __name__ == "__main__":
-    sys.exit(run([test_host_install, test_modes_and_refusals, test_broken_layout, test_restart_during_install],
+    sys.exit(run([test_host_install, test_modes_and_refusals, test_broken_layout, test_restart_during_install,
+                  test_storage_provider],
                  300, "vmm-host-"))
