@@ -6,6 +6,7 @@
 #include <zlib.h>
 
 #include "gpt.h"
+#include "hex-util.h"
 
 #define HEADER_SIZE 92U
 static const char signature[8] = { 'E', 'F', 'I', ' ', 'P', 'A', 'R', 'T' };
@@ -50,16 +51,6 @@ bool gpt_guid_is_null(const GptGuid g) {
 /* byte i of the text form (without dashes) is byte order[i] on disk */
 static const uint8_t order[16] = { 3, 2, 1, 0, 5, 4, 7, 6, 8, 9, 10, 11, 12, 13, 14, 15 };
 
-static int unhex(char c) {
-        if (c >= '0' && c <= '9')
-                return c - '0';
-        if (c >= 'a' && c <= 'f')
-                return c - 'a' + 10;
-        if (c >= 'A' && c <= 'F')
-                return c - 'A' + 10;
-        return -1;
-}
-
 int gpt_guid_from_string(const char *s, GptGuid ret) {
         GptGuid g;
         size_t at = 0;
@@ -68,8 +59,8 @@ int gpt_guid_from_string(const char *s, GptGuid ret) {
                 return -EINVAL;
         for (unsigned i = 0; i < 16; i++) {
                 int hi, lo;
-                hi = unhex(s[at++]);
-                lo = unhex(s[at++]);
+                hi = unhexchar(s[at++]);
+                lo = unhexchar(s[at++]);
                 if (hi < 0 || lo < 0)
                         return -EINVAL;
                 g[order[i]] = (uint8_t) (hi << 4 | lo);
