@@ -54,7 +54,7 @@ def start(binary, state, images):
     log = open(state + ".log", "w")
     p = subprocess.Popen([binary, "serve", "--listen", "127.0.0.1:%d" % port, "--state-dir", state, "--image-dir",
                           images, "--launcher", "process", "--install-mode", "host", "--install-timeout", "30m",
-                          "--boot-timeout", "20m"], stdout=log, stderr=log)
+                          "--boot-timeout", "20m", "--stop-timeout", "5s"], stdout=log, stderr=log)
     for _ in range(400):
         try:
             c = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
