@@ -694,9 +694,10 @@ static VmTransition on_phase_timeout(VmTransition t, const VmStatus *s, VmEvent 
         return t;
 }
 
-/* the power button unanswered (stop timeout) or refused: SIGTERM; SIGTERM unanswered: SIGKILL */
+/* the power button unanswered (stop timeout) or refused: SIGTERM; SIGTERM unanswered: SIGKILL. A
+ * delete escalates as a stop does: under deleting, the stop sub-state says QEMU still runs. */
 static VmTransition on_stop_timeout(VmTransition t, const VmStatus *s, VmEvent e) {
-        if (!has_qemu(s))
+        if (!has_qemu(s) && !(s->state == VM_STATE_DELETING && sub_is_stopping(s->sub)))
                 return ignore(t);
         if (s->sub == VM_SUB_STOP_SIGTERM && e == VM_EVENT_STOP_TIMEOUT) {
                 t.sub = VM_SUB_STOP_SIGKILL;

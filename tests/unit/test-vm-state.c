@@ -110,6 +110,13 @@ static const Row rows[] = {
           .next = S(BOOTING), .next_sub = U(NONE), .actions = A(LINK) | A(PHASE_TIMER) | A(SAVE) | A(FINISH_START) },
         { S(CREATING), U(START_QMP), BOOT, G(NONE), 0, 1, 0, E(START_FAILED),
           .next = S(FAILED), .next_sub = U(NONE), .actions = A(KILL) | A(SAVE) | A(FINISH_START), .message = M(DETAIL) },
+        /* a delete of a guest that ignores the power button escalates as a stop does */
+        { S(DELETING), U(STOP_POWERDOWN), BOOT, G(NONE), 0, 1, 0, E(STOP_TIMEOUT),
+          .next = S(DELETING), .next_sub = U(STOP_SIGTERM), .actions = A(SIGTERM) },
+        { S(DELETING), U(STOP_SIGTERM), BOOT, G(NONE), 0, 1, 0, E(STOP_TIMEOUT),
+          .next = S(DELETING), .next_sub = U(STOP_SIGKILL), .actions = A(SIGKILL) },
+        { S(DELETING), U(STOP_POWERDOWN), INSTALL, G(NONE), 0, 0, 0, E(POWERDOWN_FAILED),
+          .next = S(DELETING), .next_sub = U(STOP_SIGTERM), .actions = A(SIGTERM) },
         { S(FAILED), U(NONE), INSTALL, G(NONE), 0, 0, 0, E(HOST_INSTALLED),
           IGNORED },
         { S(FAILED), U(NONE), INSTALL, G(NONE), 0, 0, 0, E(HOST_INSTALL_FAILED),
@@ -582,7 +589,10 @@ static void check_answer(const VmStatus *s, VmEvent e, const VmTransition *t) {
                         vm_phase_to_string(next.phase) ?: "-");
         /* a stop escalation runs only where QEMU runs */
         if (t->actions & (VM_ACTION_POWERDOWN | VM_ACTION_SIGTERM | VM_ACTION_SIGKILL))
-                assert_true(vm_state_is_live(s->state) || vm_state_is_live(t->state));
+                assert_true(
+                        vm_state_is_live(s->state) || vm_state_is_live(t->state) ||
+                        (s->state == VM_STATE_DELETING && s->sub >= VM_SUB_STOP_POWERDOWN &&
+                         s->sub <= VM_SUB_STOP_SIGKILL));
         /* processes are spawned only for a start chain, the host install's helper only for it */
         if (t->actions & (VM_ACTION_SPAWN_HELPERS | VM_ACTION_SPAWN_QEMU))
                 assert_true(t->sub == VM_SUB_START_HELPERS || t->sub == VM_SUB_START_QMP);
