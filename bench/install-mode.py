@@ -136,13 +136,19 @@ def main():
                         "boot": stamp(vm["readyAt"]) - stamp(vm["bootedAt"]),
                     })
                     delete(port, vm["id"], os.path.join(work, "state"))
+    except BaseException:
+        # what was measured before a failure or an interrupt is still printed
+        print("# bench interrupted: the tables below hold the runs completed so far", file=sys.stderr)
     finally:
         p.send_signal(signal.SIGTERM)
         try:
             p.wait(300)
         except subprocess.TimeoutExpired:
             p.kill()
+    report(qmp_runs, rounds, load, out, ready)
 
+
+def report(qmp_runs, rounds, load, out, ready):
     h, b = out["host"], out["boot"]
     print("### create → QMP answering by install mode (%d runs each, interleaved, median ms; load %.2f)" %
           (qmp_runs, load))
