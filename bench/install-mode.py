@@ -104,6 +104,7 @@ def main():
     load = os.getloadavg()[0]
     out = {"host": {"qmp": [], "install": [], "start": []}, "boot": {"qmp": []}}
     ready = {"host": [], "boot": []}
+    failed = None
     try:
         for k in range(qmp_runs):
             for mode in ("host", "boot"):
@@ -136,9 +137,10 @@ def main():
                         "boot": stamp(vm["readyAt"]) - stamp(vm["bootedAt"]),
                     })
                     delete(port, vm["id"], os.path.join(work, "state"))
-    except BaseException:
+    except BaseException as e:  # noqa: BLE001 - printed below, then raised again
         # what was measured before a failure or an interrupt is still printed
-        print("# bench interrupted: the tables below hold the runs completed so far", file=sys.stderr)
+        print("# bench interrupted (%r): the tables hold the runs completed so far" % e, file=sys.stderr)
+        failed = e
     finally:
         p.send_signal(signal.SIGTERM)
         try:
@@ -146,6 +148,8 @@ def main():
         except subprocess.TimeoutExpired:
             p.kill()
     report(qmp_runs, rounds, load, out, ready)
+    if failed:
+        raise failed
 
 
 def report(qmp_runs, rounds, load, out, ready):
