@@ -170,6 +170,7 @@ asm=$work/assemble
 rm -rf "$asm"
 mkdir -p "$asm/sysupdate/base" "$asm/sysupdate/kubernetes"
 cp --sparse=always "$o/$stem.efi" "$o/$stem.raw" "$asm/"
+"$here/layout.py" "$images/mkosi.images/base/mkosi.extra/usr/lib/repart.sysinstall.d" "$asm/$stem.raw" "$asm/$stem.layout.json" >&2
 cp "$o/$stem.efi" "$asm/sysupdate/base/$stem.efi"
 # The partitions of the A/B update, named <id>_<version>_<partition uuid>.<kind>.raw as the image's
 # sysupdate.d transfers expect: the UUIDs derive from the root hash, and the installed boot finds

@@ -242,6 +242,7 @@ int manager_new(Manager **ret, sd_event *event, const ManagerConfig *cfg, ApiErr
         m->settings.stop_timeout = cfg->stop_timeout ?: 30 * USEC_PER_SEC;
         m->settings.qmp_timeout = cfg->qmp_timeout ?: 30 * USEC_PER_SEC;
         m->settings.guest_series_limit = cfg->guest_series_limit ?: GUEST_SERIES_LIMIT_DEFAULT;
+        m->settings.install_mode = cfg->install_mode;
 
         /* Start-up order: host facts, networks with their leases, the image catalog, then the
          * default network. */

@@ -13,6 +13,7 @@
 #include "core-forward.h"
 #include "host-probe.h"
 #include "time-util.h"
+#include "vm-state.h"
 
 /* The service behind both surfaces: it owns the records (networks, images, host facts, VMs) and the
  * settings VMs run with. REST and MCP reach it through operation.h only; the VM rooms through the
@@ -62,6 +63,7 @@ typedef struct ManagerConfig {
         usec_t qmp_timeout;   /* QEMU spawned to QMP answering; 0: 30 s */
         uint32_t notify_port; /* 0: the port recorded in the state dir, else a new one */
         VmLauncherKind launcher;
+        VmInstallMode install_mode; /* create_vm's default; host falls back to boot per image */
         bool detach_vms_on_exit;
         size_t guest_series_limit; /* series kept per VM from a guest report; 0: the default */
         /* the build, for get_info */
@@ -86,6 +88,7 @@ struct ManagerSettings {
         AttestMode attestation;
         bool learn_golden;
         size_t guest_series_limit;
+        VmInstallMode install_mode; /* create_vm's default (--install-mode) */
 };
 
 const ManagerSettings *manager_settings(Manager *m);

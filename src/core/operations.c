@@ -408,6 +408,7 @@ static const OperationParam forward_port_params[] = {
 };
 
 static const char *const wait_for_values[] = { "none", "installed", "attested", "ready", NULL };
+static const char *const install_mode_values[] = { "host", "boot", NULL };
 
 static const OperationParam create_vm_params[] = {
         { .name = "name",
@@ -453,6 +454,11 @@ static const OperationParam create_vm_params[] = {
           .type = PARAM_STRING,
           .enum_values = wait_for_values,
           .description = "Milestone to block on: none, installed, attested or ready (default)" },
+        { .name = "install_mode",
+          .type = PARAM_STRING,
+          .enum_values = install_mode_values,
+          .description =
+                  "How the disk is written: host (laid out by the server from the image's layout file, then the first boot is the installed one; unsupported for an image without one) or boot (an installer boot of the image); default the server's --install-mode" },
         { .name = NULL },
 };
 
@@ -629,7 +635,8 @@ static const Operation operations[] = {
                 .name = "create_vm",
                 .description =
                         "WRITES: create a VM: allocates a disk, a vTPM, an address on the network and a notify id, "
-                        "runs the installer boot, then the installed boot, attestation and READY=1. By default it "
+                        "writes the disk (on the host from the image's layout, or with an installer boot: "
+                        "install_mode), then the installed boot, attestation and READY=1. By default it "
                         "blocks until the VM is ready (wait_for); on failure or timeout the message carries the VM "
                         "id and the VM is kept for get_vm_console and delete_vm. Call get_host, list_images and "
                         "list_networks first.",

@@ -7,6 +7,7 @@
  *                  src/vm/vm-state.c is applied), the record on disk, the console
  *   vm-spec.c      request -> spec (pure)            vm-record.c   vm.json both ways (pure)
  *   vm-provision.c key, user-data, disk, lease, CID: acquired for create_vm, undone on failure
+ *   vm-install.c   the host install: the disk laid out by a helper process before the first boot
  *   vm-start.c     the start chain: swtpm, vhost-device-vsock, QEMU, its monitor
  *   vm-stop.c      the stop escalation, QEMU's end, the processes torn down or left running
  *   vm-notify.c    READY=1: the per-VM socket, the AF_VSOCK listener the manager holds, the message
@@ -50,6 +51,10 @@ struct Vm {
         /* the disk (vm-provision.c) */
         int volume_fd; /* the storage lease, held while the VM exists in this daemon */
 
+        /* the host install's helper (vm-install.c) */
+        VmLaunched *installer;
+        usec_t install_started; /* CLOCK_MONOTONIC */
+
         /* the processes of the current run (vm-start.c, vm-stop.c) */
         VmLaunched *qemu, *swtpm, *vsockd;
         pid_t qemu_pid, swtpm_pid;
@@ -59,6 +64,7 @@ struct Vm {
         sd_event_source *stop_timer;  /* the stop escalation */
         usec_t probe_deadline;
         bool swtpm_up;
+        bool helpers_prestarted; /* swtpm and vhost-device-vsock spawned beside the host install */
 
         /* READY=1 over vhost-user (vm-notify.c) */
         int notify_fd;
@@ -115,6 +121,14 @@ void vm_arm_phase_timer(Vm *v, usec_t timeout, usec_t accuracy);
 /* The last max bytes of a file of the VM's directory, trailing blanks cut; "" when it cannot be read. */
 char *vm_file_tail(Vm *v, const char *name, size_t max);
 
+/* ---- vm-install.c ---- */
+
+/* Whether the image's layout fits a disk of disk_gib (invalid_request when not); a layout that does
+ * not parse passes here and fails the VM in the helper. */
+int vm_host_install_check(Manager *m, const Image *img, uint64_t disk_gib, ApiError *reterr);
+/* VM_ACTION_HOST_INSTALL: the helper started and watched; its end is an event. */
+int vm_host_install_start(Vm *v, ApiError *reterr);
+
 /* ---- vm-provision.c ---- */
 
 /* What vm_provision() acquired for a new VM. Unless committed, vm_provision_undo() gives all of it
@@ -147,6 +161,9 @@ void vm_release(Vm *v);
 
 /* VM_ACTION_SPAWN_HELPERS: swtpm and vhost-device-vsock side by side, probed until both answer. */
 int vm_start_helpers(Vm *v, ApiError *reterr);
+/* swtpm and vhost-device-vsock spawned early, beside the host install (they do not need the disk):
+ * the start chain that follows it only probes them, unless one of them ended meanwhile. */
+int vm_prestart_helpers(Vm *v, ApiError *reterr);
 /* VM_ACTION_SPAWN_QEMU: the READY=1 socket, QEMU, its monitor. */
 int vm_start_qemu(Vm *v, ApiError *reterr);
 /* How an exit of swtpm or vhost-device-vsock is taken, and QEMU's (vm-stop.c). */

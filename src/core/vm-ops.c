@@ -160,6 +160,39 @@ static CreateCall *create_call_free(CreateCall *c) {
 
 DEFINE_TRIVIAL_CLEANUP_FUNC(CreateCall *, create_call_free);
 
+/* How the disk is written: create_vm's install_mode, else --install-mode. Host needs the image's
+ * layout file: asked for explicitly, an image without one is unsupported; by default it falls back
+ * to the installer boot. Decided before anything is allocated. */
+static int create_install_mode(Manager *m, const VmSpec *spec, VmInstallMode *ret, ApiError *reterr) {
+        const Image *img = image_catalog_resolve(manager_images(m), spec->image);
+        VmInstallMode mode = spec->install_mode >= 0 ? spec->install_mode : manager_settings(m)->install_mode;
+
+        if (mode == VM_INSTALL_HOST && img && !img->layout) {
+                _cleanup_free_ char *text = vm_message_format(
+                        VM_MESSAGE_HOST_INSTALL_UNSUPPORTED, &(VmMessageArgs){ .what = img->ref });
+
+                if (spec->install_mode == VM_INSTALL_HOST)
+                        return api_error_set(
+                                reterr,
+                                -EOPNOTSUPP,
+                                API_ERROR_UNSUPPORTED,
+                                "%s",
+                                text ?: "host install unsupported");
+                log_info(
+                        "Image %s has no layout file (%s.layout.json): installing with an installer boot.",
+                        img->ref,
+                        img->ref);
+                mode = VM_INSTALL_BOOT;
+        }
+        if (mode == VM_INSTALL_HOST && img) {
+                int r = vm_host_install_check(m, img, spec->disk_gib, reterr);
+                if (r < 0)
+                        return r;
+        }
+        *ret = mode;
+        return 0;
+}
+
 /* A create whose installer never ran leaves nothing behind. */
 static void create_discard(Vm *v) {
         vm_kill(v);
@@ -178,6 +211,19 @@ static void create_started(int r, json_t *record, const ApiError *e, void *userd
 
         if (r < 0 || c->wait_for == VM_WAIT_NONE)
                 vm_unobserve(v, c->userdata);
+        if (r < 0 && r != -ECANCELED && v->rec.install_mode == VM_INSTALL_HOST &&
+            v->rec.state == VM_STATE_FAILED) {
+                /* A host-mode create answers once the first boot's QEMU does: a host install (or
+                 * that first start) that failed before leaves the VM failed, its reason in
+                 * lastError (its disk, when the install failed, is gone already). */
+                _cleanup_free_ char *text = vm_message(
+                        v, VM_MESSAGE_WAIT_FAILED, &(VmMessageArgs){ .detail = v->rec.last_error });
+
+                (void) api_error_set(&e2, -EIO, API_ERROR_VM_FAILED, "%s", text ?: "vm failed");
+                if (c->done)
+                        c->done(e2.error, NULL, &e2, c->userdata);
+                return;
+        }
         if (r < 0) {
                 create_discard(v);
                 if (c->done)
@@ -215,6 +261,7 @@ int vm_create(
         _cleanup_(vm_provision_undo) VmProvision provision = {};
         _cleanup_(create_call_freep) CreateCall *call = NULL;
         VmWaitFor wait_for;
+        VmInstallMode mode;
         Network *net = NULL;
         int r;
 
@@ -225,11 +272,15 @@ int vm_create(
         r = create_resolve(m, &spec, &net, reterr);
         if (r < 0)
                 return r;
+        r = create_install_mode(m, &spec, &mode, reterr);
+        if (r < 0)
+                return r;
 
         /* a new VM, its resources: from here on a failure undoes them all */
         r = create_new(m, &spec, &v);
         if (r < 0)
                 return r;
+        v->rec.install_mode = mode;
         r = vm_provision(&provision, v, user_data, net, reterr);
         if (r < 0)
                 return r;
@@ -246,7 +297,7 @@ int vm_create(
         call->waiter = vm_waiter_add(v, VM_WAITER_STARTED, create_started, call);
         if (!call->waiter)
                 return -ENOMEM;
-        r = vm_set_state(v, VM_EVENT_CREATE, NULL, reterr);
+        r = vm_set_state(v, mode == VM_INSTALL_HOST ? VM_EVENT_CREATE_HOST : VM_EVENT_CREATE, NULL, reterr);
         if (r < 0)
                 return r;
 
@@ -257,17 +308,18 @@ int vm_create(
         log_struct(
                 LOG_INFO,
                 LOG_FIELDS({ "VM_ID", v->rec.id }),
-                "Creating VM %s (%s) from %s.",
+                "Creating VM %s (%s) from %s, install mode %s.",
                 v->rec.id,
                 v->rec.spec.name,
-                v->rec.spec.image);
+                v->rec.spec.image,
+                vm_install_mode_to_string(mode));
         return 0;
 }
 
 /* ---- start, stop, reboot ---- */
 
 bool vm_has_process(Vm *v) {
-        return v->qemu || IN_SET(v->sub, VM_SUB_START_HELPERS, VM_SUB_START_QMP);
+        return v->qemu || IN_SET(v->sub, VM_SUB_START_HELPERS, VM_SUB_START_QMP, VM_SUB_HOST_INSTALL);
 }
 
 int vm_start(Vm *v, VmDoneFunc done, void *userdata, ApiError *reterr) {
@@ -375,7 +427,7 @@ int vm_delete(Vm *v, VmDoneFunc done, void *userdata, ApiError *reterr) {
                 return -ENOMEM;
         *c = (DeleteCall){ .vm = vm_ref(v), .done = done, .userdata = userdata };
 
-        if (IN_SET(v->sub, VM_SUB_START_HELPERS, VM_SUB_START_QMP)) {
+        if (IN_SET(v->sub, VM_SUB_START_HELPERS, VM_SUB_START_QMP, VM_SUB_HOST_INSTALL)) {
                 /* nothing to power down yet: the chain ends first (a create is discarded) */
                 _cleanup_free_ char *text = vm_message(v, VM_MESSAGE_DELETED_STARTING, NULL);
                 (void) vm_set_state(

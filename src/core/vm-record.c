@@ -13,7 +13,8 @@
  *
  *   id, name, image, kubernetesVersion?, cpus, memoryMiB, diskGiB, network, sshAuthorizedKeys?,
  *   hostname?, metadata?, region?, zone?, requireAttestation, state, phase?, vsock? (since READY=1
- *   over the kernel's vhost-vsock; vhost-user before), processes? (on disk, while processes run:
+ *   over the kernel's vhost-vsock; vhost-user before), installMode? (since the host install; boot
+ *   before), processes? (on disk, while processes run:
  *   {"qemu"|"swtpm"|"vsock": {"pid", "unit"? (since the systemd launcher)}}), ip?, mac?, cid,
  *   machineID, booted, status?, sshPublicKey, attestation ({"required", "userDataReleased",
  *   "nonceIssuedAt"?, "initrd"?, "ready"?, "akPinned"? (on disk)}; the verdicts since quotes were
@@ -173,6 +174,9 @@ json_t *vm_record_to_json(const VmRecord *r, const char *dir, bool for_disk) {
             (json_object_set_new(o, "phase", json_string(vm_phase_to_string(r->phase))) < 0 ||
              json_object_set_new(o, "vsock", json_string(vm_vsock_to_string(r->vsock))) < 0))
                 return NULL;
+        if (r->install_mode >= 0 &&
+            json_object_set_new(o, "installMode", json_string(vm_install_mode_to_string(r->install_mode))) < 0)
+                return NULL;
         if (for_disk) {
                 /* what a successor needs to attach to them: units and pids */
                 json_t *p = processes_to_json(r);
@@ -226,7 +230,7 @@ static int bad(ApiError *reterr, const char *fmt, ...) {
 typedef struct RecordInput {
         VmRecord *rec;
         VmSpecInput spec;
-        char *state, *phase, *vsock, *machine_id;
+        char *state, *phase, *vsock, *install_mode, *machine_id;
         json_t *attestation, *processes, *paths, *forwards, *created_by;
         char *created_at, *installed_at, *booted_at, *ready_at;
         uint32_t cid;
@@ -239,6 +243,7 @@ static void record_input_done(RecordInput *in) {
         free(in->state);
         free(in->phase);
         free(in->vsock);
+        free(in->install_mode);
         free(in->machine_id);
         json_decref(in->attestation);
         json_decref(in->processes);
@@ -413,6 +418,10 @@ static int record_build(RecordInput *in, VmRecord *rec, ApiError *reterr) {
         rec->vsock = in->vsock ? vm_vsock_from_string(in->vsock) : VM_VSOCK_VHOST_USER;
         if (rec->vsock < 0)
                 return bad(reterr, "field \"vsock\": \"%s\" is no transport", in->vsock);
+        /* records written before the host install: the installer boot */
+        rec->install_mode = in->install_mode ? vm_install_mode_from_string(in->install_mode) : VM_INSTALL_BOOT;
+        if (rec->install_mode < 0)
+                return bad(reterr, "field \"installMode\": \"%s\" is no install mode", in->install_mode);
         if (strlen(in->machine_id) != 32 || strspn(in->machine_id, "0123456789abcdef") != 32)
                 return bad(reterr, "field \"machineID\": not 32 lower-case hex digits");
         memcpy(rec->machine_id, in->machine_id, 33);
@@ -461,6 +470,7 @@ int vm_record_from_json(json_t *j, const char *id, VmRecord *ret, ApiError *rete
                 { "state", json_dispatch_string, REC(state), JSON_MANDATORY },
                 { "phase", json_dispatch_string, REC(phase), JSON_NULLABLE },
                 { "vsock", json_dispatch_string, REC(vsock), JSON_NULLABLE },
+                { "installMode", json_dispatch_string, REC(install_mode), JSON_NULLABLE },
                 { "processes", json_dispatch_object, REC(processes), JSON_NULLABLE },
                 { "ip", json_dispatch_variant, REC(checked), JSON_NULLABLE },
                 { "mac", json_dispatch_variant, REC(checked), JSON_NULLABLE },

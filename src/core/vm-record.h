@@ -70,8 +70,9 @@ struct VmRecord {
         char *id;
         VmSpec spec;
         VmState state;
-        VmPhase phase; /* of the current or last run; _VM_PHASE_INVALID before the first */
-        VmVsock vsock; /* the READY=1 transport of that run */
+        VmPhase phase;              /* of the current or last run; _VM_PHASE_INVALID before the first */
+        VmVsock vsock;              /* the READY=1 transport of that run */
+        VmInstallMode install_mode; /* how create_vm wrote the disk */
         char *ip, *mac;
         uint32_t cid;
         char machine_id[33];

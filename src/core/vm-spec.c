@@ -30,6 +30,7 @@ void vm_spec_input_done(VmSpecInput *c) {
         free(c->user_data);
         free(c->hostname);
         free(c->wait_for);
+        free(c->install_mode);
         strv_free(c->ssh_authorized_keys);
         json_decref(c->metadata);
         *c = VM_SPEC_INPUT_NULL;
@@ -157,6 +158,8 @@ int vm_spec_build(
         w = c.wait_for && *c.wait_for ? vm_wait_for_from_string(c.wait_for) : VM_WAIT_READY;
         if (w < 0)
                 problem(&problems, "waitFor must be none, installed, attested or ready");
+        if (c.install_mode && *c.install_mode && vm_install_mode_from_string(c.install_mode) < 0)
+                problem(&problems, "install_mode must be host or boot");
         if (c.metadata)
                 json_object_foreach(c.metadata, key, val) {
                         if (!*key || strpbrk(key, "/ \t\n\r"))
@@ -188,6 +191,9 @@ int vm_spec_build(
                 .hostname = TAKE_PTR(c.hostname),
                 .metadata = TAKE_PTR(c.metadata),
                 .require_attestation = c.require_attestation != 0,
+                .install_mode = c.install_mode && *c.install_mode ?
+                        vm_install_mode_from_string(c.install_mode) :
+                        _VM_INSTALL_INVALID,
         };
         if (ret_user_data)
                 *ret_user_data = TAKE_PTR(c.user_data);
@@ -221,6 +227,7 @@ int vm_spec_from_request(
                   offsetof(VmSpecInput, require_attestation),
                   JSON_NULLABLE },
                 { "wait_for", json_dispatch_string, offsetof(VmSpecInput, wait_for), JSON_NULLABLE },
+                { "install_mode", json_dispatch_string, offsetof(VmSpecInput, install_mode), JSON_NULLABLE },
                 {},
         };
         _cleanup_(vm_spec_input_done) VmSpecInput c = VM_SPEC_INPUT_NULL;

@@ -28,6 +28,8 @@ struct VmSpec {
         char *region;
         char *zone;
         bool require_attestation;
+        VmInstallMode install_mode; /* as asked (create_vm's install_mode); _VM_INSTALL_INVALID: the
+                                     * daemon's --install-mode. Not in the record: VmRecord has the one used */
 };
 
 void vm_spec_done(VmSpec *s);
@@ -53,7 +55,7 @@ void vm_spec_done(VmSpec *s);
 
 /* The fields as they come, before defaults: NULL, 0 or -1 (require_attestation) when absent. */
 typedef struct VmSpecInput {
-        char *name, *image, *kubernetes_version, *network, *user_data, *hostname, *wait_for;
+        char *name, *image, *kubernetes_version, *network, *user_data, *hostname, *wait_for, *install_mode;
         int64_t cpus, memory_mib, disk_gib;
         char **ssh_authorized_keys;
         json_t *metadata;

@@ -336,7 +336,8 @@ static int helpers_failed(Vm *v, int r, VmMessage m, ApiError *reterr) {
         return api_error_set(reterr, r, API_ERROR_INTERNAL, "%s", text ?: "start failed");
 }
 
-int vm_start_helpers(Vm *v, ApiError *reterr) {
+/* swtpm and vhost-device-vsock spawned, not yet probed. */
+static int spawn_helpers(Vm *v, ApiError *reterr) {
         _cleanup_free_ char *tpm = vm_path(v, "tpm"), *ctrl = vm_path(v, "tpm/swtpm.sock"),
                             *tlog = vm_path(v, "tpm/swtpm.log"), *tprev = vm_path(v, "tpm/swtpm.prev.log"),
                             *vars = vm_path(v, "ovmf_vars.fd"), *console = vm_path(v, "console.log");
@@ -367,6 +368,28 @@ int vm_start_helpers(Vm *v, ApiError *reterr) {
         r = v->rec.vsock == VM_VSOCK_VHOST_USER ? start_vsockd(v) : 0;
         if (r < 0)
                 return helpers_failed(v, r, VM_MESSAGE_VSOCKD_SPAWN, reterr);
+        return 0;
+}
+
+int vm_prestart_helpers(Vm *v, ApiError *reterr) {
+        int r = spawn_helpers(v, reterr);
+
+        if (r < 0)
+                return r;
+        v->helpers_prestarted = true;
+        return 0;
+}
+
+int vm_start_helpers(Vm *v, ApiError *reterr) {
+        int r;
+
+        /* spawned while the host install ran (and still there): only the probing is left */
+        if (!v->helpers_prestarted || !v->swtpm) {
+                r = spawn_helpers(v, reterr);
+                if (r < 0)
+                        return r;
+        }
+        v->helpers_prestarted = false;
         v->probe_deadline = now_usec(CLOCK_MONOTONIC) + VM_SWTPM_START_TIMEOUT;
         v->probe_timer = sd_event_source_disable_unref(v->probe_timer);
         r = sd_event_add_time_relative(

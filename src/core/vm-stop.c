@@ -32,6 +32,7 @@ void vm_kill(Vm *v) {
         v->qemu = vm_launched_free(v->qemu);
         v->swtpm = vm_launched_free(v->swtpm);
         v->vsockd = vm_launched_free(v->vsockd);
+        v->installer = vm_launched_free(v->installer); /* SIGKILL: a host install ends at once */
         v->qemu_pid = v->swtpm_pid = 0;
         v->phase_timer = sd_event_source_disable_unref(v->phase_timer);
         v->probe_timer = sd_event_source_disable_unref(v->probe_timer);
@@ -44,6 +45,7 @@ void vm_detach_processes(Vm *v) {
         v->qemu = vm_launched_detach(v->qemu);
         v->swtpm = vm_launched_detach(v->swtpm);
         v->vsockd = vm_launched_detach(v->vsockd);
+        v->installer = vm_launched_detach(v->installer); /* a plain child: it ends */
         v->phase_timer = sd_event_source_disable_unref(v->phase_timer);
         v->probe_timer = sd_event_source_disable_unref(v->probe_timer);
         v->stop_timer = sd_event_source_disable_unref(v->stop_timer);

@@ -37,12 +37,14 @@ Vm *vm_new(Manager *m) {
         v->notify_fd = -EBADF;
         v->volume_fd = -EBADF;
         v->rec.phase = _VM_PHASE_INVALID;
+        v->rec.install_mode = VM_INSTALL_BOOT;
         return v;
 }
 
 static Vm *vm_free(Vm *v) {
         /* a VM caught mid-start cannot be handed over: its chain would have no one to finish it */
-        if (manager_detaching(v->manager) && !IN_SET(v->sub, VM_SUB_START_HELPERS, VM_SUB_START_QMP))
+        if (manager_detaching(v->manager) &&
+            !IN_SET(v->sub, VM_SUB_START_HELPERS, VM_SUB_START_QMP, VM_SUB_HOST_INSTALL))
                 vm_detach_processes(v);
         else
                 vm_kill(v);
@@ -519,6 +521,11 @@ static int apply_run(Vm *v, VmAction actions, ApiError *reterr) {
         const ManagerSettings *st = manager_settings(v->manager);
         int r;
 
+        if (actions & VM_ACTION_HOST_INSTALL) {
+                r = vm_host_install_start(v, reterr);
+                if (r < 0)
+                        return r;
+        }
         if (actions & VM_ACTION_SPAWN_HELPERS) {
                 r = vm_start_helpers(v, reterr);
                 if (r < 0)
@@ -585,6 +592,11 @@ int vm_set_state(Vm *v, VmEvent e, const VmEventArgs *a, ApiError *reterr) {
                 vm_kill(v);
         if (t.actions & VM_ACTION_DISARM)
                 v->phase_timer = sd_event_source_disable_unref(v->phase_timer);
+        if (t.actions & VM_ACTION_DROP_DISK) {
+                /* a create that did not finish leaves no disk behind, not even half of one */
+                v->volume_fd = safe_close(v->volume_fd);
+                vm_delete_volume(v->manager, v->rec.id);
+        }
 
         apply_facts(v, t.actions);
         apply_state(v, &s, &t, text);

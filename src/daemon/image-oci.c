@@ -132,7 +132,8 @@ void image_push_help(void) {
         printf("Usage: vm-manager image push [FLAGS] IMAGE REF\n\n"
                "Publishes IMAGE (<id>_<version>, or an id for its newest version) of the image directory as\n"
                "one OCI artifact to REF (host[:port]/repository[:tag] or @sha256:<digest>): the .efi, the\n"
-               ".raw, its policy.json and manifest.json as files, each tree of sysupdate/ as tar+gzip, with\n"
+               ".raw, its .layout.json, policy.json and manifest.json as files, each tree of sysupdate/ as\n"
+               "tar+gzip, with "
                "oras's annotations. Blobs the registry has are not sent again.\n\nFlags:\n");
         flags_print_help(stdout, push_flags, ELEMENTSOF(push_flags));
         printf("\nCredentials: --username with --password-stdin, else the entry of the registry's host in\n"

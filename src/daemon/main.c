@@ -3,6 +3,7 @@
 #include <stdlib.h>
 
 #include "cleanup.h"
+#include "host-install.h"
 #include "image-golden.h"
 #include "image-oci.h"
 #include "imds-keys.h"
@@ -131,8 +132,13 @@ int main(int argc, char **argv) {
                 const char *name;
                 int (*run)(int argc, char **argv);
         } commands[] = {
-                { "serve", serve_main },     { "version", version_main }, { "imds-hwdb", imds_hwdb_main },
-                { "image", image_dispatch }, { "help", help_main },
+                { "serve", serve_main },
+                { "version", version_main },
+                { "imds-hwdb", imds_hwdb_main },
+                { "image", image_dispatch },
+                { "help", help_main },
+                /* hidden: the daemon's helper process for a host install (host-install.h) */
+                { "host-install", host_install_main },
         };
         const char *cmd;
 

@@ -52,6 +52,7 @@ static usec_t arg_stop_timeout = 30 * USEC_PER_SEC;
 static usec_t arg_qmp_timeout = 30 * USEC_PER_SEC;
 static uint32_t arg_notify_port = 0;
 static VmLauncherKind arg_launcher = VM_LAUNCHER_AUTO;
+static VmInstallMode arg_install_mode = VM_INSTALL_HOST;
 static bool arg_detach_vms_on_exit = true;
 static AttestMode arg_attestation = ATTEST_MODE_VERIFY;
 static bool arg_attestation_learn_golden = false;
@@ -107,6 +108,17 @@ static int parse_audiences(const Flag *f, const char *value, const char **ret_re
         }
         strv_free(*dest);
         *dest = n > 0 ? TAKE_PTR(l) : NULL;
+        return 0;
+}
+
+static int parse_install_mode(const Flag *f, const char *value, const char **ret_reason) {
+        VmInstallMode m = vm_install_mode_from_string(value);
+
+        if (m < 0) {
+                *ret_reason = "want host or boot";
+                return -EINVAL;
+        }
+        *(VmInstallMode *) f->dest = m;
         return 0;
 }
 
@@ -416,6 +428,17 @@ static const Flag serve_flags[] = {
                         "children, which end with vm-manager), or auto (systemd where a service manager is reachable)",
                 .parse = parse_launcher,
                 .dest = &arg_launcher,
+        },
+        {
+                .name = "install-mode",
+                .env = "VM_MANAGER_INSTALL_MODE",
+                .default_value = "host",
+                .metavar = "MODE",
+                .help = "how create_vm writes a VM's disk: host (the daemon lays it out from the image's layout file, "
+                        "then the first boot is the installed one; images without the file fall back to boot) or boot "
+                        "(an installer boot of the image); create_vm's install_mode overrides it",
+                .parse = parse_install_mode,
+                .dest = &arg_install_mode,
         },
         {
                 .name = "attestation",
@@ -1006,6 +1029,7 @@ static int run(void) {
                         .qmp_timeout = arg_qmp_timeout,
                         .notify_port = arg_notify_port,
                         .launcher = arg_launcher,
+                        .install_mode = arg_install_mode,
                         .detach_vms_on_exit = arg_detach_vms_on_exit,
                         .guest_series_limit = arg_metrics_guest_series_limit,
                         .attestation = arg_attestation,

@@ -16,6 +16,7 @@
 #define UKI_SUFFIX ".efi"
 #define DISK_SUFFIX ".raw"
 #define POLICY_SUFFIX ".policy.json"
+#define LAYOUT_SUFFIX ".layout.json"
 #define POLICY_FILE "policy.json"
 #define SYSUPDATE_DIR "sysupdate"
 #define KUBERNETES_DIR SYSUPDATE_DIR "/kubernetes"
@@ -65,6 +66,7 @@ static void image_done(Image *i) {
         free(i->ref);
         free(i->uki);
         free(i->disk);
+        free(i->layout);
         json_decref(i->policy);
         *i = (Image){};
 }
@@ -444,7 +446,7 @@ static int load_kubernetes_versions(int dirfd, const char *dir, char ***ret) {
 /* Fills img for the UKI called name (which ends in UKI_SUFFIX). Returns 0 and leaves img empty when the
  * entry is not an image, -ENOMEM on OOM. */
 static int scan_one(int dirfd, const char *dir, const char *name, json_t *shared_policy, Image *img) {
-        _cleanup_free_ char *stem = NULL, *disk_name = NULL, *policy_name = NULL;
+        _cleanup_free_ char *stem = NULL, *disk_name = NULL, *policy_name = NULL, *layout_name = NULL;
         _cleanup_(image_done) Image i = {};
         struct stat st;
         char *us;
@@ -481,6 +483,15 @@ static int scan_one(int dirfd, const char *dir, const char *name, json_t *shared
         i.disk = path_join(dir, disk_name);
         if (!i.ref || !i.id || !i.version || !i.uki || !i.disk)
                 return -ENOMEM;
+
+        /* the disk's layout for a host install: without it the image is boot-only */
+        if (asprintf(&layout_name, "%s" LAYOUT_SUFFIX, stem) < 0)
+                return -ENOMEM;
+        if (fstatat(dirfd, layout_name, &st, 0) >= 0 && S_ISREG(st.st_mode)) {
+                i.layout = path_join(dir, layout_name);
+                if (!i.layout)
+                        return -ENOMEM;
+        }
 
         if (asprintf(&policy_name, "%s" POLICY_SUFFIX, stem) < 0)
                 return -ENOMEM;
@@ -590,7 +601,8 @@ static bool scan_result_equal(const ScanResult *a, const ScanResult *b) {
                 const Image *x = &a->images[k], *y = &b->images[k];
 
                 if (!streq(x->id, y->id) || !streq(x->version, y->version) || !streq(x->uki, y->uki) ||
-                    !streq(x->disk, y->disk) || !policy_equal(x->policy, y->policy))
+                    !streq(x->disk, y->disk) || !!x->layout != !!y->layout ||
+                    (x->layout && !streq(x->layout, y->layout)) || !policy_equal(x->policy, y->policy))
                         return false;
         }
         return true;
@@ -947,6 +959,8 @@ json_t *image_to_json(ImageCatalog *c, const Image *i) {
             json_object_set_new(o, "version", json_string(i->version)) < 0 ||
             json_object_set_new(o, "uki", json_string(i->uki)) < 0 ||
             json_object_set_new(o, "disk", json_string(i->disk)) < 0)
+                return NULL;
+        if (i->layout && json_object_set_new(o, "layout", json_string(i->layout)) < 0)
                 return NULL;
 
         if (c->current.has_sysupdate &&

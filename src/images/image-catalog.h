@@ -12,6 +12,8 @@
  *
  *   <dir>/<id>_<version>.efi            UKI
  *   <dir>/<id>_<version>.raw            base disk image; an image is a .efi with its .raw beside it
+ *   <dir>/<id>_<version>.layout.json    optional disk layout of that image for a host install
+ *                                       (disk-layout.h); without it the image is boot-only
  *   <dir>/<id>_<version>.policy.json    optional PCR policy of that image
  *   <dir>/policy.json                   optional policy; applies when its image_id/image_version match
  *   <dir>/sysupdate/kubernetes/SHA256SUMS   names kubernetes_<v>.raw, one line per Kubernetes version
@@ -28,6 +30,7 @@
 typedef struct Image {
         char *id, *version, *ref; /* ref = "<id>_<version>" */
         char *uki, *disk;         /* absolute paths */
+        char *layout;             /* absolute path of the layout file, NULL when none */
         json_t *policy;           /* owned; NULL when none */
 } Image;
 
@@ -72,7 +75,8 @@ char **image_catalog_kubernetes_versions(ImageCatalog *c);
 /* The image directory, absolute and without trailing slash. */
 const char *image_catalog_dir(ImageCatalog *c);
 
-/* Returns a new reference, NULL on OOM: an object with the keys id, version, uki, disk, then
+/* Returns a new reference, NULL on OOM: an object with the keys id, version, uki, disk, layout (when
+ * the image has one), then
  * sysupdateDir (when <dir>/sysupdate is a directory), kubernetesVersions (when there are any) and
  * policy (a copy; when the image has one). */
 json_t *image_to_json(ImageCatalog *c, const Image *i);

@@ -340,6 +340,15 @@ int oci_image_push(
         if (r >= 0 && policy)
                 r = push_add_file(
                         &layers[n++], dirfd, policy, POLICY_FILE, OCI_IMAGE_MEDIA_TYPE_POLICY, reterr);
+        if (r >= 0 && img->layout) {
+                /* the disk's layout for the host install, when the image has one */
+                _cleanup_free_ char *layout = NULL;
+                if (asprintf(&layout, "%s.layout.json", img->ref) < 0)
+                        r = -ENOMEM;
+                else
+                        r = push_add_file(
+                                &layers[n++], dirfd, layout, layout, OCI_IMAGE_MEDIA_TYPE_LAYOUT, reterr);
+        }
         if (r >= 0)
                 r = find_companion(
                         dirfd, img->ref, BUILD_MANIFEST_FILE, BUILD_MANIFEST_FILE, build_manifest_is_for, &build);
@@ -491,6 +500,7 @@ typedef enum LayerKind {
         LAYER_DISK,
         LAYER_POLICY,
         LAYER_MANIFEST,
+        LAYER_LAYOUT,
         LAYER_TREE,
 } LayerKind;
 
@@ -609,15 +619,18 @@ static int plan_layers(const OciManifest *m, Plan *p, ApiError *reterr) {
                                 l->kind = LAYER_POLICY;
                         else if (streq(t, BUILD_MANIFEST_FILE) || (rest && streq(rest, ".manifest.json")))
                                 l->kind = LAYER_MANIFEST;
+                        else if (rest && streq(rest, ".layout.json"))
+                                l->kind = LAYER_LAYOUT;
                         else
                                 return refuse(
                                         reterr,
                                         d,
                                         i,
                                         t,
-                                        "is not a file of an image (<id>_<version>.efi, .raw, policy.json, "
-                                        "manifest.json)");
-                        if ((l->kind == LAYER_POLICY || l->kind == LAYER_MANIFEST) && d->size > SMALL_FILE_MAX)
+                                        "is not a file of an image (<id>_<version>.efi, .raw, .layout.json, "
+                                        "policy.json, manifest.json)");
+                        if (IN_SET(l->kind, LAYER_POLICY, LAYER_MANIFEST, LAYER_LAYOUT) &&
+                            d->size > SMALL_FILE_MAX)
                                 return refuse(reterr, d, i, t, "is larger than 1 MiB");
                 }
                 for (size_t k = 0; k < p->n; k++)

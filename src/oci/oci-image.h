@@ -14,6 +14,8 @@
  *
  *   <id>_<version>.efi      the UKI                      (a file layer)
  *   <id>_<version>.raw      the disk                     (a file layer)
+ *   <id>_<version>.layout.json  the disk's layout for a host install (a file layer; when the image
+ *                                                          has one)
  *   policy.json             the image's policy           (a file layer; from <ref>.policy.json or a
  *                                                          policy.json for this image)
  *   manifest.json           the build's manifest         (a file layer; likewise)
@@ -33,6 +35,7 @@
 #define OCI_IMAGE_MEDIA_TYPE_DISK "application/vnd.giantswarm.vm-image.disk.v1.raw"
 #define OCI_IMAGE_MEDIA_TYPE_POLICY "application/vnd.giantswarm.vm-image.policy.v1+json"
 #define OCI_IMAGE_MEDIA_TYPE_MANIFEST "application/vnd.giantswarm.vm-image.manifest.v1+json"
+#define OCI_IMAGE_MEDIA_TYPE_LAYOUT "application/vnd.giantswarm.vm-image.layout.v1+json"
 
 /* What a pull does with a local policy that has recorded golden values when the artifact's policy
  * has none: keep them (copied into the new policy) or replace the policy as it comes. */

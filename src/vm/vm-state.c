@@ -17,6 +17,13 @@ static const char *const vm_state_table[_VM_STATE_MAX] = {
 
 DEFINE_STRING_TABLE_LOOKUP(vm_state, VmState);
 
+static const char *const vm_install_mode_table[_VM_INSTALL_MAX] = {
+        [VM_INSTALL_HOST] = "host",
+        [VM_INSTALL_BOOT] = "boot",
+};
+
+DEFINE_STRING_TABLE_LOOKUP(vm_install_mode, VmInstallMode);
+
 bool vm_state_is_live(VmState s) {
         return IN_SET(
                 s,
@@ -36,6 +43,7 @@ static const char *const vm_sub_state_table[_VM_SUB_MAX] = {
         [VM_SUB_STOP_POWERDOWN] = "stop-powerdown",
         [VM_SUB_STOP_SIGTERM] = "stop-sigterm",
         [VM_SUB_STOP_SIGKILL] = "stop-sigkill",
+        [VM_SUB_HOST_INSTALL] = "host-install",
 };
 
 DEFINE_STRING_TABLE_LOOKUP(vm_sub_state, VmSubState);
@@ -72,6 +80,9 @@ static const char *const vm_event_table[_VM_EVENT_MAX] = {
         [VM_EVENT_RESTARTED] = "restarted",
         [VM_EVENT_REATTACHED] = "reattached",
         [VM_EVENT_REATTACH_FAILED] = "reattach-failed",
+        [VM_EVENT_CREATE_HOST] = "create-host",
+        [VM_EVENT_HOST_INSTALLED] = "host-installed",
+        [VM_EVENT_HOST_INSTALL_FAILED] = "host-install-failed",
 };
 
 DEFINE_STRING_TABLE_LOOKUP(vm_event, VmEvent);
@@ -127,6 +138,9 @@ static const char *const vm_message_table[_VM_MESSAGE_MAX] = {
         [VM_MESSAGE_NO_UNITS] = "no-units",
         [VM_MESSAGE_WAS_CHILD] = "was-child",
         [VM_MESSAGE_QMP_SILENT] = "qmp-silent",
+        [VM_MESSAGE_HOST_INSTALL] = "host-install",
+        [VM_MESSAGE_HOST_INSTALL_SPAWN] = "host-install-spawn",
+        [VM_MESSAGE_HOST_INSTALL_UNSUPPORTED] = "host-install-unsupported",
         [VM_MESSAGE_WAIT_TIMEOUT] = "wait-timeout",
         [VM_MESSAGE_WAIT_FAILED] = "wait-failed",
         [VM_MESSAGE_WAIT_ENDED] = "wait-ended",
@@ -269,6 +283,21 @@ char *vm_message_format(VmMessage m, const VmMessageArgs *a) {
                 return strdup("it ran as a plain child process, which ends with the daemon");
         case VM_MESSAGE_QMP_SILENT:
                 return format("its QMP socket did not answer: %s", or_unknown(a->errno_text));
+        case VM_MESSAGE_HOST_INSTALL:
+                return format(
+                        "host install failed (%s): %s; the disk was removed",
+                        or_unknown(a->exit_status),
+                        a->detail && *a->detail ? a->detail : "the helper gave no reason");
+        case VM_MESSAGE_HOST_INSTALL_SPAWN:
+                return format(
+                        "host install failed: cannot start its helper: %s; the disk was removed",
+                        or_unknown(a->errno_text));
+        case VM_MESSAGE_HOST_INSTALL_UNSUPPORTED:
+                return format(
+                        "image %s cannot be installed on the host: it has no layout file (%s.layout.json); "
+                        "use install_mode boot",
+                        or_unknown(a->what),
+                        or_unknown(a->what));
         case VM_MESSAGE_WAIT_TIMEOUT:
                 return format(
                         "vm %s did not reach %s within %s (state %s); vm %s is %s%s%s " FOLLOW_HINT,
@@ -294,8 +323,9 @@ char *vm_message_format(VmMessage m, const VmMessageArgs *a) {
 
 /* ---- the transitions ------------------------------------------------------------------------- */
 
+/* The start chain, or the host install that comes before create_vm's. */
 static bool sub_is_starting(VmSubState u) {
-        return IN_SET(u, VM_SUB_START_HELPERS, VM_SUB_START_QMP);
+        return IN_SET(u, VM_SUB_START_HELPERS, VM_SUB_START_QMP, VM_SUB_HOST_INSTALL);
 }
 
 static bool sub_is_stopping(VmSubState u) {
@@ -314,10 +344,16 @@ bool vm_status_is_valid(const VmStatus *s) {
         switch (s->sub) {
         case VM_SUB_START_HELPERS:
         case VM_SUB_START_QMP:
-                /* create_vm's chain, start_vm's, and the installed boot's after the installer */
+                /* create_vm's chain (the installer's, or the first boot's after a host install),
+                 * start_vm's, and the installed boot's after the installer */
                 if (!(s->state == VM_STATE_CREATING && s->phase == VM_PHASE_INSTALL) &&
+                    !(s->state == VM_STATE_CREATING && s->phase == VM_PHASE_BOOT && s->installed) &&
                     !(IN_SET(s->state, VM_STATE_INSTALLING, VM_STATE_STOPPED, VM_STATE_FAILED) &&
                       s->phase == VM_PHASE_BOOT && s->installed))
+                        return false;
+                break;
+        case VM_SUB_HOST_INSTALL:
+                if (s->state != VM_STATE_CREATING || s->phase != VM_PHASE_INSTALL || s->installed)
                         return false;
                 break;
         case VM_SUB_READY_QUOTE:
@@ -340,7 +376,10 @@ bool vm_status_is_valid(const VmStatus *s) {
 
         switch (s->state) {
         case VM_STATE_CREATING:
-                return !s->installed && s->phase != VM_PHASE_BOOT;
+                /* after a host install, the first boot's start chain runs under creating */
+                return (!s->installed && s->phase != VM_PHASE_BOOT) ||
+                        (s->installed && s->phase == VM_PHASE_BOOT &&
+                         IN_SET(s->sub, VM_SUB_START_HELPERS, VM_SUB_START_QMP));
         case VM_STATE_INSTALLING:
                 return (s->phase == VM_PHASE_INSTALL && !s->installed) ||
                         (s->phase == VM_PHASE_BOOT && sub_is_starting(s->sub));
@@ -430,7 +469,7 @@ static VmTransition qemu_exited(VmTransition t, const VmStatus *s, VmEvent e) {
         t.actions |= VM_ACTION_TEARDOWN | VM_ACTION_SAVE;
         t.sub = VM_SUB_NONE;
 
-        if (s->sub == VM_SUB_START_HELPERS)
+        if (IN_SET(s->sub, VM_SUB_START_HELPERS, VM_SUB_HOST_INSTALL))
                 return ignore(t); /* no QEMU yet */
         if (s->sub == VM_SUB_START_QMP) {
                 t.state = VM_STATE_FAILED;
@@ -516,9 +555,45 @@ static VmTransition on_create(VmTransition t, const VmStatus *s, VmEvent e) {
                 return refuse(t, -ESHUTDOWN, VM_MESSAGE_SHUTTING_DOWN);
         if (s->state != VM_STATE_CREATING || s->sub != VM_SUB_NONE)
                 return refuse(t, -EBUSY, VM_MESSAGE_HAS_PROCESS);
-        t.sub = VM_SUB_START_HELPERS;
         t.phase = VM_PHASE_INSTALL;
+        if (e == VM_EVENT_CREATE_HOST) {
+                /* the disk first, off the loop; the first boot's chain once it is written */
+                t.sub = VM_SUB_HOST_INSTALL;
+                t.actions = VM_ACTION_HOST_INSTALL | VM_ACTION_SAVE;
+                return t;
+        }
+        t.sub = VM_SUB_START_HELPERS;
         t.actions = VM_ACTION_SPAWN_HELPERS | VM_ACTION_SAVE;
+        return t;
+}
+
+static VmTransition on_host_installed(VmTransition t, const VmStatus *s, VmEvent e) {
+        if (s->sub != VM_SUB_HOST_INSTALL)
+                return ignore(t);
+        t.actions = VM_ACTION_INSTALLED | VM_ACTION_SAVE;
+        if (s->shutting_down) {
+                /* the disk is ready; its first boot waits for start_vm */
+                t.state = VM_STATE_STOPPED;
+                t.sub = VM_SUB_NONE;
+                t.phase = VM_PHASE_BOOT;
+                t.message = VM_MESSAGE_SHUTDOWN_BEFORE_BOOT;
+                t.actions |= VM_ACTION_FINISH_START;
+                return t;
+        }
+        /* the first boot follows at once, still "creating" until its QEMU answers */
+        t.sub = VM_SUB_START_HELPERS;
+        t.phase = VM_PHASE_BOOT;
+        t.actions |= VM_ACTION_BEGIN_BOOT | VM_ACTION_SPAWN_HELPERS;
+        return t;
+}
+
+static VmTransition on_host_install_failed(VmTransition t, const VmStatus *s, VmEvent e) {
+        if (s->sub != VM_SUB_HOST_INSTALL)
+                return ignore(t);
+        t.state = VM_STATE_FAILED;
+        t.sub = VM_SUB_NONE;
+        t.message = VM_MESSAGE_DETAIL;
+        t.actions = VM_ACTION_KILL | VM_ACTION_DROP_DISK | VM_ACTION_SAVE | VM_ACTION_FINISH_START;
         return t;
 }
 
@@ -591,6 +666,8 @@ static VmTransition on_qmp_up(VmTransition t, const VmStatus *s, VmEvent e) {
 static VmTransition on_start_failed(VmTransition t, const VmStatus *s, VmEvent e) {
         if (!sub_is_starting(s->sub))
                 return ignore(t);
+        if (s->sub == VM_SUB_HOST_INSTALL)
+                return on_host_install_failed(t, s, e);
         t.state = VM_STATE_FAILED;
         t.sub = VM_SUB_NONE;
         t.message = VM_MESSAGE_DETAIL;
@@ -617,9 +694,10 @@ static VmTransition on_phase_timeout(VmTransition t, const VmStatus *s, VmEvent 
         return t;
 }
 
-/* the power button unanswered (stop timeout) or refused: SIGTERM; SIGTERM unanswered: SIGKILL */
+/* the power button unanswered (stop timeout) or refused: SIGTERM; SIGTERM unanswered: SIGKILL. A
+ * delete escalates as a stop does: under deleting, the stop sub-state says QEMU still runs. */
 static VmTransition on_stop_timeout(VmTransition t, const VmStatus *s, VmEvent e) {
-        if (!has_qemu(s))
+        if (!has_qemu(s) && !(s->state == VM_STATE_DELETING && sub_is_stopping(s->sub)))
                 return ignore(t);
         if (s->sub == VM_SUB_STOP_SIGTERM && e == VM_EVENT_STOP_TIMEOUT) {
                 t.sub = VM_SUB_STOP_SIGKILL;
@@ -666,9 +744,11 @@ static VmTransition on_quote_rejected(VmTransition t, const VmStatus *s, VmEvent
 static VmTransition on_restarted(VmTransition t, const VmStatus *s, VmEvent e) {
         if (s->state != VM_STATE_CREATING || sub_is_starting(s->sub))
                 return ignore(t);
+        /* a create that did not finish: its disk is blank, or half written by a host install */
         t.state = VM_STATE_FAILED;
         t.sub = VM_SUB_NONE;
         t.message = VM_MESSAGE_RESTARTED;
+        t.actions = VM_ACTION_DROP_DISK;
         return t;
 }
 
@@ -724,6 +804,9 @@ static const VmEventHandler handlers[_VM_EVENT_MAX] = {
         [VM_EVENT_RESTARTED] = on_restarted,
         [VM_EVENT_REATTACHED] = on_reattached,
         [VM_EVENT_REATTACH_FAILED] = on_reattach_failed,
+        [VM_EVENT_CREATE_HOST] = on_create,
+        [VM_EVENT_HOST_INSTALLED] = on_host_installed,
+        [VM_EVENT_HOST_INSTALL_FAILED] = on_host_install_failed,
 };
 
 VmTransition vm_state_next(const VmStatus *s, VmEvent e) {

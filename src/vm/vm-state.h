@@ -33,6 +33,18 @@ typedef enum VmState {
         _VM_STATE_INVALID = -EINVAL,
 } VmState;
 
+/* How create_vm writes the VM's disk: an installer boot of the image (boot), or the daemon itself
+ * from the image's layout file before the first boot (host, off the loop in a helper process). */
+typedef enum VmInstallMode {
+        VM_INSTALL_HOST,
+        VM_INSTALL_BOOT,
+        _VM_INSTALL_MAX,
+        _VM_INSTALL_INVALID = -EINVAL,
+} VmInstallMode;
+
+const char *vm_install_mode_to_string(VmInstallMode m) _const_;
+VmInstallMode vm_install_mode_from_string(const char *s) _pure_;
+
 const char *vm_state_to_string(VmState s) _const_;
 VmState vm_state_from_string(const char *s) _pure_;
 /* A QEMU process belongs to the VM in these states. */
@@ -40,7 +52,8 @@ bool vm_state_is_live(VmState s) _const_;
 
 /* What the daemon is doing to the VM's processes, within its state. The start chain runs under
  * whatever state the VM had (creating, stopped, failed, installing for the installed boot after the
- * installer); the stop escalation runs under stopping and deleting, and SIGKILL also under installing
+ * installer, creating for the first boot after a host install); the host install runs under
+ * creating; the stop escalation runs under stopping and deleting, and SIGKILL also under installing
  * when the installer overran. */
 typedef enum VmSubState {
         VM_SUB_NONE,
@@ -50,6 +63,7 @@ typedef enum VmSubState {
         VM_SUB_STOP_POWERDOWN, /* the ACPI power button pressed; SIGTERM at the stop timeout */
         VM_SUB_STOP_SIGTERM,   /* SIGTERM sent; SIGKILL after the grace */
         VM_SUB_STOP_SIGKILL,   /* SIGKILL sent; QEMU's exit follows */
+        VM_SUB_HOST_INSTALL,   /* the host install's helper writes the disk (creating, install mode host) */
         _VM_SUB_MAX,
         _VM_SUB_INVALID = -EINVAL,
 } VmSubState;
@@ -103,6 +117,10 @@ typedef enum VmEvent {
         VM_EVENT_RESTARTED,       /* the record was loaded */
         VM_EVENT_REATTACHED,      /* the monitor of a QEMU an earlier daemon started answers */
         VM_EVENT_REATTACH_FAILED, /* ... that QEMU cannot be attached to */
+        /* the host install (create_vm in install mode host) */
+        VM_EVENT_CREATE_HOST,         /* create_vm: the host install's helper, then the first boot's chain */
+        VM_EVENT_HOST_INSTALLED,      /* the helper laid the disk out */
+        VM_EVENT_HOST_INSTALL_FAILED, /* ... it failed (or could not start); the event says why */
         _VM_EVENT_MAX,
         _VM_EVENT_INVALID = -EINVAL,
 } VmEvent;
@@ -131,6 +149,8 @@ typedef enum VmAction {
         VM_ACTION_SIGTERM = 1 << 15,      /* SIGTERM to QEMU, SIGKILL armed after the grace */
         VM_ACTION_SIGKILL = 1 << 16,      /* SIGKILL to QEMU */
         VM_ACTION_FINISH_START = 1 << 17, /* the start chain's waiters hear how it ended */
+        VM_ACTION_HOST_INSTALL = 1 << 18, /* the host install's helper process, watched */
+        VM_ACTION_DROP_DISK = 1 << 19, /* the disk volume deleted: a create that did not finish leaves none */
 } VmAction;
 
 /* The messages: refusals (conflict), lastError texts, and what waiters hear. */
@@ -178,6 +198,10 @@ typedef enum VmMessage {
         VM_MESSAGE_NO_UNITS,
         VM_MESSAGE_WAS_CHILD,
         VM_MESSAGE_QMP_SILENT,
+        /* the host install (VM_MESSAGE_DETAIL of VM_EVENT_HOST_INSTALL_FAILED) */
+        VM_MESSAGE_HOST_INSTALL,
+        VM_MESSAGE_HOST_INSTALL_SPAWN,
+        VM_MESSAGE_HOST_INSTALL_UNSUPPORTED,
         /* waiters */
         VM_MESSAGE_WAIT_TIMEOUT,
         VM_MESSAGE_WAIT_FAILED,
@@ -214,7 +238,7 @@ typedef struct VmStatus {
         VmPhase phase;      /* of the current (or last) run; _VM_PHASE_INVALID before the first */
         VmGate gate;        /* of the current (or last) installed boot */
         bool failing;       /* a verdict ended the boot: the VM is failed once QEMU is gone */
-        bool installed;     /* the installer finished once */
+        bool installed;     /* the installer (or the host install) finished once */
         bool shutting_down; /* the daemon is stopping */
 } VmStatus;
 

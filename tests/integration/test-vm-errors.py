@@ -94,6 +94,16 @@ def stop_case(work, name, mode, stop_timeout, low, high, what):
     took = time.monotonic() - t0
     tap.result(status == 200 and vm["state"] == "stopped" and low <= took < high,
                "%s (%.1f s)" % (what, took), repr(vm)[:200])
+    if mode == "stubborn":
+        # delete_vm of a running VM escalates the same way
+        status, vm = api(port, "POST", "/vms", dict(CREATE, name=name + "-del", wait_for="none"))
+        t0 = time.monotonic()
+        status, _ = api(port, "DELETE", "/vms/%s" % vm["id"])
+        took = time.monotonic() - t0
+        status2, vms = api(port, "GET", "/vms")
+        tap.result(status == 204 and low <= took < high and all(v["id"] != vm["id"] for v in vms),
+                   "delete_vm of a guest that ignores ACPI and SIGTERM: SIGKILL 5 s after the stop timeout, gone (%.1f s)" % took,
+                   repr((status, vms))[:300])
     d.stop(signal.SIGTERM, timeout=30)
 
 

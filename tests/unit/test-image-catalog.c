@@ -504,6 +504,19 @@ static void test_json(void **state) {
         assert_string_equal(json_string_value(json_object_get(bare, "version")), "1");
         assert_string_equal(json_string_value(json_object_get(bare, "uki")), uki);
 
+        /* A layout file makes the image host-installable: its path, and a rescan sees it come and go. */
+        put(dir, "base_1.layout.json", "{}");
+        assert_int_equal(image_catalog_rescan(c), 1);
+        assert_non_null(image_catalog_at(c, 0)->layout);
+        assert_non_null(strstr(image_catalog_at(c, 0)->layout, "/base_1.layout.json"));
+        {
+                json_auto_t *with = image_to_json(c, image_catalog_at(c, 0));
+                assert_keys(with, (const char *const[]){ "id", "version", "uki", "disk", "layout", NULL });
+        }
+        rm(dir, "base_1.layout.json");
+        assert_int_equal(image_catalog_rescan(c), 1);
+        assert_null(image_catalog_at(c, 0)->layout);
+
         /* All of them, in order, with the policy as it was written. */
         put(dir, "policy.json", "{\"image_id\": \"base\", \"pcr11\": {\"z\": \"1\", \"a\": \"2\"}}");
         put_dir(dir, "sysupdate/kubernetes");

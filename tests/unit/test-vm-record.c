@@ -63,6 +63,7 @@ static void full_record(VmRecord *r) {
                 .state = VM_STATE_READY,
                 .phase = VM_PHASE_BOOT,
                 .vsock = VM_VSOCK_VHOST,
+                .install_mode = VM_INSTALL_HOST,
                 .ip = strdup("10.0.0.2"),
                 .mac = strdup("02:ab:0a:00:00:02"),
                 .cid = 123456,
@@ -128,6 +129,7 @@ static void test_round_trip(void **state) {
         assert_int_equal(back.state, VM_STATE_READY);
         assert_int_equal(back.phase, VM_PHASE_BOOT);
         assert_int_equal(back.vsock, VM_VSOCK_VHOST);
+        assert_int_equal(back.install_mode, VM_INSTALL_HOST);
         assert_int_equal(back.cid, 123456);
         assert_string_equal(back.machine_id, r.machine_id);
         assert_true(back.booted);
@@ -177,6 +179,7 @@ static void test_key_order(void **state) {
                 "state",
                 "phase",
                 "vsock",
+                "installMode",
                 "processes",
                 "ip",
                 "mac",
@@ -286,6 +289,7 @@ static void test_refused(void **state) {
                 { "machineID", "\"XYZ\"", "field \"machineID\"" },
                 { "machineID", NULL, "\"machineID\" is required" },
                 { "vsock", "\"carrier-pigeon\"", "field \"vsock\"" },
+                { "installMode", "\"sideways\"", "field \"installMode\"" },
                 { "cpus", "\"four\"", "cpus" },
                 { "cpus", "0", "" }, /* 0 is the default, 2 */
                 { "cpus", "-1", "cpus must be 1..256" },
@@ -357,27 +361,54 @@ static void test_older_records(void **state) {
                 const char *file;
                 VmState state;
                 VmVsock vsock;
+                VmInstallMode install_mode;
                 size_t forwards;
                 bool unit, volume, created_by, verdicts;
         } shapes[] = {
                 /* the first: no vsock (vhost-user), processes by pid, no verdicts, no forwards */
-                { "v1-first.json", VM_STATE_READY, VM_VSOCK_VHOST_USER, 0, false, false, false, false },
+                { "v1-first.json", VM_STATE_READY, VM_VSOCK_VHOST_USER, VM_INSTALL_BOOT, 0, false, false, false, false },
                 /* the systemd launcher: units */
-                { "v2-units.json", VM_STATE_READY, VM_VSOCK_VHOST_USER, 0, true, false, false, false },
+                { "v2-units.json", VM_STATE_READY, VM_VSOCK_VHOST_USER, VM_INSTALL_BOOT, 0, true, false, false, false },
                 /* disks from the storage provider: paths.volume */
-                { "v3-volume.json", VM_STATE_STOPPED, VM_VSOCK_VHOST_USER, 0, false, true, false, false },
+                { "v3-volume.json", VM_STATE_STOPPED, VM_VSOCK_VHOST_USER, VM_INSTALL_BOOT, 0, false, true, false, false },
                 /* READY=1 over the kernel's vhost-vsock: vsock */
-                { "v4-vsock.json", VM_STATE_RUNNING, VM_VSOCK_VHOST, 0, true, true, false, false },
+                { "v4-vsock.json", VM_STATE_RUNNING, VM_VSOCK_VHOST, VM_INSTALL_BOOT, 0, true, true, false, false },
                 /* quotes judged: verdicts and the pinned AK */
-                { "v5-verdicts.json", VM_STATE_READY, VM_VSOCK_VHOST_USER, 0, true, true, false, true },
+                { "v5-verdicts.json", VM_STATE_READY, VM_VSOCK_VHOST_USER, VM_INSTALL_BOOT, 0, true, true, false, true },
                 /* failures keep the console */
-                { "v6-console.json", VM_STATE_FAILED, VM_VSOCK_VHOST_USER, 0, false, true, false, true },
+                { "v6-console.json", VM_STATE_FAILED, VM_VSOCK_VHOST_USER, VM_INSTALL_BOOT, 0, false, true, false, true },
                 /* forward_port keeps its forwards */
-                { "v7-forwards.json", VM_STATE_STOPPED, VM_VSOCK_VHOST_USER, 1, false, true, false, false },
+                { "v7-forwards.json",
+                  VM_STATE_STOPPED,
+                  VM_VSOCK_VHOST_USER,
+                  VM_INSTALL_BOOT,
+                  1,
+                  false,
+                  true,
+                  false,
+                  false },
                 /* the caller recorded: createdBy (today's shape) */
-                { "v8-created-by.json", VM_STATE_STOPPED, VM_VSOCK_VHOST_USER, 1, false, true, true, false },
+                { "v8-created-by.json",
+                  VM_STATE_STOPPED,
+                  VM_VSOCK_VHOST_USER,
+                  VM_INSTALL_BOOT,
+                  1,
+                  false,
+                  true,
+                  true,
+                  false },
                 /* as this vm-manager wrote it: stopped while installing, swtpm still on its way out */
-                { "v9-written.json", VM_STATE_STOPPED, VM_VSOCK_VHOST_USER, 1, false, true, false, false },
+                { "v9-written.json",
+                  VM_STATE_STOPPED,
+                  VM_VSOCK_VHOST_USER,
+                  VM_INSTALL_BOOT,
+                  1,
+                  false,
+                  true,
+                  false,
+                  false },
+                /* the host install: installMode (failed when its helper did) */
+                { "v10-host-install.json", VM_STATE_FAILED, VM_VSOCK_VHOST, VM_INSTALL_HOST, 0, false, true, true, false },
         };
 
         for (size_t i = 0; i < ELEMENTSOF(shapes); i++) {
@@ -392,6 +423,7 @@ static void test_older_records(void **state) {
                         fail_msg("%s does not load: %s", shapes[i].file, e.message);
                 assert_int_equal(r.state, shapes[i].state);
                 assert_int_equal(r.vsock, shapes[i].vsock);
+                assert_int_equal(r.install_mode, shapes[i].install_mode);
                 assert_int_equal(r.forwards.n, shapes[i].forwards);
                 assert_int_equal(r.processes[VM_ROLE_QEMU].unit != NULL, shapes[i].unit);
                 assert_int_equal(r.volume != NULL, shapes[i].volume);

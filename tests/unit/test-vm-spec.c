@@ -35,6 +35,8 @@ static void test_defaults(void **state) {
         assert_null(s.metadata);
         assert_null(ud);
         assert_int_equal(w, VM_WAIT_READY);
+        /* no install_mode: the daemon's --install-mode decides */
+        assert_int_equal(s.install_mode, _VM_INSTALL_INVALID);
 }
 
 static void test_given(void **state) {
@@ -46,7 +48,8 @@ static void test_given(void **state) {
                 "{\"name\":\"db\",\"image\":\"base\",\"kubernetes_version\":\"1.31\",\"cpus\":8,"
                 "\"memory_mib\":256,\"disk_gib\":4096,\"network\":\"lan\",\"user_data\":\"#cloud-config\","
                 "\"ssh_authorized_keys\":[\"ssh-ed25519 AAAA a\"],\"hostname\":\"db-1\","
-                "\"metadata\":{\"k\":\"v\"},\"require_attestation\":false,\"wait_for\":\"installed\"}",
+                "\"metadata\":{\"k\":\"v\"},\"require_attestation\":false,\"wait_for\":\"installed\","
+                "\"install_mode\":\"boot\"}",
                 &s,
                 &ud,
                 &w,
@@ -64,6 +67,7 @@ static void test_given(void **state) {
         assert_false(s.require_attestation);
         assert_string_equal(ud, "#cloud-config");
         assert_int_equal(w, VM_WAIT_INSTALLED);
+        assert_int_equal(s.install_mode, VM_INSTALL_BOOT);
 
         /* null is absent, and an empty network or hostname is the default */
         vm_spec_done(&s);
@@ -109,6 +113,9 @@ static void test_checks(void **state) {
         expect_invalid(
                 "{\"name\":\"w\",\"wait_for\":\"later\"}",
                 "invalid request: waitFor must be none, installed, attested or ready");
+        expect_invalid(
+                "{\"name\":\"w\",\"install_mode\":\"disk\"}",
+                "invalid request: install_mode must be host or boot");
         expect_invalid(
                 "{\"name\":\"w\",\"metadata\":{\"a/b\":\"x\"}}",
                 "invalid request: metadata key \"a/b\" must not be empty or contain slashes or spaces");

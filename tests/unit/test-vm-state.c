@@ -84,6 +84,43 @@ static const Row rows[] = {
           .next = S(CREATING), .next_sub = U(START_HELPERS), .actions = A(SPAWN_HELPERS) | A(SAVE) },
         { S(CREATING), U(NONE), NOPHASE, G(NONE), 0, 0, 1, E(CREATE),
           REFUSED(-ESHUTDOWN, SHUTTING_DOWN) },
+        /* create_vm in install mode host: the helper writes the disk, then the first boot's chain
+         * runs, still under creating, and its monitor makes the VM booting */
+        { S(CREATING), U(NONE), NOPHASE, G(NONE), 0, 0, 0, E(CREATE_HOST),
+          .next = S(CREATING), .next_sub = U(HOST_INSTALL), .actions = A(HOST_INSTALL) | A(SAVE) },
+        { S(CREATING), U(NONE), NOPHASE, G(NONE), 0, 0, 1, E(CREATE_HOST),
+          REFUSED(-ESHUTDOWN, SHUTTING_DOWN) },
+        { S(CREATING), U(HOST_INSTALL), INSTALL, G(NONE), 0, 0, 0, E(HOST_INSTALLED),
+          .next = S(CREATING), .next_sub = U(START_HELPERS), .actions = A(INSTALLED) | A(BEGIN_BOOT) | A(SPAWN_HELPERS) | A(SAVE) },
+        { S(CREATING), U(HOST_INSTALL), INSTALL, G(NONE), 0, 0, 1, E(HOST_INSTALLED),
+          .next = S(STOPPED), .next_sub = U(NONE), .actions = A(INSTALLED) | A(SAVE) | A(FINISH_START), .message = M(SHUTDOWN_BEFORE_BOOT) },
+        { S(CREATING), U(HOST_INSTALL), INSTALL, G(NONE), 0, 0, 0, E(HOST_INSTALL_FAILED),
+          .next = S(FAILED), .next_sub = U(NONE), .actions = A(KILL) | A(DROP_DISK) | A(SAVE) | A(FINISH_START), .message = M(DETAIL) },
+        { S(CREATING), U(HOST_INSTALL), INSTALL, G(NONE), 0, 0, 0, E(START_FAILED),
+          .next = S(FAILED), .next_sub = U(NONE), .actions = A(KILL) | A(DROP_DISK) | A(SAVE) | A(FINISH_START), .message = M(DETAIL) },
+        { S(CREATING), U(HOST_INSTALL), INSTALL, G(NONE), 0, 0, 0, E(DELETE),
+          .next = S(DELETING), .next_sub = U(NONE), .actions = A(KILL) | A(SAVE) | A(FINISH_START), .message = M(DELETED_STARTING) },
+        { S(CREATING), U(HOST_INSTALL), INSTALL, G(NONE), 0, 0, 0, E(STOP),
+          REFUSED(-EBUSY, STILL_STARTING) },
+        { S(CREATING), U(HOST_INSTALL), INSTALL, G(NONE), 0, 0, 0, E(START),
+          REFUSED(-EBUSY, HAS_PROCESS) },
+        { S(CREATING), U(START_HELPERS), BOOT, G(NONE), 0, 1, 0, E(HELPERS_UP),
+          .next = S(CREATING), .next_sub = U(START_QMP), .actions = A(SPAWN_QEMU) },
+        { S(CREATING), U(START_QMP), BOOT, G(INITRD), 0, 1, 0, E(QMP_UP),
+          .next = S(BOOTING), .next_sub = U(NONE), .actions = A(LINK) | A(PHASE_TIMER) | A(SAVE) | A(FINISH_START) },
+        { S(CREATING), U(START_QMP), BOOT, G(NONE), 0, 1, 0, E(START_FAILED),
+          .next = S(FAILED), .next_sub = U(NONE), .actions = A(KILL) | A(SAVE) | A(FINISH_START), .message = M(DETAIL) },
+        /* a delete of a guest that ignores the power button escalates as a stop does */
+        { S(DELETING), U(STOP_POWERDOWN), BOOT, G(NONE), 0, 1, 0, E(STOP_TIMEOUT),
+          .next = S(DELETING), .next_sub = U(STOP_SIGTERM), .actions = A(SIGTERM) },
+        { S(DELETING), U(STOP_SIGTERM), BOOT, G(NONE), 0, 1, 0, E(STOP_TIMEOUT),
+          .next = S(DELETING), .next_sub = U(STOP_SIGKILL), .actions = A(SIGKILL) },
+        { S(DELETING), U(STOP_POWERDOWN), INSTALL, G(NONE), 0, 0, 0, E(POWERDOWN_FAILED),
+          .next = S(DELETING), .next_sub = U(STOP_SIGTERM), .actions = A(SIGTERM) },
+        { S(FAILED), U(NONE), INSTALL, G(NONE), 0, 0, 0, E(HOST_INSTALLED),
+          IGNORED },
+        { S(FAILED), U(NONE), INSTALL, G(NONE), 0, 0, 0, E(HOST_INSTALL_FAILED),
+          IGNORED },
         /* the chain: helpers, QEMU, its monitor */
         { S(CREATING), U(START_HELPERS), INSTALL, G(NONE), 0, 0, 0, E(HELPERS_UP),
           .next = S(CREATING), .next_sub = U(START_QMP), .actions = A(SPAWN_QEMU) },
@@ -262,7 +299,7 @@ static const Row rows[] = {
           .next = S(ATTESTING), .next_sub = U(NONE), .actions = A(CLEAR_REJECTION) | A(SAVE) },
         /* a daemon restart */
         { S(CREATING), U(NONE), INSTALL, G(NONE), 0, 0, 0, E(RESTARTED),
-          .next = S(FAILED), .next_sub = U(NONE), .message = M(RESTARTED) },
+          .next = S(FAILED), .next_sub = U(NONE), .actions = A(DROP_DISK), .message = M(RESTARTED) },
         { S(READY), U(NONE), BOOT, G(NONE), 0, 1, 0, E(RESTARTED),
           IGNORED },
         { S(BOOTING), U(NONE), BOOT, G(NONE), 0, 1, 0, E(REATTACHED),
@@ -380,6 +417,13 @@ static void test_messages(void **state) {
                 { VM_MESSAGE_NO_UNITS, "no service manager to find its units in" },
                 { VM_MESSAGE_WAS_CHILD, "it ran as a plain child process, which ends with the daemon" },
                 { VM_MESSAGE_QMP_SILENT, "its QMP socket did not answer: No such file or directory" },
+                { VM_MESSAGE_HOST_INSTALL,
+                  "host install failed (exited with status 1): the detail; the disk was removed" },
+                { VM_MESSAGE_HOST_INSTALL_SPAWN,
+                  "host install failed: cannot start its helper: No such file or directory; the disk was removed" },
+                { VM_MESSAGE_HOST_INSTALL_UNSUPPORTED,
+                  "image /state/vms/1a2b3c4d/qmp.sock cannot be installed on the host: it has no layout file "
+                  "(/state/vms/1a2b3c4d/qmp.sock.layout.json); use install_mode boot" },
                 { VM_MESSAGE_WAIT_TIMEOUT,
                   "vm 1a2b3c4d did not reach /state/vms/1a2b3c4d/qmp.sock within 2m30s (state booting); vm "
                   "1a2b3c4d is booting: the detail (follow it with get_vm 1a2b3c4d, delete it with "
@@ -467,9 +511,10 @@ static void test_wait(void **state) {
 /* ---- the walk -------------------------------------------------------------------------------- */
 
 static const char *action_names[] = {
-        "teardown",        "kill",    "disarm",        "begin-boot", "installed", "become-ready",
-        "clear-rejection", "console", "spawn-helpers", "spawn-qemu", "link",      "phase-timer",
-        "grace-timer",     "save",    "powerdown",     "sigterm",    "sigkill",   "finish-start",
+        "teardown",        "kill",      "disarm",        "begin-boot", "installed", "become-ready",
+        "clear-rejection", "console",   "spawn-helpers", "spawn-qemu", "link",      "phase-timer",
+        "grace-timer",     "save",      "powerdown",     "sigterm",    "sigkill",   "finish-start",
+        "host-install",    "drop-disk",
 };
 
 static void print_actions(FILE *f, VmAction a) {
@@ -544,15 +589,26 @@ static void check_answer(const VmStatus *s, VmEvent e, const VmTransition *t) {
                         vm_phase_to_string(next.phase) ?: "-");
         /* a stop escalation runs only where QEMU runs */
         if (t->actions & (VM_ACTION_POWERDOWN | VM_ACTION_SIGTERM | VM_ACTION_SIGKILL))
-                assert_true(vm_state_is_live(s->state) || vm_state_is_live(t->state));
-        /* processes are spawned only for a start chain */
+                assert_true(
+                        vm_state_is_live(s->state) || vm_state_is_live(t->state) ||
+                        (s->state == VM_STATE_DELETING && s->sub >= VM_SUB_STOP_POWERDOWN &&
+                         s->sub <= VM_SUB_STOP_SIGKILL));
+        /* processes are spawned only for a start chain, the host install's helper only for it */
         if (t->actions & (VM_ACTION_SPAWN_HELPERS | VM_ACTION_SPAWN_QEMU))
                 assert_true(t->sub == VM_SUB_START_HELPERS || t->sub == VM_SUB_START_QMP);
-        /* the start chain's waiters hear its end exactly when it ends */
+        if (t->actions & VM_ACTION_HOST_INSTALL)
+                assert_true(t->sub == VM_SUB_HOST_INSTALL && s->sub == VM_SUB_NONE);
+        /* the start chain's waiters (create_vm's from its host install on) hear its end exactly when it
+         * ends */
         assert_int_equal(
                 (t->actions & VM_ACTION_FINISH_START) != 0,
-                (s->sub == VM_SUB_START_HELPERS || s->sub == VM_SUB_START_QMP) &&
-                        t->sub != VM_SUB_START_HELPERS && t->sub != VM_SUB_START_QMP);
+                (s->sub == VM_SUB_START_HELPERS || s->sub == VM_SUB_START_QMP ||
+                 s->sub == VM_SUB_HOST_INSTALL) &&
+                        t->sub != VM_SUB_START_HELPERS && t->sub != VM_SUB_START_QMP &&
+                        t->sub != VM_SUB_HOST_INSTALL);
+        /* the disk goes only with a create that did not finish, into failed */
+        if (t->actions & VM_ACTION_DROP_DISK)
+                assert_true(t->state == VM_STATE_FAILED && !s->installed && s->state == VM_STATE_CREATING);
         /* a failure that captures the console says why */
         if (t->actions & VM_ACTION_CONSOLE)
                 assert_true(t->state == VM_STATE_FAILED && t->message != VM_MESSAGE_NONE);

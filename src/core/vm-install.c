@@ -1,0 +1,155 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* The host install (install mode host): between vm_provision() and the first boot's start chain,
+ * the VM's disk is laid out from the image's layout file by a helper process, the daemon's own
+ * binary as `vm-manager host-install IMAGE LAYOUT DISK SIZE` (src/storage/host-install.c), whose
+ * output goes to <vm>/install.log. The loop only watches it (a pidfd, through vm-launch): its exit
+ * is VM_EVENT_HOST_INSTALLED, or VM_EVENT_HOST_INSTALL_FAILED with the last line it wrote. It runs
+ * as a plain child, never a unit: it ends with the daemon, and a restart finds the VM creating,
+ * fails it and drops its disk (VM_EVENT_RESTARTED). */
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "disk-layout.h"
+#include "fs-util.h"
+#include "image-catalog.h"
+#include "log.h"
+#include "parse-util.h"
+#include "vm-internal.h"
+
+/* The last line of what the helper wrote: its reason. */
+static char *install_reason(Vm *v) {
+        _cleanup_free_ char *tail = vm_file_tail(v, "install.log", 4096);
+        char *nl, *line;
+
+        if (!tail)
+                return NULL;
+        nl = strrchr(tail, '\n');
+        line = nl ? nl + 1 : tail;
+        if (startswith(line, "host-install: "))
+                line += strlen("host-install: ");
+        return strdup(line);
+}
+
+static void on_install_exit(VmLaunched *l, int code, int status, void *userdata) {
+        _cleanup_(vm_unrefp) Vm *v = vm_ref(userdata);
+        _cleanup_(api_error_done) ApiError e = API_ERROR_NULL;
+        _cleanup_free_ char *st = vm_exit_status_to_string(code, status), *reason = NULL, *text = NULL;
+        char took[32];
+        int r;
+
+        if (l != v->installer)
+                return;
+        v->installer = vm_launched_free(v->installer);
+        format_duration(took, sizeof(took), now_usec(CLOCK_MONOTONIC) - v->install_started);
+
+        if (code == CLD_EXITED && status == 0) {
+                log_struct(
+                        LOG_INFO,
+                        LOG_FIELDS({ "VM_ID", v->rec.id }),
+                        "Host install of VM %s done in %s.",
+                        v->rec.id,
+                        took);
+                r = vm_set_state(v, VM_EVENT_HOST_INSTALLED, NULL, &e);
+                if (r < 0)
+                        (void) vm_set_state(
+                                v,
+                                VM_EVENT_START_FAILED,
+                                &(VmEventArgs){ .error = r,
+                                                .detail = e.message ?: "failed to start the first boot" },
+                                NULL);
+                return;
+        }
+        reason = install_reason(v);
+        text = vm_message(v, VM_MESSAGE_HOST_INSTALL, &(VmMessageArgs){ .exit_status = st, .detail = reason });
+        log_struct(
+                LOG_WARNING,
+                LOG_FIELDS({ "VM_ID", v->rec.id }),
+                "Host install of VM %s failed after %s: %s",
+                v->rec.id,
+                took,
+                text ?: "?");
+        (void) vm_set_state(
+                v,
+                VM_EVENT_HOST_INSTALL_FAILED,
+                &(VmEventArgs){ .error = -EIO, .detail = text ?: "host install failed" },
+                NULL);
+}
+
+int vm_host_install_check(Manager *m, const Image *img, uint64_t disk_gib, ApiError *reterr) {
+        _cleanup_free_ char *text = NULL;
+        DiskLayout *l;
+        size_t size;
+        int r;
+
+        assert(img->layout);
+        /* a layout that does not even parse fails the VM in the helper, with its reason */
+        r = read_full_file(img->layout, DISK_LAYOUT_SIZE_MAX, &text, &size);
+        if (r < 0)
+                return 0;
+        l = calloc(1, sizeof(DiskLayout));
+        if (!l)
+                return -ENOMEM;
+        r = disk_layout_parse(text, size, l, NULL);
+        if (r >= 0 && disk_layout_min_size(l) > (disk_gib << 30)) {
+                uint64_t need = (disk_layout_min_size(l) + (1ULL << 30) - 1) >> 30;
+                free(l);
+                return api_error_set(
+                        reterr,
+                        -EINVAL,
+                        API_ERROR_INVALID_REQUEST,
+                        "disk_gib %" PRIu64 " is too small for image %s: its layout needs at least %" PRIu64
+                        " GiB",
+                        disk_gib,
+                        img->ref,
+                        need);
+        }
+        free(l);
+        return 0;
+}
+
+int vm_host_install_start(Vm *v, ApiError *reterr) {
+        const Image *img = image_catalog_resolve(manager_images(v->manager), v->rec.spec.image);
+        _cleanup_free_ char *log = vm_path(v, "install.log"), *text = NULL;
+        char exe[PATH_MAX], size[32];
+        ssize_t n;
+        int r;
+
+        if (!log)
+                return -ENOMEM;
+        if (!img || !streq(img->ref, v->rec.spec.image) || !img->layout)
+                r = -ENOENT;
+        else if ((n = readlink("/proc/self/exe", exe, sizeof(exe) - 1)) < 0)
+                r = -errno;
+        else {
+                char *argv[] = { exe, (char *) "host-install", img->disk, img->layout, v->rec.volume, size,
+                                 NULL };
+
+                exe[n] = 0;
+                snprintf(size, sizeof(size), "%" PRIu64, v->rec.spec.disk_gib << 30);
+                (void) unlink(log);
+                v->installer = vm_launched_free(v->installer);
+                v->install_started = now_usec(CLOCK_MONOTONIC);
+                r = vm_launched_spawn(
+                        &v->installer,
+                        manager_event(v->manager),
+                        /* units= */ NULL, /* a plain child: it ends with the daemon */
+                        NULL,
+                        &(VmProcessOptions){
+                                .argv = argv,
+                                .log_file = log,
+                                .working_dir = v->dir,
+                        },
+                        on_install_exit,
+                        v);
+        }
+        if (r >= 0)
+                /* what does not need the disk starts beside it: the first boot's chain then only
+                 * waits for QEMU */
+                return vm_prestart_helpers(v, reterr);
+        text = vm_message(v, VM_MESSAGE_HOST_INSTALL_SPAWN, &(VmMessageArgs){ .errno_text = strerror(-r) });
+        return api_error_set(reterr, r, API_ERROR_INTERNAL, "%s", text ?: "cannot start the host install");
+}

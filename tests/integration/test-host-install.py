@@ -1,0 +1,372 @@
+#!/usr/bin/env python3
+"""The host install (--install-mode host), against the fake QEMU (tests/integration/fakes): a small
+image with a real GPT (written by sfdisk, sparse), its layout file made by images/scripts/layout.py
+from the real image's repart.sysinstall.d, and:
+
+  * create_vm lays out the VM's disk on the host: its GPT (read back with sfdisk --json) is the
+    layout's, the copied partitions keep the image's UUIDs, labels and bytes, the B slots are
+    _empty, var is ext4; the first QEMU is the installed boot (firmware, ignition.firstboot), the
+    VM goes creating -> booting with installedAt set and installMode host;
+  * install_mode host on an image without a layout file: unsupported, nothing created; by default
+    the same image falls back to the installer boot;
+  * a layout that does not match its image: create_vm answers vm_failed, the VM is failed with the
+    reason in lastError and has no disk;
+  * a daemon killed during a host install: the next one finds the VM failed, its disk gone;
+  * disk_gib too small for the layout: invalid_request before anything is allocated;
+  * the storage provider back-end (a stand-in io.systemd.StorageProvider on varlink): a volume in the
+    provider's directory, and one without a name (unlinked once opened) that the helper reaches as
+    /proc/<daemon>/fd/<n>.
+"""
+
+import array
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+here = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, here)
+from vmmtest import Daemon, HOST, base_env, free_port, http_request, run, tap  # noqa: E402
+
+FAKES = os.path.join(here, "fakes")
+REPO = os.path.dirname(os.path.dirname(here))
+LAYOUT_PY = os.path.join(REPO, "images", "scripts", "layout.py")
+DEFS = os.path.join(REPO, "images", "mkosi.images", "base", "mkosi.extra", "usr", "lib", "repart.sysinstall.d")
+CREATE = {"memory_mib": 512, "disk_gib": 3, "require_attestation": False}
+MiB = 1 << 20
+ESP, ROOT = "C12A7328-F81F-11D2-BA4B-00A0C93EC93B", "4F68BCE3-E8CD-4DB1-96E7-FBCAF984B709"
+VERITY, SIG = "2C7357ED-EBD2-46D9-AEC1-23D437EC2BF5", "41092B05-9FC8-4523-994F-2DEF0408B176"
+VAR = "4D21B016-B534-45C2-A9FB-5C16E091FD2D"
+
+
+def api(port, method, path, body=None, timeout=120):
+    status, headers, data = http_request(port, method, "/api/v1" + path,
+                                         body=json.dumps(body).encode() if body is not None else None,
+                                         timeout=timeout)
+    return status, (json.loads(data) if data else None)
+
+
+def make_image(images, ref):
+    """<ref>.raw: a GPT like the real image's (ESP 256 MiB, root, verity, signature), each partition
+    starting with bytes of its own; <ref>.efi beside it."""
+    raw = os.path.join(images, ref + ".raw")
+    with open(raw, "wb") as f:
+        f.truncate(300 * MiB)
+    script = ("label: gpt\n"
+              "start=2048, size=524288, type=%s, name=esp\n"
+              "size=16384, type=%s, name=\"%s\", attrs=\"GUID:60\"\n"
+              "size=2048, type=%s, name=\"%s_verity\", attrs=\"GUID:60\"\n"
+              "size=32, type=%s, name=\"%s_verity_sig\", attrs=\"GUID:60\"\n") % (
+                  ESP, ROOT, ref, VERITY, ref, SIG, ref)
+    subprocess.run(["sfdisk", "--quiet", raw], input=script.encode(), check=True, capture_output=True)
+    table = json.loads(subprocess.run(["sfdisk", "--json", raw], check=True, capture_output=True).stdout)
+    with open(raw, "r+b") as f:
+        for p in table["partitiontable"]["partitions"]:
+            f.seek(p["start"] * 512)
+            f.write(("%s of %s\n" % (p["name"], ref)).encode() * 64)
+            # and a second extent after a hole
+            if p["size"] > 4096:
+                f.seek(p["start"] * 512 + 2 * MiB)
+                f.write(os.urandom(4096))
+    with open(os.path.join(images, ref + ".efi"), "wb") as f:
+        f.write(b"\0" * 4096)
+    return raw, table["partitiontable"]["partitions"]
+
+
+def make_layout(images, ref):
+    raw = os.path.join(images, ref + ".raw")
+    out = os.path.join(images, ref + ".layout.json")
+    subprocess.run([sys.executable, LAYOUT_PY, DEFS, raw, out], check=True, capture_output=True)
+    with open(out) as f:
+        return json.load(f)
+
+
+def daemon(work, name, images, *extra, env_extra=None):
+    vars_ = os.path.join(work, "vars-" + name)
+    if not os.path.exists(vars_):
+        with open(vars_, "wb") as f:
+            f.write(b"\0" * 4096)
+    env = base_env(work, FAKE_QEMU="", **(env_extra or {}))
+    env["PATH"] = FAKES + ":" + env.get("PATH", "/usr/bin:/bin")
+    port = free_port()
+    d = Daemon(work, name, ["--listen", "%s:%d" % (HOST, port), "--state-dir", os.path.join(work, "s-" + name),
+                            "--image-dir", images, "--ovmf-code", vars_, "--ovmf-vars", vars_,
+                            "--launcher", "process", "--log-level", "debug", *extra], env=env)
+    ok, why = d.wait_healthy(port, timeout=20)
+    tap.result(ok, "%s: serving with the fake QEMU" % name, why)
+    return d, port
+
+
+def read_at(path, offset, n):
+    with open(path, "rb") as f:
+        f.seek(offset)
+        return f.read(n)
+
+
+def test_host_install(work):
+    images = os.path.join(work, "images")
+    os.makedirs(images)
+    raw, src = make_image(images, "base_1.0")
+    layout = make_layout(images, "base_1.0")
+    d, port = daemon(work, "host", images)
+
+    t0 = time.monotonic()
+    status, vm = api(port, "POST", "/vms", dict(CREATE, name="h1", wait_for="none"))
+    took = time.monotonic() - t0
+    tap.result(status == 201 and vm["state"] == "booting" and vm.get("installMode") == "host"
+               and vm.get("installedAt") and vm.get("phase") == "boot",
+               "host mode: create_vm answers with the VM booting, installMode host, installedAt set (%.2f s)" % took,
+               repr(vm)[:400])
+    if status != 201:
+        d.stop(signal.SIGTERM, timeout=30)
+        return
+    disk = vm["paths"]["volume"]
+    table = json.loads(subprocess.run(["sfdisk", "--json", disk], check=True, capture_output=True).stdout)
+    parts = table["partitiontable"]["partitions"]
+    want = layout["partitions"]
+    same = len(parts) == len(want)
+    for p, w in zip(parts, want):
+        same = same and p["type"].lower() == w["type"] and p["name"] == w["label"]
+        if w["content"] == "copy":
+            same = same and p["uuid"].lower() == w["uuid"] and p["size"] * 512 == w["sizeBytes"]
+        elif not w.get("grow"):
+            same = same and p["size"] * 512 == w["sizeBytes"]
+        same = same and p["start"] % 2048 == 0
+    tap.result(same, "the disk's GPT is the layout's: types, labels, sizes, 1 MiB aligned, the image's UUIDs",
+               json.dumps(parts)[:1500])
+    by_uuid = {p["uuid"]: p for p in src}
+    copies_ok = True
+    for p, w in zip(parts, want):
+        if w["content"] != "copy":
+            continue
+        s = by_uuid[p["uuid"]]
+        n = s["size"] * 512
+        a, b = read_at(raw, s["start"] * 512, n), read_at(disk, p["start"] * 512, n)
+        copies_ok = copies_ok and a == b
+        if "GUID:60" in s.get("attrs", ""):
+            copies_ok = copies_ok and "GUID:60" in p.get("attrs", "")
+    tap.result(copies_ok, "ESP, root, verity and signature A are the image's bytes, attributes kept")
+    empties = [p for p in parts if p["name"] == "_empty"]
+    var = parts[-1]
+    magic = read_at(disk, var["start"] * 512 + 1024 + 56, 2)
+    tap.result(len(empties) == 3 and all("GUID:63" in p.get("attrs", "") for p in empties)
+               and var["name"] == "var" and magic == b"\x53\xef"
+               and (var["start"] + var["size"]) * 512 > 3 * (1 << 30) - 2 * MiB,
+               "B slots _empty with no-auto, var ext4 over the rest of the disk", repr((empties, var))[:600])
+    vmdir = os.path.join(work, "s-host", "vms", vm["id"])
+    with open(os.path.join(vmdir, "qemu.argv.json")) as f:
+        argv = json.load(f)
+    text = " ".join(argv)
+    tap.result("-no-reboot" not in argv and "-kernel" not in argv and "pflash" in text
+               and "ignition.firstboot" in text and "vm.install-target" not in text,
+               "the first QEMU is the installed boot: firmware, ignition.firstboot, no installer", text[:600])
+    with open(os.path.join(vmdir, "install.log")) as f:
+        log = f.read()
+    tap.result("host-install: done" in log, "the helper's log says what it did", log[-300:])
+    d.stop(signal.SIGTERM, timeout=30)
+
+
+def test_modes_and_refusals(work):
+    images = os.path.join(work, "images-bare")
+    os.makedirs(images)
+    make_image(images, "bare_1.0")
+    d, port = daemon(work, "bare", images)
+    status, err = api(port, "POST", "/vms", dict(CREATE, name="b1", wait_for="none", install_mode="host"))
+    msg = (err or {}).get("error", {}).get("message", "")
+    status2, vms = api(port, "GET", "/vms")
+    tap.result(status == 501 and err["error"]["code"] == "unsupported" and "no layout file" in msg and vms == [],
+               "install_mode host on an image without a layout file: unsupported, nothing created",
+               repr((status, err, vms))[:400])
+    status, err = api(port, "POST", "/vms", dict(CREATE, name="b2", wait_for="none", install_mode="sideways"))
+    tap.result(status == 400 and "install_mode" in err["error"]["message"],
+               "install_mode sideways: invalid_request", repr(err)[:300])
+    status, vm = api(port, "POST", "/vms", dict(CREATE, name="b3", wait_for="none"))
+    tap.result(status == 201 and vm.get("installMode") == "boot" and vm["state"] == "installing",
+               "by default the same image falls back to the installer boot", repr(vm)[:300])
+    tap.result("has no layout file" in d.stderr(), "... and the log says so")
+    d.stop(signal.SIGTERM, timeout=30)
+
+    images = os.path.join(work, "images-small")
+    os.makedirs(images)
+    make_image(images, "small_1.0")
+    make_layout(images, "small_1.0")
+    d, port = daemon(work, "small", images)
+    status, err = api(port, "POST", "/vms", dict(CREATE, name="s1", wait_for="none", disk_gib=1))
+    status2, vms = api(port, "GET", "/vms")
+    tap.result(status == 400 and "too small" in err["error"]["message"] and vms == []
+               and not (os.path.isdir(os.path.join(work, "s-small", "vms"))
+                        and os.listdir(os.path.join(work, "s-small", "vms"))),
+               "disk_gib 1 for a layout that needs more: invalid_request, nothing allocated", repr(err)[:300])
+    status, vm = api(port, "POST", "/vms", dict(CREATE, name="s2", wait_for="none", install_mode="boot"))
+    tap.result(status == 201 and vm.get("installMode") == "boot" and vm["state"] == "installing",
+               "install_mode boot overrides the daemon's host default", repr(vm)[:300])
+    d.stop(signal.SIGTERM, timeout=30)
+
+
+def test_broken_layout(work):
+    images = os.path.join(work, "images-broken")
+    os.makedirs(images)
+    make_image(images, "broken_1.0")
+    layout = make_layout(images, "broken_1.0")
+    layout["partitions"][1]["uuid"] = "00000000-1111-2222-3333-444444444444"
+    with open(os.path.join(images, "broken_1.0.layout.json"), "w") as f:
+        json.dump(layout, f)
+    d, port = daemon(work, "broken", images)
+    status, err = api(port, "POST", "/vms", dict(CREATE, name="x1", wait_for="none"))
+    msg = (err or {}).get("error", {}).get("message", "")
+    tap.result(status == 500 and err["error"]["code"] == "vm_failed" and "host install failed" in msg
+               and "no partition with a UUID the layout copies" in msg,
+               "a layout that does not match the image: create_vm answers vm_failed with the reason", msg[:400])
+    status, vms = api(port, "GET", "/vms")
+    vm = vms[0] if vms else {}
+    tap.result(vm.get("state") == "failed" and "host install failed" in vm.get("lastError", "")
+               and not os.path.exists(vm.get("paths", {}).get("volume", "/nonexistent-volume")),
+               "... the VM is failed, lastError says why, and it has no disk", repr(vm)[:500])
+    status, err = api(port, "POST", "/vms/%s/start" % vm.get("id", "x"), {})
+    tap.result(status == 409, "... start_vm refuses it (never installed)", repr(err)[:300])
+    status, _ = api(port, "DELETE", "/vms/%s" % vm.get("id", "x"))
+    tap.result(status in (200, 204), "... and delete_vm removes it", repr(status))
+
+    # an image that is no disk at all
+    with open(os.path.join(images, "broken_1.0.raw"), "wb") as f:
+        f.write(b"\0" * 65536)
+    status, err = api(port, "POST", "/vms", dict(CREATE, name="x2", wait_for="installed"))
+    msg = (err or {}).get("error", {}).get("message", "")
+    tap.result(status == 500 and "has no valid GPT" in msg,
+               "an image without a partition table: vm_failed, the image has no valid GPT", msg[:300])
+    d.stop(signal.SIGTERM, timeout=30)
+
+
+def test_restart_during_install(work):
+    images = os.path.join(work, "images-slow")
+    os.makedirs(images)
+    make_image(images, "slow_1.0")
+    make_layout(images, "slow_1.0")
+    # the image becomes a FIFO: the helper blocks opening it, the install never ends by itself
+    os.unlink(os.path.join(images, "slow_1.0.raw"))
+    os.mkfifo(os.path.join(images, "slow_1.0.raw"))
+    d, port = daemon(work, "slow", images)
+    answer = {}
+
+    def create():
+        try:
+            answer["r"] = api(port, "POST", "/vms", dict(CREATE, name="r1", wait_for="none"), timeout=30)
+        except Exception as e:  # noqa: BLE001 - the daemon dies under it
+            answer["r"] = (None, repr(e))
+    t = threading.Thread(target=create, daemon=True)
+    t.start()
+    vm = None
+    for _ in range(100):
+        status, vms = api(port, "GET", "/vms")
+        if vms:
+            vm = vms[0]
+            break
+        time.sleep(0.1)
+    tap.result(vm is not None and vm["state"] == "creating", "a host install in progress: the VM is creating",
+               repr(vm)[:300])
+    volume = os.path.join(work, "s-slow", "volumes", "vm-%s.raw" % vm["id"]) if vm else ""
+    volume = (vm or {}).get("paths", {}).get("volume") or volume
+    d.stop(signal.SIGKILL, timeout=10)
+    t.join(5)
+    d2, port2 = daemon(work, "slow", images)
+    status, vms = api(port2, "GET", "/vms")
+    vm2 = vms[0] if vms else {}
+    disks = os.listdir(os.path.join(work, "s-slow", "volumes")) if os.path.isdir(
+        os.path.join(work, "s-slow", "volumes")) else []
+    tap.result(vm2.get("state") == "failed" and "restarted while the VM was creating" in vm2.get("lastError", "")
+               and not any(vm2.get("id", "?") in x for x in disks),
+               "a daemon killed during a host install: the next one fails the VM and drops its disk",
+               repr((vm2, disks))[:500])
+    d2.stop(signal.SIGTERM, timeout=30)
+
+
+def fake_provider(sock_path, vol_dir, mode):
+    """io.systemd.StorageProvider as vm-manager speaks it: GetInfo, Acquire (the fd passed with
+    SCM_RIGHTS). While mode["anon"] is set, a new volume is unlinked once opened."""
+    os.makedirs(os.path.dirname(sock_path), exist_ok=True)
+    os.makedirs(vol_dir, exist_ok=True)
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    srv.bind(sock_path)
+    srv.listen(16)
+    keep = []
+
+    def serve(conn):
+        buf = b""
+        while True:
+            chunk = conn.recv(65536)
+            if not chunk:
+                return
+            buf += chunk
+            while b"\0" in buf:
+                raw, buf = buf.split(b"\0", 1)
+                msg = json.loads(raw)
+                method, params = msg.get("method"), msg.get("parameters") or {}
+                if method == "org.varlink.service.GetInfo":
+                    conn.sendall(json.dumps({"parameters": {
+                        "vendor": "test", "product": "fake", "version": "1", "url": "",
+                        "interfaces": ["org.varlink.service", "io.systemd.StorageProvider"]}}).encode() + b"\0")
+                elif method == "io.systemd.StorageProvider.Acquire":
+                    path = os.path.join(vol_dir, params["name"] + ".volume")
+                    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+                    if params.get("createSizeBytes"):
+                        os.ftruncate(fd, params["createSizeBytes"])
+                    if mode.get("anon"):
+                        keep.append(os.dup(fd))
+                        os.unlink(path)
+                    reply = json.dumps({"parameters": {"type": "reg", "fileDescriptorIndex": 0,
+                                                       "readOnly": False}}).encode() + b"\0"
+                    conn.sendmsg([reply], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd]))])
+                    os.close(fd)
+                else:
+                    conn.sendall(json.dumps({"error": "org.varlink.service.MethodNotFound"}).encode() + b"\0")
+
+    def loop():
+        while True:
+            try:
+                conn, _ = srv.accept()
+            except OSError:
+                return
+            threading.Thread(target=lambda: (serve(conn), conn.close()), daemon=True).start()
+    threading.Thread(target=loop, daemon=True).start()
+    return srv
+
+
+def test_storage_provider(work):
+    images = os.path.join(work, "images-prov")
+    os.makedirs(images)
+    make_image(images, "prov_1.0")
+    layout = make_layout(images, "prov_1.0")
+    run_dir = os.path.join(work, "run-prov")
+    vol_dir = os.path.join(work, "state-home", "storage")
+    mode = {}
+    srv = fake_provider(os.path.join(run_dir, "systemd", "io.systemd.StorageProvider", "fs"), vol_dir, mode)
+    d, port = daemon(work, "prov", images, env_extra={"XDG_RUNTIME_DIR": run_dir,
+                                                      "XDG_STATE_HOME": os.path.join(work, "state-home")})
+    for name in ("named", "anon"):
+        mode["anon"] = name == "anon"
+        status, vm = api(port, "POST", "/vms", dict(CREATE, name="p-" + name, wait_for="none"))
+        disk = (vm or {}).get("paths", {}).get("volume", "")
+        ok = status == 201 and vm.get("installMode") == "host" and vm["state"] == "booting"
+        if name == "named":
+            ok = ok and disk == os.path.join(vol_dir, "vm-%s.volume" % vm["id"])
+        else:
+            ok = ok and disk.startswith("/proc/%d/fd/" % d.pid)
+        parts = []
+        if ok:
+            table = json.loads(subprocess.run(["sfdisk", "--json", disk], check=True, capture_output=True).stdout)
+            parts = table["partitiontable"]["partitions"]
+        tap.result(ok and [p["name"] for p in parts] == [p["label"] for p in layout["partitions"]],
+                   "storage provider, %s volume: the host install lays it out (%s)" % (name, disk),
+                   repr((status, vm))[:400])
+    d.stop(signal.SIGTERM, timeout=30)
+    srv.close()
+
+
+if __name__ == "__main__":
+    sys.exit(run([test_host_install, test_modes_and_refusals, test_broken_layout, test_restart_during_install,
+                  test_storage_provider],
+                 300, "vmm-host-"))
