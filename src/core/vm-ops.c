@@ -261,7 +261,7 @@ int vm_create(
         _cleanup_(vm_provision_undo) VmProvision provision = {};
         _cleanup_(create_call_freep) CreateCall *call = NULL;
         VmWaitFor wait_for;
-        VmInstallMode mode;
+        VmInstallMode mode = VM_INSTALL_BOOT;
         Network *net = NULL;
         int r;
 
