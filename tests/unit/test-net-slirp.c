@@ -499,6 +499,40 @@ static void test_arp_gateway(void **state) {
         assert_errno(net_slirp_input_later(h->slirp, buf, 10), -EINVAL);
 }
 
+/* The guest connects from sport to the unix forward on dport (sequence numbers from 1000 on): the
+ * unix side's fd once slirp connected it; slirp's ISN and window in ret_isn and ret_win. */
+static int handshake(
+        Harness *h, int listen_fd, uint16_t sport, uint16_t dport, uint32_t *ret_isn, uint32_t *ret_win) {
+        TcpMatch m;
+        Accept ac;
+
+        send_tcp(
+                h,
+                &(Segment){ .saddr = addr(GUEST),
+                            .daddr = addr(NETWORK),
+                            .sport = sport,
+                            .dport = dport,
+                            .seq = 1000,
+                            .flags = TH_SYN });
+        m = (TcpMatch){ .saddr = addr(NETWORK), .sport = dport, .dport = sport, .set = TH_SYN | TH_ACK };
+        assert_true(run_until(h, cond_tcp, &m));
+        *ret_isn = m.found.seq;
+        *ret_win = m.found.win;
+        send_tcp(
+                h,
+                &(Segment){ .saddr = addr(GUEST),
+                            .daddr = addr(NETWORK),
+                            .sport = sport,
+                            .dport = dport,
+                            .seq = 1001,
+                            .ack = m.found.seq + 1,
+                            .flags = TH_ACK });
+        ac = (Accept){ .listen_fd = listen_fd, .fd = -EBADF };
+        assert_true(run_until(h, cond_accept, &ac));
+        harness_clear_frames(h);
+        return ac.fd;
+}
+
 static void test_unix_forward(void **state) {
         Harness *h = *state;
         char path[128];
@@ -602,8 +636,6 @@ static void test_bulk(void **state) {
         size_t written = 0, received = 0, to_guest = 0;
         uint32_t isn, snd_una = 1001, snd_nxt = 1001, rcv_nxt, win = 0;
         usec_t end, last_progress;
-        TcpMatch m;
-        Accept ac;
 
         out = malloc(BULK_SIZE);
         in = malloc(BULK_SIZE);
@@ -620,32 +652,8 @@ static void test_bulk(void **state) {
         listen_fd = unix_listener(path);
         assert_ok(net_slirp_add_unix_forward(h->slirp, path, addr(NETWORK), 10005));
 
-        send_tcp(
-                h,
-                &(Segment){ .saddr = addr(GUEST),
-                            .daddr = addr(NETWORK),
-                            .sport = 40005,
-                            .dport = 10005,
-                            .seq = 1000,
-                            .flags = TH_SYN });
-        m = (TcpMatch){ .saddr = addr(NETWORK), .sport = 10005, .dport = 40005, .set = TH_SYN | TH_ACK };
-        assert_true(run_until(h, cond_tcp, &m));
-        isn = m.found.seq;
+        conn = handshake(h, listen_fd, 40005, 10005, &isn, &win);
         rcv_nxt = isn + 1;
-        win = m.found.win;
-        send_tcp(
-                h,
-                &(Segment){ .saddr = addr(GUEST),
-                            .daddr = addr(NETWORK),
-                            .sport = 40005,
-                            .dport = 10005,
-                            .seq = 1001,
-                            .ack = rcv_nxt,
-                            .flags = TH_ACK });
-        ac = (Accept){ .listen_fd = listen_fd, .fd = -EBADF };
-        assert_true(run_until(h, cond_accept, &ac));
-        conn = ac.fd;
-        harness_clear_frames(h);
 
         end = now_usec(CLOCK_MONOTONIC) + 5 * USEC_PER_SEC;
         last_progress = now_usec(CLOCK_MONOTONIC);
@@ -750,8 +758,6 @@ static void test_peer_closed_pending(void **state) {
         uint32_t isn, snd_una = 1001, snd_nxt = 1001, win;
         unsigned dispatched = 0;
         usec_t end, last_progress;
-        TcpMatch m;
-        Accept ac;
 
         pattern = malloc(BULK_MSS);
         assert_non_null(pattern);
@@ -763,31 +769,7 @@ static void test_peer_closed_pending(void **state) {
         listen_fd = unix_listener(path);
         assert_ok(net_slirp_add_unix_forward(h->slirp, path, addr(NETWORK), 10006));
 
-        send_tcp(
-                h,
-                &(Segment){ .saddr = addr(GUEST),
-                            .daddr = addr(NETWORK),
-                            .sport = 40006,
-                            .dport = 10006,
-                            .seq = 1000,
-                            .flags = TH_SYN });
-        m = (TcpMatch){ .saddr = addr(NETWORK), .sport = 10006, .dport = 40006, .set = TH_SYN | TH_ACK };
-        assert_true(run_until(h, cond_tcp, &m));
-        isn = m.found.seq;
-        win = m.found.win;
-        send_tcp(
-                h,
-                &(Segment){ .saddr = addr(GUEST),
-                            .daddr = addr(NETWORK),
-                            .sport = 40006,
-                            .dport = 10006,
-                            .seq = 1001,
-                            .ack = isn + 1,
-                            .flags = TH_ACK });
-        ac = (Accept){ .listen_fd = listen_fd, .fd = -EBADF };
-        assert_true(run_until(h, cond_accept, &ac));
-        conn = ac.fd;
-        harness_clear_frames(h);
+        conn = handshake(h, listen_fd, 40006, 10006, &isn, &win);
 
         /* The guest sends within slirp's window until it closes: the unix side reads nothing, so
          * its socket fills first, then slirp's buffer. */
