@@ -56,6 +56,7 @@ struct HttpRequest {
         /* A streamed body (http_request_reply_stream()): bytes queued and not yet sent. */
         bool streaming;
         bool stream_ended;
+        bool file;          /* http_request_reply_fd(): sent while the client takes it, however long */
         bool stream_parked; /* the content reader suspended the connection: no data yet */
         char *stream_buf;
         size_t stream_len, stream_off;
@@ -311,7 +312,10 @@ int http_request_reply_fd(HttpRequest *r, unsigned status, const char *content_t
         if (!resp)
                 return -ENOMEM;
         TAKE_FD(ffd); /* MHD closes it with the response */
-        return request_set_response(r, status, content_type, resp);
+        k = request_set_response(r, status, content_type, resp);
+        if (k >= 0)
+                r->file = true;
+        return k;
 }
 
 static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
@@ -1127,13 +1131,16 @@ static void peer_unref(HttpServer *s, HttpPeer *p) {
 }
 
 /* Whether the connection waits on its client: for a request (idle, or headers or body arriving),
- * or for a response to be taken. A request a handler holds, or a stream, waits on us instead. */
+ * or for a response to be taken. A request a handler holds, or a stream, waits on us instead. A
+ * file takes as long as the client needs to read it: a reader slower than file size / request_timeout
+ * would otherwise get a cut file. One that stops reading is closed by MHD's idle timeout (no byte
+ * sent for idle_timeout), which every send restarts. */
 static bool connection_waits_on_client(HttpConnection *c) {
         HttpRequest *r = c->request;
 
         if (!r || r->state == REQUEST_RECEIVING)
                 return true;
-        return r->state == REQUEST_DONE && !r->streaming;
+        return r->state == REQUEST_DONE && !r->streaming && !r->file;
 }
 
 /* Whether closing the connection loses no work: nothing on it reached a handler. */

@@ -39,7 +39,9 @@ typedef struct HttpServerOptions {
         /* A connection gets this long to deliver a request, headers and body, counted from its
          * opening or from its previous response, and this long to take each response: it is closed
          * past that, so that a client sending a byte at a time cannot hold it. Requests a handler
-         * keeps (suspended) and streams are exempt. 0: no such deadline. */
+         * keeps (suspended), streams and files (http_request_reply_fd()) are exempt: a file goes
+         * out as fast as the client reads it, and idle_timeout closes a client that stops. 0: no
+         * such deadline. */
         usec_t request_timeout;
         HttpHandler handler;
         void *userdata;

@@ -29,7 +29,8 @@ void imds_handle(HttpRequest *req, void *userdata);
 
 /* Connections: at most IMDS_VM_CONNECTIONS_MAX per VM (a new one beyond closes that VM's idlest) and
  * IMDS_CONNECTIONS_MAX in all; a connection idle for IMDS_IDLE_TIMEOUT is closed, and one that takes
- * longer than IMDS_REQUEST_TIMEOUT to deliver a request. */
+ * longer than IMDS_REQUEST_TIMEOUT to deliver a request. A sysupdate file is sent as long as the guest
+ * reads it, however long that takes. */
 #define IMDS_VM_CONNECTIONS_MAX 16U
 #define IMDS_CONNECTIONS_MAX 4096U
 #define IMDS_IDLE_TIMEOUT (15 * USEC_PER_SEC)

@@ -33,7 +33,9 @@
  *    at the io sources' priority. Older than an fd that fires again, it runs first; io sources
  *    pending from the same epoll_wait() usually join the same pass. A pass can leave an fd it
  *    read pending in sd-event with readiness that is gone: that dispatch is skipped (see
- *    net_slirp_poll()), and the fds are made non-blocking as a second line of defence.
+ *    net_slirp_poll()), and the fds are made non-blocking as a second line of defence. A hangup
+ *    or error on an fd slirp only wants to write to is handed over as writability (see
+ *    revents_for_slirp()).
  *  - the timeout source (always on: it carries the prepare callback), armed from fill's timeout,
  *    runs a pass itself when it expires: that is what drives slirp's TCP timers (delayed ACKs,
  *    retransmits, keepalive). Its deadline only moves earlier between expiries; an early expiry
@@ -209,6 +211,25 @@ static int on_timeout(sd_event_source *source, uint64_t usec, void *userdata) {
         return 0;
 }
 
+/* What slirp is told of revents. slirp reads a TCP socket on any of IN, HUP and ERR, but it asks
+ * for HUP only together with IN, while epoll reports HUP and ERR whatever was asked. A socket slirp
+ * only wants to write to (it saw the end of the stream already, or its buffer towards the guest is
+ * full) and whose peer shut down both ways would be read again (the end of the stream once more,
+ * or nothing to read into) and never written: the write that fails and ends the connection would
+ * not come, and level-triggered epoll would report the hangup again at once, for as long as the
+ * peer keeps its end open. Such a hangup or error is handed over as writability instead: the write
+ * tells slirp. */
+static int revents_for_slirp(const NetSlirpFd *f, uint32_t revents) {
+        int r = epoll_to_poll(revents);
+
+        if (!(f->events & EPOLLIN) && (r & (SLIRP_POLL_HUP | SLIRP_POLL_ERR))) {
+                r &= ~(SLIRP_POLL_HUP | SLIRP_POLL_ERR);
+                if (f->events & EPOLLOUT)
+                        r |= SLIRP_POLL_OUT;
+        }
+        return r;
+}
+
 static int on_io(sd_event_source *source, int fd, uint32_t revents, void *userdata) {
         NetSlirpFd *f = userdata;
 
@@ -216,7 +237,7 @@ static int on_io(sd_event_source *source, int fd, uint32_t revents, void *userda
                 f->stale = false;
                 return 0;
         }
-        f->revents |= epoll_to_poll(revents);
+        f->revents |= revents_for_slirp(f, revents);
         net_slirp_schedule_poll(f->slirp);
         return 0;
 }

@@ -12,7 +12,9 @@ IMDS listeners (<vm>/imds.sock, as the gateway delivers a guest's connections) o
   * 4,200 connections held on one VM's listener (beyond the 4,096 the server takes in all): that
     VM's connections beyond its own limit are closed, another VM still answers, and once the
     held connections close the VM answers again;
-  * a connection that stays idle is closed by the server.
+  * a connection that stays idle is closed by the server;
+  * a sysupdate file read slowly, for longer than the 30 s a request gets, arrives whole, while a
+    reader that stops reading is closed after the idle timeout; the daemon idles afterwards.
 """
 
 import json
@@ -34,6 +36,7 @@ PER_VM = 16          # IMDS_VM_CONNECTIONS_MAX
 IDLE_TIMEOUT = 15    # IMDS_IDLE_TIMEOUT, seconds
 UPLOADS_MAX = 4      # VM_REPORT_UPLOADS_MAX
 HELD = 4200          # more than the server's 4,096 connections in all
+REQUEST_TIMEOUT = 30  # IMDS_REQUEST_TIMEOUT, seconds
 
 
 def big_report():
@@ -328,5 +331,94 @@ def test_connections(work):
     tap.result(rc == 0, "the daemon stops cleanly", rc)
 
 
+def cpu_seconds(pid):
+    fields = open("/proc/%d/stat" % pid).read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def sysupdate_get(sock, path, rcvbuf):
+    s = socket.socket(socket.AF_UNIX)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+    s.settimeout(IDLE_TIMEOUT + 20)
+    s.connect(sock)
+    s.sendall(b"GET /giantswarm/v1/sysupdate/%s HTTP/1.1\r\nHost: 169.254.169.254\r\nConnection: close\r\n\r\n"
+              % path.encode())
+    return s
+
+
+def read_paced(s, rate, stall_after=None, stall=0):
+    """All a connection sends, read at about rate bytes a second (after stall_after bytes, nothing
+    is read for stall seconds): (bytes, how it ended)."""
+    data, t0, how = bytearray(), time.monotonic(), "eof"
+    stalled = False
+    while True:
+        try:
+            chunk = s.recv(16384)
+        except OSError as e:
+            how = repr(e)
+            break
+        if not chunk:
+            break
+        data += chunk
+        if stall_after is not None and not stalled and len(data) >= stall_after:
+            stalled = True
+            time.sleep(stall)
+        ahead = len(data) / rate - (time.monotonic() - t0)
+        if ahead > 0 and not stalled:
+            time.sleep(ahead)
+    s.close()
+    return bytes(data), how
+
+
+def test_slow_reader(work):
+    """A guest's systemd-sysupdate pulls a big file through a slow network: the file must arrive
+    whole however long that takes, and a reader that stops must not hold its connection."""
+    images, _ = fake_image_dir(work)
+    component = os.path.join(images, "sysupdate", "kubernetes")
+    os.makedirs(component, exist_ok=True)
+    size = 40 << 20
+    block = os.urandom(1 << 20)
+    with open(os.path.join(component, "kubernetes_1.0.raw"), "wb") as f:
+        for _ in range(size >> 20):
+            f.write(block)
+    d, port, state, ok = start(work, "slow")
+    if not ok:
+        return
+    vms = create_vms(port, state, ["slow-a"])
+    if not vms:
+        return
+    sock = vms["slow-a"][1]
+    # 40 MiB at 1.1 MiB/s: about 36 s, longer than a request is given
+    got = {}
+    t_slow = threading.Thread(target=lambda: got.update(
+        slow=read_paced(sysupdate_get(sock, "kubernetes/kubernetes_1.0.raw", 65536), 1.1 * (1 << 20))))
+    t_stall = threading.Thread(target=lambda: got.update(
+        stall=read_paced(sysupdate_get(sock, "kubernetes/kubernetes_1.0.raw", 65536), 4 << 20,
+                         stall_after=1 << 20, stall=IDLE_TIMEOUT + 10)))
+    t0 = time.monotonic()
+    t_slow.start()
+    t_stall.start()
+    t_slow.join()
+    took = time.monotonic() - t0
+    t_stall.join()
+    data, how = got["slow"]
+    head, _, body = data.partition(b"\r\n\r\n")
+    whole = head.startswith(b"HTTP/1.1 200") and len(body) == size and body == block * (size >> 20)
+    tap.result(whole and took > REQUEST_TIMEOUT,
+               "a sysupdate file read slowly for %.0f s (more than the %d s a request gets) arrives whole"
+               % (took, REQUEST_TIMEOUT), "%s: %d of %d bytes, %r" % (head[:40], len(body), size, how))
+    data, how = got["stall"]
+    body = data.partition(b"\r\n\r\n")[2]
+    tap.result(len(body) < size, "a reader that stops reading is closed after the idle timeout",
+               "%d of %d bytes, %r" % (len(body), size, how))
+    time.sleep(1)
+    before = cpu_seconds(d.pid)
+    time.sleep(5)
+    spent = cpu_seconds(d.pid) - before
+    tap.result(spent < 0.5, "the daemon idles once the transfers ended (%.2f s of CPU in 5 s)" % spent, "")
+    rc, _ = d.stop(timeout=60)
+    tap.result(rc == 0, "the daemon stops cleanly", rc)
+
+
 if __name__ == "__main__":
-    sys.exit(run([test_uploads, test_connections], 280, "vmm-imds-fair-"))
+    sys.exit(run([test_uploads, test_connections, test_slow_reader], 400, "vmm-imds-fair-"))

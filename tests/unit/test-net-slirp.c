@@ -4,6 +4,7 @@
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/socket.h>
@@ -498,6 +499,40 @@ static void test_arp_gateway(void **state) {
         assert_errno(net_slirp_input_later(h->slirp, buf, 10), -EINVAL);
 }
 
+/* The guest connects from sport to the unix forward on dport (sequence numbers from 1000 on): the
+ * unix side's fd once slirp connected it; slirp's ISN and window in ret_isn and ret_win. */
+static int handshake(
+        Harness *h, int listen_fd, uint16_t sport, uint16_t dport, uint32_t *ret_isn, uint32_t *ret_win) {
+        TcpMatch m;
+        Accept ac;
+
+        send_tcp(
+                h,
+                &(Segment){ .saddr = addr(GUEST),
+                            .daddr = addr(NETWORK),
+                            .sport = sport,
+                            .dport = dport,
+                            .seq = 1000,
+                            .flags = TH_SYN });
+        m = (TcpMatch){ .saddr = addr(NETWORK), .sport = dport, .dport = sport, .set = TH_SYN | TH_ACK };
+        assert_true(run_until(h, cond_tcp, &m));
+        *ret_isn = m.found.seq;
+        *ret_win = m.found.win;
+        send_tcp(
+                h,
+                &(Segment){ .saddr = addr(GUEST),
+                            .daddr = addr(NETWORK),
+                            .sport = sport,
+                            .dport = dport,
+                            .seq = 1001,
+                            .ack = m.found.seq + 1,
+                            .flags = TH_ACK });
+        ac = (Accept){ .listen_fd = listen_fd, .fd = -EBADF };
+        assert_true(run_until(h, cond_accept, &ac));
+        harness_clear_frames(h);
+        return ac.fd;
+}
+
 static void test_unix_forward(void **state) {
         Harness *h = *state;
         char path[128];
@@ -601,8 +636,6 @@ static void test_bulk(void **state) {
         size_t written = 0, received = 0, to_guest = 0;
         uint32_t isn, snd_una = 1001, snd_nxt = 1001, rcv_nxt, win = 0;
         usec_t end, last_progress;
-        TcpMatch m;
-        Accept ac;
 
         out = malloc(BULK_SIZE);
         in = malloc(BULK_SIZE);
@@ -619,32 +652,8 @@ static void test_bulk(void **state) {
         listen_fd = unix_listener(path);
         assert_ok(net_slirp_add_unix_forward(h->slirp, path, addr(NETWORK), 10005));
 
-        send_tcp(
-                h,
-                &(Segment){ .saddr = addr(GUEST),
-                            .daddr = addr(NETWORK),
-                            .sport = 40005,
-                            .dport = 10005,
-                            .seq = 1000,
-                            .flags = TH_SYN });
-        m = (TcpMatch){ .saddr = addr(NETWORK), .sport = 10005, .dport = 40005, .set = TH_SYN | TH_ACK };
-        assert_true(run_until(h, cond_tcp, &m));
-        isn = m.found.seq;
+        conn = handshake(h, listen_fd, 40005, 10005, &isn, &win);
         rcv_nxt = isn + 1;
-        win = m.found.win;
-        send_tcp(
-                h,
-                &(Segment){ .saddr = addr(GUEST),
-                            .daddr = addr(NETWORK),
-                            .sport = 40005,
-                            .dport = 10005,
-                            .seq = 1001,
-                            .ack = rcv_nxt,
-                            .flags = TH_ACK });
-        ac = (Accept){ .listen_fd = listen_fd, .fd = -EBADF };
-        assert_true(run_until(h, cond_accept, &ac));
-        conn = ac.fd;
-        harness_clear_frames(h);
 
         end = now_usec(CLOCK_MONOTONIC) + 5 * USEC_PER_SEC;
         last_progress = now_usec(CLOCK_MONOTONIC);
@@ -734,6 +743,110 @@ static void test_bulk(void **state) {
         assert_memory_equal(out, pattern, BULK_SIZE);
         assert_memory_equal(in, pattern, BULK_SIZE);
         assert_int_equal(h->n_dropped, 0);
+}
+
+/* The unix side shuts down while slirp still holds bytes of the guest's it could not write there
+ * (the daemon had stopped reading), or closes once it read all its socket held while slirp holds
+ * more. slirp then only wants to write to the socket, and epoll reports its hangup for as long as
+ * slirp keeps it. A hangup handed over as such makes slirp read again (the end of the stream, once
+ * more) and never try the write that would fail and end the connection: the loop would wake up for
+ * it again and again. It must go quiet instead. */
+static void peer_closed_pending(Harness *h, bool drain_and_close) {
+        char path[128];
+        _cleanup_close_ int listen_fd = -EBADF, conn = -EBADF;
+        _cleanup_free_ uint8_t *pattern = NULL;
+        uint32_t isn, snd_una = 1001, snd_nxt = 1001, win;
+        unsigned dispatched = 0;
+        usec_t end, last_progress;
+
+        pattern = malloc(BULK_MSS);
+        assert_non_null(pattern);
+        memset(pattern, 'x', BULK_MSS);
+
+        harness_start(h, false);
+        h->answer_arp = true;
+        harness_path(h, "pending.sock", path, sizeof(path));
+        listen_fd = unix_listener(path);
+        assert_ok(net_slirp_add_unix_forward(h->slirp, path, addr(NETWORK), 10006));
+
+        conn = handshake(h, listen_fd, 40006, 10006, &isn, &win);
+
+        /* The guest sends within slirp's window until it closes: the unix side reads nothing, so
+         * its socket fills first, then slirp's buffer. */
+        end = now_usec(CLOCK_MONOTONIC) + 5 * USEC_PER_SEC;
+        last_progress = now_usec(CLOCK_MONOTONIC);
+        while (now_usec(CLOCK_MONOTONIC) < last_progress + 300 * USEC_PER_MSEC) {
+                assert_true(now_usec(CLOCK_MONOTONIC) < end);
+                if (snd_nxt != snd_una && now_usec(CLOCK_MONOTONIC) > last_progress + 100 * USEC_PER_MSEC)
+                        snd_nxt = snd_una;
+                while (snd_nxt - snd_una + BULK_MSS <= win) {
+                        send_tcp(
+                                h,
+                                &(Segment){ .saddr = addr(GUEST),
+                                            .daddr = addr(NETWORK),
+                                            .sport = 40006,
+                                            .dport = 10006,
+                                            .seq = snd_nxt,
+                                            .ack = isn + 1,
+                                            .flags = TH_ACK,
+                                            .payload = pattern,
+                                            .len = BULK_MSS });
+                        snd_nxt += BULK_MSS;
+                }
+                assert_true(sd_event_run(h->event, 10 * USEC_PER_MSEC) >= 0);
+                for (; h->cursor < h->n_frames; h->cursor++) {
+                        Segment t;
+
+                        if (parse_tcp(h->frames[h->cursor], h->lens[h->cursor], &t) && t.sport == 10006 &&
+                            t.flags & TH_ACK && (int32_t) (t.ack - snd_una) >= 0) {
+                                if (t.ack != snd_una)
+                                        last_progress = now_usec(CLOCK_MONOTONIC);
+                                snd_una = t.ack;
+                                win = t.win;
+                        }
+                }
+                harness_clear_frames(h);
+        }
+        /* slirp took more than the unix socket did: some of it waits in slirp */
+        assert_true(win < BULK_MSS);
+        assert_true(snd_una - 1001 > 0);
+
+        if (drain_and_close) {
+                /* as MHD closes a connection after reading what it had: nothing left unread in
+                 * the socket, which would make it a reset */
+                uint8_t buf[65536];
+
+                while (read(conn, buf, sizeof(buf)) > 0)
+                        ;
+                conn = safe_close(conn);
+        } else
+                /* as the HTTP server ends a connection it gives up on: the fd stays open until
+                 * MHD lets go of it */
+                assert_int_equal(shutdown(conn, SHUT_RDWR), 0);
+        run_for(h, 100);
+        harness_clear_frames(h);
+
+        /* Quiet now: slirp's timers wake the loop a few hundred times a second at most. */
+        end = now_usec(CLOCK_MONOTONIC) + 500 * USEC_PER_MSEC;
+        while (now_usec(CLOCK_MONOTONIC) < end) {
+                int r = sd_event_run(h->event, 10 * USEC_PER_MSEC);
+
+                assert_true(r >= 0);
+                if (r > 0)
+                        dispatched++;
+                harness_clear_frames(h);
+        }
+        print_message("%u dispatches in 500 ms after the unix side went away\n", dispatched);
+        assert_true(dispatched < 400);
+        assert_int_equal(h->n_dropped, 0);
+}
+
+static void test_peer_shut_down_pending(void **state) {
+        peer_closed_pending(*state, false);
+}
+
+static void test_peer_closed_pending(void **state) {
+        peer_closed_pending(*state, true);
 }
 
 static void test_unix_forward_remove(void **state) {
@@ -1041,6 +1154,8 @@ int main(void) {
                 cmocka_unit_test_setup_teardown(test_arp_gateway, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_unix_forward, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_bulk, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_peer_shut_down_pending, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_peer_closed_pending, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_unix_forward_remove, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_host_forward, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_timeout_rearms, setup, teardown),
@@ -1049,5 +1164,8 @@ int main(void) {
                 cmocka_unit_test_setup_teardown(test_host_loopback, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_free_live, setup, teardown),
         };
+
+        /* slirp writes to sockets whose peer is gone, as in the daemon, which ignores SIGPIPE too */
+        signal(SIGPIPE, SIG_IGN);
         return cmocka_run_group_tests(tests, NULL, NULL);
 }
