@@ -23,6 +23,7 @@ import argparse
 import base64
 import gzip
 import importlib.util
+import json
 import os
 import re
 import shutil
@@ -79,6 +80,7 @@ class Shell:
         """Runs one shell command; returns its output (stdout and stderr) as text."""
         self.n += 1
         tag = f"BB{self.n}X"
+        log(f"  guest$ {cmd}")
         # The markers are written split, so that the echo of the command line (before stty -echo
         # takes hold) never looks like them.
         line = f"echo '@@{tag}''BEGIN@@'; ( {cmd} ) 2>&1; echo '@@{tag}''END@@'\n"
@@ -99,6 +101,21 @@ class Shell:
             buf += data
         out = buf[buf.index(begin) + len(begin):buf.rindex(end)]
         return out.decode(errors="replace").replace("\r", "").strip("\n")
+
+
+def read_notify(conn):
+    """One sd_notify message, taken as vm-manager takes it (src/core/vm-notify.c): the first read,
+    then close at once. PID 1 waits for the close after each message (a unit's state, a target
+    reached), so a reader that waits for more data, as the smoke boot does for 50 ms, would add its
+    wait to the boot once per message."""
+    conn.settimeout(5)
+    try:
+        data = conn.recv(65536)
+    except socket.timeout:
+        data = b""
+    conn.close()
+    text = data.decode(errors="replace")
+    return dict(l.split("=", 1) for l in text.split("\n") if "=" in l)
 
 
 def seconds(text):
@@ -160,25 +177,34 @@ def boot_once(args, snap, run_dir, efi):
             "-device", "vhost-user-vsock-pci,chardev=vhu",
         ] + bt.tpm_args(run_dir) + smoke.smbios(sargs, install=False) + smoke.debug_shell(sargs)
         q = bt.Qemu(argv, f"{run_dir}/console.log")
-        # The console is read all along, also while the debug shell works: a full pipe would stall
-        # the guest's serial port.
+        # The console and the notify socket are served all along, also while the debug shell works:
+        # a full pipe would stall the guest's serial port, and PID 1 waits for the host to take each
+        # of its messages (it goes on sending them after READY=1), so an unserved socket hangs it.
         stop = threading.Event()
-        pump = threading.Thread(target=lambda: [q.pump(0.1) for _ in iter(stop.is_set, True)], daemon=True)
-        pump.start()
-        ready = None
+        ready_box = []
+
+        def notify():
+            while not stop.is_set():
+                try:
+                    conn, _ = listener.accept()
+                except BlockingIOError:
+                    time.sleep(0.02)
+                    continue
+                if read_notify(conn).get("READY") == "1" and not ready_box:
+                    ready_box.append(q.t())
+
+        threads = [threading.Thread(target=lambda: [q.pump(0.1) for _ in iter(stop.is_set, True)], daemon=True),
+                   threading.Thread(target=notify, daemon=True)]
+        for t in threads:
+            t.start()
         deadline = time.monotonic() + args.timeout
-        while ready is None and time.monotonic() < deadline and q.proc.poll() is None:
-            try:
-                conn, _ = listener.accept()
-            except BlockingIOError:
-                time.sleep(0.02)
-                continue
-            fields = smoke.read_notify(conn)
-            if fields.get("READY") == "1":
-                ready = q.t()
+        while not ready_box and time.monotonic() < deadline and q.proc.poll() is None:
+            time.sleep(0.05)
+        ready = ready_box[0] if ready_box else None
         if ready is None:
             stop.set()
-            pump.join()
+            for t in threads:
+                t.join()
             q.kill()
             raise RuntimeError(f"no READY=1 within {args.timeout}s (console: {run_dir}/console.log)")
         res["ready"] = ready
@@ -194,7 +220,7 @@ def boot_once(args, snap, run_dir, efi):
         sh = Shell(dbg)
         out = {}
         out["analyze"] = sh.run("systemd-analyze time")
-        out["blame"] = sh.run("systemd-analyze blame --no-pager | head -n 25")
+        out["blame"] = sh.run("systemd-analyze blame --no-pager | grep -v '\\.device$' | head -n 25")
         out["chain"] = sh.run("systemd-analyze critical-chain --no-pager")
         out["running"] = sh.run("systemctl is-system-running")
         out["failed"] = sh.run("systemctl --failed --no-legend --plain --no-pager")
@@ -211,7 +237,8 @@ def boot_once(args, snap, run_dir, efi):
         except (OSError, RuntimeError):
             pass
         stop.set()
-        pump.join()
+        for t in threads:
+            t.join()
         q.kill()
     finally:
         bt.finish(procs, run_dir, True)
@@ -316,6 +343,8 @@ def main():
             for u, text in r["failed_logs"].items():
                 log(f"  --- {u}\n" + "\n".join("    " + l for l in text.splitlines()))
             runs.append(r)
+            with open(f"{work}/run{i + 1}/result.json", "w") as f:
+                json.dump(r, f, indent=1)
         order = sorted(range(len(runs)), key=lambda i: runs[i]["ready"])
         med = order[(len(order) - 1) // 2]
         block = render(args, runs, os.path.getsize(efi), med)
