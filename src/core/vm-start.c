@@ -167,7 +167,11 @@ static int spawn_qemu(Vm *v) {
         creds[n++] = (VmCredential){ "system.machine_id", v->rec.machine_id };
         if (v->rec.phase == VM_PHASE_INSTALL)
                 creds[n++] = (VmCredential){ "vm.install-target", "/dev/disk/by-id/virtio-target" };
-        creds[n++] = (VmCredential){ "vmm.notify_socket", notify };
+        /* READY=1 matters from the installed boot on; the installer powers off when done, and with
+         * vhost-user nothing listens during it, so a notify socket there only makes the guest's
+         * PID 1 wait out vsock connect timeouts (about 30 s per installer boot) */
+        if (v->rec.phase == VM_PHASE_BOOT)
+                creds[n++] = (VmCredential){ "vmm.notify_socket", notify };
 
         r = vm_cmdline_build(
                 &(VmCmdlineSpec){

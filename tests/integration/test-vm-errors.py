@@ -136,6 +136,11 @@ def vsock_case(work, mode, want_device):
     want = [want_device % rec["cid"]] if want_device else []
     tap.result(vsock == want and not any("memory-backend-memfd" in a for a in argv),
                "--vsock %s: QEMU gets %s and plain guest RAM" % (mode, want or "no vsock device"), repr(vsock))
+    smbios = [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "-smbios"]
+    tap.result("-no-reboot" in argv and not any("vmm.notify_socket" in x for x in smbios)
+               and any("firstboot.hostname" in x for x in smbios),
+               "--vsock %s: the installer boot gets its credentials but no notify socket (nothing listens "
+               "to it there)" % mode, repr(smbios)[:400])
     tap.result(rec.get("vsock") == mode and "vsock" not in rec.get("processes", {})
                and not os.path.exists(os.path.join(vmdir, "vsock.log")),
                "--vsock %s: no vhost-device-vsock, and vm.json records the transport" % mode,
