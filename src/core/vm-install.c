@@ -44,6 +44,7 @@ static void on_install_exit(VmLaunched *l, int code, int status, void *userdata)
         if (l != v->installer)
                 return;
         v->installer = vm_launched_free(v->installer);
+        v->install_timer = sd_event_source_disable_unref(v->install_timer);
         format_duration(took, sizeof(took), now_usec(CLOCK_MONOTONIC) - v->install_started);
 
         if (code == CLD_EXITED && status == 0) {
@@ -63,7 +64,13 @@ static void on_install_exit(VmLaunched *l, int code, int status, void *userdata)
                                 NULL);
                 return;
         }
-        reason = install_reason(v);
+        if (v->install_timed_out) {
+                char limit[32];
+                format_duration(limit, sizeof(limit), manager_settings(v->manager)->install_timeout);
+                if (asprintf(&reason, "it did not finish within %s (the install timeout)", limit) < 0)
+                        reason = NULL;
+        } else
+                reason = install_reason(v);
         text = vm_message(v, VM_MESSAGE_HOST_INSTALL, &(VmMessageArgs){ .exit_status = st, .detail = reason });
         log_struct(
                 LOG_WARNING,
@@ -72,11 +79,55 @@ static void on_install_exit(VmLaunched *l, int code, int status, void *userdata)
                 v->rec.id,
                 took,
                 text ?: "?");
+        if (v->qemu_prestarted && v->qemu) {
+                /* the paused QEMU holds the disk open: the VM fails, and its disk goes, once it is gone */
+                free(v->install_failure);
+                v->install_failure = TAKE_PTR(text);
+                if (!v->install_failure)
+                        v->install_failure = strdup("host install failed");
+                (void) vm_launched_kill(v->qemu, SIGKILL, /* whole_unit= */ true);
+                return;
+        }
         (void) vm_set_state(
                 v,
                 VM_EVENT_HOST_INSTALL_FAILED,
                 &(VmEventArgs){ .error = -EIO, .detail = text ?: "host install failed" },
                 NULL);
+}
+
+/* The prestarted QEMU of a failed host install is gone: now the VM fails and its disk goes. */
+void vm_host_install_failed(Vm *v) {
+        _cleanup_free_ char *text = TAKE_PTR(v->install_failure);
+
+        (void) vm_set_state(
+                v,
+                VM_EVENT_HOST_INSTALL_FAILED,
+                &(VmEventArgs){ .error = -EIO, .detail = text ?: "host install failed" },
+                NULL);
+}
+
+static int on_install_timeout(sd_event_source *s, usec_t usec, void *userdata) {
+        Vm *v = userdata;
+
+        v->install_timer = sd_event_source_disable_unref(v->install_timer);
+        if (!v->installer)
+                return 0;
+        v->install_timed_out = true;
+        (void) vm_launched_kill(v->installer, SIGKILL, /* whole_unit= */ false);
+        return 0;
+}
+
+static int arm_install_timer(Vm *v) {
+        v->install_timed_out = false;
+        v->install_timer = sd_event_source_disable_unref(v->install_timer);
+        return sd_event_add_time_relative(
+                manager_event(v->manager),
+                &v->install_timer,
+                CLOCK_MONOTONIC,
+                manager_settings(v->manager)->install_timeout,
+                USEC_PER_SEC,
+                on_install_timeout,
+                v);
 }
 
 int vm_host_install_check(Manager *m, const Image *img, uint64_t disk_gib, ApiError *reterr) {
@@ -147,9 +198,11 @@ int vm_host_install_start(Vm *v, ApiError *reterr) {
                         v);
         }
         if (r >= 0)
-                /* what does not need the disk starts beside it: the first boot's chain then only
-                 * waits for QEMU */
-                return vm_prestart_helpers(v, reterr);
+                r = arm_install_timer(v);
+        if (r >= 0)
+                /* what does not read the disk starts beside it, QEMU with its vCPUs stopped: create_vm
+                 * answers once QEMU's monitor does, and the first boot's chain then only sends cont */
+                return vm_prestart(v, reterr);
         text = vm_message(v, VM_MESSAGE_HOST_INSTALL_SPAWN, &(VmMessageArgs){ .errno_text = strerror(-r) });
         return api_error_set(reterr, r, API_ERROR_INTERNAL, "%s", text ?: "cannot start the host install");
 }

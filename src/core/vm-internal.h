@@ -53,7 +53,10 @@ struct Vm {
 
         /* the host install's helper (vm-install.c) */
         VmLaunched *installer;
-        usec_t install_started; /* CLOCK_MONOTONIC */
+        usec_t install_started;         /* CLOCK_MONOTONIC */
+        sd_event_source *install_timer; /* the install timeout: the helper killed, the VM failed */
+        bool install_timed_out;
+        char *install_failure; /* its failure, held back until a prestarted QEMU is gone */
 
         /* the processes of the current run (vm-start.c, vm-stop.c) */
         VmLaunched *qemu, *swtpm, *vsockd;
@@ -65,6 +68,8 @@ struct Vm {
         usec_t probe_deadline;
         bool swtpm_up;
         bool helpers_prestarted; /* swtpm and vhost-device-vsock spawned beside the host install */
+        bool qemu_prestarted;    /* QEMU spawned paused (-S) beside the host install: cont starts it */
+        bool qemu_paused;        /* ... and its monitor answers */
 
         /* READY=1 over vhost-user (vm-notify.c) */
         int notify_fd;
@@ -126,8 +131,11 @@ char *vm_file_tail(Vm *v, const char *name, size_t max);
 /* Whether the image's layout fits a disk of disk_gib (invalid_request when not); a layout that does
  * not parse passes here and fails the VM in the helper. */
 int vm_host_install_check(Manager *m, const Image *img, uint64_t disk_gib, ApiError *reterr);
-/* VM_ACTION_HOST_INSTALL: the helper started and watched; its end is an event. */
+/* VM_ACTION_HOST_INSTALL: the helper started and watched, the install timeout armed; its end is an
+ * event. */
 int vm_host_install_start(Vm *v, ApiError *reterr);
+/* A failed host install's event, held back until the prestarted QEMU that held the disk is gone. */
+void vm_host_install_failed(Vm *v);
 
 /* ---- vm-provision.c ---- */
 
@@ -161,10 +169,15 @@ void vm_release(Vm *v);
 
 /* VM_ACTION_SPAWN_HELPERS: swtpm and vhost-device-vsock side by side, probed until both answer. */
 int vm_start_helpers(Vm *v, ApiError *reterr);
-/* swtpm and vhost-device-vsock spawned early, beside the host install (they do not need the disk):
- * the start chain that follows it only probes them, unless one of them ended meanwhile. */
-int vm_prestart_helpers(Vm *v, ApiError *reterr);
-/* VM_ACTION_SPAWN_QEMU: the READY=1 socket, QEMU, its monitor. */
+/* swtpm and vhost-device-vsock spawned early, beside the host install (they do not need the disk),
+ * probed, and QEMU after them with its vCPUs stopped (-S): none of them reads the disk before cont.
+ * The start chain that follows the install only probes the helpers and sends cont, unless something
+ * of the prestart ended meanwhile (then that part starts again). */
+int vm_prestart(Vm *v, ApiError *reterr);
+/* The prestarted QEMU ended, or its monitor did not answer: it goes, and the chain after the install
+ * starts one of its own. */
+void vm_prestart_drop_qemu(Vm *v, const char *why);
+/* VM_ACTION_SPAWN_QEMU: the READY=1 socket, QEMU, its monitor (or cont for a prestarted QEMU). */
 int vm_start_qemu(Vm *v, ApiError *reterr);
 /* How an exit of swtpm or vhost-device-vsock is taken, and QEMU's (vm-stop.c). */
 void vm_on_helper_exit(VmLaunched *p, int code, int status, void *userdata);

@@ -293,6 +293,31 @@ int vm_delete_quarantined(Manager *m, const char *id, json_t **ret, ApiError *re
 }
 
 /* One <state>/vms/<name>: loaded, finished, quarantined or removed. */
+static void on_leftover_exit(VmLaunched *l, int code, int status, void *userdata) {
+}
+
+/* A create the previous daemon did not finish may have left the units it started beside the host
+ * install (swtpm, vhost-device-vsock, QEMU paused): they go with the VM's failure. */
+static void vm_stop_leftover_units(Vm *v) {
+        VmUnitManager *units = manager_units(v->manager);
+
+        if (!units)
+                return;
+        for (VmRole i = 0; i < _VM_ROLE_MAX; i++) {
+                const VmProcessRecord *p = v->rec.processes + i;
+                _cleanup_(vm_launched_freep) VmLaunched *l = NULL;
+
+                if (!p->unit || vm_launched_attach(&l, units, p->unit, p->pid, on_leftover_exit, v) < 0)
+                        continue;
+                log_struct(
+                        LOG_NOTICE,
+                        LOG_FIELDS({ "VM_ID", v->rec.id }),
+                        "VM %s: stopping %s, left by a create the previous daemon did not finish.",
+                        v->rec.id,
+                        p->unit);
+        }
+}
+
 static int vm_load_one(Manager *m, const char *dir, const char *name, ApiError *reterr) {
         _cleanup_free_ char *path = NULL, *text = NULL;
         _cleanup_(vm_unrefp) Vm *v = NULL;
@@ -338,6 +363,8 @@ static int vm_load_one(Manager *m, const char *dir, const char *name, ApiError *
                 return 0;
         }
         /* a create the previous daemon did not finish is failed, saying so */
+        if (v->rec.state == VM_STATE_CREATING)
+                vm_stop_leftover_units(v);
         (void) vm_set_state(v, VM_EVENT_RESTARTED, NULL, NULL);
         if (!vm_state_is_live(v->rec.state))
                 v->qemu_pid = v->swtpm_pid = 0;

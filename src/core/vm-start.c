@@ -111,11 +111,42 @@ static void start_failed(Vm *v, int r, VmMessage m, const VmMessageArgs *a) {
                 v, VM_EVENT_START_FAILED, &(VmEventArgs){ .error = r, .detail = text ?: "start failed" }, NULL);
 }
 
+static void on_cont_reply(QmpClient *c, int error, json_t *result, const char *error_desc, void *userdata) {
+        _cleanup_(vm_unrefp) Vm *v = vm_ref(userdata);
+
+        if (c != v->qmp || v->sub != VM_SUB_START_QMP)
+                return;
+        v->qemu_prestarted = v->qemu_paused = false;
+        if (error < 0) {
+                _cleanup_free_ char *what = NULL;
+                (void) asprintf(&what, "cont: %s", error_desc ?: strerror(-error));
+                start_failed(v, error, VM_MESSAGE_QEMU_SPAWN, &(VmMessageArgs){ .errno_text = what });
+                return;
+        }
+        (void) vm_set_state(v, VM_EVENT_QMP_UP, NULL, NULL);
+}
+
+/* A prestarted QEMU's vCPUs start: its disk is written now. */
+static int send_cont(Vm *v) {
+        return qmp_client_execute(v->qmp, "cont", NULL, 0, on_cont_reply, v);
+}
+
 static void on_qmp_ready(QmpClient *c, int error, void *userdata) {
         if (c != ((Vm *) userdata)->qmp)
                 return; /* a connection we dropped: whoever dropped it settles the state */
         _cleanup_(vm_unrefp) Vm *v = vm_ref(userdata);
+        int r;
 
+        if (v->qemu_prestarted && v->sub == VM_SUB_HOST_INSTALL) {
+                /* beside the host install: create_vm's waiters hear of it, the guest waits for cont */
+                if (error < 0) {
+                        vm_prestart_drop_qemu(v, strerror(-error));
+                        return;
+                }
+                v->qemu_paused = true;
+                (void) vm_set_state(v, VM_EVENT_QMP_UP, NULL, NULL);
+                return;
+        }
         if (v->sub != VM_SUB_START_QMP)
                 return;
         if (error < 0) {
@@ -128,23 +159,49 @@ static void on_qmp_ready(QmpClient *c, int error, void *userdata) {
                         &(VmMessageArgs){ .what = qmp, .errno_text = strerror(-error), .detail = tail });
                 return;
         }
+        if (v->qemu_prestarted) {
+                /* the install finished before the monitor answered: the guest goes now */
+                v->qemu_paused = true;
+                r = send_cont(v);
+                if (r < 0)
+                        start_failed(
+                                v, r, VM_MESSAGE_QEMU_SPAWN, &(VmMessageArgs){ .errno_text = strerror(-r) });
+                return;
+        }
         (void) vm_set_state(v, VM_EVENT_QMP_UP, NULL, NULL);
 }
 
-static int spawn_qemu(Vm *v) {
+void vm_prestart_drop_qemu(Vm *v, const char *why) {
+        if (!v->qemu_prestarted)
+                return;
+        log_struct(
+                LOG_WARNING,
+                LOG_FIELDS({ "VM_ID", v->rec.id }),
+                "VM %s: the QEMU started beside the host install is gone (%s); another starts after it.",
+                v->rec.id,
+                why ?: "?");
+        vm_qmp_drop(v);
+        v->qemu = vm_launched_free(v->qemu);
+        v->qemu_pid = 0;
+        v->qemu_prestarted = v->qemu_paused = false;
+}
+
+static int spawn_qemu(Vm *v, bool paused) {
         _cleanup_free_ char *vars = vm_path(v, "ovmf_vars.fd"), *net = vm_path(v, "net.sock"),
                             *vhost = vm_path(v, "vhost-vsock.sock"), *tpm = vm_path(v, "tpm/swtpm.sock"),
                             *qmp = vm_path(v, "qmp.sock"), *keys = NULL, *notify = NULL;
         _cleanup_strv_free_ char **argv = NULL;
         const Image *img = image_catalog_resolve(manager_images(v->manager), v->rec.spec.image);
         const Network *net_rec = network_registry_get(manager_networks(v->manager), v->rec.spec.network);
+        /* a QEMU started beside the host install is the first boot's, paused */
+        VmPhase phase = paused ? VM_PHASE_BOOT : v->rec.phase;
         VmCredential creds[5];
         size_t n = 0;
         int r;
 
         if (!vars || !net || !vhost || !tpm || !qmp)
                 return -ENOMEM;
-        if (v->rec.phase == VM_PHASE_INSTALL && (!img || !streq(img->ref, v->rec.spec.image)))
+        if (phase == VM_PHASE_INSTALL && (!img || !streq(img->ref, v->rec.spec.image)))
                 return -ENOENT;
 
         /* the per-VM key first, then the caller's, one per line */
@@ -165,12 +222,12 @@ static int spawn_qemu(Vm *v) {
         creds[n++] = (VmCredential){ "firstboot.hostname", v->rec.spec.hostname };
         creds[n++] = (VmCredential){ "ssh.authorized_keys.root", keys };
         creds[n++] = (VmCredential){ "system.machine_id", v->rec.machine_id };
-        if (v->rec.phase == VM_PHASE_INSTALL)
+        if (phase == VM_PHASE_INSTALL)
                 creds[n++] = (VmCredential){ "vm.install-target", "/dev/disk/by-id/virtio-target" };
         /* READY=1 matters from the installed boot on; the installer powers off when done, and with
          * vhost-user nothing listens during it, so a notify socket there only makes the guest's
          * PID 1 wait out vsock connect timeouts (about 30 s per installer boot) */
-        if (v->rec.phase == VM_PHASE_BOOT)
+        if (phase == VM_PHASE_BOOT)
                 creds[n++] = (VmCredential){ "vmm.notify_socket", notify };
 
         r = vm_cmdline_build(
@@ -178,7 +235,7 @@ static int spawn_qemu(Vm *v) {
                         .qemu = "qemu-system-x86_64",
                         .id = v->rec.id,
                         .dir = v->dir,
-                        .phase = v->rec.phase,
+                        .phase = phase,
                         .accel = host_probe_accel(manager_host(v->manager), NULL) == HOST_ACCEL_KVM ?
                                 VM_ACCEL_KVM :
                                 VM_ACCEL_TCG,
@@ -198,9 +255,9 @@ static int spawn_qemu(Vm *v) {
                         .tpm_socket = tpm,
                         .credentials = creds,
                         .n_credentials = n,
-                        .kernel_cmdline_extra = v->rec.phase == VM_PHASE_BOOT && !v->rec.booted ?
-                                "ignition.firstboot" :
-                                NULL,
+                        .kernel_cmdline_extra = phase == VM_PHASE_BOOT && !v->rec.booted ? "ignition.firstboot" :
+                                                                                           NULL,
+                        .paused = paused,
                 },
                 &argv);
         if (r < 0)
@@ -256,7 +313,18 @@ int vm_start_qemu(Vm *v, ApiError *reterr) {
                         return api_error_set(reterr, r, API_ERROR_INTERNAL, "%s", text ?: "notify");
                 }
         }
-        r = spawn_qemu(v);
+        if (v->qemu_prestarted && v->qemu) {
+                /* started beside the host install: its vCPUs go once its monitor answers */
+                r = v->qemu_paused ? send_cont(v) : 0;
+                if (r < 0) {
+                        text = vm_message(
+                                v, VM_MESSAGE_QEMU_SPAWN, &(VmMessageArgs){ .errno_text = strerror(-r) });
+                        return api_error_set(reterr, r, API_ERROR_INTERNAL, "%s", text ?: "cont failed");
+                }
+                return 0;
+        }
+        v->qemu_prestarted = v->qemu_paused = false;
+        r = spawn_qemu(v, /* paused= */ false);
         if (r < 0) {
                 /* under systemd a QEMU that dies at once fails the start job: its log says why */
                 _cleanup_free_ char *tail = vm_file_tail(v, "qemu.log", 2048);
@@ -270,6 +338,35 @@ int vm_start_qemu(Vm *v, ApiError *reterr) {
         return 0;
 }
 
+/* Beside the host install: once swtpm and vhost-device-vsock answer, QEMU with its vCPUs stopped.
+ * Nothing here fails the VM: what does not come up is started again by the chain after the install. */
+static void prestart_probe(Vm *v, usec_t usec, bool vsock_up) {
+        int r;
+
+        if (v->swtpm_up && vsock_up) {
+                v->probe_timer = sd_event_source_disable_unref(v->probe_timer);
+                r = spawn_qemu(v, /* paused= */ true);
+                if (r < 0) {
+                        log_struct(
+                                LOG_WARNING,
+                                LOG_FIELDS({ "VM_ID", v->rec.id }),
+                                "VM %s: cannot start QEMU beside the host install (%s); it starts after it.",
+                                v->rec.id,
+                                strerror(-r));
+                        return;
+                }
+                v->qemu_prestarted = true;
+                return;
+        }
+        if (usec >= v->probe_deadline || !v->swtpm || (v->rec.vsock == VM_VSOCK_VHOST_USER && !v->vsockd)) {
+                /* the chain after the install probes (and respawns) them again, and fails if it must */
+                v->probe_timer = sd_event_source_disable_unref(v->probe_timer);
+                return;
+        }
+        (void) sd_event_source_set_time(v->probe_timer, usec + VM_PROBE_INTERVAL);
+        (void) sd_event_source_set_enabled(v->probe_timer, SD_EVENT_ONESHOT);
+}
+
 /* swtpm and vhost-device-vsock start side by side; QEMU follows once both answer. */
 static int on_probe(sd_event_source *s, usec_t usec, void *userdata) {
         _cleanup_(vm_unrefp) Vm *v = vm_ref(userdata);
@@ -278,11 +375,15 @@ static int on_probe(sd_event_source *s, usec_t usec, void *userdata) {
         bool vsock_up;
         int r;
 
-        if (v->sub != VM_SUB_START_HELPERS || !ctrl || !vhost)
+        if (!IN_SET(v->sub, VM_SUB_START_HELPERS, VM_SUB_HOST_INSTALL) || !ctrl || !vhost)
                 return 0;
 
         if (!v->swtpm_up && swtpm_answers(ctrl))
                 v->swtpm_up = true;
+        if (v->sub == VM_SUB_HOST_INSTALL) {
+                prestart_probe(v, usec, v->rec.vsock != VM_VSOCK_VHOST_USER || access(vhost, F_OK) >= 0);
+                return 0;
+        }
         if (!v->swtpm_up && (!v->swtpm || usec >= v->probe_deadline)) {
                 _cleanup_free_ char *tail = vm_file_tail(v, "tpm/swtpm.log", 2048);
                 start_failed(v, -ETIMEDOUT, VM_MESSAGE_VTPM_TIMEOUT, &(VmMessageArgs){ .detail = tail });
@@ -375,12 +476,23 @@ static int spawn_helpers(Vm *v, ApiError *reterr) {
         return 0;
 }
 
-int vm_prestart_helpers(Vm *v, ApiError *reterr) {
+static int arm_probe(Vm *v) {
+        v->probe_deadline = now_usec(CLOCK_MONOTONIC) + VM_SWTPM_START_TIMEOUT;
+        v->probe_timer = sd_event_source_disable_unref(v->probe_timer);
+        return sd_event_add_time_relative(
+                manager_event(v->manager), &v->probe_timer, CLOCK_MONOTONIC, VM_PROBE_INTERVAL, 1, on_probe, v);
+}
+
+int vm_prestart(Vm *v, ApiError *reterr) {
         int r = spawn_helpers(v, reterr);
 
         if (r < 0)
                 return r;
         v->helpers_prestarted = true;
+        v->qemu_prestarted = v->qemu_paused = false;
+        r = arm_probe(v);
+        if (r < 0)
+                log_warning_errno(r, "VM %s: cannot probe the helpers beside the host install: %m", v->rec.id);
         return 0;
 }
 
@@ -394,10 +506,7 @@ int vm_start_helpers(Vm *v, ApiError *reterr) {
                         return r;
         }
         v->helpers_prestarted = false;
-        v->probe_deadline = now_usec(CLOCK_MONOTONIC) + VM_SWTPM_START_TIMEOUT;
-        v->probe_timer = sd_event_source_disable_unref(v->probe_timer);
-        r = sd_event_add_time_relative(
-                manager_event(v->manager), &v->probe_timer, CLOCK_MONOTONIC, VM_PROBE_INTERVAL, 1, on_probe, v);
+        r = arm_probe(v);
         if (r < 0)
                 return helpers_failed(v, r, VM_MESSAGE_PROBE_TIMER, reterr);
         return 0;

@@ -33,6 +33,8 @@ void vm_kill(Vm *v) {
         v->swtpm = vm_launched_free(v->swtpm);
         v->vsockd = vm_launched_free(v->vsockd);
         v->installer = vm_launched_free(v->installer); /* SIGKILL: a host install ends at once */
+        v->install_timer = sd_event_source_disable_unref(v->install_timer);
+        v->qemu_prestarted = v->qemu_paused = false;
         v->qemu_pid = v->swtpm_pid = 0;
         v->phase_timer = sd_event_source_disable_unref(v->phase_timer);
         v->probe_timer = sd_event_source_disable_unref(v->probe_timer);
@@ -46,6 +48,7 @@ void vm_detach_processes(Vm *v) {
         v->swtpm = vm_launched_detach(v->swtpm);
         v->vsockd = vm_launched_detach(v->vsockd);
         v->installer = vm_launched_detach(v->installer); /* a plain child: it ends */
+        v->install_timer = sd_event_source_disable_unref(v->install_timer);
         v->phase_timer = sd_event_source_disable_unref(v->phase_timer);
         v->probe_timer = sd_event_source_disable_unref(v->probe_timer);
         v->stop_timer = sd_event_source_disable_unref(v->stop_timer);
@@ -84,6 +87,13 @@ void vm_on_qemu_exit(VmLaunched *p, int code, int status, void *userdata) {
 
         log_struct(
                 LOG_INFO, LOG_FIELDS({ "VM_ID", v->rec.id }), "QEMU of VM %s exited: %s", v->rec.id, st ?: "?");
+        if (v->sub == VM_SUB_HOST_INSTALL && p == v->qemu) {
+                /* the paused QEMU beside the host install: the VM is not running yet */
+                vm_prestart_drop_qemu(v, st);
+                if (v->install_failure)
+                        vm_host_install_failed(v);
+                return;
+        }
         if (v->sub == VM_SUB_START_QMP)
                 tail = vm_file_tail(v, "qemu.log", 8192);
         r = vm_set_state(v, event, &(VmEventArgs){ .exit_status = st ?: "?", .detail = tail }, &e);

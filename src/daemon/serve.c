@@ -379,7 +379,7 @@ static const Flag serve_flags[] = {
                 .env = "VM_MANAGER_INSTALL_TIMEOUT",
                 .default_help = "5m, 15m under TCG",
                 .metavar = "DURATION",
-                .help = "ceiling of the installer boot; a VM past it is failed",
+                .help = "ceiling of the install (the installer boot, or the host install's helper); a VM past it is failed",
                 .parse = flag_parse_duration,
                 .dest = &arg_install_timeout,
         },

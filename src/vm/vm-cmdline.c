@@ -557,6 +557,11 @@ int vm_cmdline_build(const VmCmdlineSpec *spec, char ***ret) {
                 if (r < 0)
                         return r;
         }
+        if (spec->paused) {
+                r = argv_add(&a, "-S");
+                if (r < 0)
+                        return r;
+        }
 
         *ret = TAKE_PTR(a.items);
         return 0;

@@ -97,6 +97,8 @@ typedef struct VmCmdlineSpec {
         size_t n_credentials;
 
         const char *kernel_cmdline_extra; /* io.systemd.stub.kernel-cmdline-extra, or NULL */
+
+        bool paused; /* -S: the vCPUs wait for QMP's cont (a QEMU started before its disk is written) */
 } VmCmdlineSpec;
 
 /* Doubles every comma, so that QEMU's option parser reads value as one literal option value.

@@ -572,12 +572,13 @@ static VmTransition on_host_installed(VmTransition t, const VmStatus *s, VmEvent
                 return ignore(t);
         t.actions = VM_ACTION_INSTALLED | VM_ACTION_SAVE;
         if (s->shutting_down) {
-                /* the disk is ready; its first boot waits for start_vm */
+                /* the disk is ready; its first boot waits for start_vm (what started beside the
+                 * install goes) */
                 t.state = VM_STATE_STOPPED;
                 t.sub = VM_SUB_NONE;
                 t.phase = VM_PHASE_BOOT;
                 t.message = VM_MESSAGE_SHUTDOWN_BEFORE_BOOT;
-                t.actions |= VM_ACTION_FINISH_START;
+                t.actions |= VM_ACTION_KILL | VM_ACTION_FINISH_START;
                 return t;
         }
         /* the first boot follows at once, still "creating" until its QEMU answers */
@@ -655,6 +656,11 @@ static VmTransition on_helpers_up(VmTransition t, const VmStatus *s, VmEvent e) 
 }
 
 static VmTransition on_qmp_up(VmTransition t, const VmStatus *s, VmEvent e) {
+        if (s->sub == VM_SUB_HOST_INSTALL) {
+                /* the first boot's QEMU, started paused beside the install, answers: create_vm does */
+                t.actions = VM_ACTION_FINISH_START | VM_ACTION_SAVE;
+                return t;
+        }
         if (s->sub != VM_SUB_START_QMP)
                 return ignore(t);
         t.state = s->phase == VM_PHASE_INSTALL ? VM_STATE_INSTALLING : VM_STATE_BOOTING;

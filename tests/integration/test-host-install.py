@@ -12,6 +12,9 @@ from the real image's repart.sysinstall.d, and:
   * a layout that does not match its image: create_vm answers vm_failed, the VM is failed with the
     reason in lastError and has no disk;
   * a daemon killed during a host install: the next one finds the VM failed, its disk gone;
+  * the first boot's QEMU starts paused (-S) beside the install: create_vm (wait_for none) answers
+    while the install runs, cont comes once the disk's GPT is written; an install that fails then
+    takes the paused QEMU with it, and so does delete_vm;
   * disk_gib too small for the layout: invalid_request before anything is allocated;
   * the storage provider back-end (a stand-in io.systemd.StorageProvider on varlink): a volume in the
     provider's directory, and one without a name (unlinked once opened) that the helper reaches as
@@ -21,6 +24,7 @@ from the real image's repart.sysinstall.d, and:
 import array
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -117,13 +121,19 @@ def test_host_install(work):
     t0 = time.monotonic()
     status, vm = api(port, "POST", "/vms", dict(CREATE, name="h1", wait_for="none"))
     took = time.monotonic() - t0
-    tap.result(status == 201 and vm["state"] == "booting" and vm.get("installMode") == "host"
-               and vm.get("installedAt") and vm.get("phase") == "boot",
-               "host mode: create_vm answers with the VM booting, installMode host, installedAt set (%.2f s)" % took,
-               repr(vm)[:400])
+    # the answer comes once the first boot's QEMU answers QMP, which starts paused beside the install
+    tap.result(status == 201 and vm["state"] in ("creating", "booting") and vm.get("installMode") == "host",
+               "host mode: create_vm (wait_for none) answers once QEMU's monitor does: %s, installMode host "
+               "(%.2f s)" % (vm.get("state") if vm else None, took), repr(vm)[:400])
     if status != 201:
         d.stop(signal.SIGTERM, timeout=30)
         return
+    deadline = time.monotonic() + 30
+    while vm["state"] == "creating" and time.monotonic() < deadline:
+        time.sleep(0.1)
+        _, vm = api(port, "GET", "/vms/" + vm["id"])
+    tap.result(vm["state"] == "booting" and vm.get("installedAt") and vm.get("phase") == "boot",
+               "then booting, with installedAt set", repr(vm)[:400])
     disk = vm["paths"]["volume"]
     table = json.loads(subprocess.run(["sfdisk", "--json", disk], check=True, capture_output=True).stdout)
     parts = table["partitiontable"]["partitions"]
@@ -164,6 +174,16 @@ def test_host_install(work):
     tap.result("-no-reboot" not in argv and "-kernel" not in argv and "pflash" in text
                and "ignition.firstboot" in text and "vm.install-target" not in text,
                "the first QEMU is the installed boot: firmware, ignition.firstboot, no installer", text[:600])
+    # a QEMU started with its vCPUs stopped (-S) beside the install got cont once the disk was
+    # written: the GPT, which the helper writes last, was on the disk when the guest was let run.
+    # (This small image may be installed before the helpers answer: then QEMU starts after it.)
+    mbr = b""
+    if os.path.exists(os.path.join(vmdir, "qemu.cont.mbr")):
+        mbr = read_at(os.path.join(vmdir, "qemu.cont.mbr"), 0, 1024)
+    tap.result("-S" not in argv or (mbr[510:512] == b"\x55\xaa" and mbr[512:520] == b"EFI PART"),
+               "cont only once the disk's GPT was written (QEMU started %s)" % (
+                   "paused beside the install" if "-S" in argv else "after the install"),
+               repr((argv[-3:], mbr[510:520])))
     with open(os.path.join(vmdir, "install.log")) as f:
         log = f.read()
     tap.result("host-install: done" in log, "the helper's log says what it did", log[-300:])
@@ -284,6 +304,129 @@ def test_restart_during_install(work):
     d2.stop(signal.SIGTERM, timeout=30)
 
 
+def qemu_of(vmdir):
+    """The pids of processes whose command line names the VM's QMP socket (its QEMU)."""
+    pids = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open("/proc/%s/cmdline" % pid, "rb") as f:
+                cmd = f.read()
+        except OSError:
+            continue
+        if (vmdir + "/qmp.sock").encode() in cmd and b"qemu" in cmd:
+            pids.append(int(pid))
+    return pids
+
+
+def test_paused_beside_install(work):
+    """The first boot's QEMU starts paused beside the host install. To hold the install in progress
+    for as long as the test wants: mke2fs (which formats var, the last step before the GPT) is a
+    wrapper that waits for a gate file; and an image whose .raw is a FIFO blocks the helper until the
+    test writes to it."""
+    images = os.path.join(work, "images-paused")
+    os.makedirs(images)
+    make_image(images, "paused_1.0")
+    make_layout(images, "paused_1.0")
+    make_image(images, "fifo_1.0")
+    make_layout(images, "fifo_1.0")
+    fifo = os.path.join(images, "fifo_1.0.raw")
+    os.unlink(fifo)
+    os.mkfifo(fifo)
+    bindir, gate = os.path.join(work, "gated-bin"), os.path.join(work, "mke2fs.gate")
+    os.makedirs(bindir)
+    real = shutil.which("mke2fs", path=os.environ.get("PATH", "") + ":/usr/sbin:/sbin")
+    with open(os.path.join(bindir, "mke2fs"), "w") as f:
+        f.write("#!/bin/sh\nwhile [ ! -e %s ]; do sleep 0.05; done\nexec %s \"$@\"\n" % (gate, real))
+    os.chmod(os.path.join(bindir, "mke2fs"), 0o755)
+    d, port = daemon(work, "paused", images, env_extra={"PATH": bindir + ":" + os.environ.get("PATH", "")})
+
+    t0 = time.monotonic()
+    status, vm = api(port, "POST", "/vms", dict(CREATE, name="p0", image="paused_1.0", wait_for="none"), timeout=30)
+    took = time.monotonic() - t0
+    vmdir = os.path.join(work, "s-paused", "vms", (vm or {}).get("id", "x"))
+    argv = []
+    if os.path.exists(os.path.join(vmdir, "qemu.argv.json")):
+        with open(os.path.join(vmdir, "qemu.argv.json")) as f:
+            argv = json.load(f)
+    tap.result(status == 201 and vm["state"] == "creating" and vm.get("installedAt") is None
+               and "-S" in argv and qemu_of(vmdir) and not os.path.exists(os.path.join(vmdir, "qemu.cont")),
+               "create_vm (wait_for none) answers while the install still runs: creating, QEMU up with -S "
+               "and not let run (%.2f s)" % took, repr((status, vm))[:400])
+    if status != 201:
+        d.stop(signal.SIGTERM, timeout=30)
+        return
+    pid = qemu_of(vmdir)
+    with open(gate, "w"):
+        pass
+    deadline = time.monotonic() + 30
+    while vm["state"] == "creating" and time.monotonic() < deadline:
+        time.sleep(0.1)
+        _, vm = api(port, "GET", "/vms/" + vm["id"])
+    mbr = b""
+    if os.path.exists(os.path.join(vmdir, "qemu.cont.mbr")):
+        mbr = read_at(os.path.join(vmdir, "qemu.cont.mbr"), 0, 1024)
+    tap.result(vm["state"] == "booting" and vm.get("installedAt") and qemu_of(vmdir) == pid
+               and mbr[510:512] == b"\x55\xaa" and mbr[512:520] == b"EFI PART",
+               "the install done: the same QEMU gets cont, with the disk's GPT (written last) in place; booting",
+               repr((vm.get("state"), vm.get("installedAt"), mbr[510:520]))[:400])
+    api(port, "DELETE", "/vms/" + vm["id"])
+
+    status, vm = api(port, "POST", "/vms", dict(CREATE, name="p1", image="fifo_1.0", wait_for="none"), timeout=30)
+    vmdir = os.path.join(work, "s-paused", "vms", (vm or {}).get("id", "x"))
+    tap.result(status == 201 and vm["state"] == "creating" and qemu_of(vmdir),
+               "an install blocked on its image: creating, the paused QEMU up", repr((status, vm))[:400])
+    volume = vm["paths"]["volume"]
+    status, err = api(port, "POST", "/vms/%s/stop" % vm["id"], {})
+    tap.result(status == 409, "stop_vm during the install: conflict (still starting)", repr(err)[:300])
+
+    # the helper now reads a stream that is no disk: the install fails
+    try:
+        with open(fifo, "wb") as f:
+            f.write(b"\0" * 65536)
+    except BrokenPipeError:
+        pass  # the helper gave up before reading it all
+    deadline = time.monotonic() + 30
+    while vm["state"] == "creating" and time.monotonic() < deadline:
+        time.sleep(0.1)
+        _, vm = api(port, "GET", "/vms/" + vm["id"])
+    tap.result(vm["state"] == "failed" and "host install failed" in (vm.get("lastError") or "")
+               and not qemu_of(vmdir) and not os.path.exists(volume) and not os.path.exists(
+                   os.path.join(vmdir, "qemu.cont")),
+               "the install fails: the paused QEMU is killed (never let run), the VM failed, its disk gone",
+               repr(vm)[:500])
+    api(port, "DELETE", "/vms/" + vm["id"])
+
+    # delete_vm while the install runs and QEMU waits
+    status, vm = api(port, "POST", "/vms", dict(CREATE, name="p2", image="fifo_1.0", wait_for="none"), timeout=30)
+    vmdir = os.path.join(work, "s-paused", "vms", (vm or {}).get("id", "x"))
+    up = bool(qemu_of(vmdir))
+    status, _ = api(port, "DELETE", "/vms/%s" % vm["id"])
+    time.sleep(0.5)
+    status2, vms = api(port, "GET", "/vms")
+    tap.result(up and status in (200, 204) and vms == [] and not qemu_of(vmdir)
+               and not os.path.exists(vm["paths"]["volume"]),
+               "delete_vm during the install: the paused QEMU and the helper go, and the disk", repr((status, vms)))
+    d.stop(signal.SIGTERM, timeout=30)
+
+    # an install that never ends meets the install timeout
+    d, port = daemon(work, "tmo", images, "--install-timeout", "2s")
+    t0 = time.monotonic()
+    status, err = api(port, "POST", "/vms", dict(CREATE, name="t1", image="fifo_1.0", wait_for="installed"),
+                      timeout=60)
+    took = time.monotonic() - t0
+    msg = (err or {}).get("error", {}).get("message", "")
+    _, vms = api(port, "GET", "/vms")
+    vm = vms[0] if vms else {}
+    vmdir = os.path.join(work, "s-tmo", "vms", vm.get("id", "x"))
+    tap.result(status == 500 and "did not finish within 2s" in msg and vm.get("state") == "failed"
+               and not qemu_of(vmdir) and not os.path.exists(vm.get("paths", {}).get("volume", "/nonexistent")),
+               "a host install past --install-timeout: killed, the VM failed saying so, no QEMU, no disk "
+               "(%.1f s)" % took, msg[:400])
+    d.stop(signal.SIGTERM, timeout=30)
+
+
 def fake_provider(sock_path, vol_dir, mode):
     """io.systemd.StorageProvider as vm-manager speaks it: GetInfo, Acquire (the fd passed with
     SCM_RIGHTS). While mode["anon"] is set, a new volume is unlinked once opened."""
@@ -368,5 +511,5 @@ def test_storage_provider(work):
 
 if __name__ == "__main__":
     sys.exit(run([test_host_install, test_modes_and_refusals, test_broken_layout, test_restart_during_install,
-                  test_storage_provider],
+                  test_paused_beside_install, test_storage_provider],
                  300, "vmm-host-"))
