@@ -103,6 +103,14 @@ def blob_requests(log, method="GET"):
     return [e for e in log if e.method == method and "/blobs/" in e.path and "/uploads/" not in e.path]
 
 
+def oras_pull(work, ref, name):
+    """oras pull of ref into a new directory work/name; (that directory, the finished process)."""
+    out_dir = os.path.join(work, name)
+    os.makedirs(out_dir)
+    return out_dir, subprocess.run([ocitest.ORAS_BIN, "pull", "--plain-http", ref], cwd=out_dir,
+                                   capture_output=True, env=env_for(work))
+
+
 state = {}
 
 
@@ -159,10 +167,7 @@ def test_layout_and_interop(work):
               "tree, titles and oras's unpack/digest annotations, file layers are the files' bytes", layout)
 
     if ocitest.ORAS_BIN:
-        out_dir = os.path.join(work, "oras-out")
-        os.makedirs(out_dir)
-        p = subprocess.run([ocitest.ORAS_BIN, "pull", "--plain-http", ref], cwd=out_dir, capture_output=True,
-                           env=env_for(work))
+        out_dir, p = oras_pull(work, ref, "oras-out")
         tap.check("oras pull of our artifact gives the same files (the sysupdate trees included, long paths too)",
                   lambda: (p.returncode == 0 and tree_equal(src, out_dir)[0],
                            p.stderr.decode()[-500:] + tree_equal(src, out_dir)[1]))
@@ -277,10 +282,7 @@ def test_layout_file(work):
                        err + tree_equal(src, dst)[1]))
 
     if ocitest.ORAS_BIN:
-        out_dir = os.path.join(work, "lay-oras")
-        os.makedirs(out_dir)
-        p = subprocess.run([ocitest.ORAS_BIN, "pull", "--plain-http", with_ref], cwd=out_dir, capture_output=True,
-                           env=env_for(work))
+        out_dir, p = oras_pull(work, with_ref, "lay-oras")
         tap.check("layout: oras pull gives the same files, the layout file included",
                   lambda: (p.returncode == 0 and file_bytes(os.path.join(out_dir, LAYOUT)) == layout
                            and tree_equal(src, out_dir)[0], p.stderr.decode()[-500:] + tree_equal(src, out_dir)[1]))
