@@ -11,6 +11,7 @@
 typedef enum OciStagedKind {
         OCI_STAGED_FILE, /* name in the stage, dest in the directory */
         OCI_STAGED_TREE, /* sysupdate/<component>, the same in both */
+        OCI_STAGED_GONE, /* dest leaves the directory (into the stage) when it is there; name unused */
 } OciStagedKind;
 
 typedef struct OciStaged {
@@ -21,7 +22,8 @@ typedef struct OciStaged {
 
 /* Moves a staged image into dirfd: <image>.efi (staged under that name) leaves the directory first
  * when it is there, then the trees and the files go in (each with one rename, or an exchange with
- * what they replace), and <image>.efi comes last. On failure every step is undone. What was replaced
- * ends up in the stage. */
+ * what they replace), the files the new image has no counterpart of leave (a rename into the stage),
+ * and <image>.efi comes last. On failure every step is undone. What was replaced or removed ends up
+ * in the stage. */
 int oci_image_install(
         int dirfd, int stagefd, const char *image, const OciStaged *items, size_t n, ApiError *reterr);

@@ -947,6 +947,7 @@ int oci_image_install(
         _cleanup_close_ int sysfd = -EBADF, stagesysfd = -EBADF;
         _cleanup_free_ char *uki = NULL, *hidden = NULL;
         const char *failed = NULL;
+        bool leaving = false; /* failed names what was to leave the directory */
         int r = 0;
 
         assert_return(image && (items || n == 0), -EINVAL);
@@ -1006,7 +1007,7 @@ int oci_image_install(
                 }
         }
 
-        /* 3: the disk, the policy, the build manifest */
+        /* 3: the disk, the policy, the layout, the build manifest */
         for (size_t i = 0; i < n; i++) {
                 _cleanup_free_ char *aside = NULL;
 
@@ -1021,6 +1022,31 @@ int oci_image_install(
                         failed = items[i].dest;
                         goto fail;
                 }
+        }
+
+        /* 3b: what the old image had and the new one has not (a layout file) goes into the stage, so
+         * that it cannot be taken for the new image's, and comes back if a later step fails */
+        for (size_t i = 0; i < n; i++) {
+                _cleanup_free_ char *aside = NULL;
+                struct stat st;
+
+                if (items[i].kind != OCI_STAGED_GONE)
+                        continue;
+                if (fstatat(dirfd, items[i].dest, &st, AT_SYMLINK_NOFOLLOW) < 0 || S_ISDIR(st.st_mode))
+                        continue;
+                if (asprintf(&aside, ".gone.%s", items[i].dest) < 0) {
+                        r = -ENOMEM;
+                        goto fail;
+                }
+                if (renameat(dirfd, items[i].dest, stagefd, aside) < 0) {
+                        failed = items[i].dest;
+                        leaving = true;
+                        r = -errno;
+                        goto fail;
+                }
+                r = journal_add(&j, UNDO_RENAME, dirfd, items[i].dest, stagefd, aside);
+                if (r < 0)
+                        goto fail;
         }
 
         /* 4: the UKI, and with it the image, appears */
@@ -1040,17 +1066,19 @@ fail : {
                         reterr,
                         r,
                         API_ERROR_INTERNAL,
-                        "cannot move %s into place (%s), and putting back what was there failed too (%s): "
+                        "cannot move %s %s (%s), and putting back what was there failed too (%s): "
                         "check the directory",
                         failed ?: "a file",
+                        leaving ? "out of the way" : "into place",
                         strerror(-r),
                         strerror(-k));
         return api_error_set(
                 reterr,
                 r,
                 API_ERROR_INTERNAL,
-                "cannot move %s into place (%s); the directory is as it was",
+                "cannot move %s %s (%s); the directory is as it was",
                 failed ?: "a file",
+                leaving ? "out of the way" : "into place",
                 strerror(-r));
 }
 }
@@ -1316,10 +1344,14 @@ int oci_image_pull(
                 goto fail;
         }
         {
-                OciStaged items[OCI_LAYERS_MAX];
+                _cleanup_free_ char *layout = NULL;
+                OciStaged items[OCI_LAYERS_MAX + 1];
+                bool has_layout = false;
                 size_t k = 0;
 
-                for (size_t i = 0; i < plan.n; i++)
+                for (size_t i = 0; i < plan.n; i++) {
+                        if (plan.layers[i].kind == LAYER_LAYOUT)
+                                has_layout = true;
                         if (plan.layers[i].kind != LAYER_UKI)
                                 items[k++] = (OciStaged){
                                         .kind = plan.layers[i].kind == LAYER_TREE ? OCI_STAGED_TREE :
@@ -1327,6 +1359,15 @@ int oci_image_pull(
                                         .name = plan.layers[i].title,
                                         .dest = plan.layers[i].dest,
                                 };
+                }
+                /* a layout of an earlier build would lay the new disk out by the old one's partitions */
+                if (!has_layout) {
+                        if (asprintf(&layout, "%s.layout.json", plan.image) < 0) {
+                                r = -ENOMEM;
+                                goto fail;
+                        }
+                        items[k++] = (OciStaged){ .kind = OCI_STAGED_GONE, .dest = layout };
+                }
                 r = oci_image_install(dirfd, stagefd, plan.image, items, k, reterr);
         }
         if (r < 0)

@@ -26,7 +26,9 @@
  * A pull stages everything in <dir>/.pull-XXXXXX, checks it, and then moves it in with one rename
  * per file or tree (an exchange where something is replaced): the image's .efi, which is what makes
  * the daemon's catalog see an image, leaves first (when the image is being replaced) and comes back
- * last, so a rescan at any moment sees the image whole, or not at all. A failure before or during
+ * last, so a rescan at any moment sees the image whole, or not at all. An artifact without a layout
+ * takes the directory's <id>_<version>.layout.json away in the same moves (an earlier build's layout
+ * does not fit the new disk), and a failed pull puts it back. A failure before or during
  * the moves puts back what was there; the directory is then as it was. A record of the pull
  * (<dir>/.<ref>.oci.json) lets the next pull of the same digest stop before any blob moves. */
 

@@ -7,6 +7,9 @@ registry that logs every request and cuts, stalls or answers in its place.
 
   * layout: the manifest (v1.1, artifactType, empty config, a layer per file or tree with oras's
     annotations); oras pulls our artifact into the same files, we pull oras's;
+  * the layout file (<ref>.layout.json): pushed as a layer and pulled byte for byte; an image without
+    one pushes and pulls without it; a pull of a build without one removes an older build's from the
+    directory (and a failed pull does not);
   * nothing twice: a second pull of the same digest, a second push of the same image send no blob;
   * resume: a download cut in the middle continues with a Range request; an upload cut inside a
     chunk starts that blob again (distribution 2.8 drops such an upload), one cut between chunks
@@ -18,7 +21,8 @@ registry that logs every request and cuts, stalls or answers in its place.
   * auth: anonymous, Basic from --password-stdin and from credentials files, the token flow, wrong
     passwords; no credential ever in a message; TLS only with --ca-file, plain http only when asked;
   * --policy keep|replace, a policy.json of another image left alone, the directory lock;
-  * a daemon serving the directory while pulls replace its image: list_images never shows it half,
+  * a daemon serving the directory while pulls replace its image: list_images never shows it half
+    (nor a build without a layout file with the other build's), lists the pulled layout file,
     a VM created before keeps its state, and files it had open keep their old bytes.
 
 Skips when docker-registry is missing; the oras checks skip without oras.
@@ -99,6 +103,14 @@ def blob_requests(log, method="GET"):
     return [e for e in log if e.method == method and "/blobs/" in e.path and "/uploads/" not in e.path]
 
 
+def oras_pull(work, ref, name):
+    """oras pull of ref into a new directory work/name; (that directory, the finished process)."""
+    out_dir = os.path.join(work, name)
+    os.makedirs(out_dir)
+    return out_dir, subprocess.run([ocitest.ORAS_BIN, "pull", "--plain-http", ref], cwd=out_dir,
+                                   capture_output=True, env=env_for(work))
+
+
 state = {}
 
 
@@ -155,10 +167,7 @@ def test_layout_and_interop(work):
               "tree, titles and oras's unpack/digest annotations, file layers are the files' bytes", layout)
 
     if ocitest.ORAS_BIN:
-        out_dir = os.path.join(work, "oras-out")
-        os.makedirs(out_dir)
-        p = subprocess.run([ocitest.ORAS_BIN, "pull", "--plain-http", ref], cwd=out_dir, capture_output=True,
-                           env=env_for(work))
+        out_dir, p = oras_pull(work, ref, "oras-out")
         tap.check("oras pull of our artifact gives the same files (the sysupdate trees included, long paths too)",
                   lambda: (p.returncode == 0 and tree_equal(src, out_dir)[0],
                            p.stderr.decode()[-500:] + tree_equal(src, out_dir)[1]))
@@ -220,6 +229,104 @@ def test_layout_and_interop(work):
     rc, out, err = pull(work, by_digest, "%s/vm/base@%s" % (reg.host, state["digest_a"]))
     tap.check("pull by @sha256 digest", lambda: (rc == 0 and tree_equal(src, by_digest)[0], err))
     state["src"] = src
+
+
+# ---------------------------------------------------------------------------------------------
+# 1b. the layout file
+
+
+LAYOUT = IMAGE + ".layout.json"
+LAYOUT_TYPE = "application/vnd.giantswarm.vm-image.layout.v1+json"
+
+
+def add_layout(d, gen):
+    """A layout file as images/scripts/layout.py writes one, marked with gen."""
+    doc = {"format": "vm-manager-layout/1", "image": IMAGE, "gen": gen, "partitions": [
+        {"type": "c12a7328-f81f-11d2-ba4b-00a0c93ec93b", "label": "esp", "content": "copy",
+         "uuid": "0f0e0d0c-0b0a-4908-8706-0504030201%02x" % len(gen), "sizeBytes": 268435456},
+        {"type": "4d21b016-b534-45c2-a9fb-5c16e091fd2d", "label": "var", "content": "ext4", "grow": True}]}
+    with open(os.path.join(d, LAYOUT), "w") as f:
+        f.write(json.dumps(doc, indent=2) + "\n")
+    with open(os.path.join(d, LAYOUT), "rb") as f:
+        return f.read()
+
+
+def file_bytes(p):
+    try:
+        with open(p, "rb") as f:
+            return f.read()
+    except FileNotFoundError:
+        return None
+
+
+def test_layout_file(work):
+    reg = state["reg"]
+    with_ref, without_ref = "%s/vm/lay:with" % reg.host, "%s/vm/lay:without" % reg.host
+    src = os.path.join(work, "lay-src")
+    make_image(src, gen="l1")
+    layout = add_layout(src, "l1")
+
+    rc, out, err = push(work, src, with_ref)
+    m = ocitest.get_manifest(reg.host, "vm/lay", "with")[0] if rc == 0 else {"layers": []}
+    mine = [x for x in m["layers"] if x.get("annotations", {}).get("org.opencontainers.image.title") == LAYOUT]
+    tap.check("layout: an image with a layout file pushes it as a layer of its own (title, media type, the "
+              "file's digest and size)",
+              lambda: (rc == 0 and json.loads(out)["layers"] == 7 and len(mine) == 1
+                       and mine[0]["mediaType"] == LAYOUT_TYPE and mine[0]["digest"] == ocitest.sha256(layout)
+                       and mine[0]["size"] == len(layout), err + json.dumps(m)[:1500]))
+
+    dst = os.path.join(work, "lay-dst")
+    rc, out, err = pull(work, dst, with_ref)
+    tap.check("layout: the pull installs %s byte for byte, beside the rest of the image" % LAYOUT,
+              lambda: (rc == 0 and file_bytes(os.path.join(dst, LAYOUT)) == layout and tree_equal(src, dst)[0],
+                       err + tree_equal(src, dst)[1]))
+
+    if ocitest.ORAS_BIN:
+        out_dir, p = oras_pull(work, with_ref, "lay-oras")
+        tap.check("layout: oras pull gives the same files, the layout file included",
+                  lambda: (p.returncode == 0 and file_bytes(os.path.join(out_dir, LAYOUT)) == layout
+                           and tree_equal(src, out_dir)[0], p.stderr.decode()[-500:] + tree_equal(src, out_dir)[1]))
+    else:
+        tap.skip("layout: oras pull of an artifact with a layout file", "no oras")
+
+    # the next build has no layout file
+    src2 = os.path.join(work, "lay-src2")
+    make_image(src2, gen="l2")
+    rc, out, err = push(work, src2, without_ref)
+    m2 = ocitest.get_manifest(reg.host, "vm/lay", "without")[0] if rc == 0 else {"layers": []}
+    titles = [x.get("annotations", {}).get("org.opencontainers.image.title") for x in m2["layers"]]
+    fresh = os.path.join(work, "lay-fresh")
+    rc2, out2, err2 = pull(work, fresh, without_ref)
+    tap.check("layout: an image without one pushes without that layer and pulls into a new directory with no "
+              "layout file", lambda: (rc == 0 and json.loads(out)["layers"] == 6 and LAYOUT not in titles
+                                      and LAYOUT_TYPE not in [x["mediaType"] for x in m2["layers"]]
+                                      and rc2 == 0 and not os.path.exists(os.path.join(fresh, LAYOUT))
+                                      and tree_equal(src2, fresh)[0], err + err2 + repr(titles)))
+
+    # a failing pull of it (its policy names another image) leaves the old layout where it is
+    policy = json.load(open(os.path.join(src2, "policy.json")))
+    policy["image_version"] = "9.9"
+    pol = json.dumps(policy).encode()
+    efi, raw = file_bytes(os.path.join(src2, IMAGE + ".efi")), file_bytes(os.path.join(src2, IMAGE + ".raw"))
+    status, body, _ = craft(reg, "vm/lay", "bad-policy", [layer(efi, IMAGE + ".efi"), layer(raw, IMAGE + ".raw"),
+                                                          layer(pol, "policy.json")], None, [efi, raw, pol])
+    before = snapshot_tree(dst)
+    rc, out, err = pull(work, dst, "%s/vm/lay:bad-policy" % reg.host)
+    tap.check("layout: a failed pull of an artifact without a layout leaves the directory, its layout file "
+              "included, as it was", lambda: (status == 201 and rc == 1 and "names another image" in err
+                                              and snapshot_tree(dst) == before
+                                              and file_bytes(os.path.join(dst, LAYOUT)) == layout,
+                                              err + diff_snapshots(before, snapshot_tree(dst))))
+
+    rc, out, err = pull(work, dst, without_ref)
+    tap.check("layout: pulling a build without a layout over one with: the old build's layout file is gone "
+              "(it would lay the new disk out by the old partitions), the rest is the new build",
+              lambda: (rc == 0 and not os.path.exists(os.path.join(dst, LAYOUT)) and tree_equal(src2, dst)[0]
+                       and leftovers(dst) == [], err + repr(sorted(os.listdir(dst))) + tree_equal(src2, dst)[1]))
+
+    rc, out, err = pull(work, dst, with_ref)
+    tap.check("layout: and pulling the build with a layout again brings it back",
+              lambda: (rc == 0 and file_bytes(os.path.join(dst, LAYOUT)) == layout and tree_equal(src, dst)[0], err))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -674,9 +781,12 @@ def test_daemon(work):
     reg = state["reg"]
     imgdir = os.path.join(work, "served")
     gens = {"a": "1.30.0", "b": "1.31.0"}
+    layouts = {}
     for g, kube in gens.items():
         src = os.path.join(work, "served-src-" + g)
         make_image(src, gen=g, kube=kube)
+        if g == "a":  # build a has a layout file, build b none
+            layouts[g] = add_layout(src, g)
         rc, out, err = push(work, src, "%s/vm/served:%s" % (reg.host, g))
         assert rc == 0, err
     rc, out, err = pull(work, imgdir, "%s/vm/served:a" % reg.host)
@@ -701,7 +811,8 @@ def test_daemon(work):
         return json.loads(body) if status == 200 else None
 
     status, _, body = http_request(port, "POST", "/api/v1/vms", body=json.dumps(
-        {"name": "before", "memory_mib": 512, "disk_gib": 1, "require_attestation": False, "wait_for": "none"}).encode())
+        {"name": "before", "memory_mib": 512, "disk_gib": 1, "require_attestation": False, "wait_for": "none",
+         "install_mode": "boot"}).encode())  # the test's layout file describes no real disk
     vm = json.loads(body)
     tap.check("daemon: a VM is created from the image before the pulls", lambda: (status == 201, body[:300]))
     # what QEMU holds open stays what it was, whatever the pulls do to the names
@@ -722,7 +833,8 @@ def test_daemon(work):
             i = mine[0]
             gen = (i.get("policy") or {}).get("gen")
             kube = i.get("kubernetesVersions", [None])[0]
-            if gen not in gens or gens[gen] != kube or not i.get("uki") or not i.get("disk"):
+            if gen not in gens or gens[gen] != kube or not i.get("uki") or not i.get("disk") or (
+                    "layout" in i) != (gen in layouts):
                 bad.append(i)
             seen.append(gen)
 
@@ -737,11 +849,14 @@ def test_daemon(work):
     t.join(timeout=10)
     final = images()
     tap.check("daemon: 8 pulls replacing the image, each exit 0", lambda: (pulls == [0] * 8, pulls))
-    tap.check("daemon: %d list_images during them never showed the image half (policy and Kubernetes versions of "
-              "one build)" % len(seen), lambda: (not bad and len(seen) > 20 and {"a", "b"} <= set(seen),
-                                                 "bad %r; seen %r" % (bad[:3], sorted(set(seen)))))
-    tap.check("daemon: the image is listed as the last pull left it",
-              lambda: (final and final[0].get("policy", {}).get("gen") == "a", final))
+    tap.check("daemon: %d list_images during them never showed the image half (policy, Kubernetes versions and "
+              "layout file of one build; build b, which has none, never with a's)" % len(seen),
+              lambda: (not bad and len(seen) > 20 and {"a", "b"} <= set(seen),
+                       "bad %r; seen %r" % (bad[:3], sorted(set(seen)))))
+    tap.check("daemon: the image is listed as the last pull left it, with the layout file it pulled",
+              lambda: (final and final[0].get("policy", {}).get("gen") == "a"
+                       and final[0].get("layout") == os.path.join(imgdir, LAYOUT)
+                       and file_bytes(final[0]["layout"]) == layouts["a"], final))
     status, _, body = http_request(port, "GET", "/api/v1/vms/" + vm.get("id", "x"))
     cur = json.loads(body) if status == 200 else {}
     tap.check("daemon: the VM created before is still there and not failed, its QEMU alive",
@@ -775,8 +890,9 @@ def main():
         section.__name__ = fn.__name__
         return section
 
-    sections = [guarded(f) for f in (test_layout_and_interop, test_resume, test_hostile, test_interrupted,
-                                     test_policy, test_basic_auth, test_token_auth, test_tls, test_cli, test_daemon)]
+    sections = [guarded(f) for f in (test_layout_and_interop, test_layout_file, test_resume, test_hostile,
+                                     test_interrupted, test_policy, test_basic_auth, test_token_auth, test_tls,
+                                     test_cli, test_daemon)]
     try:
         return run(sections + [teardown], 280, "vmm-oci-")
     finally:

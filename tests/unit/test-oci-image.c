@@ -149,6 +149,15 @@ static char *observe(const char *ref, bool trees_follow) {
         gen = json_string_value(json_object_get(img->policy, "gen"));
         if (!gen || !streq(gen, uki))
                 fail_msg("%s: the UKI is of generation %s, the policy of %s", ref, uki, gen ?: "(none)");
+        if (img->layout) {
+                _cleanup_free_ char *layout = slurp(img->layout);
+                if (!layout || !streq(layout, uki))
+                        fail_msg(
+                                "%s of generation %s is listed with the layout of %s",
+                                ref,
+                                uki,
+                                layout ?: "(none)");
+        }
         if (trees_follow) {
                 kv = image_catalog_kubernetes_versions(c);
                 assert_non_null(kv);
@@ -268,16 +277,19 @@ static char *snapshot(void) {
         return s;
 }
 
-/* Whichever rename fails, everything moved so far goes back: the directory is as it was. */
-static void test_failure_at_each_step_restores(void **state) {
+/* Whichever rename fails, everything moved so far goes back: the directory is as it was. With
+ * old_layout the directory's image has a layout file (the new one has none). */
+static void fail_at_each_step(const OciStaged *items, size_t n, unsigned steps_expected, bool old_layout) {
         unsigned steps;
 
         /* count the renames of a good run */
         make_image(imgdir, "vm_1.0", "old", "1.30.0", "policy.json");
+        if (old_layout)
+                write_at(imgdir, "vm_1.0.layout.json", "old");
         make_image(stagedir, "vm_1.0", "new", "1.31.0", "policy.json");
-        assert_ok(install("vm_1.0", replace_items, ELEMENTSOF(replace_items), NULL));
+        assert_ok(install("vm_1.0", items, n, NULL));
         steps = hook.calls;
-        assert_int_equal(steps, 6);
+        assert_int_equal(steps, steps_expected);
 
         for (unsigned k = 1; k <= steps; k++) {
                 _cleanup_(api_error_done) ApiError e = API_ERROR_NULL;
@@ -286,10 +298,12 @@ static void test_failure_at_each_step_restores(void **state) {
                 (void) rm_rf(imgdir);
                 assert_ok(mkdir_p(stagedir, 0700));
                 make_image(imgdir, "vm_1.0", "old", "1.30.0", "policy.json");
+                if (old_layout)
+                        write_at(imgdir, "vm_1.0.layout.json", "old");
                 make_image(stagedir, "vm_1.0", "new", "1.31.0", "policy.json");
                 before = snapshot();
                 hook = (typeof(hook)){ .fail_at = k };
-                assert_errno(install("vm_1.0", replace_items, ELEMENTSOF(replace_items), &e), -EIO);
+                assert_errno(install("vm_1.0", items, n, &e), -EIO);
                 assert_non_null(strstr(e.message, "the directory is as it was"));
                 after = snapshot();
                 if (!streq(before, after))
@@ -300,6 +314,54 @@ static void test_failure_at_each_step_restores(void **state) {
                                 before,
                                 after);
         }
+}
+
+static void test_failure_at_each_step_restores(void **state) {
+        fail_at_each_step(replace_items, ELEMENTSOF(replace_items), 6, /* old_layout= */ false);
+}
+
+/* The new build has no layout file: the old one's leaves with the rest of the old image. */
+static const OciStaged gone_items[] = {
+        { OCI_STAGED_TREE, "sysupdate/base", NULL },     { OCI_STAGED_TREE, "sysupdate/kubernetes", NULL },
+        { OCI_STAGED_FILE, "vm_1.0.raw", "vm_1.0.raw" }, { OCI_STAGED_FILE, "policy.json", "policy.json" },
+        { OCI_STAGED_GONE, NULL, "vm_1.0.layout.json" },
+};
+
+/* At no rename does a rescan list the new disk with the old build's layout, and afterwards the
+ * layout is gone. */
+static void test_stale_layout_leaves(void **state) {
+        _cleanup_free_ char *g = NULL, *layout = NULL;
+
+        make_image(imgdir, "vm_1.0", "old", "1.30.0", "policy.json");
+        write_at(imgdir, "vm_1.0.layout.json", "old");
+        make_image(stagedir, "vm_1.0", "new", "1.31.0", "policy.json");
+        seen_old = seen_new = seen_absent = 0;
+        hook.check = check_replace;
+        assert_ok(install("vm_1.0", gone_items, ELEMENTSOF(gone_items), NULL));
+        hook.check = NULL;
+
+        assert_int_equal(hook.checks, 7); /* hide, two trees, two files, the layout leaves, show */
+        assert_int_equal(seen_new, 1);
+        g = observe("vm_1.0", true);
+        assert_string_equal(g, "new");
+        assert_true(asprintf(&layout, "%s/vm_1.0.layout.json", imgdir) >= 0);
+        assert_true(access(layout, F_OK) < 0 && errno == ENOENT);
+}
+
+/* Nothing to remove: no rename for it, and the install is as without the item. */
+static void test_no_layout_to_remove(void **state) {
+        _cleanup_free_ char *g = NULL;
+
+        make_image(imgdir, "vm_1.0", "old", "1.30.0", "policy.json");
+        make_image(stagedir, "vm_1.0", "new", "1.31.0", "policy.json");
+        assert_ok(install("vm_1.0", gone_items, ELEMENTSOF(gone_items), NULL));
+        assert_int_equal(hook.calls, 6);
+        g = observe("vm_1.0", true);
+        assert_string_equal(g, "new");
+}
+
+static void test_failure_restores_the_layout(void **state) {
+        fail_at_each_step(gone_items, ELEMENTSOF(gone_items), 7, /* old_layout= */ true);
 }
 
 /* A first install into an empty directory creates sysupdate/; a failure removes it again. */
@@ -331,6 +393,9 @@ int main(void) {
                 cmocka_unit_test_setup_teardown(test_replace_is_never_half, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_add_version, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_failure_at_each_step_restores, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_stale_layout_leaves, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_no_layout_to_remove, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_failure_restores_the_layout, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_fresh_directory, setup, teardown),
                 cmocka_unit_test(test_policy_modes),
         };
