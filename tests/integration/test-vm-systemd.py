@@ -8,6 +8,8 @@ behind it (seconds):
 
   * a forward made before SIGTERM of the daemon is listed and listens again, on the same host port,
     in the next daemon, which reaches the server through the re-dialled NIC;
+  * kill -9 of the daemon during a host install, the first boot's QEMU waiting paused beside it as a
+    unit: the next daemon fails the VM and stops the units it left (QEMU, swtpm, vhost-device-vsock);
   * when another process took that port meanwhile, the next daemon moves the forward to a new port
     and says so.
 
@@ -39,6 +41,9 @@ sys.path.insert(0, here)
 spec = importlib.util.spec_from_file_location("test_vm", os.path.join(here, "test-vm.py"))
 tv = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(tv)
+spec = importlib.util.spec_from_file_location("test_host_install", os.path.join(here, "test-host-install.py"))
+thi = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(thi)
 from vmmtest import (  # noqa: E402
     FAKES,
     HOST,
@@ -189,6 +194,63 @@ def test_forwards_reattach(work):
         subprocess.run(["ip", "netns", "del", ns], capture_output=True)
 
 
+def test_restart_stops_prestart(work):
+    if not shutil.which("systemctl"):
+        tap.skip("a restart during a host install (fake QEMU)", "needs systemctl")
+        return
+    images = os.path.join(work, "images-pre")
+    os.makedirs(images)
+    thi.make_image(images, "pre_1.0")
+    thi.make_layout(images, "pre_1.0")
+    _, vars_ = fake_image_dir(work, "pre-firmware")  # only its firmware file
+    # mke2fs (var, the install's last step but the GPT) waits for a gate that never opens
+    bindir = os.path.join(work, "pre-bin")
+    os.makedirs(bindir)
+    with open(os.path.join(bindir, "mke2fs"), "w") as f:
+        f.write("#!/bin/sh\nwhile [ ! -e %s ]; do sleep 0.05; done\nexit 1\n" % os.path.join(work, "pre.gate"))
+    os.chmod(os.path.join(bindir, "mke2fs"), 0o755)
+    state = os.path.join(work, "pre-state")
+    env = base_env(work)
+    env["XDG_RUNTIME_DIR"] = os.environ["XDG_RUNTIME_DIR"]
+    env["PATH"] = FAKES + ":" + bindir + ":" + env.get("PATH", "/usr/bin:/bin")
+    d, port, ok, why = fake_daemon(work, "pre-first", state, images, vars_, env, launcher="systemd", timeout=30)
+    tap.result(ok, "pre-first: serving on the fake QEMU with --launcher systemd", why)
+    if not ok:
+        return
+    status, vm = tv.api(port, "POST", "/vms", {"name": "pre", "image": "pre_1.0", "memory_mib": 512, "disk_gib": 3,
+                                                "require_attestation": False, "wait_for": "none"})
+    unit = "vm-manager-%s-qemu.service" % (vm or {}).get("id", "x")
+
+    def active(u):
+        return subprocess.run(["systemctl", "--user", "is-active", "--quiet", u]).returncode == 0
+    tap.result(status == 201 and vm["state"] == "creating" and active(unit),
+               "create_vm answers while the host install runs; the paused QEMU is the unit %s" % unit,
+               repr((status, vm))[:300])
+    if status != 201:
+        d.stop(signal.SIGTERM, timeout=30)
+        return
+    d.stop(signal.SIGKILL, timeout=10)
+    tap.result(active(unit), "kill -9 of the daemon leaves that unit running")
+    d, port, ok, why = fake_daemon(work, "pre-second", state, images, vars_, env, launcher="systemd", timeout=30)
+    tap.result(ok, "pre-second: serving", why)
+    if not ok:
+        return
+    units = ["vm-manager-%s-%s.service" % (vm["id"], r) for r in ("qemu", "swtpm", "vsock")]
+    for _ in range(100):
+        if not any(active(u) for u in units):
+            break
+        time.sleep(0.1)
+    status, again = tv.api(port, "GET", "/vms/" + vm["id"])
+    tap.result(again.get("state") == "failed" and "restarted while the VM was creating" in again.get("lastError", "")
+               and not any(active(u) for u in units) and not os.path.exists(vm["paths"]["volume"]),
+               "the next daemon fails the VM, stops the units the create left, and drops the disk",
+               repr((again, [u for u in units if active(u)]))[:500])
+    tv.api(port, "DELETE", "/vms/" + vm["id"])
+    d.stop(signal.SIGTERM, timeout=30)
+    with open(os.path.join(work, "pre.gate"), "w"):
+        pass  # an orphaned wrapper of the killed helper ends
+
+
 def run_forwards_reattach(work, ns, tapname, images, vars_):
     state = os.path.join(work, "f-state")
     env = base_env(work)
@@ -287,4 +349,4 @@ if __name__ == "__main__":
     if not os.environ.get("XDG_RUNTIME_DIR"):
         print("TAP version 13\n1..0 # SKIP needs a service manager (run under with-systemd-user.sh)")
         sys.exit(0)
-    sys.exit(run([test_forwards_reattach, test_real_boots], 900, "vmm-vmsd-"))
+    sys.exit(run([test_forwards_reattach, test_restart_stops_prestart, test_real_boots], 900, "vmm-vmsd-"))
