@@ -168,8 +168,12 @@ def boot_once(args, snap, run_dir, efi):
         procs.append(vhu)
         procs.append(bt.start_swtpm(run_dir))
         dbg = f"{run_dir}/debug.sock"
-        sargs = argparse.Namespace(port=args.port, cmdline_extra="systemd.debug_shell=ttyS1", debug_shell=dbg)
-        argv = bt.common_head(run_dir, None, args.memory, ",memory-backend=mem") + [
+        extra = " ".join(["systemd.debug_shell=ttyS1"] + ([args.cmdline_extra] if args.cmdline_extra else []))
+        sargs = argparse.Namespace(port=args.port, cmdline_extra=extra, debug_shell=dbg)
+        head = bt.common_head(run_dir, None, args.memory, ",memory-backend=mem")
+        if args.cpu:
+            head[head.index("-cpu") + 1] = args.cpu
+        argv = head + [
             "-object", f"memory-backend-memfd,id=mem,size={args.memory}M,share=on",
             "-drive", f"if=none,id=target,format=raw,file={run_dir}/target.raw,discard=unmap",
             "-device", "virtio-blk-pci,drive=target,serial=target,bootindex=0",
@@ -258,7 +262,9 @@ def render(args, runs, uki_size, med):
     lines = [f"<!-- boot-breakdown:{args.label} -->",
              f"#### {args.label}: `{os.path.basename(args.image_dir.rstrip('/'))}` image, UKI {uki_size / 1e6:.1f} MB, "
              f"{len(runs)} run(s), {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
-             f"host load (1 min) at the runs' starts: {', '.join(r['load'] for r in runs)}",
+             f"host load (1 min) at the runs' starts: {', '.join(r['load'] for r in runs)}"
+             + (f", `-cpu {args.cpu}`" if getattr(args, "cpu", "") else "")
+             + (f", kernel command line plus `{args.cmdline_extra}`" if getattr(args, "cmdline_extra", "") else ""),
              "",
              "Seconds since QEMU started, measured on the host (median over the runs; each run in brackets):",
              "",
@@ -321,6 +327,10 @@ def main():
     ap.add_argument("--cid", type=int, default=3)
     ap.add_argument("--memory", type=int, default=1024)
     ap.add_argument("--timeout", type=int, default=600)
+    ap.add_argument("--cmdline-extra", default="",
+                    help="more kernel command line (through the stub's SMBIOS string), e.g. systemd.mask=UNIT "
+                         "to try a unit's absence without building an image")
+    ap.add_argument("--cpu", default="", help="QEMU's -cpu instead of max")
     ap.add_argument("--from-json", action="store_true",
                     help="boot nothing: render the runs kept in --work (run*/result.json) again")
     args = ap.parse_args()
