@@ -79,26 +79,8 @@ static void on_install_exit(VmLaunched *l, int code, int status, void *userdata)
                 v->rec.id,
                 took,
                 text ?: "?");
-        if (v->qemu_prestarted && v->qemu) {
-                /* the paused QEMU holds the disk open: the VM fails, and its disk goes, once it is gone */
-                free(v->install_failure);
-                v->install_failure = TAKE_PTR(text);
-                if (!v->install_failure)
-                        v->install_failure = strdup("host install failed");
-                (void) vm_launched_kill(v->qemu, SIGKILL, /* whole_unit= */ true);
-                return;
-        }
-        (void) vm_set_state(
-                v,
-                VM_EVENT_HOST_INSTALL_FAILED,
-                &(VmEventArgs){ .error = -EIO, .detail = text ?: "host install failed" },
-                NULL);
-}
-
-/* The prestarted QEMU of a failed host install is gone: now the VM fails and its disk goes. */
-void vm_host_install_failed(Vm *v) {
-        _cleanup_free_ char *text = TAKE_PTR(v->install_failure);
-
+        /* KILL ends a paused QEMU beside it before the disk goes: SIGKILL and reaped, or its unit
+         * stopped with the stop job waited for */
         (void) vm_set_state(
                 v,
                 VM_EVENT_HOST_INSTALL_FAILED,

@@ -56,7 +56,6 @@ struct Vm {
         usec_t install_started;         /* CLOCK_MONOTONIC */
         sd_event_source *install_timer; /* the install timeout: the helper killed, the VM failed */
         bool install_timed_out;
-        char *install_failure; /* its failure, held back until a prestarted QEMU is gone */
 
         /* the processes of the current run (vm-start.c, vm-stop.c) */
         VmLaunched *qemu, *swtpm, *vsockd;
@@ -134,8 +133,6 @@ int vm_host_install_check(Manager *m, const Image *img, uint64_t disk_gib, ApiEr
 /* VM_ACTION_HOST_INSTALL: the helper started and watched, the install timeout armed; its end is an
  * event. */
 int vm_host_install_start(Vm *v, ApiError *reterr);
-/* A failed host install's event, held back until the prestarted QEMU that held the disk is gone. */
-void vm_host_install_failed(Vm *v);
 
 /* ---- vm-provision.c ---- */
 

@@ -297,24 +297,29 @@ static void on_leftover_exit(VmLaunched *l, int code, int status, void *userdata
 }
 
 /* A create the previous daemon did not finish may have left the units it started beside the host
- * install (swtpm, vhost-device-vsock, QEMU paused): they go with the VM's failure. */
+ * install (swtpm, vhost-device-vsock, QEMU paused, or the first boot's chain after it): they go with
+ * the VM's failure. By their names, which are fixed, not by the record, which a daemon killed between
+ * a spawn and the next save does not have. */
 static void vm_stop_leftover_units(Vm *v) {
+        static const char *const roles[] = { "qemu", "swtpm", "vsock" };
         VmUnitManager *units = manager_units(v->manager);
 
         if (!units)
                 return;
-        for (VmRole i = 0; i < _VM_ROLE_MAX; i++) {
-                const VmProcessRecord *p = v->rec.processes + i;
+        for (size_t i = 0; i < ELEMENTSOF(roles); i++) {
                 _cleanup_(vm_launched_freep) VmLaunched *l = NULL;
+                _cleanup_free_ char *unit = NULL;
 
-                if (!p->unit || vm_launched_attach(&l, units, p->unit, p->pid, on_leftover_exit, v) < 0)
+                if (asprintf(&unit, "vm-manager-%s-%s.service", v->rec.id, roles[i]) < 0)
+                        return;
+                if (vm_launched_attach(&l, units, unit, 0, on_leftover_exit, v) < 0)
                         continue;
                 log_struct(
                         LOG_NOTICE,
                         LOG_FIELDS({ "VM_ID", v->rec.id }),
                         "VM %s: stopping %s, left by a create the previous daemon did not finish.",
                         v->rec.id,
-                        p->unit);
+                        unit);
         }
 }
 

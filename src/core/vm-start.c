@@ -112,9 +112,12 @@ static void start_failed(Vm *v, int r, VmMessage m, const VmMessageArgs *a) {
 }
 
 static void on_cont_reply(QmpClient *c, int error, json_t *result, const char *error_desc, void *userdata) {
+        /* a connection we dropped (the VM may be going away with it): nothing to settle */
+        if (c != ((Vm *) userdata)->qmp)
+                return;
         _cleanup_(vm_unrefp) Vm *v = vm_ref(userdata);
 
-        if (c != v->qmp || v->sub != VM_SUB_START_QMP)
+        if (v->sub != VM_SUB_START_QMP)
                 return;
         v->qemu_prestarted = v->qemu_paused = false;
         if (error < 0) {
@@ -137,14 +140,16 @@ static void on_qmp_ready(QmpClient *c, int error, void *userdata) {
         _cleanup_(vm_unrefp) Vm *v = vm_ref(userdata);
         int r;
 
-        if (v->qemu_prestarted && v->sub == VM_SUB_HOST_INSTALL) {
-                /* beside the host install: create_vm's waiters hear of it, the guest waits for cont */
+        if (v->qemu_prestarted && v->sub != VM_SUB_START_QMP) {
+                /* beside the host install (create_vm's waiters hear of it), or after it before the
+                 * chain reached QEMU (vm_start_qemu sends cont then): the guest waits for cont */
                 if (error < 0) {
                         vm_prestart_drop_qemu(v, strerror(-error));
                         return;
                 }
                 v->qemu_paused = true;
-                (void) vm_set_state(v, VM_EVENT_QMP_UP, NULL, NULL);
+                if (v->sub == VM_SUB_HOST_INSTALL)
+                        (void) vm_set_state(v, VM_EVENT_QMP_UP, NULL, NULL);
                 return;
         }
         if (v->sub != VM_SUB_START_QMP)
@@ -171,9 +176,9 @@ static void on_qmp_ready(QmpClient *c, int error, void *userdata) {
         (void) vm_set_state(v, VM_EVENT_QMP_UP, NULL, NULL);
 }
 
-void vm_prestart_drop_qemu(Vm *v, const char *why) {
-        if (!v->qemu_prestarted)
-                return;
+/* The paused QEMU goes, and the helpers it was wired to: swtpm (--terminate) ends with the QEMU it
+ * served, so neither is reused. */
+static void prestart_forget(Vm *v, const char *why) {
         log_struct(
                 LOG_WARNING,
                 LOG_FIELDS({ "VM_ID", v->rec.id }),
@@ -182,8 +187,32 @@ void vm_prestart_drop_qemu(Vm *v, const char *why) {
                 why ?: "?");
         vm_qmp_drop(v);
         v->qemu = vm_launched_free(v->qemu);
-        v->qemu_pid = 0;
+        v->swtpm = vm_launched_free(v->swtpm);
+        v->vsockd = vm_launched_free(v->vsockd);
+        v->qemu_pid = v->swtpm_pid = 0;
         v->qemu_prestarted = v->qemu_paused = false;
+        v->helpers_prestarted = v->swtpm_up = false;
+        v->probe_timer = sd_event_source_disable_unref(v->probe_timer);
+}
+
+void vm_prestart_drop_qemu(Vm *v, const char *why) {
+        _cleanup_(api_error_done) ApiError e = API_ERROR_NULL;
+        int r;
+
+        if (!v->qemu_prestarted)
+                return;
+        prestart_forget(v, why);
+        if (v->sub != VM_SUB_START_HELPERS)
+                return; /* the chain after the install starts them */
+        /* the chain after the install runs already: it starts them afresh */
+        r = vm_start_helpers(v, &e);
+        if (r < 0)
+                (void) vm_set_state(
+                        v,
+                        VM_EVENT_START_FAILED,
+                        &(VmEventArgs){ .error = r,
+                                        .detail = e.message ?: "failed to start the helpers again" },
+                        NULL);
 }
 
 static int spawn_qemu(Vm *v, bool paused) {
@@ -347,6 +376,9 @@ static void prestart_probe(Vm *v, usec_t usec, bool vsock_up) {
                 v->probe_timer = sd_event_source_disable_unref(v->probe_timer);
                 r = spawn_qemu(v, /* paused= */ true);
                 if (r < 0) {
+                        vm_qmp_drop(v);
+                        v->qemu = vm_launched_free(v->qemu);
+                        v->qemu_pid = 0;
                         log_struct(
                                 LOG_WARNING,
                                 LOG_FIELDS({ "VM_ID", v->rec.id }),
@@ -356,6 +388,8 @@ static void prestart_probe(Vm *v, usec_t usec, bool vsock_up) {
                         return;
                 }
                 v->qemu_prestarted = true;
+                /* its unit in the record at once: a restart before QMP answers stops it */
+                (void) vm_save(v);
                 return;
         }
         if (usec >= v->probe_deadline || !v->swtpm || (v->rec.vsock == VM_VSOCK_VHOST_USER && !v->vsockd)) {
@@ -499,8 +533,11 @@ int vm_prestart(Vm *v, ApiError *reterr) {
 int vm_start_helpers(Vm *v, ApiError *reterr) {
         int r;
 
-        /* spawned while the host install ran (and still there): only the probing is left */
-        if (!v->helpers_prestarted || !v->swtpm) {
+        /* spawned while the host install ran (and both still there): only the probing is left */
+        if (!v->helpers_prestarted || !v->swtpm || (v->rec.vsock == VM_VSOCK_VHOST_USER && !v->vsockd)) {
+                /* a paused QEMU is wired to the helpers that ended: it goes with them */
+                if (v->qemu_prestarted)
+                        prestart_forget(v, "a helper beside it ended");
                 r = spawn_helpers(v, reterr);
                 if (r < 0)
                         return r;

@@ -63,6 +63,7 @@ void vm_teardown(Vm *v) {
         vm_net_detach(v, /* remove= */ false);
         v->qemu = vm_launched_free(v->qemu);
         v->qemu_pid = 0;
+        v->qemu_prestarted = v->qemu_paused = false;
         v->phase_timer = sd_event_source_disable_unref(v->phase_timer);
         v->stop_timer = sd_event_source_disable_unref(v->stop_timer);
         vm_notify_close(v);
@@ -87,11 +88,10 @@ void vm_on_qemu_exit(VmLaunched *p, int code, int status, void *userdata) {
 
         log_struct(
                 LOG_INFO, LOG_FIELDS({ "VM_ID", v->rec.id }), "QEMU of VM %s exited: %s", v->rec.id, st ?: "?");
-        if (v->sub == VM_SUB_HOST_INSTALL && p == v->qemu) {
-                /* the paused QEMU beside the host install: the VM is not running yet */
+        if (p == v->qemu && v->qemu_prestarted && v->sub != VM_SUB_START_QMP) {
+                /* the paused QEMU beside the host install (or after it, before the chain reached
+                 * QEMU): the VM is not running yet, and the chain starts another */
                 vm_prestart_drop_qemu(v, st);
-                if (v->install_failure)
-                        vm_host_install_failed(v);
                 return;
         }
         if (v->sub == VM_SUB_START_QMP)
@@ -141,8 +141,9 @@ static void arm_stop_timer(Vm *v, usec_t timeout) {
 }
 
 static void on_powerdown_reply(QmpClient *c, int error, json_t *result, const char *desc, void *userdata) {
-        /* no ACPI path: SIGTERM at once */
-        if (error < 0)
+        /* no ACPI path: SIGTERM at once; a connection we dropped (the VM may be going away with it)
+         * settles nothing */
+        if (error < 0 && c == ((Vm *) userdata)->qmp)
                 (void) vm_set_state(userdata, VM_EVENT_POWERDOWN_FAILED, NULL, NULL);
 }
 

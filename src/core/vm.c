@@ -52,7 +52,6 @@ static Vm *vm_free(Vm *v) {
         vm_waiters_free(v);
         vm_record_done(&v->rec);
         free(v->fail_reason);
-        free(v->install_failure);
         free(v->dir);
         safe_close(v->volume_fd);
         sd_event_source_disable_unref(v->imds_source);

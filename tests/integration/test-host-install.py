@@ -14,7 +14,8 @@ from the real image's repart.sysinstall.d, and:
   * a daemon killed during a host install: the next one finds the VM failed, its disk gone;
   * the first boot's QEMU starts paused (-S) beside the install: create_vm (wait_for none) answers
     while the install runs, cont comes once the disk's GPT is written; an install that fails then
-    takes the paused QEMU with it, and so does delete_vm;
+    takes the paused QEMU with it, and so does delete_vm; a monitor that answers only after the
+    install ended, and a paused QEMU or swtpm killed during it, still end booting;
   * disk_gib too small for the layout: invalid_request before anything is allocated;
   * the storage provider back-end (a stand-in io.systemd.StorageProvider on varlink): a volume in the
     provider's directory, and one without a name (unlinked once opened) that the helper reaches as
@@ -427,6 +428,121 @@ def test_paused_beside_install(work):
     d.stop(signal.SIGTERM, timeout=30)
 
 
+def pids_of(vmdir, what):
+    """pids of the fakes of the VM in vmdir: what is "/qmp.sock" for its QEMU, "/tpm/swtpm.sock" for its
+    swtpm (whose socket QEMU's command line names too: told apart by the fake's name)."""
+    prog = b"fakes/swtpm" if "swtpm" in what else b"fakes/qemu-system"
+    pids = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open("/proc/%s/cmdline" % pid, "rb") as f:
+                cmd = f.read()
+        except OSError:
+            continue
+        if (vmdir + what).encode() in cmd and prog in cmd:
+            pids.append(int(pid))
+    return pids
+
+
+def test_prestart_recovers(work):
+    """What the paused QEMU beside the install meets: its monitor answering only after the install
+    ended, the QEMU killed, or its swtpm killed, while the install runs. mke2fs waits while a hold
+    file exists; the fake QEMU greets QMP 1.5 s late."""
+    images = os.path.join(work, "images-rec")
+    os.makedirs(images)
+    make_image(images, "rec_1.0")
+    make_layout(images, "rec_1.0")
+    bindir, hold = os.path.join(work, "hold-bin"), os.path.join(work, "mke2fs.hold")
+    os.makedirs(bindir)
+    real = shutil.which("mke2fs", path=os.environ.get("PATH", "") + ":/usr/sbin:/sbin")
+    with open(os.path.join(bindir, "mke2fs"), "w") as f:
+        f.write("#!/bin/sh\nwhile [ -e %s ]; do sleep 0.05; done\nexec %s \"$@\"\n" % (hold, real))
+    os.chmod(os.path.join(bindir, "mke2fs"), 0o755)
+    d, port = daemon(work, "rec", images, env_extra={"PATH": bindir + ":" + os.environ.get("PATH", ""),
+                                                      "FAKE_QMP_DELAY": "1.5"})
+
+    def create(name):
+        box = {}
+        t = threading.Thread(target=lambda: box.update(r=api(port, "POST", "/vms", dict(
+            CREATE, name=name, wait_for="none"), timeout=60)), daemon=True)
+        t.start()
+        return t, box
+
+    def vm_dir_of(name):
+        for _ in range(200):
+            _, vms = api(port, "GET", "/vms")
+            for vm in vms or []:
+                if vm["name"] == name:
+                    return vm["id"], os.path.join(work, "s-rec", "vms", vm["id"])
+            time.sleep(0.05)
+        return None, None
+
+    def argv_of(vmdir):
+        try:
+            with open(os.path.join(vmdir, "qemu.argv.json")) as f:
+                return json.load(f)
+        except (OSError, ValueError):
+            return []
+
+    def wait_booting(vid):
+        vm = {}
+        for _ in range(300):
+            _, vm = api(port, "GET", "/vms/" + vid)
+            if vm["state"] != "creating":
+                break
+            time.sleep(0.1)
+        return vm
+
+    # 1. the install ends while the paused QEMU's monitor has not answered yet
+    with open(hold, "w"):
+        pass
+    t, box = create("late-qmp")
+    vid, vmdir = vm_dir_of("late-qmp")
+    for _ in range(200):
+        if "-S" in argv_of(vmdir):
+            break
+        time.sleep(0.05)
+    paused = "-S" in argv_of(vmdir)
+    first = pids_of(vmdir, "/qmp.sock")
+    os.unlink(hold)  # the install ends now, before QMP greets
+    t.join(60)
+    status, vm = box.get("r", (None, None))
+    vm = wait_booting(vid)
+    tap.result(paused and status == 201 and vm["state"] == "booting" and pids_of(vmdir, "/qmp.sock") == first
+               and os.path.exists(os.path.join(vmdir, "qemu.cont")),
+               "the install ends before the paused QEMU's monitor answers: the same QEMU gets cont, booting",
+               repr((paused, status, vm.get("state"), first))[:300])
+    api(port, "DELETE", "/vms/" + vid)
+
+    # 2. and 3. the paused QEMU, or its swtpm, killed while the install runs
+    for victim, what in (("QEMU", "/qmp.sock"), ("swtpm", "/tpm/swtpm.sock")):
+        with open(hold, "w"):
+            pass
+        name = "kill-" + victim.lower()
+        t, box = create(name)
+        t.join(60)
+        status, vm = box.get("r", (None, None))
+        vid, vmdir = vm_dir_of(name)
+        old_qemu, old_tpm = pids_of(vmdir, "/qmp.sock"), pids_of(vmdir, "/tpm/swtpm.sock")
+        before = status == 201 and vm["state"] == "creating" and "-S" in argv_of(vmdir) and old_qemu and old_tpm
+        for pid in pids_of(vmdir, what):
+            os.kill(pid, signal.SIGKILL)
+        time.sleep(1)
+        os.unlink(hold)
+        vm = wait_booting(vid)
+        new_qemu, new_tpm = pids_of(vmdir, "/qmp.sock"), pids_of(vmdir, "/tpm/swtpm.sock")
+        tap.result(before and vm["state"] == "booting" and len(new_qemu) == 1 and new_qemu != old_qemu
+                   and "-S" not in argv_of(vmdir) and len(new_tpm) == 1 and new_tpm != old_tpm,
+                   "the paused QEMU's %s killed during the install: QEMU and its helpers start afresh after "
+                   "it, booting" % victim if victim == "swtpm" else
+                   "the paused QEMU killed during the install: a fresh QEMU and helpers after it, booting",
+                   repr((before, vm.get("state"), old_qemu, new_qemu, old_tpm, new_tpm))[:400])
+        api(port, "DELETE", "/vms/" + vid)
+    d.stop(signal.SIGTERM, timeout=30)
+
+
 def fake_provider(sock_path, vol_dir, mode):
     """io.systemd.StorageProvider as vm-manager speaks it: GetInfo, Acquire (the fd passed with
     SCM_RIGHTS). While mode["anon"] is set, a new volume is unlinked once opened."""
@@ -511,5 +627,5 @@ def test_storage_provider(work):
 
 if __name__ == "__main__":
     sys.exit(run([test_host_install, test_modes_and_refusals, test_broken_layout, test_restart_during_install,
-                  test_paused_beside_install, test_storage_provider],
+                  test_paused_beside_install, test_prestart_recovers, test_storage_provider],
                  300, "vmm-host-"))
