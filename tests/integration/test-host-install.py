@@ -305,8 +305,10 @@ def test_restart_during_install(work):
     d2.stop(signal.SIGTERM, timeout=30)
 
 
-def qemu_of(vmdir):
-    """The pids of processes whose command line names the VM's QMP socket (its QEMU)."""
+def pids_of(vmdir, what):
+    """pids of the fakes of the VM in vmdir: what is "/qmp.sock" for its QEMU, "/tpm/swtpm.sock" for its
+    swtpm (whose socket QEMU's command line names too: told apart by the fake's name)."""
+    prog = b"fakes/swtpm" if "swtpm" in what else b"fakes/qemu-system"
     pids = []
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
@@ -316,9 +318,26 @@ def qemu_of(vmdir):
                 cmd = f.read()
         except OSError:
             continue
-        if (vmdir + "/qmp.sock").encode() in cmd and b"qemu" in cmd:
+        if (vmdir + what).encode() in cmd and prog in cmd:
             pids.append(int(pid))
     return pids
+
+
+def held_mke2fs(work, name, condition):
+    """A directory holding an mke2fs that waits while the shell test condition holds, then runs the
+    real one: it formats var, the host install's last step before the GPT, so the install stays in
+    progress for as long as the test wants."""
+    bindir = os.path.join(work, name)
+    os.makedirs(bindir)
+    real = shutil.which("mke2fs", path=os.environ.get("PATH", "") + ":/usr/sbin:/sbin")
+    with open(os.path.join(bindir, "mke2fs"), "w") as f:
+        f.write("#!/bin/sh\nwhile %s; do sleep 0.05; done\nexec %s \"$@\"\n" % (condition, real))
+    os.chmod(os.path.join(bindir, "mke2fs"), 0o755)
+    return bindir
+
+
+def qemu_of(vmdir):
+    return pids_of(vmdir, "/qmp.sock")
 
 
 def test_paused_beside_install(work):
@@ -335,12 +354,8 @@ def test_paused_beside_install(work):
     fifo = os.path.join(images, "fifo_1.0.raw")
     os.unlink(fifo)
     os.mkfifo(fifo)
-    bindir, gate = os.path.join(work, "gated-bin"), os.path.join(work, "mke2fs.gate")
-    os.makedirs(bindir)
-    real = shutil.which("mke2fs", path=os.environ.get("PATH", "") + ":/usr/sbin:/sbin")
-    with open(os.path.join(bindir, "mke2fs"), "w") as f:
-        f.write("#!/bin/sh\nwhile [ ! -e %s ]; do sleep 0.05; done\nexec %s \"$@\"\n" % (gate, real))
-    os.chmod(os.path.join(bindir, "mke2fs"), 0o755)
+    gate = os.path.join(work, "mke2fs.gate")
+    bindir = held_mke2fs(work, "gated-bin", '[ ! -e "%s" ]' % gate)
     d, port = daemon(work, "paused", images, env_extra={"PATH": bindir + ":" + os.environ.get("PATH", "")})
 
     t0 = time.monotonic()
@@ -428,24 +443,6 @@ def test_paused_beside_install(work):
     d.stop(signal.SIGTERM, timeout=30)
 
 
-def pids_of(vmdir, what):
-    """pids of the fakes of the VM in vmdir: what is "/qmp.sock" for its QEMU, "/tpm/swtpm.sock" for its
-    swtpm (whose socket QEMU's command line names too: told apart by the fake's name)."""
-    prog = b"fakes/swtpm" if "swtpm" in what else b"fakes/qemu-system"
-    pids = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open("/proc/%s/cmdline" % pid, "rb") as f:
-                cmd = f.read()
-        except OSError:
-            continue
-        if (vmdir + what).encode() in cmd and prog in cmd:
-            pids.append(int(pid))
-    return pids
-
-
 def test_prestart_recovers(work):
     """What the paused QEMU beside the install meets: its monitor answering only after the install
     ended, the QEMU killed, or its swtpm killed, while the install runs. mke2fs waits while a hold
@@ -454,12 +451,8 @@ def test_prestart_recovers(work):
     os.makedirs(images)
     make_image(images, "rec_1.0")
     make_layout(images, "rec_1.0")
-    bindir, hold = os.path.join(work, "hold-bin"), os.path.join(work, "mke2fs.hold")
-    os.makedirs(bindir)
-    real = shutil.which("mke2fs", path=os.environ.get("PATH", "") + ":/usr/sbin:/sbin")
-    with open(os.path.join(bindir, "mke2fs"), "w") as f:
-        f.write("#!/bin/sh\nwhile [ -e %s ]; do sleep 0.05; done\nexec %s \"$@\"\n" % (hold, real))
-    os.chmod(os.path.join(bindir, "mke2fs"), 0o755)
+    hold = os.path.join(work, "mke2fs.hold")
+    bindir = held_mke2fs(work, "hold-bin", '[ -e "%s" ]' % hold)
     d, port = daemon(work, "rec", images, env_extra={"PATH": bindir + ":" + os.environ.get("PATH", ""),
                                                       "FAKE_QMP_DELAY": "1.5"})
 
