@@ -388,7 +388,7 @@ static void prestart_probe(Vm *v, usec_t usec, bool vsock_up) {
                         return;
                 }
                 v->qemu_prestarted = true;
-                /* its unit in the record at once: a restart before QMP answers stops it */
+                /* the record names its unit at once (a restart stops a creating VM's units by name anyway) */
                 (void) vm_save(v);
                 return;
         }
