@@ -308,9 +308,9 @@ static void vm_stop_leftover_units(Vm *v) {
                 return;
         for (size_t i = 0; i < ELEMENTSOF(roles); i++) {
                 _cleanup_(vm_launched_freep) VmLaunched *l = NULL;
-                _cleanup_free_ char *unit = NULL;
+                _cleanup_free_ char *unit = vm_process_unit(v, roles[i]);
 
-                if (asprintf(&unit, "vm-manager-%s-%s.service", v->rec.id, roles[i]) < 0)
+                if (!unit)
                         return;
                 if (vm_launched_attach(&l, units, unit, 0, on_leftover_exit, v) < 0)
                         continue;

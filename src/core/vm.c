@@ -159,6 +159,14 @@ char *vm_path(Vm *v, const char *name) {
         return p;
 }
 
+char *vm_process_unit(Vm *v, const char *role) {
+        char *unit = NULL;
+
+        if (asprintf(&unit, "vm-manager-%s-%s.service", v->rec.id, role) < 0)
+                return NULL;
+        return unit;
+}
+
 /* ---- the record ---- */
 
 /* The record as the API shows it, or as vm.json keeps it: with the units and pids a successor

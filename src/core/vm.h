@@ -49,6 +49,9 @@ pid_t vm_qemu_pid(Vm *v);
 uint64_t vm_disk_bytes(Vm *v);
 /* A file of the VM's directory; NULL on OOM. */
 char *vm_path(Vm *v, const char *name);
+/* The systemd unit of one of the VM's processes under the systemd launcher,
+ * vm-manager-<id>-<role>.service (role: qemu, swtpm, vsock); NULL on OOM. */
+char *vm_process_unit(Vm *v, const char *role);
 /* The record as the API shows it (camelCase, the reference's key order); a new reference. */
 json_t *vm_to_json(Vm *v);
 
