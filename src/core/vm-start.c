@@ -42,12 +42,12 @@ static bool swtpm_answers(const char *ctrl) {
         return read(fd, answer, sizeof(answer)) == sizeof(answer);
 }
 
-/* role names the unit (vm-manager-<id>-<role>.service) under the systemd launcher. */
+/* role names the unit (vm_process_unit()) under the systemd launcher. */
 static int vm_spawn(Vm *v, char **argv, const char *log_name, const char *role, VmLaunched **ret) {
-        _cleanup_free_ char *log = vm_path(v, log_name), *unit = NULL;
+        _cleanup_free_ char *log = vm_path(v, log_name), *unit = vm_process_unit(v, role);
         bool qemu = streq(role, "qemu");
 
-        if (!log || asprintf(&unit, "vm-manager-%s-%s.service", v->rec.id, role) < 0)
+        if (!log || !unit)
                 return -ENOMEM;
         return vm_launched_spawn(
                 ret,
@@ -122,8 +122,9 @@ static void on_cont_reply(QmpClient *c, int error, json_t *result, const char *e
         v->qemu_prestarted = v->qemu_paused = false;
         if (error < 0) {
                 _cleanup_free_ char *what = NULL;
-                (void) asprintf(&what, "cont: %s", error_desc ?: strerror(-error));
-                start_failed(v, error, VM_MESSAGE_QEMU_SPAWN, &(VmMessageArgs){ .errno_text = what });
+                if (asprintf(&what, "cont: %s", error_desc ?: strerror(-error)) < 0)
+                        what = NULL;
+                start_failed(v, error, VM_MESSAGE_QEMU_SPAWN, &(VmMessageArgs){ .errno_text = what ?: "cont" });
                 return;
         }
         (void) vm_set_state(v, VM_EVENT_QMP_UP, NULL, NULL);
