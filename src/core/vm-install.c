@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "disk-layout.h"
@@ -144,6 +145,32 @@ int vm_host_install_check(Manager *m, const Image *img, uint64_t disk_gib, ApiEr
         return 0;
 }
 
+/* The file the IMDS serves for the VM's Kubernetes version (sysupdate/kubernetes/kubernetes_<v>.raw
+ * of the image directory) and its place in var, where systemd-sysupdate would put it; 0 when the VM
+ * has no version or the file is not there (the guest's own download then fails the same way). */
+static int kubernetes_seed(Vm *v, char **ret_source, char **ret_path) {
+        const char *ver = v->rec.spec.kubernetes_version;
+        _cleanup_free_ char *source = NULL, *path = NULL;
+        struct stat st;
+
+        if (!ver || !*ver || strchr(ver, '/') || ver[0] == '.')
+                return 0;
+        if (asprintf(&source, "%s/sysupdate/kubernetes/kubernetes_%s.raw", manager_image_dir(v->manager), ver) <
+            0) {
+                source = NULL;
+                return -ENOMEM;
+        }
+        if (lstat(source, &st) < 0 || !S_ISREG(st.st_mode))
+                return 0;
+        if (asprintf(&path, "lib/extensions/kubernetes_%s.raw", ver) < 0) {
+                path = NULL;
+                return -ENOMEM;
+        }
+        *ret_source = TAKE_PTR(source);
+        *ret_path = TAKE_PTR(path);
+        return 1;
+}
+
 int vm_host_install_start(Vm *v, ApiError *reterr) {
         const Image *img = image_catalog_resolve(manager_images(v->manager), v->rec.spec.image);
         _cleanup_free_ char *log = vm_path(v, "install.log"), *text = NULL;
@@ -158,10 +185,20 @@ int vm_host_install_start(Vm *v, ApiError *reterr) {
         else if ((n = readlink("/proc/self/exe", exe, sizeof(exe) - 1)) < 0)
                 r = -errno;
         else {
-                char *argv[] = { exe, (char *) "host-install", img->disk, img->layout, v->rec.volume, size,
+                _cleanup_free_ char *seed = NULL, *seed_path = NULL;
+                char *argv[] = { exe,           (char *) "host-install",
+                                 img->disk,     img->layout,
+                                 v->rec.volume, size,
+                                 NULL,          NULL,
                                  NULL };
 
                 exe[n] = 0;
+                /* the Kubernetes sysext the guest would download from the IMDS on its first boot goes
+                 * into var now: vm-kubernetes finds it there and only merges and measures it */
+                if (kubernetes_seed(v, &seed, &seed_path) > 0) {
+                        argv[6] = seed;
+                        argv[7] = seed_path;
+                }
                 snprintf(size, sizeof(size), "%" PRIu64, v->rec.spec.disk_gib << 30);
                 (void) unlink(log);
                 v->installer = vm_launched_free(v->installer);

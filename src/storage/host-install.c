@@ -170,25 +170,109 @@ static int copy_partition(int src, const DiskPlanStep *s, int dst, bool blockdev
         return zero_range(dst, blockdev, s->offset + s->src_size, s->size - s->src_size, st);
 }
 
-static int run_mke2fs(const char *target, const DiskPlanStep *s, const GptEntry *e) {
+/* A seed's path: relative, no empty, "." or ".." component. */
+static bool seed_path_ok(const char *path) {
+        if (!path || !*path || path[0] == '/')
+                return false;
+        for (const char *p = path; *p;) {
+                size_t n = strcspn(p, "/");
+                if (n == 0 || (n == 1 && p[0] == '.') || (n == 2 && p[0] == '.' && p[1] == '.'))
+                        return false;
+                p += n;
+                if (*p == '/')
+                        p++;
+                if (*p == 0 && p[-1] == '/')
+                        return false;
+        }
+        return true;
+}
+
+/* The directory mke2fs -d copies the seed from: <dir>/<path>. */
+typedef struct SeedStage {
+        char *dir, *file;
+} SeedStage;
+
+/* Removes the staged file and every directory up to and including the stage itself. */
+static void seed_stage_done(SeedStage *s) {
+        if (s->file) {
+                (void) unlink(s->file);
+                for (char *slash; (slash = strrchr(s->file, '/')) && slash > s->file;) {
+                        *slash = 0;
+                        if (strlen(s->file) < strlen(s->dir))
+                                break;
+                        (void) rmdir(s->file);
+                }
+        } else if (s->dir)
+                (void) rmdir(s->dir);
+        s->file = mfree(s->file);
+        s->dir = mfree(s->dir);
+}
+
+static int seed_stage(const HostInstallSeed *seed, SeedStage *ret, HostInstallStats *st) {
+        _cleanup_close_ int src = -EBADF, dst = -EBADF;
+        struct stat sst;
+        int r;
+
+        if (!seed_path_ok(seed->path))
+                return say(-EINVAL, "bad path for %s in the file system: '%s'", seed->source, seed->path);
+        src = open(seed->source, O_RDONLY | O_CLOEXEC);
+        if (src < 0 || fstat(src, &sst) < 0)
+                return say(-errno, "cannot open %s: %m", seed->source);
+        if (!S_ISREG(sst.st_mode))
+                return say(-EINVAL, "%s is not a regular file", seed->source);
+        ret->dir = strdup("var-seed.XXXXXX");
+        if (!ret->dir)
+                return say(-ENOMEM, "out of memory");
+        if (!mkdtemp(ret->dir)) {
+                ret->dir = mfree(ret->dir);
+                return say(-errno, "cannot make a staging directory in the working directory: %m");
+        }
+        /* mke2fs -d gives the file system's root the stage's mode: that of /var, not mkdtemp's 0700 */
+        if (chmod(ret->dir, 0755) < 0 || asprintf(&ret->file, "%s/%s", ret->dir, seed->path) < 0) {
+                ret->file = NULL;
+                return say(-errno, "cannot prepare the staging directory: %m");
+        }
+        for (char *p = ret->file + strlen(ret->dir) + 1; (p = strchr(p, '/')); p++) {
+                *p = 0;
+                r = mkdir(ret->file, 0755) < 0 && errno != EEXIST ? -errno : 0;
+                *p = '/';
+                if (r < 0)
+                        return say(r, "cannot make the staging directory for %s: %s", seed->path, strerror(-r));
+        }
+        dst = open(ret->file, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0444);
+        if (dst < 0)
+                return say(-errno, "cannot stage %s: %m", seed->path);
+        r = copy_extent(src, 0, dst, 0, (uint64_t) sst.st_size, st);
+        if (r < 0)
+                return say(r, "cannot stage %s: %s", seed->path, strerror(-r));
+        return 0;
+}
+
+/* from: NULL, or a directory whose tree the new file system starts with (mke2fs -d). */
+static int run_mke2fs(const char *target, const DiskPlanStep *s, const GptEntry *e, const char *from) {
         char opts[128], size[32], uuid[37];
-        char *argv[] = { (char *) "mke2fs",
-                         (char *) "-q",
-                         (char *) "-F",
-                         (char *) "-t",
-                         (char *) "ext4",
-                         (char *) "-L",
-                         (char *) e->name,
-                         (char *) "-U",
-                         uuid,
-                         (char *) "-E",
-                         opts,
-                         (char *) target,
-                         size,
-                         NULL };
+        char *argv[16] = { (char *) "mke2fs",
+                           (char *) "-q",
+                           (char *) "-F",
+                           (char *) "-t",
+                           (char *) "ext4",
+                           (char *) "-L",
+                           (char *) e->name,
+                           (char *) "-U",
+                           uuid,
+                           (char *) "-E",
+                           opts };
+        size_t n = 11;
         pid_t pid;
         int status, r;
 
+        if (from) {
+                argv[n++] = (char *) "-d";
+                argv[n++] = (char *) from;
+        }
+        argv[n++] = (char *) target;
+        argv[n++] = size;
+        argv[n] = NULL;
         /* the file system's UUID need not be the partition's; a fresh one */
         {
                 GptGuid g;
@@ -238,8 +322,11 @@ static int
                 const char *target,
                 uint64_t disk,
                 const DiskPlan *plan,
+                const HostInstallSeed *seed,
                 HostInstallStats *st) {
         _cleanup_free_ uint8_t *head = NULL, *tail = NULL;
+        _cleanup_(seed_stage_done) SeedStage stage = {};
+        bool seeded = false;
         int r;
 
         r = gpt_build(&plan->table, disk / GPT_SECTOR, &head, &tail);
@@ -266,14 +353,23 @@ static int
                                 return say(r, "clearing partition %s: %s", e->name, strerror(-r));
                         if (fsync(dst) < 0)
                                 return say(-errno, "flushing %s: %m", target);
-                        r = run_mke2fs(target, s, e);
+                        if (seed && !seeded) {
+                                r = seed_stage(seed, &stage, st);
+                                if (r < 0)
+                                        return r;
+                        }
+                        r = run_mke2fs(target, s, e, seed && !seeded ? stage.dir : NULL);
                         if (r < 0)
                                 return r;
+                        seeded = seeded || seed;
+                        seed_stage_done(&stage);
                         break;
                 default:
                         return say(-EINVAL, "unknown content of partition %s", e->name);
                 }
         }
+        if (seed && !seeded)
+                return say(-EINVAL, "the layout formats no file system to put %s into", seed->path);
         /* the data first, then the backup table, then the primary one: only a complete disk has one */
         if (fsync(dst) < 0)
                 return say(-errno, "flushing %s: %m", target);
@@ -290,7 +386,12 @@ static int
 }
 
 int host_install_run(
-        const char *image, const char *layout, const char *target, uint64_t disk_size, HostInstallStats *ret) {
+        const char *image,
+        const char *layout,
+        const char *target,
+        uint64_t disk_size,
+        const HostInstallSeed *seed,
+        HostInstallStats *ret) {
         _cleanup_free_ char *text = NULL;
         _cleanup_free_ uint8_t *head = NULL;
         _cleanup_free_ DiskLayout *l = NULL;
@@ -348,7 +449,7 @@ int host_install_run(
         r = wipe_table(dst, blockdev, disk, &st);
         if (r < 0)
                 return say(r, "clearing the partition table of %s: %s", target, strerror(-r));
-        r = lay_out(src, dst, blockdev, target, disk, plan, &st);
+        r = lay_out(src, dst, blockdev, target, disk, plan, seed, &st);
         if (r < 0) {
                 (void) wipe_table(dst, blockdev, disk, &st);
                 return r;
@@ -363,15 +464,22 @@ int host_install_main(int argc, char **argv) {
         uint64_t size = 0;
         int r;
 
-        if (argc < 3 || argc > 4) {
-                fprintf(stderr, "Usage: vm-manager host-install IMAGE LAYOUT TARGET [SIZE]\n");
+        if (argc < 3 || argc > 6 || argc == 5) {
+                fprintf(stderr,
+                        "Usage: vm-manager host-install IMAGE LAYOUT TARGET [SIZE [VAR_FILE VAR_PATH]]\n");
                 return 2;
         }
-        if (argc == 4 && parse_size(argv[3], &size) < 0) {
+        if (argc >= 4 && parse_size(argv[3], &size) < 0) {
                 fprintf(stderr, "host-install: bad size '%s'\n", argv[3]);
                 return 2;
         }
-        r = host_install_run(argv[0], argv[1], argv[2], size, &st);
+        r = host_install_run(
+                argv[0],
+                argv[1],
+                argv[2],
+                size,
+                argc == 6 ? &(HostInstallSeed){ .source = argv[4], .path = argv[5] } : NULL,
+                &st);
         if (r < 0)
                 return 1;
         fprintf(stderr,

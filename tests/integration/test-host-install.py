@@ -17,12 +17,16 @@ from the real image's repart.sysinstall.d, and:
     takes the paused QEMU with it, and so does delete_vm; a monitor that answers only after the
     install ended, and a paused QEMU or swtpm killed during it, still end booting;
   * disk_gib too small for the layout: invalid_request before anything is allocated;
+  * the Kubernetes sysext the IMDS would serve for the VM's version is put into var by the host
+    install (lib/extensions/kubernetes_<v>.raw, 0444, var's root still 0755): read back with
+    debugfs; a VM of an image directory without that file gets an empty var;
   * the storage provider back-end (a stand-in io.systemd.StorageProvider on varlink): a volume in the
     provider's directory, and one without a name (unlinked once opened) that the helper reaches as
     /proc/<daemon>/fd/<n>.
 """
 
 import array
+import hashlib
 import json
 import os
 import shutil
@@ -188,6 +192,68 @@ def test_host_install(work):
     with open(os.path.join(vmdir, "install.log")) as f:
         log = f.read()
     tap.result("host-install: done" in log, "the helper's log says what it did", log[-300:])
+    d.stop(signal.SIGTERM, timeout=30)
+
+
+def var_fs(work, disk, parts, name):
+    """var (the last partition) of the disk as a file of its own, for debugfs."""
+    var = parts[-1]
+    out = os.path.join(work, name)
+    subprocess.run(["dd", "if=" + disk, "of=" + out, "bs=512", "skip=%d" % var["start"], "count=%d" % var["size"],
+                    "status=none"], check=True)
+    return out
+
+
+def debugfs(fs, cmd):
+    return subprocess.run(["debugfs", "-R", cmd, fs], capture_output=True, text=True).stdout
+
+
+def test_kubernetes_seed(work):
+    images = os.path.join(work, "images-k8s")
+    kdir = os.path.join(images, "sysupdate", "kubernetes")
+    os.makedirs(kdir)
+    make_image(images, "k8s_1.0")
+    make_layout(images, "k8s_1.0")
+    sysext = os.urandom(3 * MiB + 123)
+    with open(os.path.join(kdir, "kubernetes_1.2.3.raw"), "wb") as f:
+        f.write(sysext)
+    with open(os.path.join(kdir, "SHA256SUMS"), "w") as f:
+        f.write("%s  kubernetes_1.2.3.raw\n" % hashlib.sha256(sysext).hexdigest())
+    d, port = daemon(work, "k8s", images)
+    status, vm = api(port, "POST", "/vms", dict(CREATE, name="k1", wait_for="installed"))
+    ok = status == 201 and vm.get("kubernetesVersion") == "1.2.3" and vm.get("installedAt")
+    tap.result(ok, "a VM with Kubernetes 1.2.3 in host mode is installed", repr((status, vm))[:400])
+    if ok:
+        disk = vm["paths"]["volume"]
+        parts = json.loads(subprocess.run(["sfdisk", "--json", disk], check=True,
+                                          capture_output=True).stdout)["partitiontable"]["partitions"]
+        fs = var_fs(work, disk, parts, "k1-var.img")
+        dump = os.path.join(work, "k1-sysext.raw")
+        debugfs(fs, "dump /lib/extensions/kubernetes_1.2.3.raw " + dump)
+        got = open(dump, "rb").read() if os.path.exists(dump) else b""
+        mode = debugfs(fs, "stat /lib/extensions/kubernetes_1.2.3.raw")
+        root = debugfs(fs, "stat /")
+        fsck = subprocess.run(["e2fsck", "-fn", fs], capture_output=True, text=True)
+        tap.result(got == sysext and "Mode:  0444" in mode and "Mode:  0755" in root and fsck.returncode == 0,
+                   "var holds the sysext the IMDS serves, as systemd-sysupdate would leave it: "
+                   "/lib/extensions/kubernetes_1.2.3.raw, the same bytes, 0444; var's root 0755; fsck clean",
+                   repr((len(got), mode[:200], root[:200], fsck.stdout[-300:])))
+        vmdir = os.path.join(work, "s-k8s", "vms", vm["id"])
+        left = [n for n in os.listdir(vmdir) if n.startswith("var-seed.")]
+        tap.result(not left, "the staging directory is gone after the install", repr(left))
+    # the same image directory without the file: nothing to put into var, the guest downloads it
+    os.unlink(os.path.join(kdir, "kubernetes_1.2.3.raw"))
+    status, vm = api(port, "POST", "/vms", dict(CREATE, name="k2", wait_for="installed"))
+    ok = status == 201 and vm.get("installedAt")
+    listing = ""
+    if ok:
+        disk = vm["paths"]["volume"]
+        parts = json.loads(subprocess.run(["sfdisk", "--json", disk], check=True,
+                                          capture_output=True).stdout)["partitiontable"]["partitions"]
+        listing = debugfs(var_fs(work, disk, parts, "k2-var.img"), "ls /")
+    tap.result(ok and "lost+found" in listing and "lib" not in listing,
+               "without the file on the host the install still succeeds and var is empty",
+               repr((status, listing))[:400])
     d.stop(signal.SIGTERM, timeout=30)
 
 
@@ -619,6 +685,6 @@ def test_storage_provider(work):
 
 
 if __name__ == "__main__":
-    sys.exit(run([test_host_install, test_modes_and_refusals, test_broken_layout, test_restart_during_install,
+    sys.exit(run([test_host_install, test_kubernetes_seed, test_modes_and_refusals, test_broken_layout, test_restart_during_install,
                   test_paused_beside_install, test_prestart_recovers, test_storage_provider],
                  300, "vmm-host-"))

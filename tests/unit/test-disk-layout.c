@@ -269,7 +269,7 @@ static void test_host_install(void **state) {
         assert_ok(ftruncate(fd, (off_t) disk_size));
         assert_int_equal(pwrite(fd, "junk", 4, (3 << 20) + (1 << 20) + 10), 4);
 
-        assert_ok(host_install_run(image, layout, disk, disk_size, &st));
+        assert_ok(host_install_run(image, layout, disk, disk_size, NULL, &st));
         buf = malloc(1 << 20);
         assert_non_null(buf);
         assert_int_equal(pread(fd, buf, 1 << 20, 0), 1 << 20);
@@ -293,7 +293,7 @@ static void test_host_install(void **state) {
         assert_ok(unlink(layout));
         assert_ok(write_file_atomic(
                 layout, LAYOUT(P_ROOT "," P_ROOT), strlen(LAYOUT(P_ROOT "," P_ROOT)), 0644));
-        assert_true(host_install_run(image, layout, disk, disk_size, &st) < 0);
+        assert_true(host_install_run(image, layout, disk, disk_size, NULL, &st) < 0);
         /* the plan fails before the disk is touched: the old table is still there */
         assert_int_equal(pread(fd, buf, 1 << 20, 0), 1 << 20);
         assert_ok(gpt_parse(buf, 1 << 20, disk_size, &got));
@@ -303,10 +303,29 @@ static void test_host_install(void **state) {
         back = strdup(getenv("PATH") ?: "/usr/sbin:/usr/bin:/sbin:/bin");
         assert_non_null(back);
         assert_ok(setenv("PATH", dir, 1));
-        assert_true(host_install_run(image, layout, disk, disk_size, &st) < 0);
+        assert_true(host_install_run(image, layout, disk, disk_size, NULL, &st) < 0);
         assert_ok(setenv("PATH", back, 1));
         assert_int_equal(pread(fd, buf, 1 << 20, 0), 1 << 20);
         assert_errno(gpt_parse(buf, 1 << 20, disk_size, &got), -ENOMEDIUM);
+
+        /* a file for var under a path that leaves var's root, or from a source that is not there:
+         * refused at var's step, after the copies, so again no table is left */
+        static const HostInstallSeed bad[] = {
+                { .source = "/dev/null", .path = "../outside" },
+                { .source = "/dev/null", .path = "/abs" },
+                { .source = "/dev/null", .path = "lib//x" },
+                { .source = "/dev/null", .path = "lib/./x" },
+                { .source = "/dev/null", .path = "lib/x/" },
+                { .source = "/dev/null", .path = "" },
+                { .source = "/nonexistent/x", .path = "lib/x" },
+                { .source = "/dev/null", .path = "lib/x" },
+        };
+        for (size_t i = 0; i < ELEMENTSOF(bad); i++) {
+                assert_ok(host_install_run(image, layout, disk, disk_size, NULL, &st));
+                assert_true(host_install_run(image, layout, disk, disk_size, &bad[i], &st) < 0);
+                assert_int_equal(pread(fd, buf, 1 << 20, 0), 1 << 20);
+                assert_errno(gpt_parse(buf, 1 << 20, disk_size, &got), -ENOMEDIUM);
+        }
 
         assert_ok(rm_rf(dir));
 }
