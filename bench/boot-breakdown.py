@@ -17,7 +17,8 @@ Writes a block into the Markdown file given with --md (between <!-- boot-breakdo
 replaced on each run) and the SVG of the median run to --svg.
 
 usage: bench/boot-breakdown.py IMAGE_DIR --label before|after [--runs N] [--md docs/benchmarks.md]
-                                [--svg docs/img/boot-LABEL.svg] [--work DIR] [--keep]
+                                [--svg docs/img/boot-LABEL.svg] [--work DIR] [--keep] [--probe CMD]...
+                                [--cmdline-extra ARGS] [--cpu MODEL]
 """
 import argparse
 import base64
@@ -233,6 +234,9 @@ def boot_once(args, snap, run_dir, efi):
         out["journal"] = sh.run("journalctl -b --no-pager -o short-monotonic _PID=1", 300)
         svg = sh.run("systemd-analyze plot | gzip -9 | base64 -w0", 300)
         res["svg"] = gzip.decompress(base64.b64decode(svg.strip())).decode()
+        res["probes"] = {cmd: sh.run(cmd, 300) for cmd in args.probe}
+        for cmd, text in res["probes"].items():
+            log(f"  probe {cmd!r}:\n" + "\n".join("    " + l for l in text.splitlines()))
         res.update(out)
         res["phases"] = parse_analyze(out["analyze"])
         res["initrd_units"] = initrd_units(out["journal"])
@@ -330,6 +334,9 @@ def main():
     ap.add_argument("--cmdline-extra", default="",
                     help="more kernel command line (through the stub's SMBIOS string), e.g. systemd.mask=UNIT "
                          "to try a unit's absence without building an image")
+    ap.add_argument("--probe", action="append", default=[],
+                    help="a shell command to run in the guest after the standard ones (repeatable); "
+                         "its output goes to the log and to result.json")
     ap.add_argument("--cpu", default="", help="QEMU's -cpu instead of max")
     ap.add_argument("--from-json", action="store_true",
                     help="boot nothing: render the runs kept in --work (run*/result.json) again")
