@@ -224,8 +224,9 @@ static int seed_stage(const HostInstallSeed *seed, SeedStage *ret, HostInstallSt
         if (!ret->dir)
                 return say(-ENOMEM, "out of memory");
         if (!mkdtemp(ret->dir)) {
+                r = -errno;
                 ret->dir = mfree(ret->dir);
-                return say(-errno, "cannot make a staging directory in the working directory: %m");
+                return say(r, "cannot make a staging directory in the working directory: %s", strerror(-r));
         }
         /* mke2fs -d gives the file system's root the stage's mode: that of /var, not mkdtemp's 0700 */
         if (chmod(ret->dir, 0755) < 0 || asprintf(&ret->file, "%s/%s", ret->dir, seed->path) < 0) {
