@@ -192,14 +192,14 @@ typedef struct SeedStage {
         char *dir, *file;
 } SeedStage;
 
-/* Removes the staged file and every directory up to and including the stage itself. */
+/* Removes the staged file and every directory up to and including the stage itself: file is
+ * <dir>/<path>, so each '/' at or after dir's end ends one of them. */
 static void seed_stage_done(SeedStage *s) {
         if (s->file) {
+                size_t keep = strlen(s->dir);
                 (void) unlink(s->file);
-                for (char *slash; (slash = strrchr(s->file, '/')) && slash > s->file;) {
+                for (char *slash; (slash = strrchr(s->file, '/')) && (size_t) (slash - s->file) >= keep;) {
                         *slash = 0;
-                        if (strlen(s->file) < strlen(s->dir))
-                                break;
                         (void) rmdir(s->file);
                 }
         } else if (s->dir)
@@ -354,16 +354,17 @@ static int
                                 return say(r, "clearing partition %s: %s", e->name, strerror(-r));
                         if (fsync(dst) < 0)
                                 return say(-errno, "flushing %s: %m", target);
+                        /* the seed goes into the first file system formatted (var) */
                         if (seed && !seeded) {
                                 r = seed_stage(seed, &stage, st);
                                 if (r < 0)
                                         return r;
+                                seeded = true;
                         }
-                        r = run_mke2fs(target, s, e, seed && !seeded ? stage.dir : NULL);
+                        r = run_mke2fs(target, s, e, stage.dir);
+                        seed_stage_done(&stage);
                         if (r < 0)
                                 return r;
-                        seeded = seeded || seed;
-                        seed_stage_done(&stage);
                         break;
                 default:
                         return say(-EINVAL, "unknown content of partition %s", e->name);

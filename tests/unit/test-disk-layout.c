@@ -327,6 +327,21 @@ static void test_host_install(void **state) {
                 assert_errno(gpt_parse(buf, 1 << 20, disk_size, &got), -ENOMEDIUM);
         }
 
+        /* a good seed, but a layout that formats no file system to put it into: refused, no table */
+        assert_ok(unlink(layout));
+        assert_ok(write_file_atomic(layout, LAYOUT(P_ESP "," P_ROOT), strlen(LAYOUT(P_ESP "," P_ROOT)), 0644));
+        assert_ok(host_install_run(image, layout, disk, disk_size, NULL, &st)); /* a table to lose */
+        assert_true(
+                host_install_run(
+                        image,
+                        layout,
+                        disk,
+                        disk_size,
+                        &(HostInstallSeed){ .source = image, .path = "lib/x" },
+                        &st) < 0);
+        assert_int_equal(pread(fd, buf, 1 << 20, 0), 1 << 20);
+        assert_errno(gpt_parse(buf, 1 << 20, disk_size, &got), -ENOMEDIUM);
+
         assert_ok(rm_rf(dir));
 }
 
