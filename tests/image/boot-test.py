@@ -57,6 +57,10 @@ class Qemu:
         os.set_blocking(self.proc.stdout.fileno(), False)
         self.buf = b""
         self.lines = []
+        # The guest kernel gave up ("Kernel panic - not syncing"): nothing more will come, so
+        # waiting for an exit or a notification is pointless. Under QEMU 7.2's multi-threaded TCG
+        # this has been seen as an "Oops: int3" while the kernel patches its own text.
+        self.panicked = None
 
     def t(self):
         return time.monotonic() - self.t0
@@ -76,6 +80,8 @@ class Qemu:
                     text = line.decode(errors="replace").rstrip("\r")
                     self.lines.append((self.t(), text))
                     new.append((self.t(), text))
+                    if self.panicked is None and "Kernel panic - not syncing" in text:
+                        self.panicked = self.t()
         return new
 
     def wait_exit(self, timeout, echo=True):
@@ -90,6 +96,8 @@ class Qemu:
                     if echo:
                         log(f"  [{t:7.2f}] {text}")
                 return rc, self.t()
+            if self.panicked is not None:
+                return None, self.t()
         return None, self.t()
 
     def kill(self):
@@ -327,7 +335,10 @@ def main():
         copied = [l for _, l in q.lines if "install: copied" in l]
         q.kill()
         if rc is None:
-            log(f"FAIL installer boot did not exit within {args.timeout}s")
+            if q.panicked is not None:
+                log(f"FAIL installer boot: the guest kernel panicked at {q.panicked:.2f}s")
+            else:
+                log(f"FAIL installer boot did not exit within {args.timeout}s")
             return 1
         log(f"installer boot: QEMU exited with {rc} at {t_exit:.2f}s (exec -> exit)")
         if rc != 0 or not copied:
@@ -368,7 +379,8 @@ def main():
         qmp = Qmp(f"{work}/qmp.sock")
         ready_at = None
         deadline = time.monotonic() + args.timeout
-        while ready_at is None and time.monotonic() < deadline and q.proc.poll() is None:
+        while (ready_at is None and time.monotonic() < deadline and q.proc.poll() is None
+               and q.panicked is None):
             for t, text in q.pump(0.02):
                 log(f"  [{t:7.2f}] {text}")
             try:
@@ -384,7 +396,8 @@ def main():
             if fields.get("READY") == "1":
                 ready_at = t_msg
         if ready_at is None:
-            log("FAIL no READY=1 from the installed boot")
+            log("FAIL no READY=1 from the installed boot" +
+                (f" (the guest kernel panicked at {q.panicked:.2f}s)" if q.panicked is not None else ""))
             ok = False
         else:
             log(f"installed boot: READY=1 at {ready_at:.2f}s (exec -> READY=1)")
