@@ -141,7 +141,6 @@ def main():
                 with open(target, "wb") as f:
                     f.truncate(args.target_mib << 20)
                 shutil.copyfile(bt.OVMF_VARS, f"{work}/ovmf_vars.fd")
-                shutil.rmtree(f"{work}/tpm", ignore_errors=True)
                 swtpm = bt.start_swtpm(work)
                 procs.append(swtpm)
                 argv = bt.common_head(work, None, args.memory) + [
