@@ -79,16 +79,6 @@ def smbios(args, install):
     return argv
 
 
-def stop_swtpm(swtpm):
-    if swtpm.poll() is None:
-        swtpm.terminate()
-    try:
-        swtpm.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        swtpm.kill()
-        swtpm.wait()
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("image_dir")
@@ -158,7 +148,7 @@ def main():
                     log(f"RETRY installer boot: the guest kernel panicked at {q.panicked:.2f}s; "
                         "starting it again from a blank target")
                     os.replace(f"{work}/console-install.log", f"{work}/console-install.panic{attempt}.log")
-                    stop_swtpm(swtpm)
+                    bt.stop(swtpm)
                     continue
                 break
             if rc is None:
@@ -234,8 +224,9 @@ def main():
                 log(f"RETRY installed boot: the guest kernel panicked at {q.panicked:.2f}s, "
                     "before it ran /init; starting it again")
                 os.replace(f"{work}/console-boot.log", f"{work}/console-boot.panic{attempt}.log")
-                stop_swtpm(swtpm)
-                stop_swtpm(vhu)
+                qmp.sock.close()
+                bt.stop(swtpm)
+                bt.stop(vhu)
                 for sock in ("vhu.sock", "vsock.sock"):
                     if os.path.exists(f"{work}/{sock}"):
                         os.unlink(f"{work}/{sock}")

@@ -257,16 +257,21 @@ def start_vhost_vsock(work, cid):
     return vhu
 
 
+def stop(p):
+    """Stops a helper process: SIGTERM, then SIGKILL after 5 s."""
+    if p.poll() is None:
+        p.send_signal(signal.SIGTERM)
+        try:
+            p.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
 def finish(procs, work, keep):
-    """Stops the helper processes (SIGTERM, then SIGKILL after 5 s) and removes the work
-    directory unless it is to be kept."""
+    """Stops the helper processes and removes the work directory unless it is to be kept."""
     for p in procs:
-        if p.poll() is None:
-            p.send_signal(signal.SIGTERM)
-            try:
-                p.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop(p)
     if keep:
         log(f"work dir kept: {work}")
     else:
