@@ -645,6 +645,10 @@ void manager_hold_vms(Manager *m, bool hold) {
         m->detaching = hold && m->units && m->detach_vms_on_exit;
 }
 
+void manager_abandon(Manager *m) {
+        vm_abandon_all(m);
+}
+
 int manager_shutdown(Manager *m, void (*done)(void *userdata), void *userdata) {
         m->shutting_down = true;
         /* VMs in units stay (--detach-vms-on-exit) for the next daemon; plain children are powered

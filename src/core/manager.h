@@ -197,3 +197,6 @@ void manager_hold_vms(Manager *m, bool hold);
  * done is not called); otherwise every VM is stopped and done follows once all have exited
  * (returns 1; done may run before this returns). */
 int manager_shutdown(Manager *m, void (*done)(void *userdata), void *userdata);
+/* Exiting at once (a second signal): what still waits for a VM is answered "vm-manager is shutting
+ * down" now, while the servers that carry the answers are still there. */
+void manager_abandon(Manager *m);

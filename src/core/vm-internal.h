@@ -243,6 +243,9 @@ void vm_waiter_then_start(VmWaiter *w);
 void vm_waiters_check(Vm *v);
 /* VM_ACTION_FINISH_START: the start chain's waiters hear how it ended (r < 0: e). */
 void vm_waiters_finish_start(Vm *v, int r, const ApiError *e);
+/* The daemon exits at once: every waiter hears e now, while its owner (a request, a shutdown's
+ * stop of all VMs) can still answer and free what it holds. */
+void vm_waiters_abandon(Vm *v, const ApiError *e);
 void vm_waiters_free(Vm *v);
 /* Tells the observers "vm <id> is <state>". */
 void vm_observers_notify(Vm *v);

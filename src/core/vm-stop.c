@@ -201,6 +201,23 @@ static void stop_all_one(int r, json_t *record, const ApiError *e, void *userdat
         }
 }
 
+void vm_abandon_all(Manager *m) {
+        _cleanup_(api_error_done) ApiError e = API_ERROR_NULL;
+        size_t n = manager_n_vms(m);
+        _cleanup_free_ Vm **snapshot = calloc(n + 1, sizeof(Vm *));
+
+        (void) api_error_set(&e, -ESHUTDOWN, API_ERROR_CONFLICT, "vm-manager is shutting down");
+        if (!snapshot)
+                return; /* the waiters are freed unanswered with their VMs */
+        for (size_t i = 0; i < n; i++)
+                snapshot[i] = vm_ref(manager_vm_at(m, i));
+        for (size_t i = 0; i < n; i++) {
+                _cleanup_(vm_unrefp) Vm *v = snapshot[i];
+
+                vm_waiters_abandon(v, &e);
+        }
+}
+
 void vm_stop_all(Manager *m, void (*done)(void *userdata), void *userdata) {
         StopAll *s = calloc(1, sizeof(StopAll));
 

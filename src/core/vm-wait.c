@@ -155,6 +155,14 @@ static void waiter_complete(Vm *v, VmWaiter *w, int r, const ApiError *e) {
         done(0, record, NULL, userdata);
 }
 
+void vm_waiters_abandon(Vm *v, const ApiError *e) {
+        _unused_ _cleanup_(vm_unrefp) Vm *pin = vm_ref(v);
+
+        /* r < 0: no waiter goes on to a start (reboot), each owner hears the error and lets go */
+        while (v->waiters)
+                waiter_complete(v, v->waiters, e->error, e);
+}
+
 static int on_waiter_deadline(sd_event_source *s, usec_t usec, void *userdata) {
         VmWaiter *w = userdata;
         Vm *v = w->vm;

@@ -154,6 +154,9 @@ int vm_delete_quarantined(Manager *m, const char *id, json_t **ret, ApiError *re
  * what the next daemon needs to attach, and freeing the manager afterwards forgets the units without
  * stopping them. */
 void vm_detach_all(Manager *m);
+/* The daemon exits without waiting (a second SIGTERM): the operations still waiting for a VM are
+ * answered "vm-manager is shutting down" (conflict) before the servers and VMs are freed. */
+void vm_abandon_all(Manager *m);
 /* Stops every VM (shutdown); calls done when all have exited. */
 void vm_stop_all(Manager *m, void (*done)(void *userdata), void *userdata);
 

@@ -877,6 +877,9 @@ static int on_signal(sd_event_source *s, const struct signalfd_siginfo *si, void
 
         if (d->phase == DAEMON_STOPPING) {
                 log_notice("Received %s again, exiting now.", strsignal((int) si->ssi_signo));
+                /* what still waits for a VM hears it now, while its request can still be answered */
+                if (d->manager)
+                        manager_abandon(d->manager);
                 return sd_event_exit(sd_event_source_get_event(s), 0);
         }
 
