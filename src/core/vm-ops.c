@@ -23,7 +23,19 @@ static int create_resolve(Manager *m, VmSpec *spec, Network **ret_net, ApiError 
         Network *net;
         char **kv;
         Vm *other;
+        uint64_t host_mib = host_probe_memory(manager_host(m)) / (1024 * 1024);
         int r;
+
+        /* more memory than the host has: QEMU would refuse it or the guest would die of it later,
+         * after a VM was made; refused here with nothing made */
+        if (host_mib > 0 && spec->memory_mib > host_mib)
+                return api_error_set(
+                        reterr,
+                        -EINVAL,
+                        API_ERROR_INVALID_REQUEST,
+                        "memoryMiB %" PRIu64 " is more than this host has (%" PRIu64 " MiB)",
+                        spec->memory_mib,
+                        host_mib);
 
         /* image and Kubernetes version: 400, not 404, since they are arguments */
         img = image_catalog_resolve(manager_images(m), spec->image);

@@ -151,8 +151,10 @@ int vm_spec_build(
                 problem(&problems, "hostname must be a DNS label");
         if (c.cpus < 1 || c.cpus > 256)
                 problem(&problems, "cpus must be 1..256");
-        if (c.memory_mib < 256 || c.memory_mib > 16 * 1024 * 1024)
+        if (c.memory_mib < 256)
                 problem(&problems, "memoryMiB must be at least 256");
+        else if (c.memory_mib > VM_MEMORY_MIB_MAX)
+                problem(&problems, "memoryMiB must be at most %d", VM_MEMORY_MIB_MAX);
         if (c.disk_gib < 1 || c.disk_gib > 4096)
                 problem(&problems, "diskGiB must be 1..4096");
         w = c.wait_for && *c.wait_for ? vm_wait_for_from_string(c.wait_for) : VM_WAIT_READY;

@@ -50,6 +50,7 @@ void vm_spec_done(VmSpec *s);
 /* The API's defaults. */
 #define VM_CPUS_DEFAULT 2
 #define VM_MEMORY_MIB_DEFAULT 2048
+#define VM_MEMORY_MIB_MAX (16 * 1024 * 1024)
 #define VM_DISK_GIB_DEFAULT 20
 #define VM_NETWORK_DEFAULT "default"
 

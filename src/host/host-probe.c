@@ -1003,6 +1003,10 @@ static uint64_t read_mem_total(const HostProbe *p) {
         return 0;
 }
 
+uint64_t host_probe_memory(HostProbe *p) {
+        return read_mem_total(p);
+}
+
 static int usable_cpus(void) {
         cpu_set_t set;
         long n;

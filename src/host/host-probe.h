@@ -138,6 +138,8 @@ json_t *host_probe_to_json(HostProbe *p);
         "/dev/kvm has no hardware backend (neither kvm_intel nor kvm_amd is loaded), so VMs run under TCG, " \
         "much slower."
 HostAccel host_probe_accel(HostProbe *p, const char **ret_reason);
+/* The host's memory (MemTotal) in bytes; 0 when it cannot be read. */
+uint64_t host_probe_memory(HostProbe *p);
 
 /* The READY=1 transport the next VM start uses, and why, as a static sentence (*ret_reason, optional):
  *   --vsock=vhost, vhost-user or none: that one (a missing device or helper shows up in "missing");

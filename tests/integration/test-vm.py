@@ -92,6 +92,16 @@ def test_lifecycle(work):
     d = start_daemon(work, "lifecycle", state, port)
 
     t0 = time.monotonic()
+    # more memory than this host has: refused before anything is made
+    with open("/proc/meminfo") as f:
+        host_mib = next(int(l.split()[1]) for l in f if l.startswith("MemTotal:")) // 1024
+    status, err = api(port, "POST", "/vms", dict(CREATE, name="huge", memory_mib=host_mib + 1))
+    _, vms = api(port, "GET", "/vms")
+    tap.result(status == 400 and err["error"]["code"] == "invalid_request"
+               and ("memoryMiB %d is more than this host has (%d MiB)" % (host_mib + 1, host_mib))
+               in err["error"]["message"] and not any(v["name"] == "huge" for v in (vms if isinstance(vms, list) else [])),
+               "create_vm with more memory than the host has: 400 invalid_request, no VM made",
+               repr(err)[:300])
     status, vm = api(port, "POST", "/vms", dict(CREATE, name="life"))
     took = time.monotonic() - t0
     tap.result(status == 201 and vm["state"] == "ready",

@@ -109,6 +109,9 @@ static void test_checks(void **state) {
         expect_invalid("{\"name\":\"w\",\"cpus\":-1}", "invalid request: cpus must be 1..256");
         expect_invalid(
                 "{\"name\":\"w\",\"memory_mib\":255}", "invalid request: memoryMiB must be at least 256");
+        expect_invalid(
+                "{\"name\":\"w\",\"memory_mib\":16777217}",
+                "invalid request: memoryMiB must be at most 16777216");
         expect_invalid("{\"name\":\"w\",\"disk_gib\":4097}", "invalid request: diskGiB must be 1..4096");
         expect_invalid(
                 "{\"name\":\"w\",\"wait_for\":\"later\"}",
