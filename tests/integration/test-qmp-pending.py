@@ -21,7 +21,6 @@ are freed, so a stop_vm in flight gets its answer and nothing it allocated leaks
 """
 
 import importlib.util
-import json
 import os
 import signal
 import sys
@@ -30,7 +29,7 @@ import time
 
 here = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, here)
-from vmmtest import Daemon, HOST, base_env, free_port, http_request, run, tap  # noqa: E402
+from vmmtest import Daemon, HOST, api, base_env, free_port, run, tap  # noqa: E402
 
 # the host install's image and layout makers, and the fake QEMU's pid by its VM directory
 _spec = importlib.util.spec_from_file_location("host_install", os.path.join(here, "test-host-install.py"))
@@ -40,15 +39,6 @@ _spec.loader.exec_module(host_install)
 FAKES = os.path.join(here, "fakes")
 CREATE = {"memory_mib": 512, "disk_gib": 1, "require_attestation": False}
 HOST_CREATE = {"memory_mib": 512, "disk_gib": 3, "require_attestation": False}
-
-
-def api(port, method, path, body=None, timeout=60):
-    status, _, data = http_request(port, method, "/api/v1" + path,
-                                   body=json.dumps(body).encode() if body is not None else None, timeout=timeout)
-    try:
-        return status, (json.loads(data) if data else None)
-    except ValueError:
-        return status, data
 
 
 def daemon(work, name, images, env_extra, *extra):
