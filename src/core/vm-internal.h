@@ -61,9 +61,11 @@ struct Vm {
         VmLaunched *qemu, *swtpm, *vsockd;
         pid_t qemu_pid, swtpm_pid;
         QmpClient *qmp;
-        sd_event_source *phase_timer; /* install or boot timeout, or the ready quote's grace */
-        sd_event_source *probe_timer; /* the start chain: swtpm and vhost-device-vsock readiness */
-        sd_event_source *stop_timer;  /* the stop escalation */
+        sd_event_source *phase_timer;   /* install or boot timeout, or the ready quote's grace */
+        sd_event_source *probe_timer;   /* the start chain: swtpm and vhost-device-vsock readiness */
+        sd_event_source *stop_timer;    /* the stop escalation */
+        sd_event_source *console_watch; /* the panic watch until readiness (vm-console-watch.c) */
+        uint64_t console_offset;        /* ... how much of console.log it has looked at */
         usec_t probe_deadline;
         bool swtpm_up;
         bool helpers_prestarted; /* swtpm and vhost-device-vsock spawned beside the host install */
@@ -124,6 +126,13 @@ void vm_set_error(Vm *v, const char *text);
 void vm_arm_phase_timer(Vm *v, usec_t timeout, usec_t accuracy);
 /* The last max bytes of a file of the VM's directory, trailing blanks cut; "" when it cannot be read. */
 char *vm_file_tail(Vm *v, const char *name, size_t max);
+
+/* ---- vm-console-watch.c ---- */
+
+/* The panic watch, from the start of console.log: once a second until the boot is ready, or the run
+ * ends; a kernel panic line is VM_EVENT_GUEST_PANIC. */
+void vm_console_watch_start(Vm *v);
+void vm_console_watch_stop(Vm *v);
 
 /* ---- vm-install.c ---- */
 

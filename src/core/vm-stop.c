@@ -39,6 +39,7 @@ void vm_kill(Vm *v) {
         v->phase_timer = sd_event_source_disable_unref(v->phase_timer);
         v->probe_timer = sd_event_source_disable_unref(v->probe_timer);
         v->stop_timer = sd_event_source_disable_unref(v->stop_timer);
+        vm_console_watch_stop(v);
         vm_notify_close(v);
 }
 
@@ -52,6 +53,7 @@ void vm_detach_processes(Vm *v) {
         v->phase_timer = sd_event_source_disable_unref(v->phase_timer);
         v->probe_timer = sd_event_source_disable_unref(v->probe_timer);
         v->stop_timer = sd_event_source_disable_unref(v->stop_timer);
+        vm_console_watch_stop(v);
         /* the READY=1 socket goes with us; the next daemon listens again */
         v->notify_source = sd_event_source_disable_unref(v->notify_source);
         v->notify_fd = safe_close(v->notify_fd);
@@ -66,6 +68,7 @@ void vm_teardown(Vm *v) {
         v->qemu_prestarted = v->qemu_paused = false;
         v->phase_timer = sd_event_source_disable_unref(v->phase_timer);
         v->stop_timer = sd_event_source_disable_unref(v->stop_timer);
+        vm_console_watch_stop(v);
         vm_notify_close(v);
         /* The helpers end with QEMU: swtpm by itself (--terminate), asked again here; vhost-device-vsock
          * would wait for the next frontend forever, and holds no state, so it is killed. */

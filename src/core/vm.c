@@ -546,11 +546,13 @@ static int apply_run(Vm *v, VmAction actions, ApiError *reterr) {
         }
         if (actions & VM_ACTION_LINK)
                 vm_net_attach(v);
-        if (actions & VM_ACTION_PHASE_TIMER)
+        if (actions & VM_ACTION_PHASE_TIMER) {
                 vm_arm_phase_timer(
                         v,
                         v->rec.phase == VM_PHASE_INSTALL ? st->install_timeout : st->boot_timeout,
                         USEC_PER_SEC);
+                vm_console_watch_start(v);
+        }
         if (actions & VM_ACTION_GRACE_TIMER)
                 vm_arm_phase_timer(v, vm_ready_quote_grace(v), USEC_PER_MSEC);
         return 0;

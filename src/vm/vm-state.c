@@ -77,6 +77,7 @@ static const char *const vm_event_table[_VM_EVENT_MAX] = {
         [VM_EVENT_QUOTE_REJECTED_INITRD] = "quote-rejected-initrd",
         [VM_EVENT_QUOTE_REJECTED_READY] = "quote-rejected-ready",
         [VM_EVENT_QUOTE_RETRYABLE] = "quote-retryable",
+        [VM_EVENT_GUEST_PANIC] = "guest-panic",
         [VM_EVENT_RESTARTED] = "restarted",
         [VM_EVENT_REATTACHED] = "reattached",
         [VM_EVENT_REATTACH_FAILED] = "reattach-failed",
@@ -119,6 +120,7 @@ static const char *const vm_message_table[_VM_MESSAGE_MAX] = {
         [VM_MESSAGE_QEMU_EXIT] = "qemu-exit",
         [VM_MESSAGE_NO_READY] = "no-ready",
         [VM_MESSAGE_NO_READY_QUOTE] = "no-ready-quote",
+        [VM_MESSAGE_GUEST_PANIC] = "guest-panic",
         [VM_MESSAGE_READY_NO_NONCE] = "ready-no-nonce",
         [VM_MESSAGE_READY_NO_QUOTE] = "ready-no-quote",
         [VM_MESSAGE_READY_REJECTED] = "ready-rejected",
@@ -230,6 +232,8 @@ char *vm_message_format(VmMessage m, const VmMessageArgs *a) {
                         "followed within %s (its ready-stage attestation did not run or did not reach the "
                         "metadata service)",
                         d);
+        case VM_MESSAGE_GUEST_PANIC:
+                return format("guest kernel panicked while %s: %s", state, or_unknown(a->detail));
         case VM_MESSAGE_READY_NO_NONCE:
                 return strdup(READY_UNATTESTED("it never asked for a nonce: does the image run vm-agent?"));
         case VM_MESSAGE_READY_NO_QUOTE:
@@ -700,6 +704,16 @@ static VmTransition on_phase_timeout(VmTransition t, const VmStatus *s, VmEvent 
         return t;
 }
 
+/* A guest whose kernel panicked before it was ready (the installer's, or an installed boot's) will not
+ * get there: killed at once and failed with the panic line, instead of waiting out the install or
+ * boot timeout. The daemon watches the console only until readiness. */
+static VmTransition on_guest_panic(VmTransition t, const VmStatus *s, VmEvent e) {
+        if (!has_qemu(s) || s->sub != VM_SUB_NONE ||
+            !IN_SET(s->state, VM_STATE_INSTALLING, VM_STATE_BOOTING, VM_STATE_ATTESTING))
+                return ignore(t);
+        return fail_boot(t, s, VM_MESSAGE_GUEST_PANIC, /* graceful= */ false);
+}
+
 /* the power button unanswered (stop timeout) or refused: SIGTERM; SIGTERM unanswered: SIGKILL. A
  * delete escalates as a stop does: under deleting, the stop sub-state says QEMU still runs. */
 static VmTransition on_stop_timeout(VmTransition t, const VmStatus *s, VmEvent e) {
@@ -807,6 +821,7 @@ static const VmEventHandler handlers[_VM_EVENT_MAX] = {
         [VM_EVENT_QUOTE_REJECTED_INITRD] = on_quote_rejected,
         [VM_EVENT_QUOTE_REJECTED_READY] = on_quote_rejected,
         [VM_EVENT_QUOTE_RETRYABLE] = on_quote_rejected,
+        [VM_EVENT_GUEST_PANIC] = on_guest_panic,
         [VM_EVENT_RESTARTED] = on_restarted,
         [VM_EVENT_REATTACHED] = on_reattached,
         [VM_EVENT_REATTACH_FAILED] = on_reattach_failed,

@@ -4,6 +4,8 @@
 seconds instead of a TCG boot:
 
   * an installer that exits non-zero: failed, "installer exited: exit status 3" and the console;
+  * a guest kernel panic (its line on the console) in the installer boot or the installed boot:
+    failed within seconds with the panic line, not after the install or boot timeout;
   * a QEMU whose monitor never answers: create_vm fails after 10 s and leaves nothing behind;
   * system_powerdown answered with an error: stop_vm goes straight to SIGTERM;
   * a QEMU that ignores ACPI and SIGTERM: SIGTERM after --stop-timeout, SIGKILL 5 s later;
@@ -18,7 +20,7 @@ import time
 
 here = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, here)
-from vmmtest import Daemon, HOST, base_env, free_port, http_request, run, tap  # noqa: E402
+from vmmtest import Daemon, HOST, base_env, free_port, http_request, run, tap, wait_state  # noqa: E402
 import json  # noqa: E402
 
 FAKES = os.path.join(here, "fakes")
@@ -65,6 +67,36 @@ def test_installer_fails(work):
                and "fake guest: installer boot" in tail,
                "... the VM is failed: lastError is the cause, the console's tail is in consoleTail", repr(vms)[:300])
     d.stop(signal.SIGTERM, timeout=30)
+
+
+PANIC_LINE = "Kernel panic - not syncing: Fatal exception in interrupt"
+
+
+def panic_case(work, phase, wait_for, state):
+    d, port = daemon(work, "panic-" + phase, "panic:" + phase, "--install-timeout", "10m", "--boot-timeout", "10m")
+    t0 = time.monotonic()
+    status, err = api(port, "POST", "/vms", dict(CREATE, name="panics", wait_for=wait_for))
+    took = time.monotonic() - t0
+    msg = (err or {}).get("error", {}).get("message", "")
+    want = "guest kernel panicked while %s: %s" % (state, PANIC_LINE)
+    tap.result(status == 500 and (err or {}).get("error", {}).get("code") == "vm_failed" and want in msg,
+               "a kernel panic while %s: 500 vm_failed, %r" % (state, want), repr(err)[:300])
+    tap.result(took < 30, "... within %.1f s, not after the 10 min timeout" % took)
+    status, vms = api(port, "GET", "/vms")
+    vm = vms[0] if vms else {}
+    if vm:
+        wait_state(port, vm["id"], ("failed",), 30)
+        status, vm = api(port, "GET", "/vms/" + vm["id"])
+    tap.result(vm.get("state") == "failed" and vm.get("lastError") == want,
+               "... the VM is failed and lastError is the panic line", repr(vms)[:300])
+    tap.result("The guest kernel of VM %s panicked while %s" % (vm.get("id"), state) in d.stderr(),
+               "... and the daemon's log says so", d.stderr()[-500:])
+    d.stop(signal.SIGTERM, timeout=30)
+
+
+def test_guest_panics(work):
+    panic_case(work, "install", "installed", "installing")
+    panic_case(work, "boot", "ready", "booting")
 
 
 def test_qmp_silent(work):
@@ -154,4 +186,4 @@ def test_vsock_modes(work):
 
 
 if __name__ == "__main__":
-    sys.exit(run([test_installer_fails, test_qmp_silent, test_stop_paths, test_vsock_modes], 300, "vmm-err-"))
+    sys.exit(run([test_installer_fails, test_guest_panics, test_qmp_silent, test_stop_paths, test_vsock_modes], 300, "vmm-err-"))

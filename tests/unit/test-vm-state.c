@@ -285,6 +285,19 @@ static const Row rows[] = {
           .next = S(ATTESTING), .next_sub = U(NONE), .actions = A(SAVE), .message = M(QUOTE_REJECTED) },
         { S(ATTESTING), U(NONE), BOOT, G(NONCE), 0, 1, 0, E(QUOTE_RETRYABLE),
           .next = S(ATTESTING), .next_sub = U(NONE), .actions = A(SAVE), .message = M(QUOTE_REJECTED) },
+        /* a kernel panic on the console before readiness: killed, failed with the panic line */
+        { S(INSTALLING), U(NONE), INSTALL, G(NONE), 0, 0, 0, E(GUEST_PANIC),
+          .next = S(STOPPING), .next_sub = U(STOP_SIGTERM), .actions = A(DISARM) | A(SAVE) | A(SIGTERM), .message = M(GUEST_PANIC) },
+        { S(BOOTING), U(NONE), BOOT, G(NONE), 0, 1, 0, E(GUEST_PANIC),
+          .next = S(STOPPING), .next_sub = U(STOP_SIGTERM), .actions = A(DISARM) | A(SAVE) | A(SIGTERM), .message = M(GUEST_PANIC) },
+        { S(ATTESTING), U(NONE), BOOT, G(NONCE), 0, 1, 0, E(GUEST_PANIC),
+          .next = S(STOPPING), .next_sub = U(STOP_SIGTERM), .actions = A(DISARM) | A(SAVE) | A(SIGTERM), .message = M(GUEST_PANIC) },
+        { S(READY), U(NONE), BOOT, G(NONE), 0, 1, 0, E(GUEST_PANIC), IGNORED },
+        { S(STOPPING), U(STOP_POWERDOWN), BOOT, G(NONE), 0, 1, 0, E(GUEST_PANIC), IGNORED },
+        { S(BOOTING), U(START_QMP), BOOT, G(NONE), 0, 1, 0, E(GUEST_PANIC), IGNORED },
+        /* ... and once QEMU is gone: failed, the panic line as lastError */
+        { S(STOPPING), U(STOP_SIGTERM), INSTALL, G(NONE), 1, 0, 0, E(EXIT_FAILED),
+          .next = S(FAILED), .next_sub = U(NONE), .actions = A(TEARDOWN) | A(SAVE), .message = M(DETAIL) },
         /* ... on its way down already: lastError says so until QEMU is gone (then the reason again) */
         { S(STOPPING), U(STOP_POWERDOWN), BOOT, G(REJECTED), 1, 1, 0, E(QUOTE_REJECTED_INITRD),
           .next = S(STOPPING), .next_sub = U(STOP_POWERDOWN), .actions = A(SAVE), .message = M(QUOTE_REJECTED) },
@@ -390,6 +403,7 @@ static void test_messages(void **state) {
                   "attestation required: the guest sent READY=1, but no verified ready-stage quote followed "
                   "within 2m30s (its ready-stage attestation did not run or did not reach the metadata "
                   "service)" },
+                { VM_MESSAGE_GUEST_PANIC, "guest kernel panicked while booting: the detail" },
                 { VM_MESSAGE_READY_NO_NONCE,
                   "attestation required: the guest sent READY=1 without a verified initrd quote (it never "
                   "asked for a nonce: does the image run vm-agent?); its user-data was not released" },
