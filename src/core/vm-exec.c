@@ -94,6 +94,7 @@ _noreturn_ static void exec_child(
         json_t *result = NULL;
         int fd = -EBADF, status;
         long timeout = VM_EXEC_HANDSHAKE_TIMEOUT_SEC;
+        bool unreached = true; /* no ssh handshake yet: a booting guest may simply not be there */
 
 #define FAIL(...)                                    \
         do {                                         \
@@ -123,6 +124,8 @@ _noreturn_ static void exec_child(
                         e = "the guest closed the connection before the ssh handshake (is sshd up yet?)";
                 FAIL("ssh %s: %s", addr, e);
         }
+
+        unreached = false;
 
         /* the host key, pinned on first use */
         if (ssh_get_server_publickey(session, &server_key) != SSH_OK ||
@@ -189,7 +192,7 @@ _noreturn_ static void exec_child(
 
 finish:
         if (!result)
-                result = json_pack("{s:s}", "error", msg ?: "ssh: out of memory");
+                result = json_pack("{s:s,s:b}", "error", msg ?: "ssh: out of memory", "unreached", unreached);
         if (result) {
                 char *text = json_dumps(result, JSON_COMPACT);
                 if (text)
@@ -245,9 +248,22 @@ static void exec_finish(ExecCall *c) {
                         &e, -ETIMEDOUT, API_ERROR_TIMEOUT, "ssh run: the command did not finish within %s", d);
         } else if (!(result = c->len > 0 ? json_loadb(c->buf, c->len, JSON_ALLOW_NUL, NULL) : NULL))
                 r = api_error_set(&e, -EIO, API_ERROR_INTERNAL, "ssh: the session ended without a result");
-        else if ((error = json_string_value(json_object_get(result, "error"))))
-                r = api_error_set(&e, -EIO, API_ERROR_INTERNAL, "%s", error);
-        else
+        else if ((error = json_string_value(json_object_get(result, "error")))) {
+                Vm *v = manager_find_vm(c->manager, c->vm_id);
+                /* sshd is not there yet in a guest still on its way to ready: come back, not a fault */
+                if (json_is_true(json_object_get(result, "unreached")) && v &&
+                    IN_SET(vm_state(v), VM_STATE_INSTALLING, VM_STATE_BOOTING, VM_STATE_ATTESTING))
+                        r = api_error_set(
+                                &e,
+                                -EAGAIN,
+                                API_ERROR_CONFLICT,
+                                "vm %s is %s and its sshd does not answer yet (%s); try again once it is ready",
+                                c->vm_id,
+                                vm_state_to_string(vm_state(v)),
+                                error);
+                else
+                        r = api_error_set(&e, -EIO, API_ERROR_INTERNAL, "%s", error);
+        } else
                 r = 0;
 
         if (r < 0)

@@ -335,6 +335,13 @@ def run_exec_forward(work, ns, sshd, procs):
         sh("ip", "-n", ns, "link", "set", "lo", "up")
         sh("ip", "-n", ns, "addr", "add", ip + "/24", "dev", tapname)
         sh("ip", "-n", ns, "route", "add", "default", "via", gw)
+        # no sshd in the guest yet, which is still installing: come back later, not an internal error
+        status, r = api(port, "POST", "/vms/%s/exec" % vid, {"command": ["true"]}, timeout=60)
+        msg = ((r or {}).get("error") or {}).get("message", "") if isinstance(r, dict) else ""
+        tap.result(status == 409 and r["error"]["code"] == "conflict"
+                   and msg.startswith("conflict: vm %s is installing and its sshd does not answer yet (" % vid)
+                   and msg.endswith("); try again once it is ready"),
+                   "exec_vm before the guest's sshd answers, while it installs: 409 conflict, try again", repr(r)[:400])
         procs.append(start_sshd(work, ns, sshd, ip, vm["sshPublicKey"], "a"))
 
         status, r = api(port, "POST", "/vms/%s/exec" % vid, {"command": ["echo", "hello", "it's"]}, timeout=60)
