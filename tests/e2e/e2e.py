@@ -24,7 +24,9 @@ Tests (E2E_TESTS, comma-separated; default: all):
               launcher brings it back
 
 create, ignition, metrics, reboot and kubernetes share one VM; golden needs create's VM; verify and
-reject need golden. CI runs create, golden and reject.
+reject need golden. CI runs create, golden and reject. A create that fails because the guest kernel
+panicked (QEMU 7.2's TCG, now and then, early in a boot; the daemon fails such a VM at once) is
+made once more, and the diagnostics say so.
 """
 
 import datetime
