@@ -700,9 +700,9 @@ static const Operation operations[] = {
                         "guest's host key is pinned on first use) and return {stdout, stderr, exitCode}; a non-zero "
                         "exit is a result, not an error. Each stream keeps its first MiB (stdoutTruncated/stderrTruncated "
                         "say when more was dropped); a command still running after timeout_seconds (default 300) "
-                        "is abandoned with a timeout error. Needs a VM whose sshd is up: one still installing or "
-                        "booting whose sshd does not answer yet gets a conflict, to try again once it is ready "
-                        "(wait_for or get_vm).",
+                        "is abandoned with a timeout error. Needs a VM whose sshd is up: call get_vm first. One "
+                        "still installing or booting whose sshd does not answer yet gets a conflict: try again "
+                        "once it is ready.",
                 .hints = OP_HINTS_EXEC,
                 .method = "POST",
                 .path = "/vms/{id}/exec",
