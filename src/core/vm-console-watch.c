@@ -17,9 +17,11 @@
 #define VM_CONSOLE_WATCH_CHUNK (64U * 1024U)
 #define VM_CONSOLE_WATCH_CHUNKS 16U /* read per look at most: a console is far slower than this */
 
+/* Whether a panic would still change anything: the state machine's rule (vm-state.c), not a copy. */
 static bool console_watched(Vm *v) {
-        return v->qemu && !v->fail_reason && v->rec.ready_at == 0 && v->sub == VM_SUB_NONE &&
-                IN_SET(v->rec.state, VM_STATE_INSTALLING, VM_STATE_BOOTING, VM_STATE_ATTESTING);
+        VmStatus s = vm_status(v);
+
+        return v->qemu && !vm_state_next(&s, VM_EVENT_GUEST_PANIC).ignored;
 }
 
 /* Reads what came since the last look: 1 with the panic line, 0, or a negative errno. */
@@ -37,6 +39,8 @@ static int console_look(Vm *v, char **ret_line) {
                 return -errno;
         if ((uint64_t) st.st_size < v->console_offset)
                 v->console_offset = 0; /* another QEMU's file: QEMU truncates it when it starts */
+        if (v->console_offset == (uint64_t) st.st_size)
+                return 0; /* nothing new */
         buf = malloc(VM_CONSOLE_WATCH_CHUNK);
         if (!buf)
                 return -ENOMEM;
