@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
 """Writes or checks an image's policy.json: the expected PCR 11 values per boot phase path, computed
-by systemd-measure from the UKI's own sections, and the expected PCR 13 per Kubernetes version.
+by systemd-measure from the UKI's own sections, and the expected PCR 13 per Kubernetes version
+(from the signed verity root hash of each version's sysext).
 
   policy.py write  IMAGE_DIR --measure CMD   (re)writes IMAGE_DIR/policy.json; keeps golden values
   policy.py verify IMAGE_DIR --measure CMD   recomputes both and compares them with policy.json
 
 CMD runs systemd-measure (262), e.g. a wrapper that runs it from the tools tree. The UKI is
-IMAGE_DIR/<id>_<version>.efi; Kubernetes versions come from IMAGE_DIR/sysupdate/kubernetes/SHA256SUMS.
+IMAGE_DIR/<id>_<version>.efi; Kubernetes versions come from IMAGE_DIR/sysupdate/kubernetes/SHA256SUMS,
+each sysext from the file it names there.
 """
 import argparse
 import hashlib
@@ -88,8 +90,51 @@ def extend(pcr, word):
     return hashlib.sha256(pcr + hashlib.sha256(word.encode()).digest()).digest()
 
 
+# GPT partition type of the root verity signature for x86-64 (the Discoverable Partitions
+# Specification); its partition holds {"rootHash": ..., "signature": ...} padded with NULs.
+ROOT_VERITY_SIG_X86_64 = "41092b05-9fc8-4523-994f-2def0408b176"
+
+
+def gpt_type_guid(raw):
+    """A GPT entry's 16-byte type GUID in its usual text form (the first three fields little-endian)."""
+    a, b, c = struct.unpack_from("<IHH", raw)
+    return f"{a:08x}-{b:04x}-{c:04x}-{raw[8:10].hex()}-{raw[10:16].hex()}"
+
+
+def sysext_root_hash(path):
+    """The signed dm-verity root hash of a sysext DDI: the rootHash of its root verity signature
+    partition. systemd-sysext merges the extension only through a verity device with this root hash
+    after checking the signature over it."""
+    with open(path, "rb") as f:
+        f.seek(512)
+        hdr = f.read(92)
+        if hdr[:8] != b"EFI PART":
+            raise SystemExit(f"policy: {path}: no GPT")
+        entries_lba, n, size = struct.unpack_from("<QII", hdr, 72)
+        f.seek(entries_lba * 512)
+        table = f.read(n * size)
+        for i in range(n):
+            e = table[i * size:(i + 1) * size]
+            if gpt_type_guid(e[:16]) != ROOT_VERITY_SIG_X86_64:
+                continue
+            first, last = struct.unpack_from("<QQ", e, 32)
+            f.seek(first * 512)
+            blob = f.read((last - first + 1) * 512).rstrip(b"\0")
+            try:
+                root = json.loads(blob)["rootHash"].lower()
+            except (ValueError, KeyError, TypeError) as err:
+                raise SystemExit(f"policy: {path}: unreadable verity signature partition: {err}")
+            if not re.fullmatch(r"[0-9a-f]{64}", root):
+                raise SystemExit(f"policy: {path}: root hash {root!r} is not SHA-256")
+            return root
+    raise SystemExit(f"policy: {path}: no root verity signature partition")
+
+
 def pcr13(image_dir):
-    sums = os.path.join(image_dir, "sysupdate", "kubernetes", "SHA256SUMS")
+    """PCR 13 per Kubernetes version: "os-separator", then what vm-kubernetes measures once the
+    extension is merged, "kubernetes_<v>.raw verity=<root hash>"."""
+    d = os.path.join(image_dir, "sysupdate", "kubernetes")
+    sums = os.path.join(d, "SHA256SUMS")
     out = {}
     if not os.path.exists(sums):
         return out
@@ -102,7 +147,8 @@ def pcr13(image_dir):
             m = re.fullmatch(r"kubernetes_(.+)\.raw", name)
             if not m:
                 continue
-            v = extend(extend(bytes(32), SEPARATOR), f"{fields[0].lower()}  {name}")
+            root = sysext_root_hash(os.path.join(d, name))
+            v = extend(extend(bytes(32), SEPARATOR), f"{name} verity={root}")
             out[m.group(1)] = v.hex()
     return out
 

@@ -64,7 +64,10 @@ const char *attest_policy_pcr11(const AttestPolicy *p, const char *phase);
 const char *attest_policy_expected(
         const AttestPolicy *p, unsigned index, const char *kubernetes_version, const char **ret_kubernetes);
 
-/* The line vm-kubernetes.service measures into PCR 13: "<sha256 lowercase>  <file>". New string. */
+/* The line the Go prototype's vm-kubernetes.service measures into PCR 13, the sysext's SHA256SUMS line
+ * "<sha256 lowercase>  <file>". New string. This repository's image measures "<file> verity=<root hash>"
+ * instead (images/README.md); policy.json carries the result either way, attest_sysext_pcr() below
+ * computes it from either line. */
 char *attest_sysext_measurement(const char *sha256_hex, const char *file);
 
 /* SysextPCR: PCR 13 after "os-separator" and, when measurement is not NULL, measurement were
