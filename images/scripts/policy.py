@@ -92,41 +92,38 @@ def extend(pcr, word):
 
 # GPT partition type of the root verity signature for x86-64 (the Discoverable Partitions
 # Specification); its partition holds {"rootHash": ..., "signature": ...} padded with NULs.
-ROOT_VERITY_SIG_X86_64 = "41092b05-9fc8-4523-994f-2def0408b176"
+ROOT_VERITY_SIG_X86_64 = "41092B05-9FC8-4523-994F-2DEF0408B176"
 
 
-def gpt_type_guid(raw):
-    """A GPT entry's 16-byte type GUID in its usual text form (the first three fields little-endian)."""
-    a, b, c = struct.unpack_from("<IHH", raw)
-    return f"{a:08x}-{b:04x}-{c:04x}-{raw[8:10].hex()}-{raw[10:16].hex()}"
+def gpt_partitions(path):
+    """The partitions of a GPT disk image as sfdisk --json lists them (type, uuid, name, start and
+    size in 512-byte sectors), the way scripts/layout.py reads the image's own table."""
+    out = subprocess.run(["sfdisk", "--json", path], capture_output=True, text=True)
+    if out.returncode != 0:
+        raise SystemExit(f"policy: {path}: no partition table: {out.stderr.strip()}")
+    table = json.loads(out.stdout)["partitiontable"]
+    if table.get("label") != "gpt" or table.get("sectorsize", 512) != 512:
+        raise SystemExit(f"policy: {path} has no GPT with 512-byte sectors")
+    return table.get("partitions", [])
 
 
 def sysext_root_hash(path):
     """The signed dm-verity root hash of a sysext DDI: the rootHash of its root verity signature
     partition. systemd-sysext merges the extension only through a verity device with this root hash
     after checking the signature over it."""
-    with open(path, "rb") as f:
-        f.seek(512)
-        hdr = f.read(92)
-        if hdr[:8] != b"EFI PART":
-            raise SystemExit(f"policy: {path}: no GPT")
-        entries_lba, n, size = struct.unpack_from("<QII", hdr, 72)
-        f.seek(entries_lba * 512)
-        table = f.read(n * size)
-        for i in range(n):
-            e = table[i * size:(i + 1) * size]
-            if gpt_type_guid(e[:16]) != ROOT_VERITY_SIG_X86_64:
-                continue
-            first, last = struct.unpack_from("<QQ", e, 32)
-            f.seek(first * 512)
-            blob = f.read((last - first + 1) * 512).rstrip(b"\0")
-            try:
-                root = json.loads(blob)["rootHash"].lower()
-            except (ValueError, KeyError, TypeError) as err:
-                raise SystemExit(f"policy: {path}: unreadable verity signature partition: {err}")
-            if not re.fullmatch(r"[0-9a-f]{64}", root):
-                raise SystemExit(f"policy: {path}: root hash {root!r} is not SHA-256")
-            return root
+    for p in gpt_partitions(path):
+        if p["type"].upper() != ROOT_VERITY_SIG_X86_64:
+            continue
+        with open(path, "rb") as f:
+            f.seek(p["start"] * 512)
+            blob = f.read(p["size"] * 512).rstrip(b"\0")
+        try:
+            root = json.loads(blob)["rootHash"].lower()
+        except (ValueError, KeyError, TypeError, AttributeError) as err:
+            raise SystemExit(f"policy: {path}: unreadable verity signature partition: {err}")
+        if not re.fullmatch(r"[0-9a-f]{64}", root):
+            raise SystemExit(f"policy: {path}: root hash {root!r} is not SHA-256")
+        return root
     raise SystemExit(f"policy: {path}: no root verity signature partition")
 
 

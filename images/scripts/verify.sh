@@ -8,7 +8,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 images=$(cd "$here/.." && pwd)
 dir=${1:-$images/build}
 . "$images/../tools/need.sh"
-need_cmds verify "build image" gpgv sha256sum python3
+need_cmds verify "build image" gpgv sha256sum sfdisk python3
 IMAGE_TOOLS_TREE=$("$here/tools-tree.sh")
 export IMAGE_TOOLS_TREE
 "$here/policy.py" verify "$dir" --measure "$here/in-tools systemd-measure"

@@ -44,7 +44,7 @@ echo "verify.sh rejects a policy.json with a wrong pcr11 value"
 # verity partitions after the two halves of that hash: the root hash policy.py read from the
 # signature partition must be the one the partitions were made for.
 python3 - "$out" <<'PY'
-import glob, importlib.util, os, struct, sys
+import glob, importlib.util, os, sys
 spec = importlib.util.spec_from_file_location("policy", os.path.join(os.environ["REPO"], "images/scripts/policy.py"))
 policy = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(policy)
@@ -53,17 +53,7 @@ if not raws:
     sys.exit("FAIL: no sysext in sysupdate/kubernetes")
 for raw in raws:
     root = policy.sysext_root_hash(raw)
-    with open(raw, "rb") as f:
-        f.seek(512)
-        lba, n, size = struct.unpack_from("<QII", f.read(92), 72)
-        f.seek(lba * 512)
-        table = f.read(n * size)
-    uuids = {}
-    for i in range(n):
-        e = table[i * size:(i + 1) * size]
-        name = e[56:128].decode("utf-16-le").rstrip("\0")
-        if name:
-            uuids[name] = policy.gpt_type_guid(e[16:32]).replace("-", "")
+    uuids = {p.get("name"): p["uuid"].replace("-", "").lower() for p in policy.gpt_partitions(raw)}
     if uuids.get("root-x86-64") != root[:32] or uuids.get("root-x86-64-verity") != root[32:]:
         sys.exit(f"FAIL: {os.path.basename(raw)}: root hash {root} does not name its partitions {uuids}")
     print(f"{os.path.basename(raw)}: the signed root hash {root[:16]}... names its root and verity partitions")
