@@ -432,7 +432,7 @@ static const OperationParam create_vm_params[] = {
           .type = PARAM_STRING,
           .max_length = VM_USER_DATA_MAX,
           .description =
-                  "Ignition JSON as a string (Cluster API's bootstrap data), at most 1 MiB; the metadata service releases it only after attestation" },
+                  "Ignition JSON as a string (Cluster API's bootstrap data, spec 2.x as its kubeadm provider writes it, or 3.x), at most 1 MiB; the metadata service releases it only after attestation. A kubeadm.service in it runs once the Kubernetes extension and its runtime are up, and ready waits for it" },
         { .name = "ssh_authorized_keys",
           .type = PARAM_STRING_ARRAY,
           .max_length = VM_SSH_KEY_MAX,

@@ -7,6 +7,7 @@
 #include "cleanup.h"
 #include "json-util.h"
 #include "parse-util.h"
+#include "vm-ignition.h"
 #include "vm-spec.h"
 
 void vm_spec_done(VmSpec *s) {
@@ -178,6 +179,22 @@ int vm_spec_build(
                 }
         if (limits)
                 check_limits(&c, &problems);
+        /* Cluster API's Ignition output is spec 2.3; the guest's Ignition reads 3.x (vm-ignition.h) */
+        if (c.user_data && !problems) {
+                _cleanup_free_ char *translated = NULL, *why = NULL;
+                int r = vm_ignition_translate(c.user_data, strlen(c.user_data), &translated, &why);
+
+                if (r == -ENOMEM)
+                        return -ENOMEM;
+                if (r < 0)
+                        problem(&problems,
+                                "user_data is an Ignition 2.x config that has no 3.x equivalent: %s",
+                                why);
+                else if (r > 0) {
+                        free(c.user_data);
+                        c.user_data = TAKE_PTR(translated);
+                }
+        }
         if (problems)
                 return api_error_set(reterr, -EINVAL, API_ERROR_INVALID_REQUEST, "%s", problems);
 
