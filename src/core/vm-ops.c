@@ -66,8 +66,21 @@ static int create_resolve(Manager *m, VmSpec *spec, Network **ret_net, ApiError 
                         found = streq(*k, spec->kubernetes_version);
                 if (!found) {
                         _cleanup_free_ char *avail = strv_join(kv, ", ");
+                        const char *why = image_catalog_kubernetes_unusable(
+                                manager_images(m), spec->kubernetes_version);
+
                         if (!avail)
                                 return -ENOMEM;
+                        if (why)
+                                return api_error_set(
+                                        reterr,
+                                        -EINVAL,
+                                        API_ERROR_INVALID_REQUEST,
+                                        "kubernetes version \"%s\" of image %s is not offered: %s (available: %s)",
+                                        spec->kubernetes_version,
+                                        img->ref,
+                                        why,
+                                        *avail ? avail : "none");
                         return api_error_set(
                                 reterr,
                                 -EINVAL,

@@ -18,6 +18,7 @@
 #define POLICY_SUFFIX ".policy.json"
 #define LAYOUT_SUFFIX ".layout.json"
 #define POLICY_FILE "policy.json"
+#define MANIFEST_FILE "manifest.json"
 #define SYSUPDATE_DIR "sysupdate"
 #define KUBERNETES_DIR SYSUPDATE_DIR "/kubernetes"
 #define KUBERNETES_SUMS KUBERNETES_DIR "/SHA256SUMS"
@@ -35,7 +36,8 @@
 typedef struct ScanResult {
         Image *images;
         size_t n_images;
-        char **kubernetes_versions; /* NULL when none */
+        char **kubernetes_versions;  /* NULL when none: the versions a VM may ask for */
+        json_t *kubernetes_unusable; /* [{version, reason}] of SHA256SUMS that cannot run a node, or NULL */
         bool has_sysupdate;
 } ScanResult;
 
@@ -76,6 +78,7 @@ static void scan_result_done(ScanResult *s) {
                 image_done(&s->images[i]);
         free(s->images);
         strv_free(s->kubernetes_versions);
+        json_decref(s->kubernetes_unusable);
         *s = (ScanResult){};
 }
 
@@ -443,6 +446,69 @@ static int load_kubernetes_versions(int dirfd, const char *dir, char ***ret) {
         return parse_kubernetes_sums(data, size, ret);
 }
 
+/* The build's manifest.json says what its Kubernetes extension carries ("kubernetes": {"version",
+ * "node", "note"}; scripts/build.sh of images/): a version it marks as no node ("node": false, or,
+ * from builds before that field, "kubelet" or "kubeadm" false) is set apart with the reason. A version
+ * the manifest does not describe (no manifest, another version: the Go prototype's images) stays
+ * offered. */
+static int split_node_versions(int dirfd, const char *dir, ScanResult *s) {
+        _cleanup_free_ char *data = NULL;
+        json_auto_t *manifest = NULL;
+        _cleanup_strv_free_ char **keep = NULL;
+        json_t *k, *node;
+        const char *version, *note;
+        size_t size, n = 0;
+        int r;
+
+        if (!s->kubernetes_versions)
+                return 0;
+        r = read_small_file(dirfd, dir, MANIFEST_FILE, IMAGE_POLICY_SIZE_MAX, &data, &size);
+        if (r < 0) {
+                if (r != -ENOENT)
+                        log_debug_errno(r, "Cannot read '%s/" MANIFEST_FILE "', ignoring: %m", dir);
+                return 0;
+        }
+        manifest = json_loadb(data, size, 0, NULL);
+        k = json_object_get(manifest, "kubernetes");
+        version = json_string_value(json_object_get(k, "version"));
+        if (!version)
+                return 0;
+        node = json_object_get(k, "node");
+        if (node ? json_is_true(node) :
+                   !json_is_false(json_object_get(k, "kubelet")) &&
+                            !json_is_false(json_object_get(k, "kubeadm")))
+                return 0;
+        note = json_string_value(json_object_get(k, "note"));
+
+        keep = calloc(strv_length(s->kubernetes_versions) + 1, sizeof(char *));
+        if (!keep)
+                return -ENOMEM;
+        for (char **v = s->kubernetes_versions; *v; v++) {
+                json_t *entry;
+
+                if (!streq(*v, version)) {
+                        keep[n++] = TAKE_PTR(*v);
+                        continue;
+                }
+                if (!s->kubernetes_unusable && !(s->kubernetes_unusable = json_array()))
+                        return -ENOMEM;
+                entry = json_pack(
+                        "{s:s, s:s+}",
+                        "version",
+                        *v,
+                        "reason",
+                        "its system extension cannot run a Kubernetes node (no kubelet, kubeadm, crictl or "
+                        "container runtime in it)",
+                        note ? "; " : "");
+                if (!entry || (note && json_object_set_new(entry, "note", json_string(note)) < 0) ||
+                    json_array_append_new(s->kubernetes_unusable, entry) < 0)
+                        return -ENOMEM;
+        }
+        strv_free(s->kubernetes_versions);
+        s->kubernetes_versions = n > 0 ? TAKE_PTR(keep) : NULL;
+        return 0;
+}
+
 /* Fills img for the UKI called name (which ends in UKI_SUFFIX). Returns 0 and leaves img empty when the
  * entry is not an image, -ENOMEM on OOM. */
 static int scan_one(int dirfd, const char *dir, const char *name, json_t *shared_policy, Image *img) {
@@ -524,6 +590,9 @@ static int catalog_scan(const char *dir, ScanResult *ret) {
         r = load_kubernetes_versions(fd, dir, &s.kubernetes_versions);
         if (r < 0)
                 return r;
+        r = split_node_versions(fd, dir, &s);
+        if (r < 0)
+                return r;
         shared_policy = load_policy(fd, dir, POLICY_FILE);
 
         /* readdir() gets a descriptor of its own for the same directory; fd stays for the *at() calls. */
@@ -594,7 +663,10 @@ static bool strv_equal(char **a, char **b) {
 /* Whether two scans would render the same JSON. */
 static bool scan_result_equal(const ScanResult *a, const ScanResult *b) {
         if (a->n_images != b->n_images || a->has_sysupdate != b->has_sysupdate ||
-            !strv_equal(a->kubernetes_versions, b->kubernetes_versions))
+            !strv_equal(a->kubernetes_versions, b->kubernetes_versions) ||
+            !(a->kubernetes_unusable ?
+                      b->kubernetes_unusable && json_equal(a->kubernetes_unusable, b->kubernetes_unusable) :
+                      !b->kubernetes_unusable))
                 return false;
 
         for (size_t k = 0; k < a->n_images; k++) {
@@ -940,6 +1012,20 @@ char **image_catalog_kubernetes_versions(ImageCatalog *c) {
         return c->current.kubernetes_versions;
 }
 
+const char *image_catalog_kubernetes_unusable(ImageCatalog *c, const char *version) {
+        json_t *e;
+        size_t i;
+
+        assert_return(c, NULL);
+        assert_return(version, NULL);
+        json_array_foreach(
+                c->current.kubernetes_unusable,
+                i,
+                e) if (streq(json_string_value(json_object_get(e, "version")),
+                             version)) return json_string_value(json_object_get(e, "reason"));
+        return NULL;
+}
+
 const char *image_catalog_dir(ImageCatalog *c) {
         assert_return(c, NULL);
         return c->dir;
@@ -976,6 +1062,10 @@ json_t *image_to_json(ImageCatalog *c, const Image *i) {
                         if (json_array_append_new(a, json_string(*v)) < 0)
                                 return NULL;
         }
+
+        if (c->current.kubernetes_unusable &&
+            json_object_set_new(o, "kubernetesUnusable", json_deep_copy(c->current.kubernetes_unusable)) < 0)
+                return NULL;
 
         /* A copy: the catalog's own object is shared between images and must not change under it. */
         if (i->policy && json_object_set_new(o, "policy", json_deep_copy(i->policy)) < 0)

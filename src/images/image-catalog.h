@@ -71,6 +71,9 @@ const Image *image_catalog_resolve(ImageCatalog *c, const char *ref);
 /* The Kubernetes versions of <dir>/sysupdate/kubernetes/SHA256SUMS, newest first; the same for every
  * image. NULL when there are none. */
 char **image_catalog_kubernetes_versions(ImageCatalog *c);
+/* Why a Kubernetes version of sysupdate/kubernetes is not offered (its extension cannot run a node,
+ * says the build's manifest.json), or NULL when it is offered or not there at all. Borrowed. */
+const char *image_catalog_kubernetes_unusable(ImageCatalog *c, const char *version);
 
 /* The image directory, absolute and without trailing slash. */
 const char *image_catalog_dir(ImageCatalog *c);

@@ -369,6 +369,50 @@ static void test_kubernetes_versions(void **state) {
         assert_null(image_catalog_kubernetes_versions(c));
 }
 
+/* The build's manifest.json marks a version whose extension cannot run a node: it is not offered,
+ * and the images say why; the versions it does not describe stay. */
+static void test_kubernetes_not_node(void **state) {
+        const char *dir = *state;
+        _cleanup_(image_catalog_freep) ImageCatalog *c = NULL;
+        json_auto_t *j = NULL;
+        json_t *u;
+        char **kv;
+
+        put_image(dir, "base_1");
+        put_dir(dir, "sysupdate/kubernetes");
+        put(dir, "sysupdate/kubernetes/SHA256SUMS", "ab  kubernetes_1.36.4.raw\ncd  kubernetes_1.20.2.raw\n");
+        put(dir,
+            "manifest.json",
+            "{\"kubernetes\":{\"version\":\"1.36.4\",\"kubelet\":false,\"kubeadm\":false,"
+            "\"note\":\"kubelet and kubeadm are not in Debian\"}}");
+        c = catalog_open(dir);
+        kv = image_catalog_kubernetes_versions(c);
+        assert_non_null(kv);
+        assert_string_equal(kv[0], "1.20.2");
+        assert_null(kv[1]);
+        assert_non_null(strstr(image_catalog_kubernetes_unusable(c, "1.36.4"), "cannot run a Kubernetes node"));
+        assert_null(image_catalog_kubernetes_unusable(c, "1.20.2"));
+        j = image_to_json(c, image_catalog_at(c, 0));
+        u = json_array_get(json_object_get(j, "kubernetesUnusable"), 0);
+        assert_string_equal(json_string_value(json_object_get(u, "version")), "1.36.4");
+        assert_string_equal(
+                json_string_value(json_object_get(u, "note")), "kubelet and kubeadm are not in Debian");
+
+        /* a build that is a node: everything offered, nothing set apart */
+        put(dir, "manifest.json", "{\"kubernetes\":{\"version\":\"1.36.4\",\"node\":true}}");
+        assert_int_equal(image_catalog_rescan(c), 1);
+        kv = image_catalog_kubernetes_versions(c);
+        assert_string_equal(kv[0], "1.36.4");
+        assert_string_equal(kv[1], "1.20.2");
+        assert_null(image_catalog_kubernetes_unusable(c, "1.36.4"));
+
+        /* the only version is no node: none offered */
+        put(dir, "sysupdate/kubernetes/SHA256SUMS", "ab  kubernetes_1.36.4.raw\n");
+        put(dir, "manifest.json", "{\"kubernetes\":{\"version\":\"1.36.4\",\"node\":false}}");
+        assert_int_equal(image_catalog_rescan(c), 1);
+        assert_null(image_catalog_kubernetes_versions(c));
+}
+
 static void test_sysupdate_symlink_not_followed(void **state) {
         const char *dir = *state;
         _cleanup_(image_catalog_freep) ImageCatalog *c = NULL;
@@ -845,6 +889,7 @@ int main(void) {
                 cmocka_unit_test_setup_teardown(test_ordering, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_resolve, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_kubernetes_versions, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_kubernetes_not_node, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_sysupdate_symlink_not_followed, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_policy, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_json, setup, teardown),
