@@ -4,6 +4,7 @@
  * listener on the notify port for every VM (the manager holds it; a guest is known by its CID), and
  * vhost-user, where vhost-device-vsock hands a guest's connection to the VM's own unix socket. */
 #include <linux/vm_sockets.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -250,4 +251,44 @@ int vm_notify_listen_again(Vm *v) {
         default:
                 return 0;
         }
+}
+
+/* POST /bootstrap/failed of the IMDS: the guest's word that a unit of its user-data's bootstrap
+ * failed (vm-bootstrap-failed@.service, the OnFailure= of kubeadm.service), with the unit's last
+ * journal lines. Only printable text goes into lastError, at most VM_BOOTSTRAP_REPORT_MAX bytes;
+ * lines are joined with " | ". */
+int vm_bootstrap_failed(Vm *v, const void *body, size_t size) {
+        _cleanup_free_ char *text = NULL;
+        const char *b = body;
+        size_t n = 0;
+        VmStatus s = vm_status(v);
+
+        assert(v);
+        if (vm_state_next(&s, VM_EVENT_BOOTSTRAP_FAILED).ignored)
+                return -ESTALE;
+        size = MIN(size, (size_t) VM_BOOTSTRAP_REPORT_MAX);
+        text = malloc(size * 3 + 1);
+        if (!text)
+                return -ENOMEM;
+        for (size_t i = 0; i < size; i++) {
+                unsigned char c = (unsigned char) b[i];
+                if (c == '\n') {
+                        if (n > 0 && i + 1 < size)
+                                n += (size_t) sprintf(text + n, " | ");
+                } else if (c >= 0x20 && c < 0x7f)
+                        text[n++] = (char) c;
+                else if (c != '\r')
+                        text[n++] = '?';
+        }
+        while (n > 0 && strchr(" |", text[n - 1]))
+                n--;
+        text[n] = 0;
+        log_struct(
+                LOG_WARNING,
+                LOG_FIELDS({ "VM_ID", v->rec.id }),
+                "VM %s: the guest's bootstrap failed: %s",
+                v->rec.id,
+                n ? text : "(no detail)");
+        return vm_set_state(
+                v, VM_EVENT_BOOTSTRAP_FAILED, &(VmEventArgs){ .detail = n ? text : "no detail" }, NULL);
 }

@@ -90,6 +90,12 @@ int vm_attest_nonce(Vm *v, char ret[static 65]);
 /* POST /attest/quote of the IMDS: *ret_status is 200 (verified), 403 (rejected, *ret the QuoteResult)
  * or 400 (*ret_text says why); 500 with *ret_text when the verdict cannot be stored. */
 int vm_attest_quote(Vm *v, const void *body, size_t size, unsigned *ret_status, json_t **ret, char **ret_text);
+/* POST /bootstrap/failed of the IMDS: a unit of the user-data's bootstrap (kubeadm.service) failed
+ * before the VM was ready; the body is the unit's last journal lines. The boot fails with them in
+ * lastError (printable text, at most VM_BOOTSTRAP_REPORT_MAX bytes of the body). -ESTALE when the VM
+ * is past that point (ready, stopping, not booting). */
+#define VM_BOOTSTRAP_REPORT_MAX 4096
+int vm_bootstrap_failed(Vm *v, const void *body, size_t size);
 
 /* forward_port: a listener on 127.0.0.1 whose connections reach the guest's port, until the VM is
  * deleted. {"id","port","address"}; the same forward again for a port forwarded already. */

@@ -149,6 +149,19 @@ static void serve_report(HttpRequest *req, Vm *v) {
         http_request_suspend(req);
 }
 
+static void serve_bootstrap_failed(HttpRequest *req, Vm *v) {
+        size_t size;
+        const void *body = http_request_body(req, &size);
+        int r = vm_bootstrap_failed(v, body, size);
+
+        if (r == -ESTALE)
+                reply_text(req, 409, "the VM is not booting: nothing to fail\n");
+        else if (r < 0)
+                reply_text(req, 500, "the failure could not be recorded\n");
+        else
+                reply_text(req, 200, "recorded: the boot fails\n");
+}
+
 static void serve_nonce(HttpRequest *req, Vm *v) {
         char nonce[65];
 
@@ -295,6 +308,10 @@ void imds_handle(HttpRequest *req, void *userdata) {
                 if (!post)
                         goto method;
                 serve_quote(req, v);
+        } else if (streq(path, "/bootstrap/failed")) {
+                if (!post)
+                        goto method;
+                serve_bootstrap_failed(req, v);
         } else if (streq(path, "/report")) {
                 if (!post)
                         goto method;

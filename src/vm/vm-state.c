@@ -78,6 +78,7 @@ static const char *const vm_event_table[_VM_EVENT_MAX] = {
         [VM_EVENT_QUOTE_REJECTED_READY] = "quote-rejected-ready",
         [VM_EVENT_QUOTE_RETRYABLE] = "quote-retryable",
         [VM_EVENT_GUEST_PANIC] = "guest-panic",
+        [VM_EVENT_BOOTSTRAP_FAILED] = "bootstrap-failed",
         [VM_EVENT_RESTARTED] = "restarted",
         [VM_EVENT_REATTACHED] = "reattached",
         [VM_EVENT_REATTACH_FAILED] = "reattach-failed",
@@ -121,6 +122,7 @@ static const char *const vm_message_table[_VM_MESSAGE_MAX] = {
         [VM_MESSAGE_NO_READY] = "no-ready",
         [VM_MESSAGE_NO_READY_QUOTE] = "no-ready-quote",
         [VM_MESSAGE_GUEST_PANIC] = "guest-panic",
+        [VM_MESSAGE_BOOTSTRAP_FAILED] = "bootstrap-failed",
         [VM_MESSAGE_READY_NO_NONCE] = "ready-no-nonce",
         [VM_MESSAGE_READY_NO_QUOTE] = "ready-no-quote",
         [VM_MESSAGE_READY_REJECTED] = "ready-rejected",
@@ -234,6 +236,8 @@ char *vm_message_format(VmMessage m, const VmMessageArgs *a) {
                         d);
         case VM_MESSAGE_GUEST_PANIC:
                 return format("guest kernel panicked while %s: %s", state, or_unknown(a->detail));
+        case VM_MESSAGE_BOOTSTRAP_FAILED:
+                return format("the guest's bootstrap failed while %s: %s", state, or_unknown(a->detail));
         case VM_MESSAGE_READY_NO_NONCE:
                 return strdup(READY_UNATTESTED("it never asked for a nonce: does the image run vm-agent?"));
         case VM_MESSAGE_READY_NO_QUOTE:
@@ -714,6 +718,16 @@ static VmTransition on_guest_panic(VmTransition t, const VmStatus *s, VmEvent e)
         return fail_boot(t, s, VM_MESSAGE_GUEST_PANIC, /* graceful= */ false);
 }
 
+/* A unit of the user-data's bootstrap (Cluster API's kubeadm.service) failed: READY=1 would follow
+ * (the boot transaction completes either way), but the node will not be one. The guest said so
+ * through its metadata service, with the unit's last lines: the boot fails with them, powered off. */
+static VmTransition on_bootstrap_failed(VmTransition t, const VmStatus *s, VmEvent e) {
+        if (!has_qemu(s) || !IN_SET(s->sub, VM_SUB_NONE, VM_SUB_READY_QUOTE) ||
+            !IN_SET(s->state, VM_STATE_BOOTING, VM_STATE_ATTESTING))
+                return ignore(t);
+        return fail_boot(t, s, VM_MESSAGE_BOOTSTRAP_FAILED, /* graceful= */ true);
+}
+
 /* the power button unanswered (stop timeout) or refused: SIGTERM; SIGTERM unanswered: SIGKILL. A
  * delete escalates as a stop does: under deleting, the stop sub-state says QEMU still runs. */
 static VmTransition on_stop_timeout(VmTransition t, const VmStatus *s, VmEvent e) {
@@ -822,6 +836,7 @@ static const VmEventHandler handlers[_VM_EVENT_MAX] = {
         [VM_EVENT_QUOTE_REJECTED_READY] = on_quote_rejected,
         [VM_EVENT_QUOTE_RETRYABLE] = on_quote_rejected,
         [VM_EVENT_GUEST_PANIC] = on_guest_panic,
+        [VM_EVENT_BOOTSTRAP_FAILED] = on_bootstrap_failed,
         [VM_EVENT_RESTARTED] = on_restarted,
         [VM_EVENT_REATTACHED] = on_reattached,
         [VM_EVENT_REATTACH_FAILED] = on_reattach_failed,

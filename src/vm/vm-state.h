@@ -114,6 +114,7 @@ typedef enum VmEvent {
         VM_EVENT_QUOTE_REJECTED_READY,
         VM_EVENT_QUOTE_RETRYABLE, /* rejected, but the guest may try again (a stale nonce; noop mode) */
         VM_EVENT_GUEST_PANIC,     /* the kernel's panic line on the console, before readiness */
+        VM_EVENT_BOOTSTRAP_FAILED, /* a unit of the user-data's bootstrap (kubeadm.service) failed, before readiness */
         /* a daemon restart */
         VM_EVENT_RESTARTED,       /* the record was loaded */
         VM_EVENT_REATTACHED,      /* the monitor of a QEMU an earlier daemon started answers */
@@ -179,6 +180,7 @@ typedef enum VmMessage {
         VM_MESSAGE_NO_READY,
         VM_MESSAGE_NO_READY_QUOTE,
         VM_MESSAGE_GUEST_PANIC,
+        VM_MESSAGE_BOOTSTRAP_FAILED,
         VM_MESSAGE_READY_NO_NONCE,
         VM_MESSAGE_READY_NO_QUOTE,
         VM_MESSAGE_READY_REJECTED,

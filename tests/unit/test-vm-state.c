@@ -295,6 +295,14 @@ static const Row rows[] = {
         { S(READY), U(NONE), BOOT, G(NONE), 0, 1, 0, E(GUEST_PANIC), IGNORED },
         { S(STOPPING), U(STOP_POWERDOWN), BOOT, G(NONE), 0, 1, 0, E(GUEST_PANIC), IGNORED },
         { S(BOOTING), U(START_QMP), BOOT, G(NONE), 0, 1, 0, E(GUEST_PANIC), IGNORED },
+        /* the user-data's bootstrap failed: the boot fails with the unit's lines, powered off */
+        { S(BOOTING), U(NONE), BOOT, G(NONE), 0, 1, 0, E(BOOTSTRAP_FAILED),
+          .next = S(STOPPING), .next_sub = U(STOP_POWERDOWN), .actions = A(DISARM) | A(SAVE) | A(POWERDOWN), .message = M(BOOTSTRAP_FAILED) },
+        { S(ATTESTING), U(READY_QUOTE), BOOT, G(INITRD), 0, 1, 0, E(BOOTSTRAP_FAILED),
+          .next = S(STOPPING), .next_sub = U(STOP_POWERDOWN), .actions = A(DISARM) | A(SAVE) | A(POWERDOWN), .message = M(BOOTSTRAP_FAILED) },
+        { S(READY), U(NONE), BOOT, G(NONE), 0, 1, 0, E(BOOTSTRAP_FAILED), IGNORED },
+        { S(INSTALLING), U(NONE), INSTALL, G(NONE), 0, 0, 0, E(BOOTSTRAP_FAILED), IGNORED },
+        { S(STOPPED), U(NONE), BOOT, G(NONE), 0, 1, 0, E(BOOTSTRAP_FAILED), IGNORED },
         /* ... and once QEMU is gone: failed, the panic line as lastError */
         { S(STOPPING), U(STOP_SIGTERM), INSTALL, G(NONE), 1, 0, 0, E(EXIT_FAILED),
           .next = S(FAILED), .next_sub = U(NONE), .actions = A(TEARDOWN) | A(SAVE), .message = M(DETAIL) },
@@ -404,6 +412,7 @@ static void test_messages(void **state) {
                   "within 2m30s (its ready-stage attestation did not run or did not reach the metadata "
                   "service)" },
                 { VM_MESSAGE_GUEST_PANIC, "guest kernel panicked while booting: the detail" },
+                { VM_MESSAGE_BOOTSTRAP_FAILED, "the guest's bootstrap failed while booting: the detail" },
                 { VM_MESSAGE_READY_NO_NONCE,
                   "attestation required: the guest sent READY=1 without a verified initrd quote (it never "
                   "asked for a nonce: does the image run vm-agent?); its user-data was not released" },
