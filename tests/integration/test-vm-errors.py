@@ -6,6 +6,9 @@ seconds instead of a TCG boot:
   * an installer that exits non-zero: failed, "installer exited: exit status 3" and the console;
   * a guest kernel panic (its line on the console) in the installer boot or the installed boot:
     failed within seconds with the panic line, not after the install or boot timeout;
+  * a failed bootstrap unit (the guest's POST /bootstrap/failed to its metadata service, as
+    vm-bootstrap-failed@kubeadm.service sends it): failed at once with the unit's lines, a waiter
+    hears vm_failed, and a second report (or one before the boot) is refused;
   * a QEMU whose monitor never answers: create_vm fails after 10 s and leaves nothing behind;
   * system_powerdown answered with an error: stop_vm goes straight to SIGTERM;
   * a QEMU that ignores ACPI and SIGTERM: SIGTERM after --stop-timeout, SIGKILL 5 s later;
@@ -20,7 +23,7 @@ import time
 
 here = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, here)
-from vmmtest import Daemon, HOST, base_env, free_port, http_request, run, tap, wait_state  # noqa: E402
+from vmmtest import Daemon, HOST, base_env, free_port, http_request, imds_request, run, tap, wait_state  # noqa: E402
 import json  # noqa: E402
 
 FAKES = os.path.join(here, "fakes")
@@ -97,6 +100,46 @@ def panic_case(work, phase, wait_for, state):
 def test_guest_panics(work):
     panic_case(work, "install", "installed", "installing")
     panic_case(work, "boot", "ready", "booting")
+
+
+def test_bootstrap_failed(work):
+    d, port = daemon(work, "bootstrap", "install-exit:0", "--boot-timeout", "10m")
+    status, vm = api(port, "POST", "/vms", dict(CREATE, name="node", wait_for="none"))
+    tap.result(status == 201, "create_vm (wait_for none) answered 201", repr(vm)[:300])
+    vid = vm.get("id")
+    sock = os.path.join(work, "s-bootstrap", "vms", vid, "imds.sock")
+    vm = wait_state(port, vid, ("booting",), timeout=30)
+    tap.result((vm or {}).get("state") == "booting", "the installed boot runs", repr(vm)[:300])
+    report = (b"kubeadm.service failed:\n[preflight] Running pre-flight checks\n"
+              b"error execution phase preflight: [preflight] Some fatal errors occurred:\n"
+              b"\t[ERROR FileExisting-crictl]: crictl not found in system path\x1b[0m\n")
+    st, _, body = imds_request(sock, "POST", "/giantswarm/v1/bootstrap/failed", body=report)
+    tap.result(st == 200, "POST /bootstrap/failed from the booting guest: 200", "%d %r" % (st, body))
+    vm = wait_state(port, vid, ("failed",), timeout=30) or {}
+    ok = vm.get("state") == "failed"
+    want = ("the guest's bootstrap failed while booting: kubeadm.service failed: | [preflight] Running pre-flight "
+            "checks | error execution phase preflight: [preflight] Some fatal errors occurred: | "
+            "?[ERROR FileExisting-crictl]: crictl not found in system path?[0m")
+    tap.result(ok and vm.get("lastError") == want,
+              "... the VM is failed, lastError has the unit's lines (printable, joined with ' | ')",
+              repr(vm.get("lastError"))[:400])
+    st, _, body = imds_request(sock, "POST", "/giantswarm/v1/bootstrap/failed", body=b"again")
+    tap.result(st in (403, 409), "a second report after the VM failed is refused", "%d %r" % (st, body))
+    st, _, _ = imds_request(sock, "GET", "/giantswarm/v1/bootstrap/failed")
+    tap.result(st in (403, 405), "GET /bootstrap/failed: refused", str(st))
+
+    # the next boot reports again: failed again
+    status, vm = api(port, "POST", "/vms/%s/start" % vid, None)
+    tap.result(status in (200, 202), "start_vm boots it again", repr(vm)[:300])
+    wait_state(port, vid, ("booting",), timeout=30)
+    started = time.monotonic()
+    st, _, _ = imds_request(sock, "POST", "/giantswarm/v1/bootstrap/failed", body=b"kubeadm.service failed:\nboom\n")
+    tap.result(st == 200, "a second boot's failure report: 200", str(st))
+    vm = wait_state(port, vid, ("failed",), timeout=30) or {}
+    tap.result(vm.get("state") == "failed" and vm.get("lastError", "").endswith("kubeadm.service failed: | boom")
+              and time.monotonic() - started < 20,
+              "... failed again within seconds, not after the 10 min boot timeout", repr(vm)[:300])
+    d.stop()
 
 
 def test_qmp_silent(work):
@@ -186,4 +229,4 @@ def test_vsock_modes(work):
 
 
 if __name__ == "__main__":
-    sys.exit(run([test_installer_fails, test_guest_panics, test_qmp_silent, test_stop_paths, test_vsock_modes], 300, "vmm-err-"))
+    sys.exit(run([test_installer_fails, test_guest_panics, test_bootstrap_failed, test_qmp_silent, test_stop_paths, test_vsock_modes], 300, "vmm-err-"))
