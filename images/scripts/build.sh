@@ -9,15 +9,16 @@
 #   manifest.json                versions, what the sysext holds, sizes, build time
 #
 # Steps: keys (scripts/keys.sh), the sid tools tree (tools/mkosi.conf, cached), then a cache
-# lookup keyed by the image definition, the vm-agent sources, the hwdb record, the kubelet/kubeadm
-# binaries given and the versions of every sid package the image pulls in. On a hit the cached
+# lookup keyed by the image definition, the vm-agent sources, the hwdb record, the Kubernetes tree
+# (binaries, runtime, images) and the versions of every sid package the image pulls in. On a hit the cached
 # build is copied; otherwise mkosi 27 builds it (scripts/mkosi) and the result is stored.
 #
 # `build.sh --print-key [OUT_DIR]` prints the cache key and stops there (tools/fresh-root-check.sh
 # compares the key of a fresh root with the host's).
 #
 # Environment: VM_MANAGER (the daemon binary, for `vm-manager imds-hwdb`; default build/...),
-# KUBERNETES_BIN_DIR (kubelet and kubeadm to add to the sysext), IMAGE_CACHE_DIR (default
+# KUBERNETES_BIN_DIR (Kubernetes binaries to use instead of those built from Debian's source;
+# scripts/kubernetes-sysext.sh), IMAGE_CACHE_DIR (default
 # /var/cache/vm-manager/images), IMAGE_CACHE=0 (build even on a hit), IMAGE_CACHE_KEEP (entries
 # kept, default 3).
 set -euo pipefail
@@ -75,17 +76,12 @@ mkdir -p "$exitrd"
 "$repo/tools/fetch-sid-package.sh" --download-only "$exitrd" systemd-standalone-shutdown >&2
 dpkg-deb -x "$exitrd"/systemd-standalone-shutdown_*.deb "$exitrd/x"
 install -D -m 0755 "$exitrd/x/usr/lib/systemd/systemd-shutdown" "$gen/base/usr/lib/vm-image/exitrd/systemd-shutdown"
-kube_note="kubelet and kubeadm are not in Debian; KUBERNETES_BIN_DIR was not given, so the sysext has neither"
-kube_bins=()
-if [ -n "${KUBERNETES_BIN_DIR:-}" ]; then
-        for b in kubelet kubeadm; do
-                [ -x "$KUBERNETES_BIN_DIR/$b" ] || die "KUBERNETES_BIN_DIR=$KUBERNETES_BIN_DIR has no executable $b"
-                install -D -m 0755 "$KUBERNETES_BIN_DIR/$b" "$gen/kubernetes/usr/bin/$b"
-                kube_bins+=("$b")
-        done
-        kube_note="kubelet and kubeadm from $KUBERNETES_BIN_DIR"
-fi
-say "$kube_note"
+# The Kubernetes node: kubelet, kubeadm, kubectl, crictl, a runtime for their CRI and the
+# control-plane images, built from Debian's kubernetes source (cached) or taken from
+# KUBERNETES_BIN_DIR (scripts/kubernetes-sysext.sh).
+{ read -r kver; read -r kube_note; } < <("$here/kubernetes-sysext.sh" "$gen/kubernetes")
+[ -n "$kver" ] || die "scripts/kubernetes-sysext.sh named no Kubernetes version"
+say "Kubernetes $kver: $kube_note"
 
 # --- the cache key
 # the indented lines that follow Packages= in the mkosi.conf files
@@ -111,7 +107,7 @@ key=$( {
                 fi
         done
         sha256sum "$gen"/*/usr/lib/udev/hwdb.d/* | cut -d' ' -f1
-        for b in "${kube_bins[@]}"; do sha256sum "$gen/kubernetes/usr/bin/$b" | cut -d' ' -f1; done
+        (cd "$gen/kubernetes" && find . -type f -print0 | sort -z | xargs -0 sha256sum)
         sha256sum "$images"/keys/*.crt "$images/keys/import-pubring.pgp" | cut -d' ' -f1
         "$here/mkosi" --version
         echo "$closure"
@@ -192,15 +188,6 @@ print(next((p["uuid"].lower() for p in json.loads(sys.argv[2])["partitiontable"]
 done
 
 [ -f "$o/kubernetes.manifest" ] || die "mkosi left no kubernetes.manifest in $o"
-kver=$(python3 - "$o/kubernetes.manifest" <<'PY'
-import json, re, sys
-doc = json.load(open(sys.argv[1]))
-for p in doc.get("packages", []):
-    if p["name"] == "kubernetes-client":
-        print(re.sub(r"^\d+:", "", p["version"]).split("+")[0].split("-")[0])
-PY
-)
-[ -n "$kver" ] || die "no kubernetes-client version in the sysext's manifest"
 cp --sparse=always "$o/kubernetes.raw" "$asm/sysupdate/kubernetes/kubernetes_$kver.raw"
 
 for d in base kubernetes; do
@@ -212,9 +199,18 @@ done
 "$here/policy.py" write "$asm" --measure "$measure" >&2
 
 t_total=$(( $(date +%s) - t_start ))
-python3 - "$asm" "$version" "$kver" "$kube_note" "$t_mkosi" "$t_total" "$o" "${kube_bins[@]}" <<'PY' > "$asm/manifest.json"
+python3 - "$asm" "$version" "$kver" "$kube_note" "$t_mkosi" "$t_total" "$o" "$gen/kubernetes" <<'PY' > "$asm/manifest.json"
 import datetime, json, os, sys
-asm, version, kver, note, t_mkosi, t_total, o, *bins = sys.argv[1:]
+asm, version, kver, note, t_mkosi, t_total, o, ktree = sys.argv[1:]
+bins = [b for b in ("kubelet", "kubeadm", "kubectl", "crictl", "containerd", "ctr")
+        if os.access(os.path.join(ktree, "usr/bin", b), os.X_OK)]
+kimages = []
+with open(os.path.join(ktree, "usr/share/vm-image/kubernetes-images/images.txt")) as f:
+    for line in f:
+        ref, _, rest = line.strip().partition(" ")
+        if ref:
+            kimages.append({"ref": ref, "included": not rest.startswith("absent:"),
+                            **({"why": rest.split(":", 1)[1].strip()} if rest.startswith("absent:") else {})})
 def pkgs(name):
     try:
         return {p["name"]: p["version"] for p in json.load(open(os.path.join(o, name))).get("packages", [])}
@@ -237,6 +233,9 @@ doc = {
         "packages": {k: v for k, v in kube.items() if k not in base},
         "kubelet": "kubelet" in bins,
         "kubeadm": "kubeadm" in bins,
+        "node": all(b in bins for b in ("kubelet", "kubeadm", "crictl", "containerd")),
+        "binaries": bins,
+        "images": kimages,
         "note": note,
     },
     "sizes": {p: size(p) for p in (f"{stem}.efi", f"{stem}.raw", f"sysupdate/kubernetes/kubernetes_{kver}.raw")},
