@@ -15,18 +15,43 @@
 #        tools/fetch-sid-package.sh --download-only DIR NAME...   (only fetch the .debs into DIR)
 #        tools/fetch-sid-package.sh --refresh-lists   (only make sure the sid lists are there and fresh,
 #                                                      for callers that read them through $SID_APT_DIR/apt.conf)
+#        tools/fetch-sid-package.sh --suite bookworm --download-only DIR NAME...
+#        tools/fetch-sid-package.sh --suite bookworm --source DIR NAME   (a source package's files into DIR)
+#
+# --suite SUITE gives the same isolated view of another suite of the archive, with its source
+# packages too (under /var/cache/vm-manager/SUITE-apt): the Kubernetes sysext's runtime and
+# Kubernetes itself are built from bookworm's packages even on a host of another release.
 set -euo pipefail
 
-A=${SID_APT_DIR:-/var/cache/vm-manager/sid-apt}
+suite=sid
+if [ "${1:-}" = "--suite" ]; then
+        [ $# -ge 2 ] || { echo "usage: $0 --suite SUITE ..." >&2; exit 2; }
+        suite=$2
+        shift 2
+        case "$suite" in
+        *[!a-z-]* | "") echo "fetch-sid-package: bad suite '$suite'" >&2; exit 2 ;;
+        esac
+fi
+if [ "$suite" = sid ]; then
+        A=${SID_APT_DIR:-/var/cache/vm-manager/sid-apt}
+else
+        A=/var/cache/vm-manager/$suite-apt
+fi
 MIRROR=${SID_APT_MIRROR:-http://deb.debian.org/debian}
 download_only=
 refresh_only=
+source_only=
 
 if [ "${1:-}" = "--refresh-lists" ]; then
         refresh_only=1
         shift
 elif [ "${1:-}" = "--download-only" ]; then
         [ $# -ge 3 ] || { echo "usage: $0 --download-only DIR NAME..." >&2; exit 2; }
+        download_only=$2
+        shift 2
+elif [ "${1:-}" = "--source" ]; then
+        [ $# -eq 3 ] || { echo "usage: $0 [--suite SUITE] --source DIR NAME" >&2; exit 2; }
+        source_only=$2
         download_only=$2
         shift 2
 fi
@@ -52,10 +77,13 @@ fi
 
 mkdir -p "$A/etc/sources.list.d" "$A/etc/preferences.d" "$A/etc/apt.conf.d" \
         "$A/state/lists/partial" "$A/cache/archives/partial" "$A/debs"
-cat > "$A/etc/sources.list.d/sid.sources" <<SRC
-Types: deb
+rm -f "$A/etc/sources.list.d/sid.sources"
+types=deb
+[ "$suite" = sid ] || types="deb deb-src"
+cat > "$A/etc/sources.list.d/$suite.sources" <<SRC
+Types: $types
 URIs: $MIRROR
-Suites: sid
+Suites: $suite
 Components: main
 Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
 SRC
@@ -100,6 +128,13 @@ fi
 
 [ -z "$refresh_only" ] || exit 0
 
+if [ -n "$source_only" ]; then
+        # The .dsc and its tarballs, checked against the signed Sources index by apt; not unpacked.
+        mkdir -p "$source_only"
+        (cd "$source_only" && apt-get source -q --download-only -o APT::Sandbox::User=root "${want[0]}" >&2)
+        exit 0
+fi
+
 dest=${download_only:-$A/debs}
 mkdir -p "$dest"
 # apt downloads as the unprivileged _apt user when that user may write the target directory.
@@ -108,7 +143,7 @@ debs=()
 for p in "${want[@]}"; do
         ver=$(apt-cache policy "$p" | awk '/Candidate:/ { print $2 }')
         if [ -z "$ver" ] || [ "$ver" = "(none)" ]; then
-                echo "fetch-sid-package: $p is not in sid" >&2
+                echo "fetch-sid-package: $p is not in $suite" >&2
                 exit 1
         fi
         (cd "$dest" && apt-get download -q ${download_only:+-o APT::Sandbox::User=root} "$p=$ver" >&2)

@@ -60,6 +60,10 @@ check+=("${deploy[@]}")
 # initrd in tests/image/test-guest-image.sh; the smoke boot runs the VMs.
 guest_image=(python3 apt dpkg debian-archive-keyring git gnupg gpgv openssl ca-certificates fdisk zstd cpio
              "${vms[@]}")
+# The Kubernetes sysext's binaries, built from Debian's kubernetes source (images/scripts/kubernetes-bins.sh):
+# dpkg-source unpacks it, the tree's Makefile wants make and rsync, gcc links the pause program
+# statically (libc6-dev), strip (binutils) trims it. The Go compiler is fetched by the script itself.
+guest_image+=(dpkg-dev make rsync gcc libc6-dev binutils)
 
 groups=("$@")
 [ ${#groups[@]} -gt 0 ] || groups=(build check run)

@@ -21,7 +21,8 @@ pkg_of() {
         apt-get | apt-cache) echo apt ;;
         mkfs.vfat) echo dosfstools ;;
         mmd | mcopy) echo mtools ;;
-        objcopy) echo binutils ;;
+        objcopy | strip) echo binutils ;;
+        dpkg-source) echo dpkg-dev ;;
         gcc) echo gcc ;;
         qemu-system-x86_64 | qemu-img) echo qemu-system-x86 ;;
         swtpm | swtpm_setup) echo swtpm ;;
