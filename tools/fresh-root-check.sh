@@ -4,7 +4,8 @@
 # repository and to type `make`), entered with unshare + chroot, and a clean clone of the commit
 # under test in /root/vm-manager. Inside, as root and with nothing else installed:
 #   1. `make run` (on a port of 127.0.0.1 the kernel picks), until GET /healthz answers 200 and
-#      GET /api/v1/images lists the guest image; then SIGTERM to the daemon, and make must exit 0;
+#      GET /api/v1/images lists the guest image and offers the Kubernetes version whose sysext
+#      images/build/manifest.json says holds kubelet and kubeadm; then SIGTERM to the daemon, and make must exit 0;
 #   2. `make build-check`, make check's set-up (its packages and the ASan build), not its tests.
 # A package missing from an install-deps group makes one of them fail, and the failure names it.
 #
@@ -139,6 +140,20 @@ if [ "${1:-}" = --steps ]; then
         grep -Eq "\"id\": ?\"$IMAGE_NAME\"" <<<"$images" ||
                 bad "GET /api/v1/images does not list $IMAGE_NAME: $(tail -n +2 <<<"$images" | head -c 300)"
         say "GET /api/v1/images lists $IMAGE_NAME"
+        # The Kubernetes extension can run a node: kubelet and kubeadm in it, and the daemon offers it.
+        node=$(python3 -c '
+import json, sys
+k = json.load(open(sys.argv[1])).get("kubernetes", {})
+bins = k.get("binaries", [])
+print(k.get("version", ""), "node" if k.get("node") and "kubelet" in bins and "kubeadm" in bins else "no-node")
+' images/build/manifest.json 2>&1) || bad "images/build/manifest.json: $node"
+        case "$node" in
+        *" node") ;;
+        *) bad "the Kubernetes sysext of make run's image cannot run a node (kubelet, kubeadm): $node" ;;
+        esac
+        grep -Eq "\"kubernetesVersions\": ?\[ *\"${node%% *}\"" <<<"$(tr -d '\n' <<<"$images")" ||
+                bad "GET /api/v1/images does not offer Kubernetes ${node%% *}: $(tail -n +2 <<<"$images" | head -c 600)"
+        say "the Kubernetes sysext ${node%% *} lists kubelet and kubeadm, and GET /api/v1/images offers it"
         [ "$rc" = 0 ] || { why /root/make-run.log; bad "make run exited with status $rc after SIGTERM (want 0)"; }
         say "SIGTERM: the daemon and make run exited 0"
         if [ -n "$host_key" ]; then
