@@ -16,6 +16,12 @@ Tests (E2E_TESTS, comma-separated; default: all):
   verify      a fresh VM on a daemon without learn mode verifies with nothing learned
   reject      a VM on another OVMF build is rejected on PCR 0; its user-data stays gated (the one test
               in install mode boot: an installer boot, then the installed boot)
+  cluster     a Kubernetes cluster as Cluster API's kubeadm bootstrap provider makes one (Ignition
+              spec 2.3.0 user-data: /etc/kubeadm.sh, /etc/kubeadm.yml, the CA files, kubeadm.service):
+              a control plane created with require_attestation reaches ready with `kubectl get nodes`
+              Ready through forward_port 6443 from the host; a worker on the same network joins with a
+              token and the CA hash and is Ready; a reboot of the worker keeps it Ready; both VMs'
+              ready quotes verify with PCR 13; timings recorded (not in the default run: E2E_TESTS)
   restart     the daemon restarts while a VM runs: with the process launcher the VM is powered
               down and marked stopped; then, where a service manager is reachable (the suite runs
               under with-systemd-user.sh), start_vm runs it as units of the systemd launcher, the
@@ -30,8 +36,11 @@ made once more, and the diagnostics say so.
 """
 
 import datetime
+import glob
+import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -39,6 +48,7 @@ import subprocess
 import sys
 import time
 import traceback
+import urllib.parse
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCE_ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
@@ -47,7 +57,7 @@ from vmmtest import (BIN, Daemon, HOST, api, base_env, free_port, http_request, 
                      tap, wait_state)
 
 IMAGE_DIR = os.environ.get("E2E_IMAGE_DIR") or os.path.join(SOURCE_ROOT, "images", "build")
-ALL = ["create", "ignition", "metrics", "reboot", "kubernetes", "golden", "verify", "reject", "restart"]
+ALL = ["create", "ignition", "metrics", "reboot", "kubernetes", "golden", "verify", "reject", "restart", "cluster"]
 SELECTED = [t for t in (os.environ.get("E2E_TESTS") or ",".join(ALL)).split(",") if t]
 # TCG: an install takes 4-6 minutes, a boot 2-3; the daemon's own timeouts are raised to match.
 VM_TIMEOUT = int(os.environ.get("E2E_VM_TIMEOUT", "1800"))
@@ -489,9 +499,199 @@ def t_restart(work):
     ctx.pop("restart", None)
 
 
+# ---- cluster: Cluster API's kubeadm bootstrap data, unchanged ----------------------------------
+
+TOKEN = "e2e0ab.0123456789abcdef"
+
+
+def data_url(text):
+    return "data:," + urllib.parse.quote(text, safe="")
+
+
+def cluster_pki(work):
+    """The CA files CABPK hands a control plane: cluster CA, etcd CA, front-proxy CA, service account
+    key pair; and the discovery hash a worker joins with (SHA-256 of the CA's SubjectPublicKeyInfo)."""
+    pki = os.path.join(work, "pki")
+    os.makedirs(os.path.join(pki, "etcd"), exist_ok=True)
+    for name, cn in (("ca", "kubernetes"), ("etcd/ca", "etcd-ca"), ("front-proxy-ca", "front-proxy-ca")):
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=" + cn,
+                        "-addext", "keyUsage=critical,digitalSignature,keyEncipherment,keyCertSign",
+                        "-keyout", os.path.join(pki, name + ".key"), "-out", os.path.join(pki, name + ".crt")],
+                       check=True, capture_output=True)
+    subprocess.run(["openssl", "genrsa", "-out", os.path.join(pki, "sa.key"), "2048"], check=True, capture_output=True)
+    subprocess.run(["openssl", "rsa", "-in", os.path.join(pki, "sa.key"), "-pubout", "-out", os.path.join(pki, "sa.pub")],
+                   check=True, capture_output=True)
+    spki = subprocess.run("openssl x509 -pubkey -noout -in %s | openssl pkey -pubin -outform der" % os.path.join(pki, "ca.crt"),
+                          shell=True, check=True, capture_output=True).stdout
+    files = {}
+    for name in ("ca.crt", "ca.key", "etcd/ca.crt", "etcd/ca.key", "front-proxy-ca.crt", "front-proxy-ca.key", "sa.pub", "sa.key"):
+        files["/etc/kubernetes/pki/" + name] = open(os.path.join(pki, name)).read()
+    return files, "sha256:" + hashlib.sha256(spki).hexdigest()
+
+
+def cabpk_ignition(command, kubeadm_yml, extra_files=None):
+    """Ignition 2.3.0 as CABPK's Container Linux Config template renders it (compact JSON, files on the
+    root filesystem with decimal modes and percent-encoded data URLs, one kubeadm.service)."""
+    script = ("#!/bin/bash\n# Copyright 2020 The Kubernetes Authors. (shape of CABPK's kubeadm bootstrap script)\n"
+              "set -e\n\nkubeadm %s --config /etc/kubeadm.yml\nmkdir -p /run/cluster-api\n"
+              "echo success > /run/cluster-api/bootstrap-success.complete\nmv /etc/kubeadm.yml /tmp/\n" % command)
+    files = [{"filesystem": "root", "path": path, "contents": {"source": data_url(text), "verification": {}},
+              "mode": 0o600 if path.endswith(".key") else 0o640} for path, text in (extra_files or {}).items()]
+    files += [{"filesystem": "root", "path": "/etc/kubeadm.sh", "contents": {"source": data_url(script), "verification": {}},
+               "mode": 0o700},
+              {"filesystem": "root", "path": "/etc/kubeadm.yml",
+               "contents": {"source": data_url("---\n" + kubeadm_yml), "verification": {}}, "mode": 0o600}]
+    unit = ("[Unit]\nDescription=kubeadm\n# Run only once. After successful run, this file is moved to /tmp/.\n"
+            "ConditionPathExists=/etc/kubeadm.yml\n[Service]\n# To not restart the unit when it exits, as it is expected.\n"
+            "Type=oneshot\nExecStart=/etc/kubeadm.sh\n[Install]\nWantedBy=multi-user.target\n")
+    doc = {"ignition": {"config": {}, "security": {"tls": {}}, "timeouts": {}, "version": "2.3.0"},
+           "networkd": {}, "passwd": {}, "storage": {"files": files},
+           "systemd": {"units": [{"contents": unit, "enabled": True, "name": "kubeadm.service"}]}}
+    return json.dumps(doc, separators=(",", ":"))
+
+
+def init_yml(name, kver):
+    return ("apiServer:\n  certSANs:\n  - 127.0.0.1\n  - localhost\n  timeoutForControlPlane: 20m0s\n"
+            "apiVersion: kubeadm.k8s.io/v1beta2\nclusterName: e2e\ncontrollerManager: {}\ndns: {}\netcd: {}\n"
+            "kind: ClusterConfiguration\nkubernetesVersion: v%s\nnetworking:\n  dnsDomain: cluster.local\n"
+            "  serviceSubnet: 10.96.0.0/12\nscheduler: {}\n---\napiVersion: kubeadm.k8s.io/v1beta2\n"
+            "bootstrapTokens:\n- token: %s\nkind: InitConfiguration\nlocalAPIEndpoint: {}\nnodeRegistration:\n"
+            "  criSocket: /var/run/containerd/containerd.sock\n  kubeletExtraArgs: {}\n  name: %s\n") % (kver, TOKEN, name)
+
+
+def join_yml(name, endpoint, ca_hash):
+    return ("apiVersion: kubeadm.k8s.io/v1beta2\ndiscovery:\n  bootstrapToken:\n    apiServerEndpoint: %s\n"
+            "    caCertHashes:\n    - %s\n    token: %s\nkind: JoinConfiguration\nnodeRegistration:\n"
+            "  criSocket: /var/run/containerd/containerd.sock\n  kubeletExtraArgs: {}\n  name: %s\n") % (
+                endpoint, ca_hash, TOKEN, name)
+
+
+def host_kubectl():
+    """kubectl of the version the image carries: the one the image build made (its cache)."""
+    found = sorted(glob.glob("/var/cache/vm-manager/kubernetes/bin-*/bin/kubectl"), key=os.path.getmtime)
+    return found[-1] if found else shutil.which("kubectl")
+
+
+def nodes_ready(kubectl, kubeconfig):
+    p = subprocess.run([kubectl, "--kubeconfig", kubeconfig, "get", "nodes", "-o", "json", "--request-timeout", "20s"],
+                       capture_output=True, text=True, timeout=60)
+    ready = {}
+    if p.returncode == 0:
+        for n in json.loads(p.stdout).get("items", []):
+            conds = {c["type"]: c["status"] for c in n.get("status", {}).get("conditions", [])}
+            ready[n["metadata"]["name"]] = conds.get("Ready") == "True"
+    return ready, (p.stdout[-1500:] + p.stderr[-1500:])
+
+
+def ready_quote_pcr13(port, vid, kv, policy):
+    """The ready quote verified (it covers PCR 13 against policy.json's value for kv), and the guest's
+    PCR 13 is that value."""
+    status, att = api(port, "GET", "/vms/%s/attestation" % vid)
+    verified = bool(((att or {}).get("ready") or {}).get("verified"))
+    r, why = exec_vm(port, vid, "cat", "/sys/class/tpm/tpm0/pcr-sha256/13")
+    got = (r or {}).get("stdout", "").strip().lower()
+    want = (policy.get("pcr13") or {}).get(kv)
+    return verified and bool(got) and got == want, "PCR 13 %r, policy %r; %s" % (got, want, json.dumps(att)[:1200])
+
+
+def t_cluster(work):
+    kubectl = host_kubectl()
+    if not kubectl:
+        tap.skip("cluster", "no kubectl on the host (the image build's cache has none)")
+        return
+    golden = bool(ctx.get("golden"))
+    # With golden values recorded (the golden test), a daemon that verifies; else one in learn mode.
+    extra = ["--attestation", "verify"] + ([] if golden else ["--attestation-learn-golden"])
+    d, port, state = start_daemon(work, "cluster", *extra, "--boot-timeout", "40m")
+    ctx["cluster"] = d
+    status, images = api(port, "GET", "/images")
+    img = (images or [{}])[0] if isinstance(images, list) else {}
+    kv = (img.get("kubernetesVersions") or [None])[0]
+    tap.result(bool(kv), "list_images offers a node-capable Kubernetes version (%s)" % kv,
+               json.dumps(img.get("kubernetesUnusable"))[:600])
+    if not kv:
+        return
+    ref = "%s_%s" % (img["id"], img["version"])
+    policy = json.load(open(os.path.join(ctx["images"], "policy.json")))
+    pki, ca_hash = cluster_pki(work)
+
+    # the control plane
+    t0 = time.monotonic()
+    status, cp = create_vm(port, {"name": "e2e-cp", "image": ref, "kubernetes_version": kv, "cpus": 2, "memory_mib": 4096,
+                                  "disk_gib": 10, "require_attestation": True,
+                                  "user_data": cabpk_ignition("init", init_yml("e2e-cp", kv), pki), "wait_for": "ready"})
+    TIMINGS["cluster: control plane create_vm to ready (kubeadm init done)"] = time.monotonic() - t0
+    ok = status == 201 and isinstance(cp, dict) and cp.get("state") == "ready"
+    tap.result(ok, "control plane: create_vm with CABPK's Ignition 2.3.0 user-data is ready after %.0f s"
+               % (time.monotonic() - t0), repr(cp)[:1500])
+    if not ok:
+        vid = (cp or {}).get("id") if isinstance(cp, dict) else None
+        if not vid:
+            status, vms = api(port, "GET", "/vms")
+            vid = next((v["id"] for v in vms or [] if v.get("name") == "e2e-cp"), None)
+        if vid:
+            status, con = api(port, "GET", "/vms/%s/console?lines=300" % vid)
+            tap.diag((con or {}).get("console", "")[-8000:] if isinstance(con, dict) else repr(con))
+        return
+    cpid = cp["id"]
+    ok, why = ready_quote_pcr13(port, cpid, kv, policy)
+    tap.result(ok, "control plane: its ready quote verified with PCR 13", why)
+    r, why = exec_vm(port, cpid, "sh", "-c", "cat /run/cluster-api/bootstrap-success.complete; cat /etc/kubernetes/admin.conf")
+    out = (r or {}).get("stdout", "")
+    tap.result(out.startswith("success"), "control plane: kubeadm wrote CABPK's sentinel file", why[:600])
+    status, fw = api(port, "POST", "/vms/%s/forward" % cpid, {"port": 6443})
+    tap.result(status == 200, "forward_port 6443", repr(fw))
+    kubeconfig = os.path.join(work, "admin.conf")
+    text = out.split("\n", 1)[1] if "\n" in out else ""
+    text = re.sub(r"server: https://[^\s]+", "server: https://%s" % (fw or {}).get("address", ""), text)
+    with open(kubeconfig, "w") as f:
+        f.write(text)
+    t1 = time.monotonic()
+    ok, why = wait_for(lambda: (lambda rd: (rd[0].get("e2e-cp") is True, rd[1]))(nodes_ready(kubectl, kubeconfig)), 900, 10)
+    TIMINGS["cluster: control plane create_vm to node Ready"] = time.monotonic() - t0
+    tap.result(ok, "kubectl get nodes through forward_port 6443: e2e-cp Ready (%.0f s after ready)"
+               % (time.monotonic() - t1), why)
+
+    # the worker
+    endpoint = "%s:6443" % cp.get("ip")
+    t0 = time.monotonic()
+    status, w = create_vm(port, {"name": "e2e-worker", "image": ref, "kubernetes_version": kv, "memory_mib": 2048,
+                                 "disk_gib": 10, "require_attestation": True,
+                                 "user_data": cabpk_ignition("join", join_yml("e2e-worker", endpoint, ca_hash)),
+                                 "wait_for": "ready"})
+    took = time.monotonic() - t0
+    TIMINGS["cluster: worker create_vm to ready (kubeadm join done)"] = took
+    ok = status == 201 and isinstance(w, dict) and w.get("state") == "ready"
+    tap.result(ok, "worker: create_vm with a join configuration (token, CA hash) is ready after %.0f s" % took,
+               repr(w)[:1500])
+    if not ok:
+        return
+    ok, why = ready_quote_pcr13(port, w["id"], kv, policy)
+    tap.result(ok, "worker: its ready quote verified with PCR 13", why)
+    ok, why = wait_for(lambda: (lambda rd: (rd[0].get("e2e-worker") is True, rd[1]))(nodes_ready(kubectl, kubeconfig)), 900, 10)
+    TIMINGS["cluster: worker create_vm to node Ready"] = time.monotonic() - t0
+    tap.result(ok, "kubectl get nodes: e2e-worker joined and Ready", why)
+
+    # the worker reboots and stays a node
+    t0 = time.monotonic()
+    status, r = api(port, "POST", "/vms/%s/reboot" % w["id"])
+    v = wait_state(port, w["id"], ("ready", "failed"), VM_TIMEOUT, 5)
+    tap.result(isinstance(v, dict) and v.get("state") == "ready", "worker: reboot_vm, ready again", repr(v)[:600])
+    ok, why = wait_for(lambda: (lambda rd: (rd[0].get("e2e-worker") is True and rd[0].get("e2e-cp") is True, rd[1]))(
+        nodes_ready(kubectl, kubeconfig)), 900, 10)
+    TIMINGS["cluster: worker reboot to node Ready"] = time.monotonic() - t0
+    tap.result(ok, "kubectl get nodes after the worker's reboot: both Ready", why)
+    ok, why = ready_quote_pcr13(port, w["id"], kv, policy)
+    tap.result(ok, "worker: the reboot's ready quote verified with PCR 13", why)
+    for vid in (w["id"], cpid):
+        api(port, "DELETE", "/vms/" + vid, timeout=180)
+    d.stop(signal.SIGTERM, timeout=180)
+    ctx.pop("cluster", None)
+
+
 TESTS = {"create": t_create, "ignition": t_ignition, "metrics": t_metrics, "reboot": t_reboot,
          "kubernetes": t_kubernetes, "golden": t_golden, "verify": t_verify, "reject": t_reject,
-         "restart": t_restart}
+         "restart": t_restart, "cluster": t_cluster}
 
 
 def ensure_image():
@@ -527,7 +727,7 @@ def e2e(work):
                     tap.result(False, "%s: ran to the end" % name, traceback.format_exc())
                 tap.diag("%s: %.0f s" % (name, time.monotonic() - t0))
     finally:
-        for key in ("verify", "learn", "restart"):
+        for key in ("verify", "learn", "restart", "cluster"):
             if ctx.get(key):
                 try:
                     ctx[key].stop(signal.SIGTERM, timeout=180)
@@ -538,4 +738,4 @@ def e2e(work):
 
 
 if __name__ == "__main__":
-    sys.exit(run([e2e], int(os.environ.get("E2E_DEADLINE", "2700")), "vmm-e2e-"))
+    sys.exit(run([e2e], int(os.environ.get("E2E_DEADLINE", "6000")), "vmm-e2e-"))
