@@ -61,8 +61,10 @@ struct Vm {
         VmLaunched *qemu, *swtpm, *vsockd;
         pid_t qemu_pid, swtpm_pid;
         QmpClient *qmp;
-        sd_event_source *phase_timer;   /* install or boot timeout, or the ready quote's grace */
-        sd_event_source *probe_timer;   /* the start chain: swtpm and vhost-device-vsock readiness */
+        sd_event_source *phase_timer; /* install or boot timeout, or the ready quote's grace */
+        sd_event_source *probe_timer; /* the start chain: swtpm and vhost-device-vsock readiness */
+        sd_event_source *swtpm_probe; /* ... one connection to swtpm's control channel, its answer */
+        usec_t swtpm_probe_started;
         sd_event_source *stop_timer;    /* the stop escalation */
         sd_event_source *console_watch; /* the panic watch until readiness (vm-console-watch.c) */
         uint64_t console_offset;        /* ... how much of console.log it has looked at */
@@ -189,6 +191,8 @@ int vm_start_qemu(Vm *v, ApiError *reterr);
 void vm_on_helper_exit(VmLaunched *p, int code, int status, void *userdata);
 void vm_qmp_on_event(QmpClient *c, const char *event, json_t *data, void *userdata);
 void vm_qmp_on_disconnect(QmpClient *c, void *userdata);
+/* The probing of the start chain ends: its timer, a swtpm probe under way. */
+void vm_probe_stop(Vm *v);
 
 /* ---- vm-stop.c ---- */
 

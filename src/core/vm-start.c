@@ -6,7 +6,6 @@
  * Steps that may take long (an install on the host, a disk copied) belong before the chain, off the
  * loop in a helper process whose end starts it, as the probe does here for swtpm. */
 #include <fcntl.h>
-#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,22 +23,57 @@
 
 #define VM_SWTPM_START_TIMEOUT (5 * USEC_PER_SEC)
 #define VM_PROBE_INTERVAL (5 * USEC_PER_MSEC)
+#define VM_SWTPM_PROBE_WAIT (200 * USEC_PER_MSEC) /* for one probe's answer */
 
-/* swtpm's control channel answers CMD_GET_CAPABILITY (00 00 00 01) with 8 bytes once it is up. */
-static bool swtpm_answers(const char *ctrl) {
-        _cleanup_close_ int fd = unix_stream_connect(ctrl, /* nonblock= */ false);
-        static const uint8_t cmd[4] = { 0, 0, 0, 1 };
-        struct pollfd pfd;
+static int on_swtpm_answer(sd_event_source *s, int fd, uint32_t revents, void *userdata) {
+        Vm *v = userdata;
         uint8_t answer[8];
+        ssize_t n;
 
-        if (fd < 0)
-                return false;
-        if (write(fd, cmd, sizeof(cmd)) != sizeof(cmd))
-                return false;
-        pfd = (struct pollfd){ .fd = fd, .events = POLLIN };
-        if (poll(&pfd, 1, 200) <= 0)
-                return false;
-        return read(fd, answer, sizeof(answer)) == sizeof(answer);
+        n = read(fd, answer, sizeof(answer));
+        if (n < 0 && errno == EAGAIN)
+                return 0;
+        if (n == sizeof(answer))
+                v->swtpm_up = true; /* the next probe tick goes on */
+        v->swtpm_probe = sd_event_source_disable_unref(v->swtpm_probe);
+        return 0;
+}
+
+/* swtpm's control channel answers CMD_GET_CAPABILITY (00 00 00 01) with 8 bytes once it is up. A
+ * probe connects without blocking and writes the command; on_swtpm_answer() reads the answer. One
+ * that got none within VM_SWTPM_PROBE_WAIT is dropped, and the next tick makes another. */
+static void swtpm_probe(Vm *v, usec_t usec) {
+        static const uint8_t cmd[4] = { 0, 0, 0, 1 };
+        _cleanup_free_ char *ctrl = NULL;
+        _cleanup_close_ int fd = -EBADF;
+
+        if (v->swtpm_up)
+                return;
+        if (v->swtpm_probe) {
+                if (usec < v->swtpm_probe_started + VM_SWTPM_PROBE_WAIT)
+                        return;
+                v->swtpm_probe = sd_event_source_disable_unref(v->swtpm_probe);
+        }
+        ctrl = vm_path(v, "tpm/swtpm.sock");
+        if (!ctrl)
+                return;
+        /* a unix socket connects at once, or not (not listening yet, backlog full) */
+        fd = unix_stream_connect(ctrl, /* nonblock= */ true);
+        if (fd < 0 || write(fd, cmd, sizeof(cmd)) != sizeof(cmd))
+                return;
+        if (sd_event_add_io(manager_event(v->manager), &v->swtpm_probe, fd, EPOLLIN, on_swtpm_answer, v) < 0)
+                return;
+        if (sd_event_source_set_io_fd_own(v->swtpm_probe, true) < 0) {
+                v->swtpm_probe = sd_event_source_disable_unref(v->swtpm_probe);
+                return;
+        }
+        TAKE_FD(fd);
+        v->swtpm_probe_started = usec;
+}
+
+void vm_probe_stop(Vm *v) {
+        v->probe_timer = sd_event_source_disable_unref(v->probe_timer);
+        v->swtpm_probe = sd_event_source_disable_unref(v->swtpm_probe);
 }
 
 /* role names the unit (vm_process_unit()) under the systemd launcher. */
@@ -193,7 +227,7 @@ static void prestart_forget(Vm *v, const char *why) {
         v->qemu_pid = v->swtpm_pid = 0;
         v->qemu_prestarted = v->qemu_paused = false;
         v->helpers_prestarted = v->swtpm_up = false;
-        v->probe_timer = sd_event_source_disable_unref(v->probe_timer);
+        vm_probe_stop(v);
 }
 
 void vm_prestart_drop_qemu(Vm *v, const char *why) {
@@ -374,7 +408,7 @@ static void prestart_probe(Vm *v, usec_t usec, bool vsock_up) {
         int r;
 
         if (v->swtpm_up && vsock_up) {
-                v->probe_timer = sd_event_source_disable_unref(v->probe_timer);
+                vm_probe_stop(v);
                 r = spawn_qemu(v, /* paused= */ true);
                 if (r < 0) {
                         vm_qmp_drop(v);
@@ -395,7 +429,7 @@ static void prestart_probe(Vm *v, usec_t usec, bool vsock_up) {
         }
         if (usec >= v->probe_deadline || !v->swtpm || (v->rec.vsock == VM_VSOCK_VHOST_USER && !v->vsockd)) {
                 /* the chain after the install probes (and respawns) them again, and fails if it must */
-                v->probe_timer = sd_event_source_disable_unref(v->probe_timer);
+                vm_probe_stop(v);
                 return;
         }
         (void) sd_event_source_set_time(v->probe_timer, usec + VM_PROBE_INTERVAL);
@@ -405,16 +439,15 @@ static void prestart_probe(Vm *v, usec_t usec, bool vsock_up) {
 /* swtpm and vhost-device-vsock start side by side; QEMU follows once both answer. */
 static int on_probe(sd_event_source *s, usec_t usec, void *userdata) {
         _cleanup_(vm_unrefp) Vm *v = vm_ref(userdata);
-        _cleanup_free_ char *ctrl = vm_path(v, "tpm/swtpm.sock"), *vhost = vm_path(v, "vhost-vsock.sock");
+        _cleanup_free_ char *vhost = vm_path(v, "vhost-vsock.sock");
         _cleanup_(api_error_done) ApiError e = API_ERROR_NULL;
         bool vsock_up;
         int r;
 
-        if (!IN_SET(v->sub, VM_SUB_START_HELPERS, VM_SUB_HOST_INSTALL) || !ctrl || !vhost)
+        if (!IN_SET(v->sub, VM_SUB_START_HELPERS, VM_SUB_HOST_INSTALL) || !vhost)
                 return 0;
 
-        if (!v->swtpm_up && swtpm_answers(ctrl))
-                v->swtpm_up = true;
+        swtpm_probe(v, usec);
         if (v->sub == VM_SUB_HOST_INSTALL) {
                 prestart_probe(v, usec, v->rec.vsock != VM_VSOCK_VHOST_USER || access(vhost, F_OK) >= 0);
                 return 0;
@@ -432,6 +465,7 @@ static int on_probe(sd_event_source *s, usec_t usec, void *userdata) {
         }
 
         if (v->swtpm_up && vsock_up) {
+                v->swtpm_probe = sd_event_source_disable_unref(v->swtpm_probe);
                 r = vm_set_state(v, VM_EVENT_HELPERS_UP, NULL, &e);
                 if (r < 0)
                         (void) vm_set_state(
@@ -513,7 +547,7 @@ static int spawn_helpers(Vm *v, ApiError *reterr) {
 
 static int arm_probe(Vm *v) {
         v->probe_deadline = now_usec(CLOCK_MONOTONIC) + VM_SWTPM_START_TIMEOUT;
-        v->probe_timer = sd_event_source_disable_unref(v->probe_timer);
+        vm_probe_stop(v);
         return sd_event_add_time_relative(
                 manager_event(v->manager), &v->probe_timer, CLOCK_MONOTONIC, VM_PROBE_INTERVAL, 1, on_probe, v);
 }
