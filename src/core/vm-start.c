@@ -2,6 +2,9 @@
 /* The start chain of a run: swtpm and vhost-device-vsock side by side, probed every 5 ms until both
  * answer (VM_SUB_START_HELPERS), then QEMU and its monitor (VM_SUB_START_QMP). Each step reports to
  * vm_set_state(): VM_EVENT_HELPERS_UP, VM_EVENT_QMP_UP, or VM_EVENT_START_FAILED with what went wrong.
+ * Nothing waits: under the systemd launcher a process is spawned when its unit's start job is queued,
+ * and a unit that does not start is reported like an exit (vm_launched_error()); the swtpm probe is a
+ * non-blocking connection whose answer an io source reads.
  *
  * Steps that may take long (an install on the host, a disk copied) belong before the chain, off the
  * loop in a helper process whose end starts it, as the probe does here for swtpm. */
@@ -24,6 +27,8 @@
 #define VM_SWTPM_START_TIMEOUT (5 * USEC_PER_SEC)
 #define VM_PROBE_INTERVAL (5 * USEC_PER_MSEC)
 #define VM_SWTPM_PROBE_WAIT (200 * USEC_PER_MSEC) /* for one probe's answer */
+
+static void start_failed(Vm *v, int r, VmMessage m, const VmMessageArgs *a);
 
 static int on_swtpm_answer(sd_event_source *s, int fd, uint32_t revents, void *userdata) {
         Vm *v = userdata;
@@ -76,14 +81,26 @@ void vm_probe_stop(Vm *v) {
         v->swtpm_probe = sd_event_source_disable_unref(v->swtpm_probe);
 }
 
+void vm_on_process_started(VmLaunched *l, void *userdata) {
+        Vm *v = userdata;
+
+        if (l == v->qemu)
+                v->qemu_pid = vm_launched_pid(l);
+        else if (l == v->swtpm)
+                v->swtpm_pid = vm_launched_pid(l);
+        (void) vm_save(v); /* the pid, for the record */
+}
+
 /* role names the unit (vm_process_unit()) under the systemd launcher. */
 static int vm_spawn(Vm *v, char **argv, const char *log_name, const char *role, VmLaunched **ret) {
         _cleanup_free_ char *log = vm_path(v, log_name), *unit = vm_process_unit(v, role);
         bool qemu = streq(role, "qemu");
 
+        int r;
+
         if (!log || !unit)
                 return -ENOMEM;
-        return vm_launched_spawn(
+        r = vm_launched_spawn(
                 ret,
                 manager_event(v->manager),
                 manager_units(v->manager),
@@ -96,30 +113,76 @@ static int vm_spawn(Vm *v, char **argv, const char *log_name, const char *role, 
                 },
                 qemu ? vm_on_qemu_exit : vm_on_helper_exit,
                 v);
+        if (r < 0)
+                return r;
+        vm_launched_set_started(*ret, vm_on_process_started);
+        return 0;
 }
 
 void vm_on_helper_exit(VmLaunched *p, int code, int status, void *userdata) {
-        Vm *v = userdata;
-        _cleanup_free_ char *st = vm_exit_status_to_string(code, status);
+        _cleanup_(vm_unrefp) Vm *v = vm_ref(userdata);
+        int error = vm_launched_error(p);
+        _cleanup_free_ char *st = error < 0 ? strdup(strerror(-error)) :
+                                              vm_exit_status_to_string(code, status);
+        bool swtpm = p == v->swtpm;
+        const char *what = swtpm ? "swtpm" : "vhost-device-vsock";
 
-        if (p == v->swtpm) {
+        if (p != v->swtpm && p != v->vsockd)
+                return;
+        if (error < 0 && v->sub != VM_SUB_START_HELPERS)
+                /* a unit an earlier daemon left is tolerated when gone */
+                log_struct(
+                        LOG_WARNING,
+                        LOG_FIELDS({ "VM_ID", v->rec.id }),
+                        "VM %s: its %s unit is gone (%s).",
+                        v->rec.id,
+                        what,
+                        st ?: "?");
+        else
                 log_struct(
                         LOG_DEBUG,
                         LOG_FIELDS({ "VM_ID", v->rec.id }),
-                        "swtpm of %s exited: %s",
+                        "%s of %s %s: %s",
+                        what,
                         v->rec.id,
+                        error < 0 ? "did not start" : "exited",
                         st ?: "?");
+        if (swtpm) {
                 v->swtpm = vm_launched_free(v->swtpm);
                 v->swtpm_pid = 0;
-        } else if (p == v->vsockd) {
-                log_struct(
-                        LOG_DEBUG,
-                        LOG_FIELDS({ "VM_ID", v->rec.id }),
-                        "vhost-device-vsock of %s exited: %s",
-                        v->rec.id,
-                        st ?: "?");
+        } else
                 v->vsockd = vm_launched_free(v->vsockd);
+
+        /* the start chain waits for it: it ends here rather than at the probe's timeout */
+        if (error < 0 && v->sub == VM_SUB_START_HELPERS)
+                start_failed(
+                        v,
+                        error,
+                        swtpm ? VM_MESSAGE_SWTPM_SPAWN : VM_MESSAGE_VSOCKD_SPAWN,
+                        &(VmMessageArgs){ .errno_text = st });
+}
+
+void vm_qemu_launch_failed(Vm *v, VmLaunched *p, int error) {
+        _cleanup_free_ char *tail = NULL;
+
+        if (p != v->qemu)
+                return;
+        if (v->qemu_prestarted && v->sub != VM_SUB_START_QMP) {
+                vm_prestart_drop_qemu(v, strerror(-error));
+                return;
         }
+        if (v->sub == VM_SUB_START_QMP) {
+                /* a QEMU that dies at once fails the start job: its log says why */
+                tail = vm_file_tail(v, "qemu.log", 2048);
+                start_failed(
+                        v,
+                        error,
+                        VM_MESSAGE_QEMU_SPAWN,
+                        &(VmMessageArgs){ .errno_text = strerror(-error), .detail = tail });
+                return;
+        }
+        /* the unit an earlier daemon left cannot be attached to (gone: "No such process") */
+        (void) vm_set_state(v, VM_EVENT_REATTACH_FAILED, &(VmEventArgs){ .detail = strerror(-error) }, NULL);
 }
 
 void vm_qmp_on_event(QmpClient *c, const char *event, json_t *data, void *userdata) {
