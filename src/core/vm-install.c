@@ -80,8 +80,8 @@ static void on_install_exit(VmLaunched *l, int code, int status, void *userdata)
                 v->rec.id,
                 took,
                 text ?: "?");
-        /* KILL ends a paused QEMU beside it before the disk goes: SIGKILL and reaped, or its unit
-         * stopped with the stop job waited for */
+        /* KILL ends a paused QEMU beside it before the disk goes: SIGKILL and reaped, or for a unit
+         * KillUnit and StopUnit sent (the manager ends it moments later; nothing waits for it) */
         (void) vm_set_state(
                 v,
                 VM_EVENT_HOST_INSTALL_FAILED,

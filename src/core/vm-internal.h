@@ -61,8 +61,10 @@ struct Vm {
         VmLaunched *qemu, *swtpm, *vsockd;
         pid_t qemu_pid, swtpm_pid;
         QmpClient *qmp;
-        sd_event_source *phase_timer;   /* install or boot timeout, or the ready quote's grace */
-        sd_event_source *probe_timer;   /* the start chain: swtpm and vhost-device-vsock readiness */
+        sd_event_source *phase_timer; /* install or boot timeout, or the ready quote's grace */
+        sd_event_source *probe_timer; /* the start chain: swtpm and vhost-device-vsock readiness */
+        sd_event_source *swtpm_probe; /* ... one connection to swtpm's control channel, its answer */
+        usec_t swtpm_probe_started;
         sd_event_source *stop_timer;    /* the stop escalation */
         sd_event_source *console_watch; /* the panic watch until readiness (vm-console-watch.c) */
         uint64_t console_offset;        /* ... how much of console.log it has looked at */
@@ -185,10 +187,19 @@ int vm_prestart(Vm *v, ApiError *reterr);
 void vm_prestart_drop_qemu(Vm *v, const char *why);
 /* VM_ACTION_SPAWN_QEMU: the READY=1 socket, QEMU, its monitor (or cont for a prestarted QEMU). */
 int vm_start_qemu(Vm *v, ApiError *reterr);
-/* How an exit of swtpm or vhost-device-vsock is taken, and QEMU's (vm-stop.c). */
+/* How an exit of swtpm or vhost-device-vsock is taken, and QEMU's (vm-stop.c); a unit that did not
+ * start (or that a restart could not attach to) comes the same way, with vm_launched_error(). */
 void vm_on_helper_exit(VmLaunched *p, int code, int status, void *userdata);
 void vm_qmp_on_event(QmpClient *c, const char *event, json_t *data, void *userdata);
 void vm_qmp_on_disconnect(QmpClient *c, void *userdata);
+/* QEMU's unit did not start, or a restart could not attach to it (vm_on_qemu_exit() with
+ * vm_launched_error()): the start chain fails (VM_MESSAGE_QEMU_SPAWN), a prestarted QEMU is dropped,
+ * or the reattach fails (VM_EVENT_REATTACH_FAILED). */
+void vm_qemu_launch_failed(Vm *v, VmLaunched *p, int error);
+/* A unit's main process runs: its pid recorded (VmLaunchedStartedFunc of every process of a run). */
+void vm_on_process_started(VmLaunched *l, void *userdata);
+/* The probing of the start chain ends: its timer, a swtpm probe under way. */
+void vm_probe_stop(Vm *v);
 
 /* ---- vm-stop.c ---- */
 

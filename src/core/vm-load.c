@@ -99,6 +99,8 @@ static int vm_reattach(Vm *v) {
                 v);
         if (r < 0)
                 return r;
+        /* its state is read on the loop: a unit that is gone fails the reattach from there */
+        vm_launched_set_started(v->qemu, vm_on_process_started);
         /* the disk's lease, as the daemon that started it held it */
         if (vm_acquire_volume(v, VOLUME_OPEN, NULL) < 0)
                 log_warning("VM %s: cannot take the lease on its disk again, ignoring.", v->rec.id);
@@ -108,12 +110,15 @@ static int vm_reattach(Vm *v) {
                 VmLaunched **l = i == VM_ROLE_SWTPM ? &v->swtpm : &v->vsockd;
                 const VmProcessRecord *p = v->rec.processes + i;
 
-                if (p->unit &&
-                    vm_launched_attach(l, manager_units(m), p->unit, p->pid, vm_on_helper_exit, v) < 0)
+                if (!p->unit)
+                        continue;
+                if (vm_launched_attach(l, manager_units(m), p->unit, p->pid, vm_on_helper_exit, v) < 0)
                         log_warning(
-                                "VM %s: its %s unit is gone.",
+                                "VM %s: cannot attach to its %s unit.",
                                 v->rec.id,
                                 i == VM_ROLE_SWTPM ? "swtpm" : "vhost-device-vsock");
+                else
+                        vm_launched_set_started(*l, vm_on_process_started);
         }
         v->swtpm_pid = vm_launched_pid(v->swtpm);
         r = vm_notify_listen_again(v);
@@ -292,10 +297,6 @@ int vm_delete_quarantined(Manager *m, const char *id, json_t **ret, ApiError *re
         return *ret ? 0 : -ENOMEM;
 }
 
-/* One <state>/vms/<name>: loaded, finished, quarantined or removed. */
-static void on_leftover_exit(VmLaunched *l, int code, int status, void *userdata) {
-}
-
 /* A create the previous daemon did not finish may have left the units it started beside the host
  * install (swtpm, vhost-device-vsock, QEMU paused, or the first boot's chain after it): they go with
  * the VM's failure. By their names, which are fixed, not by the record, which a daemon killed between
@@ -306,23 +307,21 @@ static void vm_stop_leftover_units(Vm *v) {
 
         if (!units)
                 return;
+        log_struct(
+                LOG_NOTICE,
+                LOG_FIELDS({ "VM_ID", v->rec.id }),
+                "VM %s: stopping what units a create the previous daemon did not finish left.",
+                v->rec.id);
         for (size_t i = 0; i < ELEMENTSOF(roles); i++) {
-                _cleanup_(vm_launched_freep) VmLaunched *l = NULL;
                 _cleanup_free_ char *unit = vm_process_unit(v, roles[i]);
 
-                if (!unit)
-                        return;
-                if (vm_launched_attach(&l, units, unit, 0, on_leftover_exit, v) < 0)
-                        continue;
-                log_struct(
-                        LOG_NOTICE,
-                        LOG_FIELDS({ "VM_ID", v->rec.id }),
-                        "VM %s: stopping %s, left by a create the previous daemon did not finish.",
-                        v->rec.id,
-                        unit);
+                /* on the loop: each is stopped and reset when loaded, and ignored otherwise */
+                if (!unit || vm_launched_stop_unit(units, unit) < 0)
+                        log_warning("VM %s: cannot stop its unit %s.", v->rec.id, unit ?: roles[i]);
         }
 }
 
+/* One <state>/vms/<name>: loaded, finished, quarantined or removed. */
 static int vm_load_one(Manager *m, const char *dir, const char *name, ApiError *reterr) {
         _cleanup_free_ char *path = NULL, *text = NULL;
         _cleanup_(vm_unrefp) Vm *v = NULL;

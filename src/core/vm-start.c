@@ -2,11 +2,13 @@
 /* The start chain of a run: swtpm and vhost-device-vsock side by side, probed every 5 ms until both
  * answer (VM_SUB_START_HELPERS), then QEMU and its monitor (VM_SUB_START_QMP). Each step reports to
  * vm_set_state(): VM_EVENT_HELPERS_UP, VM_EVENT_QMP_UP, or VM_EVENT_START_FAILED with what went wrong.
+ * Nothing waits: under the systemd launcher a process is spawned when its unit's start job is queued,
+ * and a unit that does not start is reported like an exit (vm_launched_error()); the swtpm probe is a
+ * non-blocking connection whose answer an io source reads.
  *
  * Steps that may take long (an install on the host, a disk copied) belong before the chain, off the
  * loop in a helper process whose end starts it, as the probe does here for swtpm. */
 #include <fcntl.h>
-#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,22 +26,69 @@
 
 #define VM_SWTPM_START_TIMEOUT (5 * USEC_PER_SEC)
 #define VM_PROBE_INTERVAL (5 * USEC_PER_MSEC)
+#define VM_SWTPM_PROBE_WAIT (200 * USEC_PER_MSEC) /* for one probe's answer */
 
-/* swtpm's control channel answers CMD_GET_CAPABILITY (00 00 00 01) with 8 bytes once it is up. */
-static bool swtpm_answers(const char *ctrl) {
-        _cleanup_close_ int fd = unix_stream_connect(ctrl, /* nonblock= */ false);
-        static const uint8_t cmd[4] = { 0, 0, 0, 1 };
-        struct pollfd pfd;
+static void start_failed(Vm *v, int r, VmMessage m, const VmMessageArgs *a);
+
+static int on_swtpm_answer(sd_event_source *s, int fd, uint32_t revents, void *userdata) {
+        Vm *v = userdata;
         uint8_t answer[8];
+        ssize_t n;
 
-        if (fd < 0)
-                return false;
-        if (write(fd, cmd, sizeof(cmd)) != sizeof(cmd))
-                return false;
-        pfd = (struct pollfd){ .fd = fd, .events = POLLIN };
-        if (poll(&pfd, 1, 200) <= 0)
-                return false;
-        return read(fd, answer, sizeof(answer)) == sizeof(answer);
+        n = read(fd, answer, sizeof(answer));
+        if (n < 0 && errno == EAGAIN)
+                return 0;
+        if (n == sizeof(answer))
+                v->swtpm_up = true; /* the next probe tick goes on */
+        v->swtpm_probe = sd_event_source_disable_unref(v->swtpm_probe);
+        return 0;
+}
+
+/* swtpm's control channel answers CMD_GET_CAPABILITY (00 00 00 01) with 8 bytes once it is up. A
+ * probe connects without blocking and writes the command; on_swtpm_answer() reads the answer. One
+ * that got none within VM_SWTPM_PROBE_WAIT is dropped, and the next tick makes another. */
+static void swtpm_probe(Vm *v, usec_t usec) {
+        static const uint8_t cmd[4] = { 0, 0, 0, 1 };
+        _cleanup_free_ char *ctrl = NULL;
+        _cleanup_close_ int fd = -EBADF;
+
+        if (v->swtpm_up)
+                return;
+        if (v->swtpm_probe) {
+                if (usec < v->swtpm_probe_started + VM_SWTPM_PROBE_WAIT)
+                        return;
+                v->swtpm_probe = sd_event_source_disable_unref(v->swtpm_probe);
+        }
+        ctrl = vm_path(v, "tpm/swtpm.sock");
+        if (!ctrl)
+                return;
+        /* a unix socket connects at once, or not (not listening yet, backlog full) */
+        fd = unix_stream_connect(ctrl, /* nonblock= */ true);
+        if (fd < 0 || write(fd, cmd, sizeof(cmd)) != sizeof(cmd))
+                return;
+        if (sd_event_add_io(manager_event(v->manager), &v->swtpm_probe, fd, EPOLLIN, on_swtpm_answer, v) < 0)
+                return;
+        if (sd_event_source_set_io_fd_own(v->swtpm_probe, true) < 0) {
+                v->swtpm_probe = sd_event_source_disable_unref(v->swtpm_probe);
+                return;
+        }
+        TAKE_FD(fd);
+        v->swtpm_probe_started = usec;
+}
+
+void vm_probe_stop(Vm *v) {
+        v->probe_timer = sd_event_source_disable_unref(v->probe_timer);
+        v->swtpm_probe = sd_event_source_disable_unref(v->swtpm_probe);
+}
+
+void vm_on_process_started(VmLaunched *l, void *userdata) {
+        Vm *v = userdata;
+
+        if (l == v->qemu)
+                v->qemu_pid = vm_launched_pid(l);
+        else if (l == v->swtpm)
+                v->swtpm_pid = vm_launched_pid(l);
+        (void) vm_save(v); /* the pid, for the record */
 }
 
 /* role names the unit (vm_process_unit()) under the systemd launcher. */
@@ -47,9 +96,11 @@ static int vm_spawn(Vm *v, char **argv, const char *log_name, const char *role, 
         _cleanup_free_ char *log = vm_path(v, log_name), *unit = vm_process_unit(v, role);
         bool qemu = streq(role, "qemu");
 
+        int r;
+
         if (!log || !unit)
                 return -ENOMEM;
-        return vm_launched_spawn(
+        r = vm_launched_spawn(
                 ret,
                 manager_event(v->manager),
                 manager_units(v->manager),
@@ -62,30 +113,76 @@ static int vm_spawn(Vm *v, char **argv, const char *log_name, const char *role, 
                 },
                 qemu ? vm_on_qemu_exit : vm_on_helper_exit,
                 v);
+        if (r < 0)
+                return r;
+        vm_launched_set_started(*ret, vm_on_process_started);
+        return 0;
 }
 
 void vm_on_helper_exit(VmLaunched *p, int code, int status, void *userdata) {
-        Vm *v = userdata;
-        _cleanup_free_ char *st = vm_exit_status_to_string(code, status);
+        _cleanup_(vm_unrefp) Vm *v = vm_ref(userdata);
+        int error = vm_launched_error(p);
+        _cleanup_free_ char *st = error < 0 ? strdup(strerror(-error)) :
+                                              vm_exit_status_to_string(code, status);
+        bool swtpm = p == v->swtpm;
+        const char *what = swtpm ? "swtpm" : "vhost-device-vsock";
 
-        if (p == v->swtpm) {
+        if (p != v->swtpm && p != v->vsockd)
+                return;
+        if (error < 0 && v->sub != VM_SUB_START_HELPERS)
+                /* a unit an earlier daemon left is tolerated when gone */
+                log_struct(
+                        LOG_WARNING,
+                        LOG_FIELDS({ "VM_ID", v->rec.id }),
+                        "VM %s: its %s unit is gone (%s).",
+                        v->rec.id,
+                        what,
+                        st ?: "?");
+        else
                 log_struct(
                         LOG_DEBUG,
                         LOG_FIELDS({ "VM_ID", v->rec.id }),
-                        "swtpm of %s exited: %s",
+                        "%s of %s %s: %s",
+                        what,
                         v->rec.id,
+                        error < 0 ? "did not start" : "exited",
                         st ?: "?");
+        if (swtpm) {
                 v->swtpm = vm_launched_free(v->swtpm);
                 v->swtpm_pid = 0;
-        } else if (p == v->vsockd) {
-                log_struct(
-                        LOG_DEBUG,
-                        LOG_FIELDS({ "VM_ID", v->rec.id }),
-                        "vhost-device-vsock of %s exited: %s",
-                        v->rec.id,
-                        st ?: "?");
+        } else
                 v->vsockd = vm_launched_free(v->vsockd);
+
+        /* the start chain waits for it: it ends here rather than at the probe's timeout */
+        if (error < 0 && v->sub == VM_SUB_START_HELPERS)
+                start_failed(
+                        v,
+                        error,
+                        swtpm ? VM_MESSAGE_SWTPM_SPAWN : VM_MESSAGE_VSOCKD_SPAWN,
+                        &(VmMessageArgs){ .errno_text = st });
+}
+
+void vm_qemu_launch_failed(Vm *v, VmLaunched *p, int error) {
+        _cleanup_free_ char *tail = NULL;
+
+        if (p != v->qemu)
+                return;
+        if (v->qemu_prestarted && v->sub != VM_SUB_START_QMP) {
+                vm_prestart_drop_qemu(v, strerror(-error));
+                return;
         }
+        if (v->sub == VM_SUB_START_QMP) {
+                /* a QEMU that dies at once fails the start job: its log says why */
+                tail = vm_file_tail(v, "qemu.log", 2048);
+                start_failed(
+                        v,
+                        error,
+                        VM_MESSAGE_QEMU_SPAWN,
+                        &(VmMessageArgs){ .errno_text = strerror(-error), .detail = tail });
+                return;
+        }
+        /* the unit an earlier daemon left cannot be attached to (gone: "No such process") */
+        (void) vm_set_state(v, VM_EVENT_REATTACH_FAILED, &(VmEventArgs){ .detail = strerror(-error) }, NULL);
 }
 
 void vm_qmp_on_event(QmpClient *c, const char *event, json_t *data, void *userdata) {
@@ -193,7 +290,7 @@ static void prestart_forget(Vm *v, const char *why) {
         v->qemu_pid = v->swtpm_pid = 0;
         v->qemu_prestarted = v->qemu_paused = false;
         v->helpers_prestarted = v->swtpm_up = false;
-        v->probe_timer = sd_event_source_disable_unref(v->probe_timer);
+        vm_probe_stop(v);
 }
 
 void vm_prestart_drop_qemu(Vm *v, const char *why) {
@@ -374,7 +471,7 @@ static void prestart_probe(Vm *v, usec_t usec, bool vsock_up) {
         int r;
 
         if (v->swtpm_up && vsock_up) {
-                v->probe_timer = sd_event_source_disable_unref(v->probe_timer);
+                vm_probe_stop(v);
                 r = spawn_qemu(v, /* paused= */ true);
                 if (r < 0) {
                         vm_qmp_drop(v);
@@ -395,7 +492,7 @@ static void prestart_probe(Vm *v, usec_t usec, bool vsock_up) {
         }
         if (usec >= v->probe_deadline || !v->swtpm || (v->rec.vsock == VM_VSOCK_VHOST_USER && !v->vsockd)) {
                 /* the chain after the install probes (and respawns) them again, and fails if it must */
-                v->probe_timer = sd_event_source_disable_unref(v->probe_timer);
+                vm_probe_stop(v);
                 return;
         }
         (void) sd_event_source_set_time(v->probe_timer, usec + VM_PROBE_INTERVAL);
@@ -405,16 +502,15 @@ static void prestart_probe(Vm *v, usec_t usec, bool vsock_up) {
 /* swtpm and vhost-device-vsock start side by side; QEMU follows once both answer. */
 static int on_probe(sd_event_source *s, usec_t usec, void *userdata) {
         _cleanup_(vm_unrefp) Vm *v = vm_ref(userdata);
-        _cleanup_free_ char *ctrl = vm_path(v, "tpm/swtpm.sock"), *vhost = vm_path(v, "vhost-vsock.sock");
+        _cleanup_free_ char *vhost = vm_path(v, "vhost-vsock.sock");
         _cleanup_(api_error_done) ApiError e = API_ERROR_NULL;
         bool vsock_up;
         int r;
 
-        if (!IN_SET(v->sub, VM_SUB_START_HELPERS, VM_SUB_HOST_INSTALL) || !ctrl || !vhost)
+        if (!IN_SET(v->sub, VM_SUB_START_HELPERS, VM_SUB_HOST_INSTALL) || !vhost)
                 return 0;
 
-        if (!v->swtpm_up && swtpm_answers(ctrl))
-                v->swtpm_up = true;
+        swtpm_probe(v, usec);
         if (v->sub == VM_SUB_HOST_INSTALL) {
                 prestart_probe(v, usec, v->rec.vsock != VM_VSOCK_VHOST_USER || access(vhost, F_OK) >= 0);
                 return 0;
@@ -432,6 +528,7 @@ static int on_probe(sd_event_source *s, usec_t usec, void *userdata) {
         }
 
         if (v->swtpm_up && vsock_up) {
+                v->swtpm_probe = sd_event_source_disable_unref(v->swtpm_probe);
                 r = vm_set_state(v, VM_EVENT_HELPERS_UP, NULL, &e);
                 if (r < 0)
                         (void) vm_set_state(
@@ -513,7 +610,7 @@ static int spawn_helpers(Vm *v, ApiError *reterr) {
 
 static int arm_probe(Vm *v) {
         v->probe_deadline = now_usec(CLOCK_MONOTONIC) + VM_SWTPM_START_TIMEOUT;
-        v->probe_timer = sd_event_source_disable_unref(v->probe_timer);
+        vm_probe_stop(v);
         return sd_event_add_time_relative(
                 manager_event(v->manager), &v->probe_timer, CLOCK_MONOTONIC, VM_PROBE_INTERVAL, 1, on_probe, v);
 }

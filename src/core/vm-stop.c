@@ -37,7 +37,7 @@ void vm_kill(Vm *v) {
         v->qemu_prestarted = v->qemu_paused = false;
         v->qemu_pid = v->swtpm_pid = 0;
         v->phase_timer = sd_event_source_disable_unref(v->phase_timer);
-        v->probe_timer = sd_event_source_disable_unref(v->probe_timer);
+        vm_probe_stop(v);
         v->stop_timer = sd_event_source_disable_unref(v->stop_timer);
         vm_console_watch_stop(v);
         vm_notify_close(v);
@@ -51,7 +51,7 @@ void vm_detach_processes(Vm *v) {
         v->installer = vm_launched_detach(v->installer); /* a plain child: it ends */
         v->install_timer = sd_event_source_disable_unref(v->install_timer);
         v->phase_timer = sd_event_source_disable_unref(v->phase_timer);
-        v->probe_timer = sd_event_source_disable_unref(v->probe_timer);
+        vm_probe_stop(v);
         v->stop_timer = sd_event_source_disable_unref(v->stop_timer);
         vm_console_watch_stop(v);
         /* the READY=1 socket goes with us; the next daemon listens again */
@@ -79,7 +79,7 @@ void vm_teardown(Vm *v) {
 
 void vm_on_qemu_exit(VmLaunched *p, int code, int status, void *userdata) {
         _cleanup_(vm_unrefp) Vm *v = vm_ref(userdata);
-        _cleanup_free_ char *st = vm_exit_status_to_string(code, status), *tail = NULL;
+        _cleanup_free_ char *st = NULL, *tail = NULL;
         _cleanup_(api_error_done) ApiError e = API_ERROR_NULL;
         bool ok = code == CLD_EXITED && status == 0;
         /* a guest whose PID 1 exited with a failure (the image does so instead of sitting in emergency
@@ -89,6 +89,12 @@ void vm_on_qemu_exit(VmLaunched *p, int code, int status, void *userdata) {
                                                                             VM_EVENT_EXIT;
         int r;
 
+        if (vm_launched_error(p) < 0) {
+                /* its unit never ran (or could not be attached to): not an exit */
+                vm_qemu_launch_failed(v, p, vm_launched_error(p));
+                return;
+        }
+        st = vm_exit_status_to_string(code, status);
         log_struct(
                 LOG_INFO, LOG_FIELDS({ "VM_ID", v->rec.id }), "QEMU of VM %s exited: %s", v->rec.id, st ?: "?");
         if (p == v->qemu && v->qemu_prestarted && v->sub != VM_SUB_START_QMP) {

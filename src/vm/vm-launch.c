@@ -7,6 +7,7 @@ struct VmLaunched {
         VmProcess *proc;
         VmUnit *unit;
         VmLaunchedExitFunc on_exit;
+        VmLaunchedStartedFunc on_started;
         void *userdata;
 };
 
@@ -15,6 +16,13 @@ static void on_proc_exit(VmProcess *p, int code, int status, void *userdata) {
 
         if (l->on_exit)
                 l->on_exit(l, code, status, l->userdata);
+}
+
+static void on_unit_started(VmUnit *u, void *userdata) {
+        VmLaunched *l = userdata;
+
+        if (l->on_started)
+                l->on_started(l, l->userdata);
 }
 
 static void on_unit_exit(VmUnit *u, int code, int status, void *userdata) {
@@ -50,6 +58,7 @@ int vm_launched_spawn(
                         o->log_file,
                         o->working_dir,
                         o->block_io_uring,
+                        on_unit_started,
                         on_unit_exit,
                         l);
         else
@@ -76,18 +85,32 @@ int vm_launched_attach(
                 return -ENOMEM;
         l->on_exit = on_exit;
         l->userdata = userdata;
-        r = vm_unit_attach(&l->unit, units, unit_name, expected_pid, on_unit_exit, l);
+        r = vm_unit_attach(&l->unit, units, unit_name, expected_pid, on_unit_started, on_unit_exit, l);
         if (r < 0)
                 return r;
         *ret = TAKE_PTR(l);
         return 0;
 }
 
+void vm_launched_set_started(VmLaunched *l, VmLaunchedStartedFunc on_started) {
+        if (l)
+                l->on_started = on_started;
+}
+
+int vm_launched_error(VmLaunched *l) {
+        return l ? vm_unit_error(l->unit) : 0;
+}
+
+int vm_launched_stop_unit(VmUnitManager *units, const char *unit_name) {
+        assert_return(units && unit_name, -EINVAL);
+        return vm_unit_stop(units, unit_name);
+}
+
 VmLaunched *vm_launched_free(VmLaunched *l) {
         if (!l)
                 return NULL;
         vm_process_free(l->proc); /* kills and reaps a child still running */
-        vm_unit_release(l->unit); /* stops the unit */
+        vm_unit_release(l->unit); /* stops the unit, on the loop */
         free(l);
         return NULL;
 }

@@ -15,10 +15,16 @@
 typedef struct VmLaunched VmLaunched;
 
 /* Called once when the process has ended: code/status as waitid's si_code/si_status (code 0 when
- * the status could not be learned). */
+ * the status could not be learned). Also called, with code 0, when a unit could not be started or
+ * attached to: vm_launched_error() says why. */
 typedef void (*VmLaunchedExitFunc)(VmLaunched *l, int code, int status, void *userdata);
+/* Called once a unit's main process runs and is watched (vm_launched_pid() is known from then on);
+ * a plain child's pid is known when vm_launched_spawn() returns, and this is not called for it. */
+typedef void (*VmLaunchedStartedFunc)(VmLaunched *l, void *userdata);
 
-/* units NULL: a plain child. Otherwise the transient unit unit_name under that manager. */
+/* units NULL: a plain child, running when this returns. Otherwise the transient unit unit_name under
+ * that manager, started asynchronously (vm_unit_start()): its pid is 0 until on_started, and a start
+ * that fails is reported through on_exit. The callbacks run from the event loop only. */
 int vm_launched_spawn(
         VmLaunched **ret,
         sd_event *e,
@@ -27,7 +33,8 @@ int vm_launched_spawn(
         const VmProcessOptions *o,
         VmLaunchedExitFunc on_exit,
         void *userdata);
-/* Attaches to a unit started by an earlier daemon. */
+/* Attaches to a unit started by an earlier daemon, asynchronously (vm_unit_attach()): its pid is
+ * expected_pid until the unit was read; a unit that is gone is reported through on_exit. */
 int vm_launched_attach(
         VmLaunched **ret,
         VmUnitManager *units,
@@ -36,7 +43,15 @@ int vm_launched_attach(
         VmLaunchedExitFunc on_exit,
         void *userdata);
 
-/* Ends the process (SIGKILL; a unit is stopped) and frees. */
+/* on_started, for a unit (see VmLaunchedStartedFunc); set after spawn or attach, before the loop runs
+ * again. */
+void vm_launched_set_started(VmLaunched *l, VmLaunchedStartedFunc on_started);
+/* < 0 when the process never ran: its unit could not be started or attached to; 0 otherwise. */
+int vm_launched_error(VmLaunched *l);
+/* Stops and resets the unit unit_name if it is loaded (vm_unit_stop()), on the loop. */
+int vm_launched_stop_unit(VmUnitManager *units, const char *unit_name);
+
+/* Ends the process (SIGKILL; a unit is stopped, on the loop after this returns) and frees. */
 VmLaunched *vm_launched_free(VmLaunched *l);
 DEFINE_TRIVIAL_CLEANUP_FUNC(VmLaunched *, vm_launched_free);
 /* Frees, leaving a unit running for the next daemon; a plain child cannot stay and is ended. */

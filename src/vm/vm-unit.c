@@ -1,8 +1,24 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* The systemd launcher. Apart from the connection, made once at start-up, nothing here waits for
+ * the service manager: every call is sent with sd_bus_call_async() and answered in a callback on the
+ * event loop, and a unit goes through its steps (UnitStep) as the answers come.
+ *
+ * Jobs. StartTransientUnit and StopUnit answer with the path of the job they queued; the job is done
+ * when the manager's JobRemoved signal names that path. One match for JobRemoved serves the whole
+ * connection (installed at connection time; on a direct connection the manager sends the signal to
+ * every client, on the system bus to subscribers) and hands the signal to the unit whose job it is.
+ * The manager sends the reply before the signal, but nothing on the way promises that we dispatch them
+ * in that order (a proxy, a busy broker): while a call that creates a job is in flight for a unit,
+ * JobRemoved signals naming that unit are kept with the unit, and the reply's job path is looked up
+ * among them first, as systemd-machined matches jobs by unit as well as by path.
+ *
+ * Time. Each step has a deadline timer (a whole start 15 s, a stop job 15 s, reading an exit status
+ * 5 s); polls (a unit being collected, an exit status being recorded) are timers; every call also has
+ * sd-bus's method call timeout (15 s). */
 #include <errno.h>
 #include <fcntl.h>
-#include <poll.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,12 +37,16 @@
 #ifndef __NR_pidfd_open
 #        define __NR_pidfd_open 434
 #endif
+#ifndef __NR_pidfd_send_signal
+#        define __NR_pidfd_send_signal 424
+#endif
 
 #define SD_DESTINATION "org.freedesktop.systemd1"
 #define SD_PATH "/org/freedesktop/systemd1"
 #define SD_MANAGER "org.freedesktop.systemd1.Manager"
 #define SD_UNIT "org.freedesktop.systemd1.Unit"
 #define SD_SERVICE "org.freedesktop.systemd1.Service"
+#define DBUS_PROPERTIES "org.freedesktop.DBus.Properties"
 
 #define SD_ERROR_NO_SUCH_UNIT "org.freedesktop.systemd1.NoSuchUnit"
 #define SD_ERROR_NO_SUCH_PROCESS "org.freedesktop.systemd1.NoSuchProcess"
@@ -38,9 +58,11 @@
 #define POLKIT_ACTION_MANAGE_UNITS "org.freedesktop.systemd1.manage-units"
 
 #define VM_UNIT_SLICE "vm-manager.slice"
-#define VM_UNIT_CALL_USEC (15 * USEC_PER_SEC)       /* every method call, and a whole start */
+#define VM_UNIT_CALL_USEC (15 * USEC_PER_SEC)       /* every method call, a whole start, a stop job */
 #define VM_UNIT_EXIT_POLL_USEC (50 * USEC_PER_MSEC) /* reading the exit status after the exit */
 #define VM_UNIT_EXIT_WAIT_USEC (5 * USEC_PER_SEC)
+#define VM_UNIT_GONE_POLL_USEC (20 * USEC_PER_MSEC) /* a stopped and reset unit, until collected */
+#define VM_UNIT_EARLY_JOBS 4                        /* JobRemoved kept per unit before its reply */
 
 struct VmUnitManager {
         sd_event *event;
@@ -53,21 +75,26 @@ struct VmUnitManager {
         gid_t gid;
         gid_t *groups;
         size_t n_groups;
+        sd_bus_slot *job_removed; /* the match for every JobRemoved */
+        VmUnit *units;            /* every unit: its owner's, or one being released (ours) */
 };
 
-struct VmUnit {
-        VmUnitManager *manager; /* borrowed */
-        char *name;
-        pid_t pid;
-        sd_event_source *pidfd_source; /* owns the pidfd; NULL once the process ended */
-        sd_event_source *exit_source;  /* defer, then timer: reads the recorded exit status */
-        bool exit_timer;               /* exit_source is the timer */
-        usec_t exit_deadline;
-        bool exited;
-        bool reported;
-        VmUnitExitFunc on_exit;
-        void *userdata;
-};
+/* Where a unit stands. A start goes QUEUED (only while a release of its name is under way) ->
+ * CHECKING -> (CLEARING -> COLLECTING, for a leftover of its name without a process) -> STARTING ->
+ * WATCHING -> RUNNING -> EXITING -> DONE; an attach starts at WATCHING. A failure anywhere before
+ * RUNNING goes to DONE with the error. vm_unit_release() turns any step into RELEASING. */
+typedef enum UnitStep {
+        UNIT_QUEUED,     /* waits for a release of the same name to end */
+        UNIT_CHECKING,   /* reads whether a unit of that name is loaded */
+        UNIT_CLEARING,   /* a leftover of that name: StopUnit, its job followed, ResetFailedUnit */
+        UNIT_COLLECTING, /* ... read every 20 ms until the manager has collected it */
+        UNIT_STARTING,   /* StartTransientUnit sent, its job followed */
+        UNIT_WATCHING,   /* MainPID read, its pidfd opened, MainPID read again */
+        UNIT_RUNNING,    /* the main process watched through its pidfd */
+        UNIT_EXITING,    /* it ended: ExecMainCode/ExecMainStatus read until recorded */
+        UNIT_DONE,       /* on_exit called */
+        UNIT_RELEASING,  /* let go by its owner: StopUnit, its job followed, ResetFailedUnit, freed */
+} UnitStep;
 
 /* What the manager says about one unit. */
 typedef struct UnitState {
@@ -78,13 +105,58 @@ typedef struct UnitState {
         int exec_main_status;
 } UnitState;
 
+/* A unit's state read is three calls (GetUnit, LoadState, the Service properties); then this. */
+typedef void (*UnitStateFunc)(VmUnit *u, int r, const UnitState *st);
+
+/* A JobRemoved that came before the reply naming its job. */
+typedef struct EarlyJob {
+        char *path;
+        char *result;
+} EarlyJob;
+
+struct VmUnit {
+        VmUnitManager *manager; /* borrowed */
+        VmUnit *prev, *next;    /* in manager->units */
+        char *name;
+        UnitStep step;
+        bool attach;   /* attached to, not started */
+        bool owned;    /* we started it (StartTransientUnit sent) or attached to it: a release stops it */
+        bool released; /* its owner let go: the manager frees it once stopped */
+        int error;     /* why the start or the attach failed */
+        pid_t pid;
+        int pidfd;                  /* WATCHING: opened, not yet confirmed */
+        sd_bus_message *start_call; /* StartTransientUnit, built at vm_unit_start(), sent at STARTING */
+        sd_bus_slot *call;          /* the call of the current step */
+        bool job_call;              /* ... it creates a job: JobRemoved signals for this unit are kept */
+        char *job;                  /* the job the current step follows */
+        EarlyJob early[VM_UNIT_EARLY_JOBS];
+        unsigned n_early;
+        UnitStateFunc read_done; /* a state read under way */
+        char *read_path;
+        UnitState read_state;
+        sd_event_source *deadline;     /* the current step's time limit */
+        sd_event_source *poll;         /* the next state read (COLLECTING, EXITING) */
+        sd_event_source *pidfd_source; /* owns the pidfd (RUNNING) */
+        VmUnitStartedFunc on_started;
+        VmUnitExitFunc on_exit;
+        void *userdata;
+};
+
 static int pidfd_open(pid_t pid) {
         return (int) syscall(__NR_pidfd_open, pid, 0);
 }
 
+static int pidfd_send_signal(int fd, int sig) {
+        return (int) syscall(__NR_pidfd_send_signal, fd, sig, NULL, 0);
+}
+
 static int bus_error_to_errno(const sd_bus_error *error, int r) {
-        if (sd_bus_error_has_name(error, SD_ERROR_NO_SUCH_UNIT) ||
-            sd_bus_error_has_name(error, SD_ERROR_NO_SUCH_PROCESS))
+        /* a unit object that went away between two calls answers UnknownObject */
+        if (sd_bus_error_has_names(
+                    error,
+                    SD_ERROR_NO_SUCH_UNIT,
+                    SD_ERROR_NO_SUCH_PROCESS,
+                    "org.freedesktop.DBus.Error.UnknownObject"))
                 return -ESRCH;
         if (sd_bus_error_has_name(error, SD_ERROR_UNIT_EXISTS))
                 return -EBUSY;
@@ -309,6 +381,13 @@ static int manager_take_credentials(VmUnitManager *m) {
         return 0;
 }
 
+static int on_job_removed(sd_bus_message *msg, void *userdata, sd_bus_error *reterr);
+
+/* The one synchronous part: run once at start-up, before the event loop runs and before the listener
+ * accepts anything. Whether units can be used decides how the records are loaded (reattached, or
+ * marked stopped), so the answer is needed before the loop; a manager that does not answer within
+ * the call timeout (15 s) makes the daemon run VMs as plain children, or fail with --launcher
+ * systemd. */
 int vm_unit_manager_new(VmUnitManager **ret, sd_event *e, VmUnitScope scope, const char **ret_reason) {
         _cleanup_(vm_unit_manager_freep) VmUnitManager *m = NULL;
         _cleanup_(sd_bus_error_free) sd_bus_error error = SD_BUS_ERROR_NULL;
@@ -383,6 +462,21 @@ int vm_unit_manager_new(VmUnitManager **ret, sd_event *e, VmUnitScope scope, con
                 if (r < 0)
                         return log_debug_errno(r, "Subscribe: %s", error.message ?: "-");
         }
+
+        /* Every job of ours ends with JobRemoved: one match for all of them. A direct connection has
+         * no sender names, so match without one there (as systemd's bus-wait-for-jobs); on the bus
+         * only the manager's signals count (AddMatch, synchronous like the rest of this function). */
+        r = sd_bus_match_signal(
+                m->bus,
+                &m->job_removed,
+                m->on_bus ? SD_DESTINATION : NULL,
+                SD_PATH,
+                SD_MANAGER,
+                "JobRemoved",
+                on_job_removed,
+                m);
+        if (r < 0)
+                return log_debug_errno(r, "cannot watch the manager's jobs: %m");
         log_debug("connected to systemd %s at '%s'", version, where);
 
         r = sd_bus_attach_event(m->bus, e, SD_EVENT_PRIORITY_NORMAL);
@@ -398,9 +492,33 @@ fail:
         return r;
 }
 
+static void unit_destroy(VmUnit *u);
+static int manager_send(
+        VmUnitManager *m,
+        sd_bus_slot **ret_slot,
+        const char *path,
+        const char *interface,
+        const char *member,
+        sd_bus_message_handler_t callback,
+        void *userdata,
+        const char *types,
+        ...);
+
 VmUnitManager *vm_unit_manager_free(VmUnitManager *m) {
         if (!m)
                 return NULL;
+        /* What is left are releases (owners free theirs first). Their StopUnit is on its way; after
+         * the loop nobody follows the stop job, so the reset is asked for at once. */
+        while (m->units) {
+                VmUnit *u = m->units;
+
+                assert(u->released);
+                if (u->owned)
+                        (void) manager_send(
+                                m, NULL, SD_PATH, SD_MANAGER, "ResetFailedUnit", NULL, NULL, "s", u->name);
+                unit_destroy(u);
+        }
+        m->job_removed = sd_bus_slot_unref(m->job_removed);
         if (m->bus) {
                 (void) sd_bus_flush(m->bus);
                 (void) sd_bus_detach_event(m->bus);
@@ -412,342 +530,804 @@ VmUnitManager *vm_unit_manager_free(VmUnitManager *m) {
         return NULL;
 }
 
-/* ---- Unit state and jobs ---- */
+/* ---- Calls ---- */
 
-static int unit_read_state(VmUnitManager *m, const char *name, UnitState *ret) {
-        _cleanup_(sd_bus_error_free) sd_bus_error error = SD_BUS_ERROR_NULL;
-        _cleanup_(sd_bus_message_unrefp) sd_bus_message *reply = NULL;
-        _cleanup_free_ char *load_state = NULL;
-        const char *path;
-        uint32_t main_pid, exec_main_pid;
-        int32_t code, status;
+/* An asynchronous method call to the manager (path and interface as given): callback gets the
+ * reply, or sd-bus's error reply after the call timeout. ret_slot NULL: a floating call, for which
+ * callback NULL means no reply is wanted. */
+static int manager_send(
+        VmUnitManager *m,
+        sd_bus_slot **ret_slot,
+        const char *path,
+        const char *interface,
+        const char *member,
+        sd_bus_message_handler_t callback,
+        void *userdata,
+        const char *types,
+        ...) {
+        _cleanup_(sd_bus_message_unrefp) sd_bus_message *call = NULL;
+        va_list ap;
         int r;
 
-        r = sd_bus_call_method(
-                m->bus, SD_DESTINATION, SD_PATH, SD_MANAGER, "GetUnit", &error, &reply, "s", name);
-        if (r < 0) {
-                r = bus_error_to_errno(&error, r);
-                if (r == -ESRCH) {
-                        *ret = (UnitState){ .loaded = false };
-                        return 0;
-                }
-                return log_debug_errno(r, "GetUnit '%s': %s", name, error.message ?: "-");
-        }
-        r = sd_bus_message_read(reply, "o", &path);
+        r = sd_bus_message_new_method_call(m->bus, &call, SD_DESTINATION, path, interface, member);
         if (r < 0)
                 return r;
-
-        r = sd_bus_get_property_string(m->bus, SD_DESTINATION, path, SD_UNIT, "LoadState", &error, &load_state);
-        if (r >= 0)
-                r = sd_bus_get_property_trivial(
-                        m->bus, SD_DESTINATION, path, SD_SERVICE, "MainPID", &error, 'u', &main_pid);
-        if (r >= 0)
-                r = sd_bus_get_property_trivial(
-                        m->bus, SD_DESTINATION, path, SD_SERVICE, "ExecMainPID", &error, 'u', &exec_main_pid);
-        if (r >= 0)
-                r = sd_bus_get_property_trivial(
-                        m->bus, SD_DESTINATION, path, SD_SERVICE, "ExecMainCode", &error, 'i', &code);
-        if (r >= 0)
-                r = sd_bus_get_property_trivial(
-                        m->bus, SD_DESTINATION, path, SD_SERVICE, "ExecMainStatus", &error, 'i', &status);
-        if (r < 0) {
-                r = bus_error_to_errno(&error, r);
-                if (r == -ESRCH) { /* collected between the calls */
-                        *ret = (UnitState){ .loaded = false };
-                        return 0;
-                }
-                return log_debug_errno(r, "reading unit '%s': %s", name, error.message ?: "-");
+        va_start(ap, types);
+        r = sd_bus_message_appendv(call, types, ap);
+        va_end(ap);
+        if (r < 0)
+                return r;
+        if (!callback && !ret_slot) {
+                r = sd_bus_message_set_expect_reply(call, false);
+                if (r < 0)
+                        return r;
+                return sd_bus_send(m->bus, call, NULL);
         }
+        return sd_bus_call_async(m->bus, ret_slot, call, callback, userdata, 0);
+}
 
-        *ret = (UnitState){
-                .loaded = !streq(load_state, "") && !streq(load_state, "not-found"),
-                .main_pid = (pid_t) main_pid,
-                .exec_main_pid = (pid_t) exec_main_pid,
-                .exec_main_code = code,
-                .exec_main_status = status,
-        };
+/* 0 for a method return; for an error reply its negative errno (NoSuchUnit: -ESRCH), logged at debug
+ * unless it is that. */
+static int reply_error(sd_bus_message *reply, const char *what, const char *name) {
+        const sd_bus_error *e = sd_bus_message_get_error(reply);
+        int r;
+
+        if (!e)
+                return 0;
+        r = bus_error_to_errno(e, -(sd_bus_message_get_errno(reply) ?: EIO));
+        if (r != -ESRCH)
+                log_debug_errno(r, "%s '%s': %s", what, name, e->message ?: e->name);
+        return r;
+}
+
+/* A call nobody waits for (KillUnit, a reset after the loop): its failure is only logged. */
+static int on_floating_reply(sd_bus_message *reply, void *userdata, sd_bus_error *reterr) {
+        (void) reply_error(reply, userdata, "-");
         return 0;
 }
 
-/* Waiting for a job: the JobRemoved match is installed before the call that creates the job, and
- * sd_bus_call() only queues signals, so the job path is known before any JobRemoved is dispatched. */
-typedef struct JobWait {
-        sd_bus_slot *slot;
-        char *path;
-        bool done;
-        int error; /* 0 for the result "done" */
-} JobWait;
+/* ---- Steps, timers ---- */
 
-static void job_wait_done(JobWait *w) {
-        w->slot = sd_bus_slot_unref(w->slot);
-        w->path = mfree(w->path);
+static void unit_unlink(VmUnit *u) {
+        VmUnitManager *m = u->manager;
+
+        if (u->prev)
+                u->prev->next = u->next;
+        else if (m->units == u)
+                m->units = u->next;
+        if (u->next)
+                u->next->prev = u->prev;
+        u->prev = u->next = NULL;
 }
 
+static void unit_early_clear(VmUnit *u) {
+        for (unsigned i = 0; i < u->n_early; i++) {
+                free(u->early[i].path);
+                free(u->early[i].result);
+        }
+        u->n_early = 0;
+}
+
+/* Whatever the current step waits for: its call, its job, its timers, a state read. */
+static void unit_cancel(VmUnit *u) {
+        u->call = sd_bus_slot_unref(u->call);
+        u->job_call = false;
+        u->job = mfree(u->job);
+        unit_early_clear(u);
+        u->read_done = NULL;
+        u->read_path = mfree(u->read_path);
+        u->deadline = sd_event_source_disable_unref(u->deadline);
+        u->poll = sd_event_source_disable_unref(u->poll);
+        u->pidfd = safe_close(u->pidfd);
+}
+
+static void unit_destroy(VmUnit *u) {
+        if (!u)
+                return;
+        unit_cancel(u);
+        unit_unlink(u);
+        u->pidfd_source = sd_event_source_disable_unref(u->pidfd_source);
+        u->start_call = sd_bus_message_unref(u->start_call);
+        free(u->name);
+        free(u);
+}
+
+static int on_deadline(sd_event_source *s, uint64_t usec, void *userdata);
+
+/* The current step's time limit, from now. */
+static int unit_arm_deadline(VmUnit *u, usec_t usec) {
+        u->deadline = sd_event_source_disable_unref(u->deadline);
+        return sd_event_add_time_relative(
+                u->manager->event, &u->deadline, CLOCK_MONOTONIC, usec, USEC_PER_MSEC, on_deadline, u);
+}
+
+static int on_poll(sd_event_source *s, uint64_t usec, void *userdata);
+
+static int unit_arm_poll(VmUnit *u, usec_t usec) {
+        int r;
+
+        if (u->poll) {
+                r = sd_event_source_set_time_relative(u->poll, usec);
+                if (r >= 0)
+                        r = sd_event_source_set_enabled(u->poll, SD_EVENT_ONESHOT);
+                return r;
+        }
+        return sd_event_add_time_relative(
+                u->manager->event, &u->poll, CLOCK_MONOTONIC, usec, USEC_PER_MSEC, on_poll, u);
+}
+
+/* The end of a unit's life as its owner sees it: on_exit, once. The callback may free u: the caller
+ * returns at once. */
+static void unit_report(VmUnit *u, int code, int status) {
+        VmUnitExitFunc f = u->on_exit;
+
+        unit_cancel(u);
+        u->pidfd_source = sd_event_source_disable_unref(u->pidfd_source);
+        u->step = UNIT_DONE;
+        u->on_started = NULL;
+        u->on_exit = NULL;
+        if (f)
+                f(u, code, status, u->userdata);
+}
+
+/* A start or an attach that did not get to the process. */
+static void unit_fail(VmUnit *u, int r) {
+        log_debug_errno(r, "%s unit '%s' failed: %m", u->attach ? "attaching to" : "starting", u->name);
+        u->error = r;
+        unit_report(u, 0, 0);
+}
+
+/* ---- State reads: GetUnit, then LoadState, then the Service properties ---- */
+
+static void unit_read_finish(VmUnit *u, int r) {
+        UnitStateFunc done = u->read_done;
+
+        u->read_done = NULL;
+        u->read_path = mfree(u->read_path);
+        done(u, r, &u->read_state);
+}
+
+static int read_service_properties(sd_bus_message *reply, UnitState *st) {
+        int r;
+
+        r = sd_bus_message_enter_container(reply, 'a', "{sv}");
+        if (r < 0)
+                return r;
+        for (;;) {
+                const char *name;
+                uint32_t pid;
+                int32_t i;
+
+                r = sd_bus_message_enter_container(reply, 'e', "sv");
+                if (r < 0)
+                        return r;
+                if (r == 0)
+                        break;
+                r = sd_bus_message_read(reply, "s", &name);
+                if (r < 0)
+                        return r;
+                if (streq(name, "MainPID") || streq(name, "ExecMainPID")) {
+                        r = sd_bus_message_read(reply, "v", "u", &pid);
+                        if (r < 0)
+                                return r;
+                        *(streq(name, "MainPID") ? &st->main_pid : &st->exec_main_pid) = (pid_t) pid;
+                } else if (streq(name, "ExecMainCode") || streq(name, "ExecMainStatus")) {
+                        r = sd_bus_message_read(reply, "v", "i", &i);
+                        if (r < 0)
+                                return r;
+                        *(streq(name, "ExecMainCode") ? &st->exec_main_code : &st->exec_main_status) = i;
+                } else {
+                        r = sd_bus_message_skip(reply, "v");
+                        if (r < 0)
+                                return r;
+                }
+                r = sd_bus_message_exit_container(reply);
+                if (r < 0)
+                        return r;
+        }
+        return sd_bus_message_exit_container(reply);
+}
+
+static int on_read_service(sd_bus_message *reply, void *userdata, sd_bus_error *reterr) {
+        VmUnit *u = userdata;
+        int r;
+
+        u->call = sd_bus_slot_unref(u->call);
+        r = reply_error(reply, "reading", u->name);
+        if (r == -ESRCH) /* collected between the calls */
+                u->read_state = (UnitState){ .loaded = false };
+        else if (r >= 0) {
+                r = read_service_properties(reply, &u->read_state);
+                if (r < 0)
+                        log_debug_errno(r, "unit '%s': bad answer: %m", u->name);
+        }
+        unit_read_finish(u, r == -ESRCH ? 0 : r);
+        return 0;
+}
+
+static int on_read_load_state(sd_bus_message *reply, void *userdata, sd_bus_error *reterr) {
+        VmUnit *u = userdata;
+        const char *load_state;
+        int r;
+
+        u->call = sd_bus_slot_unref(u->call);
+        r = reply_error(reply, "LoadState of", u->name);
+        if (r == -ESRCH) {
+                u->read_state = (UnitState){ .loaded = false };
+                unit_read_finish(u, 0);
+                return 0;
+        }
+        if (r >= 0)
+                r = sd_bus_message_read(reply, "v", "s", &load_state);
+        if (r >= 0) {
+                u->read_state.loaded = !streq(load_state, "") && !streq(load_state, "not-found");
+                if (!u->read_state.loaded) {
+                        unit_read_finish(u, 0);
+                        return 0;
+                }
+                r = manager_send(
+                        u->manager,
+                        &u->call,
+                        u->read_path,
+                        DBUS_PROPERTIES,
+                        "GetAll",
+                        on_read_service,
+                        u,
+                        "s",
+                        SD_SERVICE);
+        }
+        if (r < 0)
+                unit_read_finish(u, r);
+        return 0;
+}
+
+static int on_get_unit(sd_bus_message *reply, void *userdata, sd_bus_error *reterr) {
+        VmUnit *u = userdata;
+        const char *path;
+        int r;
+
+        u->call = sd_bus_slot_unref(u->call);
+        r = reply_error(reply, "GetUnit", u->name);
+        if (r == -ESRCH) {
+                unit_read_finish(u, 0); /* not loaded */
+                return 0;
+        }
+        if (r >= 0)
+                r = sd_bus_message_read(reply, "o", &path);
+        if (r >= 0) {
+                u->read_path = strdup(path);
+                if (!u->read_path)
+                        r = -ENOMEM;
+        }
+        if (r >= 0)
+                r = manager_send(
+                        u->manager,
+                        &u->call,
+                        u->read_path,
+                        DBUS_PROPERTIES,
+                        "Get",
+                        on_read_load_state,
+                        u,
+                        "ss",
+                        SD_UNIT,
+                        "LoadState");
+        if (r < 0)
+                unit_read_finish(u, r);
+        return 0;
+}
+
+/* Reads what the manager says about the unit; done gets it (r < 0: the read failed). Only the sending
+ * can fail here. */
+static int unit_read_state(VmUnit *u, UnitStateFunc done) {
+        u->read_done = done;
+        u->read_path = mfree(u->read_path);
+        u->read_state = (UnitState){};
+        return manager_send(u->manager, &u->call, SD_PATH, SD_MANAGER, "GetUnit", on_get_unit, u, "s", u->name);
+}
+
+/* ---- Jobs ---- */
+
+static int job_result_to_errno(const char *result) {
+        return streq(result, "done")      ? 0 :
+                streq(result, "timeout")  ? -ETIMEDOUT :
+                streq(result, "canceled") ? -ECANCELED :
+                                            -EIO;
+}
+
+static void unit_job_done(VmUnit *u, const char *result);
+
 static int on_job_removed(sd_bus_message *msg, void *userdata, sd_bus_error *reterr) {
-        JobWait *w = userdata;
+        VmUnitManager *m = userdata;
         const char *path, *unit, *result;
         uint32_t id;
 
         if (sd_bus_message_read(msg, "uoss", &id, &path, &unit, &result) < 0)
                 return 0;
-        if (w->done || !w->path || !streq(path, w->path))
-                return 0;
 
-        w->done = true;
-        w->error = streq(result, "done")  ? 0 :
-                streq(result, "timeout")  ? -ETIMEDOUT :
-                streq(result, "canceled") ? -ECANCELED :
-                                            -EIO;
-        if (w->error < 0)
-                log_debug("job %s for '%s' finished with '%s'", path, unit, result);
+        for (VmUnit *u = m->units; u; u = u->next)
+                if (u->job && streq(u->job, path)) {
+                        unit_job_done(u, result); /* may free u: the list is not looked at again */
+                        return 0;
+                }
+
+        /* Before the reply naming its job: kept with the unit whose call is in flight. */
+        for (VmUnit *u = m->units; u; u = u->next) {
+                EarlyJob *j;
+
+                if (!u->job_call || !streq(u->name, unit))
+                        continue;
+                if (u->n_early == VM_UNIT_EARLY_JOBS) {
+                        free(u->early[0].path);
+                        free(u->early[0].result);
+                        memmove(u->early, u->early + 1, (VM_UNIT_EARLY_JOBS - 1) * sizeof(EarlyJob));
+                        u->n_early--;
+                }
+                j = u->early + u->n_early;
+                j->path = strdup(path);
+                j->result = strdup(result);
+                if (!j->path || !j->result) {
+                        free(j->path);
+                        free(j->result);
+                        continue;
+                }
+                u->n_early++;
+        }
         return 0;
 }
 
-static int job_wait_begin(VmUnitManager *m, JobWait *w) {
-        /* A direct connection has no sender names: match without one there (as systemd's
-         * bus-wait-for-jobs); on the bus only the manager's signals count. */
-        return sd_bus_match_signal(
-                m->bus,
-                &w->slot,
-                m->on_bus ? SD_DESTINATION : NULL,
-                SD_PATH,
-                SD_MANAGER,
-                "JobRemoved",
-                on_job_removed,
-                w);
-}
-
-static int job_wait_set_path(JobWait *w, sd_bus_message *reply) {
+/* The reply of a call that queued a job: the job followed until JobRemoved names it, or finished at
+ * once when that came first. */
+static void unit_job_begin(VmUnit *u, sd_bus_message *reply) {
         const char *path;
         int r;
 
+        u->job_call = false;
         r = sd_bus_message_read(reply, "o", &path);
-        if (r < 0)
-                return r;
-        w->path = strdup(path);
-        return w->path ? 0 : -ENOMEM;
-}
-
-/* A synchronous wait on the bus, bounded by deadline (CLOCK_MONOTONIC). */
-static int job_wait_run(VmUnitManager *m, JobWait *w, usec_t deadline) {
-        int r;
-
-        for (;;) {
-                usec_t n;
-
-                r = sd_bus_process(m->bus, NULL);
-                if (r < 0)
-                        return r;
-                if (w->done)
-                        return w->error;
-                if (r > 0)
-                        continue;
-
-                n = now_usec(CLOCK_MONOTONIC);
-                if (n >= deadline)
-                        return log_debug_errno(
-                                SYNTHETIC_ERRNO(ETIMEDOUT), "job %s did not finish in time", w->path);
-                r = sd_bus_wait(m->bus, deadline - n);
-                if (r < 0)
-                        return r;
-        }
-}
-
-/* StopUnit, optionally waiting for the stop job, then ResetFailedUnit; failures are only logged. */
-static void unit_stop_and_reset(VmUnitManager *m, const char *name, bool wait) {
-        _cleanup_(sd_bus_error_free) sd_bus_error error = SD_BUS_ERROR_NULL;
-        _cleanup_(sd_bus_message_unrefp) sd_bus_message *reply = NULL;
-        _cleanup_(job_wait_done) JobWait w = {};
-        int r;
-
-        if (wait) {
-                r = job_wait_begin(m, &w);
-                if (r < 0) {
-                        log_debug_errno(r, "cannot watch jobs, not waiting for the stop: %m");
-                        wait = false;
-                }
-        }
-
-        r = sd_bus_call_method(
-                m->bus, SD_DESTINATION, SD_PATH, SD_MANAGER, "StopUnit", &error, &reply, "ss", name, "replace");
-        if (r < 0)
-                log_debug_errno(r, "StopUnit '%s': %s, ignoring", name, error.message ?: "-");
-        else if (wait) {
-                r = job_wait_set_path(&w, reply);
-                if (r >= 0)
-                        r = job_wait_run(m, &w, now_usec(CLOCK_MONOTONIC) + VM_UNIT_CALL_USEC);
-                if (r < 0)
-                        log_debug_errno(r, "stopping '%s': %m, ignoring", name);
-        }
-
-        sd_bus_error_free(&error);
-        r = sd_bus_call_method(
-                m->bus, SD_DESTINATION, SD_PATH, SD_MANAGER, "ResetFailedUnit", &error, NULL, "s", name);
-        if (r < 0 && bus_error_to_errno(&error, r) != -ESRCH)
-                log_debug_errno(r, "ResetFailedUnit '%s': %s, ignoring", name, error.message ?: "-");
-}
-
-/* A stopped and reset unit is garbage-collected by the manager's next loop iteration; a transient
- * unit of the same name can only be created after that. */
-static int unit_wait_gone(VmUnitManager *m, const char *name, usec_t deadline) {
-        for (;;) {
-                UnitState st;
-                int r;
-
-                r = unit_read_state(m, name, &st);
-                if (r < 0)
-                        return r;
-                if (!st.loaded)
-                        return 0;
-                if (now_usec(CLOCK_MONOTONIC) >= deadline)
-                        return log_debug_errno(SYNTHETIC_ERRNO(EBUSY), "unit '%s' stays loaded", name);
-                (void) usleep(20 * USEC_PER_MSEC);
-        }
-}
-
-/* ---- Exit watching ---- */
-
-static void unit_exit_report(VmUnit *u, int code, int status) {
-        if (u->reported)
-                return;
-        u->reported = true;
-        u->exit_source = sd_event_source_disable_unref(u->exit_source);
-
-        unit_stop_and_reset(u->manager, u->name, /* wait= */ false);
-        if (u->on_exit)
-                u->on_exit(u, code, status, u->userdata); /* may free u */
-}
-
-/* Once the process has ended the manager records its status when it reaps it: until MainPID is 0 and
- * ExecMainCode is set, poll every 50 ms for up to 5 s. The first read runs from a defer source. */
-static int on_exit_timer(sd_event_source *s, uint64_t usec, void *userdata);
-
-static void unit_exit_poll(VmUnit *u) {
-        UnitState st = {};
-        int r;
-
-        r = unit_read_state(u->manager, u->name, &st);
-        if (r >= 0 && !st.loaded) {
-                log_debug("unit '%s' is gone, exit status unknown", u->name);
-                unit_exit_report(u, 0, 0);
-                return;
-        }
-        if (r >= 0 && st.main_pid == 0 && st.exec_main_code != 0) {
-                unit_exit_report(u, st.exec_main_code, st.exec_main_status);
-                return;
-        }
-        if (now_usec(CLOCK_MONOTONIC) >= u->exit_deadline) {
-                if (r < 0)
-                        log_debug_errno(r, "unit '%s': exit status unknown: %m", u->name);
-                else
-                        log_debug(
-                                "unit '%s' still reports pid %d, exit status unknown",
-                                u->name,
-                                (int) st.main_pid);
-                unit_exit_report(u, 0, 0);
-                return;
-        }
-
-        if (u->exit_timer) {
-                r = sd_event_source_set_time_relative(u->exit_source, VM_UNIT_EXIT_POLL_USEC);
-                if (r >= 0)
-                        r = sd_event_source_set_enabled(u->exit_source, SD_EVENT_ONESHOT);
-        } else {
-                u->exit_source = sd_event_source_disable_unref(u->exit_source);
-                r = sd_event_add_time_relative(
-                        u->manager->event,
-                        &u->exit_source,
-                        CLOCK_MONOTONIC,
-                        VM_UNIT_EXIT_POLL_USEC,
-                        0,
-                        on_exit_timer,
-                        u);
-                u->exit_timer = r >= 0;
-        }
         if (r < 0) {
-                log_debug_errno(r, "unit '%s': cannot poll the exit status: %m", u->name);
-                unit_exit_report(u, 0, 0);
+                log_debug_errno(r, "unit '%s': bad job path: %m", u->name);
+                unit_job_done(u, "failed");
+                return;
+        }
+        for (unsigned i = 0; i < u->n_early; i++)
+                if (streq(u->early[i].path, path)) {
+                        _cleanup_free_ char *result = TAKE_PTR(u->early[i].result);
+
+                        log_debug("job %s of '%s' had finished before the reply naming it", path, u->name);
+                        unit_early_clear(u);
+                        unit_job_done(u, result);
+                        return;
+                }
+        unit_early_clear(u);
+        u->job = strdup(path);
+        if (!u->job)
+                unit_job_done(u, "failed");
+}
+
+static void unit_watch_begin(VmUnit *u);
+static void unit_clear_reset(VmUnit *u);
+static void unit_release_reset(VmUnit *u);
+
+/* The job the unit followed ended: the step goes on. */
+static void unit_job_done(VmUnit *u, const char *result) {
+        int r = job_result_to_errno(result);
+
+        u->job = mfree(u->job);
+        if (r < 0)
+                log_debug("job of '%s' finished with '%s'", u->name, result);
+        switch (u->step) {
+        case UNIT_STARTING:
+                if (r < 0)
+                        unit_fail(u, r);
+                else
+                        unit_watch_begin(u);
+                break;
+        case UNIT_CLEARING:
+                unit_clear_reset(u);
+                break;
+        case UNIT_RELEASING:
+                unit_release_reset(u);
+                break;
+        default:
+                break;
         }
 }
 
-static int on_exit_timer(sd_event_source *s, uint64_t usec, void *userdata) {
-        unit_exit_poll(userdata);
-        return 0;
+/* ---- Starting ---- */
+
+static void unit_start_send(VmUnit *u);
+
+static void on_collect_state(VmUnit *u, int r, const UnitState *st) {
+        if (r >= 0 && !st->loaded) {
+                unit_start_send(u);
+                return;
+        }
+        if (r < 0)
+                log_debug_errno(r, "unit '%s': still loaded? %m", u->name);
+        /* the deadline ends this */
+        r = unit_arm_poll(u, VM_UNIT_GONE_POLL_USEC);
+        if (r < 0)
+                unit_fail(u, r);
 }
 
-static int on_exit_defer(sd_event_source *s, void *userdata) {
-        unit_exit_poll(userdata);
-        return 0;
-}
-
-/* The process ended: read its status from the loop, never from within the caller. */
-static int unit_exit_begin(VmUnit *u) {
-        u->exited = true;
-        u->pidfd_source = sd_event_source_disable_unref(u->pidfd_source);
-        u->exit_deadline = now_usec(CLOCK_MONOTONIC) + VM_UNIT_EXIT_WAIT_USEC;
-        u->exit_source = sd_event_source_disable_unref(u->exit_source);
-        u->exit_timer = false;
-        return sd_event_add_defer(u->manager->event, &u->exit_source, on_exit_defer, u);
-}
-
-static int on_pidfd(sd_event_source *s, int fd, uint32_t revents, void *userdata) {
+static int on_clear_reset_reply(sd_bus_message *reply, void *userdata, sd_bus_error *reterr) {
         VmUnit *u = userdata;
         int r;
 
-        r = unit_exit_begin(u);
+        u->call = sd_bus_slot_unref(u->call);
+        (void) reply_error(reply, "ResetFailedUnit", u->name);
+        /* A stopped and reset unit is collected in the manager's next loop iteration; a transient
+         * unit of the same name can only be created after that. */
+        u->step = UNIT_COLLECTING;
+        r = unit_read_state(u, on_collect_state);
+        if (r < 0)
+                unit_fail(u, r);
+        return 0;
+}
+
+static void unit_clear_reset(VmUnit *u) {
+        int r;
+
+        r = manager_send(
+                u->manager, &u->call, SD_PATH, SD_MANAGER, "ResetFailedUnit", on_clear_reset_reply, u, "s", u->name);
+        if (r < 0)
+                unit_fail(u, r);
+}
+
+static int on_clear_stop_reply(sd_bus_message *reply, void *userdata, sd_bus_error *reterr) {
+        VmUnit *u = userdata;
+
+        u->call = sd_bus_slot_unref(u->call);
+        u->job_call = false;
+        if (reply_error(reply, "StopUnit", u->name) < 0) {
+                unit_early_clear(u);
+                unit_clear_reset(u); /* gone meanwhile, or it failed: the reset and the read tell */
+        } else
+                unit_job_begin(u, reply);
+        return 0;
+}
+
+static void on_check_state(VmUnit *u, int r, const UnitState *st) {
+        if (r < 0) {
+                unit_fail(u, r);
+                return;
+        }
+        if (!st->loaded) {
+                unit_start_send(u);
+                return;
+        }
+        if (st->main_pid > 0) {
+                log_debug("unit '%s' is already running (pid %d)", u->name, (int) st->main_pid);
+                unit_fail(u, -EBUSY);
+                return;
+        }
+
+        /* left loaded without a process (RemainAfterExit after a detach): stopped and reset first */
+        u->step = UNIT_CLEARING;
+        r = manager_send(
+                u->manager, &u->call, SD_PATH, SD_MANAGER, "StopUnit", on_clear_stop_reply, u, "ss", u->name, "replace");
+        if (r < 0) {
+                unit_fail(u, r);
+                return;
+        }
+        u->job_call = true;
+}
+
+static int unit_check_begin(VmUnit *u) {
+        u->step = UNIT_CHECKING;
+        return unit_read_state(u, on_check_state);
+}
+
+static int on_start_reply(sd_bus_message *reply, void *userdata, sd_bus_error *reterr) {
+        VmUnit *u = userdata;
+        int r;
+
+        u->call = sd_bus_slot_unref(u->call);
+        u->job_call = false;
+        r = reply_error(reply, "StartTransientUnit", u->name);
+        if (r < 0) {
+                if (r == -EBUSY)
+                        u->owned = false; /* UnitExists: someone else's */
+                unit_fail(u, r);
+                return 0;
+        }
+        unit_job_begin(u, reply);
+        return 0;
+}
+
+static void unit_start_send(VmUnit *u) {
+        int r;
+
+        u->step = UNIT_STARTING;
+        r = sd_bus_call_async(u->manager->bus, &u->call, u->start_call, on_start_reply, u, 0);
+        if (r < 0) {
+                unit_fail(u, r);
+                return;
+        }
+        u->start_call = sd_bus_message_unref(u->start_call);
+        u->owned = true;
+        u->job_call = true;
+}
+
+/* ---- Watching, the exit ---- */
+
+static void unit_exit_begin(VmUnit *u);
+
+static int on_pidfd(sd_event_source *s, int fd, uint32_t revents, void *userdata) {
+        unit_exit_begin(userdata);
+        return 0;
+}
+
+/* The process ended; its status is recorded when the manager reaps it: until MainPID is 0 and
+ * ExecMainCode is set, read every 50 ms for up to 5 s. */
+static void on_exit_state(VmUnit *u, int r, const UnitState *st) {
+        if (r >= 0 && !st->loaded) {
+                log_debug("unit '%s' is gone, exit status unknown", u->name);
+                unit_report(u, 0, 0);
+                return;
+        }
+        if (r >= 0 && st->main_pid == 0 && st->exec_main_code != 0) {
+                unit_report(u, st->exec_main_code, st->exec_main_status);
+                return;
+        }
+        if (r < 0)
+                log_debug_errno(r, "unit '%s': exit status not read: %m", u->name);
+        r = unit_arm_poll(u, VM_UNIT_EXIT_POLL_USEC);
+        if (r < 0) {
+                log_debug_errno(r, "unit '%s': cannot poll the exit status: %m", u->name);
+                unit_report(u, 0, 0);
+        }
+}
+
+static void unit_exit_begin(VmUnit *u) {
+        int r;
+
+        unit_cancel(u);
+        u->pidfd_source = sd_event_source_disable_unref(u->pidfd_source);
+        u->step = UNIT_EXITING;
+        r = unit_arm_deadline(u, VM_UNIT_EXIT_WAIT_USEC);
+        if (r >= 0)
+                r = unit_read_state(u, on_exit_state);
         if (r < 0) {
                 log_debug_errno(r, "unit '%s': cannot read the exit status: %m", u->name);
-                unit_exit_report(u, 0, 0);
+                unit_report(u, 0, 0);
+        }
+}
+
+static void unit_run(VmUnit *u) {
+        VmUnitStartedFunc f = u->on_started;
+        int r;
+
+        r = sd_event_add_io(u->manager->event, &u->pidfd_source, u->pidfd, EPOLLIN, on_pidfd, u);
+        if (r >= 0)
+                r = sd_event_source_set_io_fd_own(u->pidfd_source, true);
+        if (r < 0) {
+                u->pidfd_source = sd_event_source_disable_unref(u->pidfd_source);
+                unit_fail(u, r);
+                return;
+        }
+        u->pidfd = -EBADF;
+        unit_cancel(u);
+        u->step = UNIT_RUNNING;
+        u->on_started = NULL;
+        log_debug("unit '%s' runs (pid %d)", u->name, (int) u->pid);
+        if (f)
+                f(u, u->userdata);
+}
+
+static void on_watch_state(VmUnit *u, int r, const UnitState *st) {
+        if (r < 0) {
+                unit_fail(u, r);
+                return;
+        }
+        if (!st->loaded) {
+                unit_fail(u, -ESRCH);
+                return;
+        }
+
+        if (u->pidfd >= 0) {
+                /* The pid could have been reused between the first read and pidfd_open(): the manager
+                 * clears MainPID only after reaping, so an unchanged MainPID means the pidfd is its
+                 * process. */
+                if (st->main_pid == u->pid) {
+                        unit_run(u);
+                        return;
+                }
+                u->pidfd = safe_close(u->pidfd);
+        } else if (st->main_pid > 0) {
+                if (u->attach && u->pid > 0 && u->pid != st->main_pid)
+                        log_debug(
+                                "unit '%s' has pid %d, recorded was %d",
+                                u->name,
+                                (int) st->main_pid,
+                                (int) u->pid);
+                u->pid = st->main_pid;
+                u->pidfd = pidfd_open(st->main_pid);
+                if (u->pidfd < 0 && errno != ESRCH) {
+                        unit_fail(u, log_debug_errno(errno, "pidfd_open(%d): %m", (int) st->main_pid));
+                        return;
+                }
+                if (u->pidfd >= 0) {
+                        r = unit_read_state(u, on_watch_state);
+                        if (r < 0)
+                                unit_fail(u, r);
+                        return;
+                }
+        }
+
+        /* the process has ended already */
+        u->pid = st->main_pid > 0 ? st->main_pid : st->exec_main_pid;
+        if (st->main_pid == 0 && st->exec_main_code != 0) {
+                unit_report(u, st->exec_main_code, st->exec_main_status);
+                return;
+        }
+        unit_exit_begin(u);
+}
+
+static void unit_watch_begin(VmUnit *u) {
+        int r;
+
+        u->step = UNIT_WATCHING;
+        r = unit_read_state(u, on_watch_state);
+        if (r < 0)
+                unit_fail(u, r);
+}
+
+/* ---- Releasing ---- */
+
+static void manager_wake(VmUnitManager *m, const char *name);
+
+static void unit_release_end(VmUnit *u) {
+        VmUnitManager *m = u->manager;
+
+        log_debug("unit '%s' released", u->name);
+        unit_unlink(u);
+        manager_wake(m, u->name);
+        unit_destroy(u);
+}
+
+static int on_release_reset_reply(sd_bus_message *reply, void *userdata, sd_bus_error *reterr) {
+        VmUnit *u = userdata;
+
+        u->call = sd_bus_slot_unref(u->call);
+        (void) reply_error(reply, "ResetFailedUnit", u->name);
+        unit_release_end(u);
+        return 0;
+}
+
+static void unit_release_reset(VmUnit *u) {
+        int r;
+
+        unit_cancel(u);
+        r = manager_send(
+                u->manager, &u->call, SD_PATH, SD_MANAGER, "ResetFailedUnit", on_release_reset_reply, u, "s", u->name);
+        if (r < 0) {
+                log_debug_errno(r, "ResetFailedUnit '%s': %m, ignoring", u->name);
+                unit_release_end(u);
+        }
+}
+
+static int on_release_stop_reply(sd_bus_message *reply, void *userdata, sd_bus_error *reterr) {
+        VmUnit *u = userdata;
+        int r;
+
+        u->call = sd_bus_slot_unref(u->call);
+        u->job_call = false;
+        r = reply_error(reply, "StopUnit", u->name);
+        if (r == -ESRCH)
+                unit_release_end(u); /* not loaded: nothing to reset */
+        else if (r < 0)
+                unit_release_reset(u);
+        else
+                unit_job_begin(u, reply);
+        return 0;
+}
+
+static void unit_release_begin(VmUnit *u) {
+        int r;
+
+        unit_cancel(u);
+        u->pidfd_source = sd_event_source_disable_unref(u->pidfd_source);
+        u->start_call = sd_bus_message_unref(u->start_call);
+        u->on_started = NULL;
+        u->on_exit = NULL;
+        u->released = true;
+        u->step = UNIT_RELEASING;
+        r = unit_arm_deadline(u, VM_UNIT_CALL_USEC);
+        if (r >= 0)
+                r = manager_send(
+                        u->manager,
+                        &u->call,
+                        SD_PATH,
+                        SD_MANAGER,
+                        "StopUnit",
+                        on_release_stop_reply,
+                        u,
+                        "ss",
+                        u->name,
+                        "replace");
+        if (r < 0) {
+                log_debug_errno(r, "StopUnit '%s': %m", u->name);
+                unit_release_reset(u);
+                return;
+        }
+        u->job_call = true;
+}
+
+/* A release of name ended: the starts that waited for it go on, unless another release of that name
+ * is still under way. Each start may fail at once (its owner's callback may free other units), so
+ * the list is looked at afresh for each. */
+static void manager_wake(VmUnitManager *m, const char *name) {
+        for (;;) {
+                VmUnit *queued = NULL;
+                int r;
+
+                for (VmUnit *u = m->units; u; u = u->next) {
+                        if (!streq(u->name, name))
+                                continue;
+                        if (u->step == UNIT_RELEASING)
+                                return;
+                        if (u->step == UNIT_QUEUED && !queued)
+                                queued = u;
+                }
+                if (!queued)
+                        return;
+                r = unit_check_begin(queued);
+                if (r < 0)
+                        unit_fail(queued, r);
+        }
+}
+
+/* ---- Time, and a unit's beginning ---- */
+
+static int on_deadline(sd_event_source *s, uint64_t usec, void *userdata) {
+        VmUnit *u = userdata;
+
+        switch (u->step) {
+        case UNIT_QUEUED:
+        case UNIT_CHECKING:
+        case UNIT_CLEARING:
+        case UNIT_COLLECTING:
+        case UNIT_STARTING:
+        case UNIT_WATCHING:
+                unit_fail(u, -ETIMEDOUT);
+                break;
+        case UNIT_EXITING:
+                log_debug("unit '%s': exit status not recorded in time, unknown", u->name);
+                unit_report(u, 0, 0);
+                break;
+        case UNIT_RELEASING:
+                log_debug("unit '%s': the stop job did not finish in time", u->name);
+                unit_release_reset(u);
+                break;
+        default:
+                break;
         }
         return 0;
 }
 
-/* Watches the unit's main process through a pidfd, or, when it already ended, reports its status. */
-static int unit_watch(VmUnit *u) {
-        _cleanup_close_ int fd = -EBADF;
-        UnitState st, again;
+static int on_poll(sd_event_source *s, uint64_t usec, void *userdata) {
+        VmUnit *u = userdata;
         int r;
 
-        r = unit_read_state(u->manager, u->name, &st);
-        if (r < 0)
-                return r;
-        if (!st.loaded)
-                return -ESRCH;
-
-        if (st.main_pid > 0) {
-                fd = pidfd_open(st.main_pid);
-                if (fd < 0 && errno != ESRCH)
-                        return log_debug_errno(errno, "pidfd_open(%d): %m", (int) st.main_pid);
-
-                /* The pid could have been reused between the read and pidfd_open(): the manager clears
-                 * MainPID only after reaping, so an unchanged MainPID means the pidfd is its process. */
-                if (fd >= 0) {
-                        r = unit_read_state(u->manager, u->name, &again);
-                        if (r < 0)
-                                return r;
-                        if (again.main_pid != st.main_pid)
-                                fd = safe_close(fd);
-                        st = again;
-                }
+        if (u->call)
+                return 0; /* a read is under way */
+        r = unit_read_state(u, u->step == UNIT_COLLECTING ? on_collect_state : on_exit_state);
+        if (r < 0) {
+                if (u->step == UNIT_EXITING)
+                        unit_report(u, 0, 0);
+                else
+                        unit_fail(u, r);
         }
-
-        if (fd >= 0) {
-                r = sd_event_add_io(u->manager->event, &u->pidfd_source, fd, EPOLLIN, on_pidfd, u);
-                if (r < 0)
-                        return r;
-                r = sd_event_source_set_io_fd_own(u->pidfd_source, true);
-                if (r < 0)
-                        return r;
-                TAKE_FD(fd);
-                u->pid = st.main_pid;
-                return 0;
-        }
-
-        u->pid = st.main_pid > 0 ? st.main_pid : st.exec_main_pid;
-        return unit_exit_begin(u);
+        return 0;
 }
 
-static int unit_new(VmUnit **ret, VmUnitManager *m, const char *name, VmUnitExitFunc on_exit, void *userdata) {
+static int unit_new(
+        VmUnit **ret,
+        VmUnitManager *m,
+        const char *name,
+        VmUnitStartedFunc on_started,
+        VmUnitExitFunc on_exit,
+        void *userdata) {
         size_t n = strlen(name);
         VmUnit *u;
 
@@ -757,6 +1337,8 @@ static int unit_new(VmUnit **ret, VmUnitManager *m, const char *name, VmUnitExit
         if (!u)
                 return -ENOMEM;
         u->manager = m;
+        u->pidfd = -EBADF;
+        u->on_started = on_started;
         u->on_exit = on_exit;
         u->userdata = userdata;
         if (n > strlen(".service") && streq(name + n - strlen(".service"), ".service"))
@@ -767,8 +1349,20 @@ static int unit_new(VmUnit **ret, VmUnitManager *m, const char *name, VmUnitExit
                 free(u);
                 return -ENOMEM;
         }
+        /* linked at once: unit_destroy() unlinks */
+        u->next = m->units;
+        if (m->units)
+                m->units->prev = u;
+        m->units = u;
         *ret = u;
         return 0;
+}
+
+static bool manager_releasing(VmUnitManager *m, const char *name) {
+        for (VmUnit *u = m->units; u; u = u->next)
+                if (u->step == UNIT_RELEASING && streq(u->name, name))
+                        return true;
+        return false;
 }
 
 /* ---- Public API ---- */
@@ -880,21 +1474,17 @@ int vm_unit_start(
         const char *log_file,
         const char *working_dir,
         bool block_io_uring,
+        VmUnitStartedFunc on_started,
         VmUnitExitFunc on_exit,
         void *userdata) {
 
-        _cleanup_(sd_bus_message_unrefp) sd_bus_message *call = NULL, *reply = NULL;
-        _cleanup_(sd_bus_error_free) sd_bus_error error = SD_BUS_ERROR_NULL;
         _cleanup_free_ char *exe = NULL, *log_path = NULL, *wd = NULL;
         _cleanup_(vm_unit_freep) VmUnit *u = NULL;
-        _cleanup_(job_wait_done) JobWait w = {};
-        usec_t deadline = now_usec(CLOCK_MONOTONIC) + VM_UNIT_CALL_USEC;
-        UnitState st;
         int r;
 
         assert_return(ret && m && name && argv && argv[0], -EINVAL);
 
-        r = unit_new(&u, m, name, on_exit, userdata);
+        r = unit_new(&u, m, name, on_started, on_exit, userdata);
         if (r < 0)
                 return r;
         r = find_executable(argv[0], &exe);
@@ -917,58 +1507,33 @@ int vm_unit_start(
                         return r;
         }
 
-        r = unit_read_state(m, u->name, &st);
+        /* The call is built now, while argv is there, and sent once the name is free. */
+        r = sd_bus_message_new_method_call(
+                m->bus, &u->start_call, SD_DESTINATION, SD_PATH, SD_MANAGER, "StartTransientUnit");
         if (r < 0)
                 return r;
-        if (st.loaded) {
-                if (st.main_pid > 0)
-                        return log_debug_errno(
-                                SYNTHETIC_ERRNO(EBUSY),
-                                "unit '%s' is already running (pid %d)",
-                                u->name,
-                                (int) st.main_pid);
-                unit_stop_and_reset(m, u->name, /* wait= */ true);
-                r = unit_wait_gone(m, u->name, deadline);
+        r = sd_bus_message_append(u->start_call, "ss", u->name, "fail");
+        if (r < 0)
+                return r;
+        r = append_properties(u->start_call, m, exe, argv, log_path, wd, block_io_uring);
+        if (r < 0)
+                return r;
+        r = sd_bus_message_append(u->start_call, "a(sa(sv))", 0);
+        if (r < 0)
+                return r;
+
+        r = unit_arm_deadline(u, VM_UNIT_CALL_USEC);
+        if (r < 0)
+                return r;
+        if (manager_releasing(m, u->name)) {
+                log_debug("unit '%s': waiting for its release to end", u->name);
+                u->step = UNIT_QUEUED;
+        } else {
+                r = unit_check_begin(u);
                 if (r < 0)
                         return r;
         }
 
-        r = job_wait_begin(m, &w);
-        if (r < 0)
-                return r;
-        r = sd_bus_message_new_method_call(
-                m->bus, &call, SD_DESTINATION, SD_PATH, SD_MANAGER, "StartTransientUnit");
-        if (r < 0)
-                return r;
-        r = sd_bus_message_append(call, "ss", u->name, "fail");
-        if (r < 0)
-                return r;
-        r = append_properties(call, m, exe, argv, log_path, wd, block_io_uring);
-        if (r < 0)
-                return r;
-        r = sd_bus_message_append(call, "a(sa(sv))", 0);
-        if (r < 0)
-                return r;
-
-        r = sd_bus_call(m->bus, call, 0, &error, &reply);
-        if (r < 0)
-                return log_debug_errno(
-                        bus_error_to_errno(&error, r),
-                        "StartTransientUnit '%s': %s",
-                        u->name,
-                        error.message ?: "-");
-        r = job_wait_set_path(&w, reply);
-        if (r >= 0)
-                r = job_wait_run(m, &w, deadline);
-        if (r >= 0)
-                r = unit_watch(u);
-        if (r < 0) {
-                log_debug_errno(r, "starting '%s' failed: %m", u->name);
-                unit_stop_and_reset(m, u->name, /* wait= */ true);
-                return r;
-        }
-
-        log_debug("started unit '%s' (pid %d)", u->name, (int) u->pid);
         *ret = TAKE_PTR(u);
         return 0;
 }
@@ -978,6 +1543,7 @@ int vm_unit_attach(
         VmUnitManager *m,
         const char *name,
         pid_t expected_pid,
+        VmUnitStartedFunc on_started,
         VmUnitExitFunc on_exit,
         void *userdata) {
 
@@ -986,51 +1552,51 @@ int vm_unit_attach(
 
         assert_return(ret && m && name, -EINVAL);
 
-        r = unit_new(&u, m, name, on_exit, userdata);
+        r = unit_new(&u, m, name, on_started, on_exit, userdata);
         if (r < 0)
                 return r;
-        r = unit_watch(u);
+        u->attach = u->owned = true;
+        u->pid = expected_pid > 0 ? expected_pid : 0;
+        u->step = UNIT_WATCHING;
+        r = unit_arm_deadline(u, VM_UNIT_CALL_USEC);
+        if (r >= 0)
+                r = unit_read_state(u, on_watch_state);
         if (r < 0)
                 return log_debug_errno(r, "cannot attach to unit '%s': %m", u->name);
-        if (expected_pid > 0 && u->pid != expected_pid)
-                log_debug("unit '%s' has pid %d, recorded was %d", u->name, (int) u->pid, (int) expected_pid);
 
         *ret = TAKE_PTR(u);
         return 0;
 }
 
-static bool pidfd_readable(sd_event_source *s) {
-        struct pollfd p = { .fd = sd_event_source_get_io_fd(s), .events = POLLIN };
-
-        return p.fd >= 0 && poll(&p, 1, 0) > 0 && (p.revents & POLLIN);
-}
-
 int vm_unit_kill(VmUnit *u, int sig, bool whole_unit) {
-        _cleanup_(sd_bus_error_free) sd_bus_error error = SD_BUS_ERROR_NULL;
         int r;
 
         assert_return(u, -EINVAL);
         assert_return(sig > 0 && sig < _NSIG, -EINVAL);
 
-        /* KillUnit with "all" succeeds on an empty unit: ask the pidfd first. */
-        if (u->exited || !u->pidfd_source || pidfd_readable(u->pidfd_source))
+        if (u->released || IN_SET(u->step, UNIT_EXITING, UNIT_DONE))
                 return -ESRCH;
+        if (u->step == UNIT_RUNNING && !whole_unit)
+                return RET_NERRNO(pidfd_send_signal(sd_event_source_get_io_fd(u->pidfd_source), sig));
+        if (!u->owned)
+                return -ESRCH; /* nothing started yet */
 
-        r = sd_bus_call_method(
-                u->manager->bus,
-                SD_DESTINATION,
+        /* KillUnit "all" succeeds on an empty unit: the pidfd said above whether the process is
+         * there. Before it is watched the manager finds it (or says there is none). */
+        r = manager_send(
+                u->manager,
+                /* ret_slot= */ NULL,
                 SD_PATH,
                 SD_MANAGER,
                 "KillUnit",
-                &error,
-                NULL,
+                on_floating_reply,
+                (void *) "KillUnit",
                 "ssi",
                 u->name,
                 whole_unit ? "all" : "main",
                 (int32_t) sig);
         if (r < 0)
-                return log_debug_errno(
-                        bus_error_to_errno(&error, r), "KillUnit '%s': %s", u->name, error.message ?: "-");
+                return log_debug_errno(r, "KillUnit '%s': %m", u->name);
         return 0;
 }
 
@@ -1042,21 +1608,41 @@ const char *vm_unit_name(VmUnit *u) {
         return u ? u->name : NULL;
 }
 
+int vm_unit_error(VmUnit *u) {
+        return u ? u->error : 0;
+}
+
 VmUnit *vm_unit_free(VmUnit *u) {
         if (!u)
                 return NULL;
-        sd_event_source_disable_unref(u->pidfd_source);
-        sd_event_source_disable_unref(u->exit_source);
-        free(u->name);
-        free(u);
+        assert(!u->released);
+        unit_destroy(u);
         return NULL;
 }
 
 VmUnit *vm_unit_release(VmUnit *u) {
         if (!u)
                 return NULL;
-        u->pidfd_source = sd_event_source_disable_unref(u->pidfd_source);
-        u->exit_source = sd_event_source_disable_unref(u->exit_source);
-        unit_stop_and_reset(u->manager, u->name, /* wait= */ true);
-        return vm_unit_free(u);
+        assert(!u->released);
+        if (!u->owned) {
+                /* StartTransientUnit not sent: nothing of ours to stop */
+                unit_destroy(u);
+                return NULL;
+        }
+        unit_release_begin(u);
+        return NULL;
+}
+
+int vm_unit_stop(VmUnitManager *m, const char *name) {
+        VmUnit *u;
+        int r;
+
+        assert_return(m && name, -EINVAL);
+
+        r = unit_new(&u, m, name, /* on_started= */ NULL, /* on_exit= */ NULL, /* userdata= */ NULL);
+        if (r < 0)
+                return r;
+        u->owned = true;
+        unit_release_begin(u);
+        return 0;
 }
