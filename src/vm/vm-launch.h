@@ -18,7 +18,8 @@ typedef struct VmLaunched VmLaunched;
  * the status could not be learned). */
 typedef void (*VmLaunchedExitFunc)(VmLaunched *l, int code, int status, void *userdata);
 
-/* units NULL: a plain child. Otherwise the transient unit unit_name under that manager. */
+/* units NULL: a plain child. Otherwise the transient unit unit_name under that manager, which runs a
+ * path on its own stdio: -EOPNOTSUPP for options with exec_fd, stdin_fd or stdout_fd. */
 int vm_launched_spawn(
         VmLaunched **ret,
         sd_event *e,
