@@ -19,7 +19,10 @@ typedef void (*VmProcessExitFunc)(VmProcess *p, int code, int status, void *user
 typedef struct VmProcessOptions {
         char **argv;             /* argv[0] is resolved on PATH when it has no '/' and exec_fd is 0 */
         int exec_fd;             /* the file to execute (an O_PATH fd is enough: fexecve() runs it);
-                                  * argv[0] is then only the name the process sees */
+                                  * argv[0] is then only the name the process sees. O_CLOEXEC is
+                                  * fine for an ELF file, which the kernel opens before it closes
+                                  * such descriptors; not for a #! script, whose interpreter would
+                                  * be handed /dev/fd/N */
         const char *log_file;    /* stdout and stderr appended here (created 0600); NULL: /dev/null */
         int stdin_fd;            /* the child's stdin; 0: /dev/null */
         int stdout_fd;           /* the child's stdout, its stderr then staying the daemon's (log_file
