@@ -10,7 +10,9 @@
 set -eu
 version=$1 src=$2 out=$3
 commit=$(git -C "$src" rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
-if [ "$commit" != unknown ] && [ -n "$(git -C "$src" status --porcelain --untracked-files=no 2>/dev/null)" ]; then
+# GIT_OPTIONAL_LOCKS=0: a build only reads the repository (no index refresh racing a git command)
+if [ "$commit" != unknown ] &&
+        [ -n "$(GIT_OPTIONAL_LOCKS=0 git -C "$src" status --porcelain --untracked-files=no 2>/dev/null)" ]; then
         commit="$commit-dirty"
 fi
 epoch=${SOURCE_DATE_EPOCH:-}
