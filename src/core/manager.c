@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <unistd.h>
 
 #include "attest-nonce.h"
 #include "fs-util.h"
@@ -243,6 +244,7 @@ int manager_new(Manager **ret, sd_event *event, const ManagerConfig *cfg, ApiErr
         m->settings.qmp_timeout = cfg->qmp_timeout ?: 30 * USEC_PER_SEC;
         m->settings.guest_series_limit = cfg->guest_series_limit ?: GUEST_SERIES_LIMIT_DEFAULT;
         m->settings.install_mode = cfg->install_mode;
+        m->settings.self_exe_fd = cfg->self_exe_fd > STDERR_FILENO ? cfg->self_exe_fd : -EBADF;
 
         /* Start-up order: host facts, networks with their leases, the image catalog, then the
          * default network. */

@@ -66,6 +66,9 @@ typedef struct ManagerConfig {
         VmInstallMode install_mode; /* create_vm's default; host falls back to boot per image */
         bool detach_vms_on_exit;
         size_t guest_series_limit; /* series kept per VM from a guest report; 0: the default */
+        /* our own executable (O_PATH, taken at start-up), which the helpers of host installs and
+         * exec_vm run: borrowed, for the manager's lifetime */
+        int self_exe_fd;
         /* the build, for get_info */
         const char *version;
         const char *commit;
@@ -89,6 +92,7 @@ struct ManagerSettings {
         bool learn_golden;
         size_t guest_series_limit;
         VmInstallMode install_mode; /* create_vm's default (--install-mode) */
+        int self_exe_fd;            /* ManagerConfig's, -EBADF when it gave none */
 };
 
 const ManagerSettings *manager_settings(Manager *m);

@@ -1,13 +1,13 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* The host install (install mode host): between vm_provision() and the first boot's start chain,
  * the VM's disk is laid out from the image's layout file by a helper process, the daemon's own
- * binary as `vm-manager host-install IMAGE LAYOUT DISK SIZE` (src/storage/host-install.c), whose
+ * binary (the file it was started from, through the handle taken at start-up) as
+ * `vm-manager host-install IMAGE LAYOUT DISK SIZE` (src/storage/host-install.c), whose
  * output goes to <vm>/install.log. The loop only watches it (a pidfd, through vm-launch): its exit
  * is VM_EVENT_HOST_INSTALLED, or VM_EVENT_HOST_INSTALL_FAILED with the last line it wrote. It runs
  * as a plain child, never a unit: it ends with the daemon, and a restart finds the VM creating,
  * fails it and drops its disk (VM_EVENT_RESTARTED). */
 #include <inttypes.h>
-#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -174,25 +174,28 @@ static int kubernetes_seed(Vm *v, char **ret_source, char **ret_path) {
 int vm_host_install_start(Vm *v, ApiError *reterr) {
         const Image *img = image_catalog_resolve(manager_images(v->manager), v->rec.spec.image);
         _cleanup_free_ char *log = vm_path(v, "install.log"), *text = NULL;
-        char exe[PATH_MAX], size[32];
-        ssize_t n;
+        int self_exe = manager_settings(v->manager)->self_exe_fd;
+        char size[32];
         int r;
 
         if (!log)
                 return -ENOMEM;
         if (!img || !streq(img->ref, v->rec.spec.image) || !img->layout)
                 r = -ENOENT;
-        else if ((n = readlink("/proc/self/exe", exe, sizeof(exe) - 1)) < 0)
-                r = -errno;
+        else if (self_exe < 0)
+                r = -EBADF;
         else {
                 _cleanup_free_ char *seed = NULL, *seed_path = NULL;
-                char *argv[] = { exe,           (char *) "host-install",
-                                 img->disk,     img->layout,
-                                 v->rec.volume, size,
-                                 NULL,          NULL,
+                char *argv[] = { (char *) "vm-manager",
+                                 (char *) "host-install",
+                                 img->disk,
+                                 img->layout,
+                                 v->rec.volume,
+                                 size,
+                                 NULL,
+                                 NULL,
                                  NULL };
 
-                exe[n] = 0;
                 /* the Kubernetes sysext the guest would download from the IMDS on its first boot goes
                  * into var now: vm-kubernetes finds it there and only merges and measures it */
                 if (kubernetes_seed(v, &seed, &seed_path) > 0) {
@@ -203,6 +206,9 @@ int vm_host_install_start(Vm *v, ApiError *reterr) {
                 (void) unlink(log);
                 v->installer = vm_launched_free(v->installer);
                 v->install_started = now_usec(CLOCK_MONOTONIC);
+                /* our own executable through the handle taken at start-up, never a path read back:
+                 * a rebuild replaces the file at the path, and /proc/self/exe then names a deleted
+                 * one; what keeps it from running comes back as r, with the errno of exec() */
                 r = vm_launched_spawn(
                         &v->installer,
                         manager_event(v->manager),
@@ -210,6 +216,7 @@ int vm_host_install_start(Vm *v, ApiError *reterr) {
                         NULL,
                         &(VmProcessOptions){
                                 .argv = argv,
+                                .exec_fd = self_exe,
                                 .log_file = log,
                                 .working_dir = v->dir,
                         },

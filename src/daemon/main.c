@@ -10,6 +10,7 @@
 #include "macro.h"
 #include "serve.h"
 #include "version.h"
+#include "vm-exec-helper.h"
 
 static void main_help(void) {
         printf("Usage: vm-manager COMMAND [FLAGS]\n\n"
@@ -137,8 +138,10 @@ int main(int argc, char **argv) {
                 { "imds-hwdb", imds_hwdb_main },
                 { "image", image_dispatch },
                 { "help", help_main },
-                /* hidden: the daemon's helper process for a host install (host-install.h) */
+                /* hidden: the daemon's helper processes, for a host install (host-install.h) and
+                 * for exec_vm's ssh session (vm-exec-helper.h) */
                 { "host-install", host_install_main },
+                { "exec-ssh", vm_exec_helper_main },
         };
         const char *cmd;
 

@@ -926,7 +926,7 @@ static int listen_fd_from_systemd(void) {
         return SD_LISTEN_FDS_START;
 }
 
-static int run(void) {
+static int run(int self_exe_fd) {
         _cleanup_(daemon_done) Daemon d = { .lock_fd = -EBADF };
         _cleanup_(api_error_done) ApiError e = API_ERROR_NULL;
         _cleanup_free_ char *message = NULL;
@@ -1035,6 +1035,7 @@ static int run(void) {
                         .install_mode = arg_install_mode,
                         .detach_vms_on_exit = arg_detach_vms_on_exit,
                         .guest_series_limit = arg_metrics_guest_series_limit,
+                        .self_exe_fd = self_exe_fd,
                         .attestation = arg_attestation,
                         .attestation_learn_golden = arg_attestation_learn_golden,
                         .version = vmm_version,
@@ -1089,8 +1090,16 @@ void serve_help(void) {
 }
 
 int serve_main(int argc, char **argv) {
+        /* First of all, our own executable: the helpers we run (host installs, exec_vm's ssh
+         * sessions) are this file, whatever a rebuild or an upgrade puts at its path meanwhile. */
+        _cleanup_close_ int self_exe = open("/proc/self/exe", O_PATH | O_CLOEXEC);
         bool help;
         int r;
+
+        if (self_exe < 0) {
+                log_error_errno(errno, "Failed to open our own executable (/proc/self/exe): %m");
+                return EXIT_FAILURE;
+        }
 
         r = flags_parse(serve_flags, ELEMENTSOF(serve_flags), argc, argv, "serve", &help, /* ret_args= */ NULL);
         if (r < 0) {
@@ -1131,7 +1140,7 @@ int serve_main(int argc, char **argv) {
                 }
         }
 
-        r = run();
+        r = run(self_exe);
         free_args();
         return r < 0 ? EXIT_FAILURE : EXIT_SUCCESS;
 }

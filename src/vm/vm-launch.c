@@ -49,7 +49,10 @@ int vm_launched_spawn(
                 return -ENOMEM;
         l->on_exit = on_exit;
         l->userdata = userdata;
-        if (units)
+        if (units) {
+                /* a unit's ExecStart is a path, run by the service manager with its own stdio */
+                if (o->exec_fd > 0 || o->stdin_fd > 0 || o->stdout_fd > 0)
+                        return -EOPNOTSUPP;
                 r = vm_unit_start(
                         &l->unit,
                         units,
@@ -61,7 +64,7 @@ int vm_launched_spawn(
                         on_unit_started,
                         on_unit_exit,
                         l);
-        else
+        } else
                 r = vm_process_spawn(&l->proc, e, o, on_proc_exit, l);
         if (r < 0)
                 return r;

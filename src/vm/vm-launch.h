@@ -23,8 +23,9 @@ typedef void (*VmLaunchedExitFunc)(VmLaunched *l, int code, int status, void *us
 typedef void (*VmLaunchedStartedFunc)(VmLaunched *l, void *userdata);
 
 /* units NULL: a plain child, running when this returns. Otherwise the transient unit unit_name under
- * that manager, started asynchronously (vm_unit_start()): its pid is 0 until on_started, and a start
- * that fails is reported through on_exit. The callbacks run from the event loop only. */
+ * that manager, started asynchronously (vm_unit_start()), which runs a path on its own stdio
+ * (-EOPNOTSUPP for options with exec_fd, stdin_fd or stdout_fd): its pid is 0 until on_started, and a
+ * start that fails is reported through on_exit. The callbacks run from the event loop only. */
 int vm_launched_spawn(
         VmLaunched **ret,
         sd_event *e,

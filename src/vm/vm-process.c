@@ -54,22 +54,56 @@ static int on_child(sd_event_source *s, const siginfo_t *si, void *userdata) {
         return 0;
 }
 
-/* Only async-signal-safe calls between fork() and exec(). */
-_noreturn_ static void child_exec(const VmProcessOptions *o, int log_fd, pid_t parent) {
-        int null_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
+/* What a child that did not get as far as the new program tells its parent, on a close-on-exec pipe
+ * that exec() closes otherwise: the parent reads EOF or this. */
+typedef enum SpawnStep {
+        SPAWN_STEP_STDIO,
+        SPAWN_STEP_CHDIR,
+        SPAWN_STEP_PDEATHSIG,
+        SPAWN_STEP_SECCOMP,
+        SPAWN_STEP_EXEC,
+        _SPAWN_STEP_MAX,
+} SpawnStep;
 
-        if (null_fd < 0 || dup2(null_fd, STDIN_FILENO) < 0)
-                _exit(127);
-        if (dup2(log_fd >= 0 ? log_fd : null_fd, STDOUT_FILENO) < 0 ||
-            dup2(log_fd >= 0 ? log_fd : null_fd, STDERR_FILENO) < 0)
-                _exit(127);
+static const char *const spawn_step_table[_SPAWN_STEP_MAX] = {
+        [SPAWN_STEP_STDIO] = "set up stdin, stdout and stderr",
+        [SPAWN_STEP_CHDIR] = "enter the working directory",
+        [SPAWN_STEP_PDEATHSIG] = "set the parent-death signal",
+        [SPAWN_STEP_SECCOMP] = "install the seccomp filter",
+        [SPAWN_STEP_EXEC] = "execute",
+};
+
+typedef struct SpawnFailure {
+        int error; /* errno */
+        int step;  /* SpawnStep */
+} SpawnFailure;
+
+_noreturn_ static void child_fail(int report_fd, SpawnStep step) {
+        SpawnFailure f = { .error = errno, .step = step };
+
+        (void) write(report_fd, &f, sizeof(f)); /* atomic: far below PIPE_BUF */
+        _exit(127);
+}
+
+/* Only async-signal-safe calls between fork() and exec(). */
+_noreturn_ static void child_exec(const VmProcessOptions *o, int log_fd, int report_fd, pid_t parent) {
+        int null_fd = open("/dev/null", O_RDWR | O_CLOEXEC), out_fd;
+
+        if (null_fd < 0 || dup2(o->stdin_fd > 0 ? o->stdin_fd : null_fd, STDIN_FILENO) < 0)
+                child_fail(report_fd, SPAWN_STEP_STDIO);
+        out_fd = o->stdout_fd > 0 ? o->stdout_fd : log_fd >= 0 ? log_fd : null_fd;
+        if (dup2(out_fd, STDOUT_FILENO) < 0 ||
+            (o->stdout_fd <= 0 && dup2(log_fd >= 0 ? log_fd : null_fd, STDERR_FILENO) < 0))
+                child_fail(report_fd, SPAWN_STEP_STDIO);
         if (o->working_dir && chdir(o->working_dir) < 0)
-                _exit(127);
+                child_fail(report_fd, SPAWN_STEP_CHDIR);
         /* Our own session, so that a terminal's Ctrl-C goes to the daemon, which stops VMs its way. */
         (void) setsid();
         /* Plain children end with the daemon. A daemon that died between fork() and here sent no
          * signal: we were handed to another parent already, and must not run on as an orphan. */
-        if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != parent)
+        if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0)
+                child_fail(report_fd, SPAWN_STEP_PDEATHSIG);
+        if (getppid() != parent)
                 _exit(127);
         for (int sig = 1; sig < _NSIG; sig++)
                 (void) signal(sig, SIG_DFL);
@@ -81,20 +115,48 @@ _noreturn_ static void child_exec(const VmProcessOptions *o, int log_fd, pid_t p
                 (void) sigprocmask(SIG_SETMASK, &none, NULL);
         }
         if (o->block_io_uring && block_io_uring() < 0)
-                _exit(126);
-        execvp(o->argv[0], o->argv);
-        _exit(127);
+                child_fail(report_fd, SPAWN_STEP_SECCOMP);
+        if (o->exec_fd > 0)
+                /* the file we were handed, whatever its path is now (replaced, deleted) */
+                (void) fexecve(o->exec_fd, o->argv, environ);
+        else
+                (void) execvp(o->argv[0], o->argv);
+        child_fail(report_fd, SPAWN_STEP_EXEC);
+}
+
+/* Waits until the child runs its program (EOF: exec() closed the pipe) or says why it could not,
+ * which takes as long as posix_spawn() would. In the second case the child is reaped. */
+static int spawn_wait_exec(int report_fd, pid_t pid, const char *name) {
+        SpawnFailure f;
+        ssize_t n;
+
+        do
+                n = read(report_fd, &f, sizeof(f));
+        while (n < 0 && errno == EINTR);
+        if (n != (ssize_t) sizeof(f))
+                return 0;
+
+        while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+                ;
+        return log_debug_errno(
+                f.error > 0 ? f.error : EIO,
+                "Child for %s failed to %s: %m",
+                name,
+                f.step >= 0 && f.step < (int) _SPAWN_STEP_MAX ? spawn_step_table[f.step] : "start");
 }
 
 int vm_process_spawn(
         VmProcess **ret, sd_event *e, const VmProcessOptions *o, VmProcessExitFunc on_exit, void *userdata) {
         _cleanup_(vm_process_freep) VmProcess *p = NULL;
-        _cleanup_close_ int log_fd = -EBADF;
+        _cleanup_close_ int log_fd = -EBADF, report_r = -EBADF, report_w = -EBADF;
+        int report[2];
         sigset_t all, old;
         pid_t pid, self = getpid();
         int r;
 
         assert_return(ret && e && o && o->argv && o->argv[0], -EINVAL);
+        assert_return(o->exec_fd >= 0 && o->stdin_fd >= 0 && o->stdout_fd >= 0, -EINVAL);
+        assert_return(!(o->stdout_fd > 0 && o->log_file), -EINVAL);
 
         p = calloc(1, sizeof(VmProcess));
         if (!p)
@@ -107,6 +169,10 @@ int vm_process_spawn(
                 if (log_fd < 0)
                         return -errno;
         }
+        if (pipe2(report, O_CLOEXEC) < 0)
+                return -errno;
+        report_r = report[0];
+        report_w = report[1];
 
         /* Signals stay blocked across fork so no handler of ours runs in the child. */
         sigfillset(&all);
@@ -114,9 +180,13 @@ int vm_process_spawn(
                 return -errno;
         pid = fork();
         if (pid == 0)
-                child_exec(o, log_fd, self);
+                child_exec(o, log_fd, report_w, self);
         r = pid < 0 ? -errno : 0;
         (void) sigprocmask(SIG_SETMASK, &old, NULL);
+        if (r < 0)
+                return r;
+        report_w = safe_close(report_w);
+        r = spawn_wait_exec(report_r, pid, o->argv[0]);
         if (r < 0)
                 return r;
         p->pid = pid;

@@ -14,13 +14,26 @@ typedef struct VmProcess VmProcess;
 /* Called once when the process has exited; status is a waitid() si_code/si_status pair. */
 typedef void (*VmProcessExitFunc)(VmProcess *p, int code, int status, void *userdata);
 
+/* The descriptors below count from 3: 0, the default of a field left out, means "not given" (0, 1 and 2
+ * are the daemon's stdio, never one of these). */
 typedef struct VmProcessOptions {
-        char **argv;             /* argv[0] is resolved on PATH when it has no '/' */
+        char **argv;             /* argv[0] is resolved on PATH when it has no '/' and exec_fd is 0 */
+        int exec_fd;             /* the file to execute (an O_PATH fd is enough: fexecve() runs it);
+                                  * argv[0] is then only the name the process sees. O_CLOEXEC is
+                                  * fine for an ELF file, which the kernel opens before it closes
+                                  * such descriptors; not for a #! script, whose interpreter would
+                                  * be handed /dev/fd/N */
         const char *log_file;    /* stdout and stderr appended here (created 0600); NULL: /dev/null */
+        int stdin_fd;            /* the child's stdin; 0: /dev/null */
+        int stdout_fd;           /* the child's stdout, its stderr then staying the daemon's (log_file
+                                  * must be NULL); 0: as log_file says */
         const char *working_dir; /* NULL: unchanged */
         bool block_io_uring;     /* seccomp: io_uring_setup fails with EPERM (QEMU, runtime.md §4.3) */
 } VmProcessOptions;
 
+/* Returns once the child runs the new program: what kept it from getting there (the program not
+ * found or not executable, the working directory missing, …) is the negative errno returned, with no
+ * process left behind and on_exit never called. */
 int vm_process_spawn(
         VmProcess **ret, sd_event *e, const VmProcessOptions *o, VmProcessExitFunc on_exit, void *userdata);
 /* A process still running is killed (SIGKILL) and reaped; the exit callback is not called. */

@@ -1,0 +1,233 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* `vm-manager exec-ssh`: one ssh session for exec_vm (vm-exec-helper.h says what goes in and out). */
+#include <libssh/libssh.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cleanup.h"
+#include "fs-util.h"
+#include "json-util.h"
+#include "socket-util.h"
+#include "string-util.h"
+#include "vm-exec-helper.h"
+#include "vm.h"
+
+DEFINE_TRIVIAL_CLEANUP_FUNC(ssh_session, ssh_free);
+DEFINE_TRIVIAL_CLEANUP_FUNC(ssh_channel, ssh_channel_free);
+DEFINE_TRIVIAL_CLEANUP_FUNC(ssh_key, ssh_key_free);
+
+typedef struct ExecParams {
+        char *socket, *host, *address, *vm, *key, *pin, *command;
+} ExecParams;
+
+static void exec_params_done(ExecParams *p) {
+        free(p->socket);
+        free(p->host);
+        free(p->address);
+        free(p->vm);
+        free(p->key);
+        free(p->pin);
+        free(p->command);
+}
+
+typedef struct ExecOutput {
+        char *data;
+        size_t len;
+        bool truncated;
+} ExecOutput;
+
+static void exec_output_done(ExecOutput *o) {
+        free(o->data);
+}
+
+static void output_add(ExecOutput *o, const char *buf, size_t n) {
+        size_t room = VM_EXEC_OUTPUT_MAX - o->len;
+        char *d;
+
+        if (n > room) {
+                o->truncated = true;
+                n = room;
+        }
+        if (n == 0)
+                return;
+        d = realloc(o->data, o->len + n + 1);
+        if (!d) {
+                o->truncated = true;
+                return;
+        }
+        memcpy(d + o->len, buf, n);
+        o->len += n;
+        d[o->len] = 0;
+        o->data = d;
+}
+
+/* Sets *ret_error to the error object (NULL on OOM) and returns -EIO. */
+_printf_(3, 4) static int session_error(bool unreached, json_t **ret_error, const char *format, ...) {
+        _cleanup_free_ char *msg = NULL;
+        va_list ap;
+        int k;
+
+        va_start(ap, format);
+        k = vasprintf(&msg, format, ap);
+        va_end(ap);
+        if (k < 0)
+                msg = NULL;
+        *ret_error = json_pack("{s:s,s:b}", "error", msg ?: "ssh: out of memory", "unreached", unreached);
+        return -EIO;
+}
+
+/* Compares the guest's host key with the pin, or pins it on first use. */
+static int check_host_key(ssh_session session, const ExecParams *p, json_t **ret_error) {
+        _cleanup_(ssh_key_freep) ssh_key server_key = NULL;
+        _cleanup_free_ char *b64 = NULL, *line = NULL, *pinned = NULL;
+
+        if (ssh_get_server_publickey(session, &server_key) != SSH_OK ||
+            ssh_pki_export_pubkey_base64(server_key, &b64) != SSH_OK)
+                return session_error(
+                        false, ret_error, "ssh %s: no host key: %s", p->address, ssh_get_error(session));
+        if (asprintf(&line, "%s %s", ssh_key_type_to_char(ssh_key_type(server_key)), b64) < 0) {
+                line = NULL;
+                return session_error(false, ret_error, "ssh %s: out of memory", p->address);
+        }
+        if (read_full_file(p->pin, 64 * 1024, &pinned, NULL) >= 0) {
+                pinned[strcspn(pinned, "\n")] = 0;
+                if (!streq(pinned, line))
+                        return session_error(
+                                false, ret_error, "ssh %s: host key of vm %s changed", p->address, p->vm);
+        } else {
+                _cleanup_free_ char *text = NULL;
+                if (asprintf(&text, "%s\n", line) < 0 ||
+                    write_file_atomic(p->pin, text, strlen(text), 0600) < 0)
+                        return session_error(
+                                false, ret_error, "ssh %s: cannot pin the host key in %s", p->address, p->pin);
+        }
+        return 0;
+}
+
+/* The whole session: *ret is the object for stdout either way (NULL on OOM); < 0 when it is an error. */
+static int exec_session(const ExecParams *p, json_t **ret) {
+        _cleanup_(ssh_freep) ssh_session session = NULL;
+        _cleanup_(ssh_channel_freep) ssh_channel channel = NULL;
+        _cleanup_(ssh_key_freep) ssh_key key = NULL;
+        _cleanup_(exec_output_done) ExecOutput out = {}, err = {};
+        _cleanup_close_ int fd = -EBADF;
+        json_t *result;
+        long timeout = VM_EXEC_HANDSHAKE_TIMEOUT_SEC;
+        int status;
+
+        fd = unix_stream_connect(p->socket, /* nonblock= */ false);
+        if (fd < 0)
+                return session_error(true, ret, "dial %s: %s", p->address, strerror(-fd));
+
+        session = ssh_new();
+        if (!session)
+                return session_error(true, ret, "ssh %s: out of memory", p->address);
+        if (ssh_options_set(session, SSH_OPTIONS_FD, &fd) < 0)
+                return session_error(true, ret, "ssh %s: %s", p->address, ssh_get_error(session));
+        TAKE_FD(fd); /* the session's now: ssh_free() closes it */
+        if (ssh_options_set(session, SSH_OPTIONS_USER, "root") < 0 ||
+            ssh_options_set(session, SSH_OPTIONS_HOST, p->host) < 0 ||
+            ssh_options_set(session, SSH_OPTIONS_TIMEOUT, &timeout) < 0 ||
+            ssh_options_set(session, SSH_OPTIONS_KNOWNHOSTS, "/dev/null") < 0 ||
+            ssh_options_set(session, SSH_OPTIONS_GLOBAL_KNOWNHOSTS, "/dev/null") < 0)
+                return session_error(true, ret, "ssh %s: %s", p->address, ssh_get_error(session));
+        if (ssh_connect(session) != SSH_OK) {
+                /* libssh says "Success" when the peer just closed: the gateway reached no sshd */
+                const char *e = ssh_get_error(session);
+                if (!e || !*e || streq(e, "Success"))
+                        e = "the guest closed the connection before the ssh handshake (is sshd up yet?)";
+                return session_error(true, ret, "ssh %s: %s", p->address, e);
+        }
+
+        /* handshake done: from here on, failures are the guest's answer, not its absence */
+        if (check_host_key(session, p, ret) < 0)
+                return -EIO;
+
+        if (ssh_pki_import_privkey_file(p->key, NULL, NULL, NULL, &key) != SSH_OK)
+                return session_error(false, ret, "ssh %s: cannot read the VM's key %s", p->address, p->key);
+        if (ssh_userauth_publickey(session, NULL, key) != SSH_AUTH_SUCCESS)
+                return session_error(
+                        false, ret, "ssh %s: root refused the VM's key: %s", p->address, ssh_get_error(session));
+
+        channel = ssh_channel_new(session);
+        if (!channel || ssh_channel_open_session(channel) != SSH_OK)
+                return session_error(false, ret, "ssh session: %s", ssh_get_error(session));
+        if (ssh_channel_request_exec(channel, p->command) != SSH_OK)
+                return session_error(false, ret, "ssh run: %s", ssh_get_error(session));
+
+        for (;;) {
+                char buf[16384];
+                int n, e;
+
+                n = ssh_channel_read_timeout(channel, buf, sizeof(buf), 0, 100);
+                if (n > 0)
+                        output_add(&out, buf, (size_t) n);
+                e = ssh_channel_read_nonblocking(channel, buf, sizeof(buf), 1);
+                if (e > 0)
+                        output_add(&err, buf, (size_t) e);
+                if (n == SSH_ERROR || e == SSH_ERROR)
+                        return session_error(false, ret, "ssh run: %s", ssh_get_error(session));
+                if (n <= 0 && e <= 0 && ssh_channel_is_eof(channel))
+                        break;
+        }
+        status = ssh_channel_get_exit_status(channel);
+        if (status < 0)
+                return session_error(false, ret, "ssh run: the session ended without an exit status");
+
+        result = json_pack(
+                "{s:s%,s:s%,s:i}",
+                "stdout",
+                out.data ?: "",
+                out.len,
+                "stderr",
+                err.data ?: "",
+                err.len,
+                "exitCode",
+                status);
+        if (result && out.truncated)
+                (void) json_object_set_new(result, "stdoutTruncated", json_true());
+        if (result && err.truncated)
+                (void) json_object_set_new(result, "stderrTruncated", json_true());
+        *ret = result;
+        return result ? 0 : -ENOMEM;
+}
+
+int vm_exec_helper_main(int argc, char **argv) {
+        static const JsonDispatch table[] = {
+                { "socket", json_dispatch_string, offsetof(ExecParams, socket), JSON_MANDATORY },
+                { "host", json_dispatch_string, offsetof(ExecParams, host), JSON_MANDATORY },
+                { "address", json_dispatch_string, offsetof(ExecParams, address), JSON_MANDATORY },
+                { "vm", json_dispatch_string, offsetof(ExecParams, vm), JSON_MANDATORY },
+                { "key", json_dispatch_string, offsetof(ExecParams, key), JSON_MANDATORY },
+                { "pin", json_dispatch_string, offsetof(ExecParams, pin), JSON_MANDATORY },
+                { "command", json_dispatch_string, offsetof(ExecParams, command), JSON_MANDATORY },
+                {},
+        };
+        _cleanup_(exec_params_done) ExecParams p = {};
+        _cleanup_(api_error_done) ApiError e = API_ERROR_NULL;
+        json_auto_t *params = NULL, *result = NULL;
+        _cleanup_free_ char *text = NULL;
+        json_error_t jerr;
+
+        if (argc > 0) {
+                fprintf(stderr, "Usage: vm-manager exec-ssh <PARAMETERS\n(the daemon's helper for exec_vm)\n");
+                return 2;
+        }
+        params = json_loadfd(STDIN_FILENO, 0, &jerr);
+        if (!params) {
+                fprintf(stderr, "exec-ssh: bad parameters: %s\n", jerr.text);
+                return 2;
+        }
+        if (json_dispatch(params, table, &p, &e) < 0) {
+                fprintf(stderr, "exec-ssh: bad parameters: %s\n", e.message ?: "?");
+                return 2;
+        }
+
+        (void) exec_session(&p, &result);
+        text = result ? json_dumps(result, JSON_COMPACT) : NULL;
+        if (!text || loop_write(STDOUT_FILENO, text, strlen(text)) < 0)
+                return 1;
+        return 0;
+}

@@ -1,0 +1,202 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#include "test-util.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cleanup.h"
+#include "fs-util.h"
+#include "time-util.h"
+#include "vm-process.h"
+
+/* vm_process_spawn against real programs: what keeps a child from exec() is the errno returned (no
+ * exit status 127 to guess from), a file run through its descriptor runs even once its path is gone,
+ * and the stdin/stdout descriptors reach the program. */
+
+typedef struct Exit {
+        bool exited;
+        int code, status;
+} Exit;
+
+static void on_exit_cb(VmProcess *p, int code, int status, void *userdata) {
+        Exit *x = userdata;
+
+        x->exited = true;
+        x->code = code;
+        x->status = status;
+}
+
+static int on_timeout(sd_event_source *s, uint64_t usec, void *userdata) {
+        fail_msg("the child did not exit within 30 s");
+        return 0;
+}
+
+/* Runs the loop until x says the child exited. */
+static void wait_exit(sd_event *e, Exit *x) {
+        _cleanup_(sd_event_source_unrefp) sd_event_source *timeout = NULL;
+
+        assert_ok(sd_event_add_time_relative(
+                e, &timeout, CLOCK_MONOTONIC, 30 * USEC_PER_SEC, 0, on_timeout, NULL));
+        while (!x->exited)
+                assert_ok(sd_event_run(e, UINT64_MAX));
+}
+
+static int setup(void **state) {
+        sigset_t mask;
+
+        /* as the daemon does: child sources need SIGCHLD blocked */
+        sigemptyset(&mask);
+        sigaddset(&mask, SIGCHLD);
+        assert_ok(sigprocmask(SIG_BLOCK, &mask, NULL));
+        return 0;
+}
+
+static void test_exec_errors(void **state) {
+        _cleanup_(sd_event_unrefp) sd_event *e = NULL;
+        _cleanup_close_ int data = -EBADF;
+        char path[] = "/tmp/test-vm-process-XXXXXX";
+        Exit x = {};
+        VmProcess *p = NULL;
+        int fd;
+
+        assert_ok(sd_event_new(&e));
+        assert_errno(
+                vm_process_spawn(
+                        &p,
+                        e,
+                        &(VmProcessOptions){ .argv = (char *[]){ (char *) "/nonexistent/program", NULL } },
+                        on_exit_cb,
+                        &x),
+                -ENOENT);
+        assert_errno(
+                vm_process_spawn(
+                        &p,
+                        e,
+                        &(VmProcessOptions){ .argv = (char *[]){ (char *) "no-such-program-on-path", NULL } },
+                        on_exit_cb,
+                        &x),
+                -ENOENT);
+        assert_errno(
+                vm_process_spawn(
+                        &p,
+                        e,
+                        &(VmProcessOptions){ .argv = (char *[]){ (char *) "true", NULL },
+                                             .working_dir = "/nonexistent/dir" },
+                        on_exit_cb,
+                        &x),
+                -ENOENT);
+
+        /* a descriptor of a file that is not executable */
+        fd = mkostemp(path, O_CLOEXEC);
+        assert_true(fd >= 0);
+        (void) close(fd);
+        data = open(path, O_PATH | O_CLOEXEC);
+        assert_true(data >= 0);
+        (void) unlink(path);
+        assert_errno(
+                vm_process_spawn(
+                        &p,
+                        e,
+                        &(VmProcessOptions){ .argv = (char *[]){ (char *) "data", NULL }, .exec_fd = data },
+                        on_exit_cb,
+                        &x),
+                -EACCES);
+
+        assert_null(p);
+        /* nothing left behind: no child to reap, no exit callback */
+        assert_int_equal(waitpid(-1, NULL, WNOHANG), -1);
+        assert_int_equal(errno, ECHILD);
+        assert_false(x.exited);
+}
+
+/* A copy of /bin/sh, opened and deleted before it runs: what a rebuild does to the daemon's binary. */
+static void test_exec_fd_of_deleted_file(void **state) {
+        _cleanup_(sd_event_unrefp) sd_event *e = NULL;
+        _cleanup_(vm_process_freep) VmProcess *p = NULL;
+        _cleanup_close_ int exe = -EBADF, in = -EBADF, out_r = -EBADF, out_w = -EBADF;
+        _cleanup_free_ char *sh = NULL;
+        char dir[] = "/tmp/test-vm-process-XXXXXX", copy[64], buf[64];
+        size_t size;
+        int pipefd[2];
+        ssize_t n;
+        Exit x = {};
+
+        assert_ok(sd_event_new(&e));
+        assert_non_null(mkdtemp(dir));
+        snprintf(copy, sizeof(copy), "%s/sh", dir);
+        assert_ok(read_full_file("/bin/sh", 64 << 20, &sh, &size));
+        assert_ok(write_file_atomic(copy, sh, size, 0755));
+        exe = open(copy, O_PATH | O_CLOEXEC);
+        assert_true(exe >= 0);
+        assert_ok(unlink(copy));
+        assert_ok(rmdir(dir));
+
+        in = memfd_create("stdin", MFD_CLOEXEC);
+        assert_true(in >= 0);
+        assert_ok(loop_write(in, "hello\n", 6));
+        assert_ok(lseek(in, 0, SEEK_SET));
+        assert_ok(pipe2(pipefd, O_CLOEXEC));
+        out_r = pipefd[0];
+        out_w = pipefd[1];
+
+        assert_ok(vm_process_spawn(
+                &p,
+                e,
+                &(VmProcessOptions){
+                        .argv = (char *[]){ (char *) "sh", (char *) "-c", (char *) "read x; echo \"got $x\"", NULL },
+                        .exec_fd = exe,
+                        .stdin_fd = in,
+                        .stdout_fd = out_w,
+                },
+                on_exit_cb,
+                &x));
+        out_w = safe_close(out_w);
+        wait_exit(e, &x);
+        assert_int_equal(x.code, CLD_EXITED);
+        assert_int_equal(x.status, 0);
+        n = read(out_r, buf, sizeof(buf) - 1);
+        assert_true(n >= 0);
+        buf[n] = 0;
+        assert_string_equal(buf, "got hello\n");
+}
+
+static void test_bad_options(void **state) {
+        _cleanup_(sd_event_unrefp) sd_event *e = NULL;
+        VmProcess *p = NULL;
+
+        assert_ok(sd_event_new(&e));
+        assert_errno(
+                vm_process_spawn(
+                        &p,
+                        e,
+                        &(VmProcessOptions){ .argv = (char *[]){ (char *) "true", NULL },
+                                             .stdout_fd = 5,
+                                             .log_file = "/dev/null" },
+                        on_exit_cb,
+                        NULL),
+                -EINVAL);
+        assert_errno(
+                vm_process_spawn(
+                        &p,
+                        e,
+                        &(VmProcessOptions){ .argv = (char *[]){ (char *) "true", NULL }, .exec_fd = -1 },
+                        NULL,
+                        NULL),
+                -EINVAL);
+        assert_null(p);
+}
+
+int main(void) {
+        const struct CMUnitTest tests[] = {
+                cmocka_unit_test(test_exec_errors),
+                cmocka_unit_test(test_exec_fd_of_deleted_file),
+                cmocka_unit_test(test_bad_options),
+        };
+
+        return cmocka_run_group_tests(tests, setup, NULL);
+}
