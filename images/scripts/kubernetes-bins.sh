@@ -63,6 +63,16 @@ say "building from the $SUITE source $srcver (cache miss; about 9 CPU-minutes)"
 "$repo/tools/fetch-sid-package.sh" --suite "$SUITE" --source "$work/src" kubernetes
 (cd "$work/src" && dpkg-source --no-check -x ./*.dsc tree >&2)
 tree=$work/src/tree
+# Kubernetes 1.20 vendors modern-go/reflect2 1.0.1, whose map iteration breaks under Go 1.18 and
+# later (kubeadm init panics in json-iterator marshalling kubelet's configuration); 1.0.2 is the
+# fix upstream took for its later releases, and bookworm packages it.
+"$repo/tools/fetch-sid-package.sh" --suite "$SUITE" --download-only "$work/reflect2" golang-github-modern-go-reflect2-dev
+dpkg-deb -x "$work"/reflect2/golang-github-modern-go-reflect2-dev_*.deb "$work/reflect2/x"
+r2=$work/reflect2/x/usr/share/gocode/src/github.com/modern-go/reflect2
+[ -f "$r2/reflect2.go" ] || die "golang-github-modern-go-reflect2-dev has no reflect2.go"
+rm -rf "$tree/vendor/github.com/modern-go/reflect2"
+mkdir -p "$tree/vendor/github.com/modern-go/reflect2"
+find "$r2" -maxdepth 1 -type f \( -name '*.go' -o -name '*.s' \) ! -name '*_test.go' -exec cp {} "$tree/vendor/github.com/modern-go/reflect2/" \;
 mkdir -p "$tree/.go/src/k8s.io" "$tree/cmd/crictl"
 ln -s ../../.. "$tree/.go/src/k8s.io/kubernetes"
 cp "$images/kubernetes/crictl/main.go" "$tree/cmd/crictl/main.go"
