@@ -58,6 +58,11 @@ for b in kubelet kubeadm kubectl crictl; do
         install -m 0755 "$bins/$b" "$tree/usr/bin/$b"
 done
 
+# kubelet's FlexVolume plugin directory, which kubeadm's kube-controller-manager manifest mounts
+# (hostPath, DirectoryOrCreate): /usr is read-only in the VM, so it must come with the extension,
+# or the controller manager never starts.
+install -d "$tree/usr/libexec/kubernetes/kubelet-plugins/volume/exec"
+
 # --- the runtime
 if [ "$minor" -le 25 ]; then
         suite=bookworm
