@@ -185,6 +185,26 @@ static int translate_file(json_t *src, json_t *files, const char *where, char **
         return json_array_append(files, f) < 0 ? -ENOMEM : 0;
 }
 
+/* A networkd unit (or its drop-in) as a 3.x file where networkd reads it. */
+static int add_networkd_file(json_t *files, const char *unit, const char *dropin, const char *text) {
+        _cleanup_free_ char *path = NULL;
+        _cleanup_(json_decrefp) json_t *f = NULL, *contents = json_object();
+        int r;
+
+        if (!contents)
+                return -ENOMEM;
+        if ((dropin ? asprintf(&path, "/etc/systemd/network/%s.d/%s", unit, dropin) :
+                      asprintf(&path, "/etc/systemd/network/%s", unit)) < 0)
+                return -ENOMEM;
+        r = set_data_url(contents, text);
+        if (r < 0)
+                return r;
+        f = json_pack("{s:s, s:O, s:i, s:b}", "path", path, "contents", contents, "mode", 0644, "overwrite", 1);
+        if (!f || json_array_append(files, f) < 0)
+                return -ENOMEM;
+        return 0;
+}
+
 /* networkd.units: files under /etc/systemd/network, where networkd reads them. */
 static int translate_networkd(json_t *src, json_t *files, char **reterr_message) {
         static const char *const handled[] = { "units", NULL },
@@ -210,31 +230,13 @@ static int translate_networkd(json_t *src, json_t *files, char **reterr_message)
                 if (!name || !*name || strchr(name, '/'))
                         return fail(reterr_message, "networkd.units[%zu].name must be a file name", i);
                 if (json_object_get(u, "contents")) {
-                        _cleanup_free_ char *path = NULL;
                         const char *text = json_string_value(json_object_get(u, "contents"));
-                        _cleanup_(json_decrefp) json_t *f = NULL, *contents = json_object();
 
-                        if (asprintf(&path, "/etc/systemd/network/%s", name) < 0)
-                                path = NULL;
-                        if (!path || !contents)
-                                return -ENOMEM;
                         if (!text)
                                 return fail(reterr_message, "networkd.units[%zu].contents must be a string", i);
-                        r = set_data_url(contents, text);
+                        r = add_networkd_file(files, name, NULL, text);
                         if (r < 0)
                                 return r;
-                        f = json_pack(
-                                "{s:s, s:O, s:i, s:b}",
-                                "path",
-                                path,
-                                "contents",
-                                contents,
-                                "mode",
-                                0644,
-                                "overwrite",
-                                1);
-                        if (!f || json_array_append(files, f) < 0)
-                                return -ENOMEM;
                 }
                 dropins = array_or_fail(
                         json_object_get(u, "dropins"), "networkd.units[].dropins", reterr_message, &r);
@@ -243,8 +245,6 @@ static int translate_networkd(json_t *src, json_t *files, char **reterr_message)
                 json_array_foreach(dropins, j, d) {
                         const char *dname = json_string_value(json_object_get(d, "name")),
                                    *text = json_string_value(json_object_get(d, "contents"));
-                        _cleanup_free_ char *path = NULL;
-                        _cleanup_(json_decrefp) json_t *f = NULL, *contents = json_object();
 
                         r = copy_keys(
                                 d,
@@ -260,25 +260,9 @@ static int translate_networkd(json_t *src, json_t *files, char **reterr_message)
                                         "networkd.units[%zu].dropins[%zu] needs a file name and contents",
                                         i,
                                         j);
-                        if (asprintf(&path, "/etc/systemd/network/%s.d/%s", name, dname) < 0)
-                                path = NULL;
-                        if (!path || !contents)
-                                return -ENOMEM;
-                        r = set_data_url(contents, text);
+                        r = add_networkd_file(files, name, dname, text);
                         if (r < 0)
                                 return r;
-                        f = json_pack(
-                                "{s:s, s:O, s:i, s:b}",
-                                "path",
-                                path,
-                                "contents",
-                                contents,
-                                "mode",
-                                0644,
-                                "overwrite",
-                                1);
-                        if (!f || json_array_append(files, f) < 0)
-                                return -ENOMEM;
                 }
         }
         return 0;
