@@ -313,7 +313,9 @@ int manager_new(Manager **ret, sd_event *event, const ManagerConfig *cfg, ApiErr
 Manager *manager_free(Manager *m) {
         if (!m)
                 return NULL;
-        /* first: the jobs still running finish while their VMs exist */
+        /* first: the disks still being acquired end (-ECANCELED), their creates and starts answered
+         * while everything they touch exists; and the jobs still running finish while their VMs do */
+        m->storage = storage_free(m->storage);
         m->reports = vm_reports_free(m->reports);
         while (m->n_vms > 0)
                 manager_remove_vm(m, m->vms[m->n_vms - 1]);
@@ -330,7 +332,6 @@ Manager *manager_free(Manager *m) {
         vm_notify_free(m->notify);
         attest_nonce_store_free(m->nonces);
         vm_unit_manager_free(m->units);
-        storage_free(m->storage);
         manager_metrics_free(m->metrics);
         free(m->ovmf_code);
         free(m->ovmf_vars);
