@@ -34,6 +34,7 @@ struct Manager {
         VmNotify *notify;         /* the READY=1 listener on the kernel's vhost-vsock */
         VmReports *reports;       /* guest reports parsed and stored off the loop */
         ManagerMetrics *metrics;
+        const LoopStats *loop_stats; /* the daemon's (borrowed) */
 
         /* VMs, oldest first */
         Vm **vms;
@@ -269,6 +270,7 @@ int manager_new(Manager **ret, sd_event *event, const ManagerConfig *cfg, ApiErr
         if (r < 0)
                 return r;
         m->detach_vms_on_exit = cfg->detach_vms_on_exit;
+        m->loop_stats = cfg->loop_stats;
 
         r = storage_new(&m->storage, m->state_dir, /* provider_socket= */ NULL);
         if (r < 0)
@@ -398,6 +400,10 @@ VmReports *manager_reports(Manager *m) {
 
 ManagerMetrics *manager_metrics(Manager *m) {
         return m->metrics;
+}
+
+const LoopStats *manager_loop_stats(Manager *m) {
+        return m->loop_stats;
 }
 
 const char *manager_version(Manager *m) {

@@ -12,6 +12,7 @@
 #include "cleanup.h"
 #include "core-forward.h"
 #include "host-probe.h"
+#include "loop-watchdog.h"
 #include "time-util.h"
 #include "vm-state.h"
 
@@ -65,7 +66,8 @@ typedef struct ManagerConfig {
         VmLauncherKind launcher;
         VmInstallMode install_mode; /* create_vm's default; host falls back to boot per image */
         bool detach_vms_on_exit;
-        size_t guest_series_limit; /* series kept per VM from a guest report; 0: the default */
+        size_t guest_series_limit;   /* series kept per VM from a guest report; 0: the default */
+        const LoopStats *loop_stats; /* the event loop's iterations, for /metrics (borrowed; may be NULL) */
         /* the build, for get_info */
         const char *version;
         const char *commit;
@@ -107,6 +109,8 @@ VmUnitManager *manager_units(Manager *m); /* the systemd launcher's connection; 
 VmNotify *manager_notify(Manager *m);
 VmReports *manager_reports(Manager *m);
 ManagerMetrics *manager_metrics(Manager *m);
+/* The event loop's iterations as the daemon measures them; NULL when it does not. */
+const LoopStats *manager_loop_stats(Manager *m);
 const char *manager_version(Manager *m);
 const char *manager_commit(Manager *m);
 const char *manager_built(Manager *m);

@@ -1,0 +1,127 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "test-util.h"
+
+#include "fs-util.h"
+#include "log.h"
+#include "loop-watchdog.h"
+
+/* The loop run by hand: every iteration counted and measured, the wait for events left out; with the
+ * watchdog on, the one that sleeps 80 ms on the loop reported (log and report file) with the place it
+ * slept in, the quick ones not. */
+
+static int on_quick(sd_event_source *s, void *userdata) {
+        unsigned *n = userdata;
+
+        (*n)++;
+        return 0;
+}
+
+/* Sleeps 80 ms: the signal of the stack sample may cut the sleep short, so it goes on after one. */
+static int on_slow(sd_event_source *s, uint64_t usec, void *userdata) {
+        struct timespec ts = { .tv_nsec = 80 * 1000 * 1000 };
+
+        while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+                ;
+        return 0;
+}
+
+static int on_exit_timer(sd_event_source *s, uint64_t usec, void *userdata) {
+        return sd_event_exit(sd_event_source_get_event(s), 42);
+}
+
+/* Three quick iterations, one that sleeps 80 ms, 300 ms of waiting, then the exit. */
+static const LoopStats *run_loop(LoopWatchdog **w, sd_event *e, const LoopWatchdogOptions *o) {
+        _cleanup_(sd_event_source_disable_unrefp) sd_event_source *slow = NULL, *stop = NULL;
+        sd_event_source *quick[3] = {};
+        unsigned n = 0;
+
+        assert_ok(loop_watchdog_new(w, e, o));
+        for (size_t i = 0; i < ELEMENTSOF(quick); i++) {
+                assert_ok(sd_event_add_defer(e, &quick[i], on_quick, &n));
+                assert_ok(sd_event_source_set_enabled(quick[i], SD_EVENT_ONESHOT));
+        }
+        assert_ok(sd_event_add_time_relative(e, &slow, CLOCK_MONOTONIC, 10 * USEC_PER_MSEC, 1, on_slow, NULL));
+        assert_ok(sd_event_add_time_relative(
+                e, &stop, CLOCK_MONOTONIC, 400 * USEC_PER_MSEC, 1, on_exit_timer, NULL));
+        assert_int_equal(loop_watchdog_run(*w), 42);
+        assert_int_equal(n, 3);
+        for (size_t i = 0; i < ELEMENTSOF(quick); i++)
+                sd_event_source_disable_unref(quick[i]);
+        return loop_watchdog_stats(*w);
+}
+
+static void test_watchdog_on(void **state) {
+        _cleanup_(sd_event_unrefp) sd_event *e = NULL;
+        _cleanup_(loop_watchdog_freep) LoopWatchdog *w = NULL;
+        char dir[] = "/tmp/test-loop-watchdog.XXXXXX", *path = NULL, line[8192];
+        const LoopStats *s;
+        uint64_t total = 0;
+        FILE *f;
+
+        assert_non_null(mkdtemp(dir));
+        assert_true(asprintf(&path, "%s/loop.jsonl", dir) >= 0);
+        assert_ok(sd_event_new(&e));
+        s = run_loop(&w, e, &(LoopWatchdogOptions){ .report_path = path });
+        assert_true(loop_watchdog_enabled(w));
+
+        /* five iterations at least (three defers, the sleep, the exit), the 400 ms of waiting not in them */
+        assert_true(s->iterations >= 5);
+        for (size_t i = 0; i <= LOOP_STATS_N_BOUNDS; i++)
+                total += s->buckets[i];
+        assert_int_equal(total, s->iterations);
+        assert_true(s->worst >= 80 * USEC_PER_MSEC && s->worst < 300 * USEC_PER_MSEC);
+        assert_true(s->sum >= s->worst && s->sum < 300 * USEC_PER_MSEC);
+        assert_int_equal(s->slow, 1);
+
+        /* one line, for the sleep: its time, and a stack through the callback that slept */
+        f = fopen(path, "re");
+        assert_non_null(f);
+        assert_non_null(fgets(line, sizeof(line), f));
+        assert_null(fgets(line + strlen(line), (int) (sizeof(line) - strlen(line)), f));
+        fclose(f);
+        {
+                json_auto_t *o = json_loads(line, 0, NULL);
+                json_t *stack;
+
+                assert_non_null(o);
+                assert_true(json_integer_value(json_object_get(o, "usec")) >= 80000);
+                assert_string_equal(json_string_value(json_object_get(o, "phase")), "dispatch");
+                stack = json_object_get(o, "stack");
+                assert_true(json_is_array(stack) && json_array_size(stack) >= 2);
+                /* named with the sanitizers' symbolizer where there is one */
+#if defined(__SANITIZE_ADDRESS__)
+                assert_contains(json_string_value(json_object_get(o, "where")), "on_slow");
+#endif
+        }
+        (void) rm_rf(dir);
+        free(path);
+}
+
+static void test_watchdog_off(void **state) {
+        _cleanup_(sd_event_unrefp) sd_event *e = NULL;
+        _cleanup_(loop_watchdog_freep) LoopWatchdog *w = NULL;
+        const LoopStats *s;
+
+        /* the statistics are kept all the same; nothing is reported */
+        assert_ok(sd_event_new(&e));
+        s = run_loop(&w, e, &(LoopWatchdogOptions){});
+        assert_false(loop_watchdog_enabled(w));
+        assert_true(s->iterations >= 5);
+        assert_true(s->worst >= 80 * USEC_PER_MSEC);
+        assert_int_equal(s->slow, 0);
+}
+
+int main(void) {
+        const struct CMUnitTest tests[] = {
+                cmocka_unit_test(test_watchdog_on),
+                cmocka_unit_test(test_watchdog_off),
+        };
+
+        log_set_max_level(LOG_ERR);
+        return cmocka_run_group_tests(tests, NULL, NULL);
+}
