@@ -62,8 +62,10 @@ struct Vm {
         VmLaunched *qemu, *swtpm, *vsockd;
         pid_t qemu_pid, swtpm_pid;
         QmpClient *qmp;
-        sd_event_source *phase_timer;   /* install or boot timeout, or the ready quote's grace */
-        sd_event_source *probe_timer;   /* the start chain: swtpm and vhost-device-vsock readiness */
+        sd_event_source *phase_timer; /* install or boot timeout, or the ready quote's grace */
+        sd_event_source *probe_timer; /* the start chain: swtpm and vhost-device-vsock readiness */
+        sd_event_source *swtpm_probe; /* ... swtpm's answer awaited (goes with probe_timer) */
+        usec_t swtpm_probe_since;
         sd_event_source *stop_timer;    /* the stop escalation */
         sd_event_source *console_watch; /* the panic watch until readiness (vm-console-watch.c) */
         uint64_t console_offset;        /* ... how much of console.log it has looked at */
@@ -199,6 +201,8 @@ int vm_prestart(Vm *v, ApiError *reterr);
 /* The prestarted QEMU ended, or its monitor did not answer: it goes, and the chain after the install
  * starts one of its own. */
 void vm_prestart_drop_qemu(Vm *v, const char *why);
+/* The helpers' readiness probe ends: its timer, and a question to swtpm awaiting its answer. */
+void vm_probe_stop(Vm *v);
 /* VM_ACTION_SPAWN_QEMU: the READY=1 socket, QEMU, its monitor (or cont for a prestarted QEMU). */
 int vm_start_qemu(Vm *v, ApiError *reterr);
 /* How an exit of swtpm or vhost-device-vsock is taken, and QEMU's (vm-stop.c). */

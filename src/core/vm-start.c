@@ -6,11 +6,12 @@
  * Steps that may take long (an install on the host, a disk copied) belong before the chain, off the
  * loop in a helper process whose end starts it, as the probe does here for swtpm. */
 #include <fcntl.h>
-#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "fs-util.h"
@@ -24,22 +25,49 @@
 
 #define VM_SWTPM_START_TIMEOUT (5 * USEC_PER_SEC)
 #define VM_PROBE_INTERVAL (5 * USEC_PER_MSEC)
+#define VM_SWTPM_PROBE_TIMEOUT (200 * USEC_PER_MSEC) /* a question unanswered this long is asked again */
 
 /* swtpm's control channel answers CMD_GET_CAPABILITY (00 00 00 01) with 8 bytes once it is up. */
-static bool swtpm_answers(const char *ctrl) {
-        _cleanup_close_ int fd = unix_stream_connect(ctrl, /* nonblock= */ false);
-        static const uint8_t cmd[4] = { 0, 0, 0, 1 };
-        struct pollfd pfd;
+static int on_swtpm_answer(sd_event_source *s, int fd, uint32_t revents, void *userdata) {
+        Vm *v = userdata;
         uint8_t answer[8];
+        ssize_t n = recv(fd, answer, sizeof(answer), MSG_DONTWAIT);
 
+        if (n < 0 && IN_SET(errno, EAGAIN, EINTR))
+                return 0;
+        if (n == (ssize_t) sizeof(answer))
+                v->swtpm_up = true; /* the next probe sees it */
+        v->swtpm_probe = sd_event_source_disable_unref(v->swtpm_probe);
+        return 0;
+}
+
+/* One question at a time on a non-blocking connection, its answer awaited by an io source: nothing
+ * here waits (the question used to wait up to 200 ms for swtpm in poll(), on the loop). */
+static void swtpm_ask(Vm *v, const char *ctrl, usec_t now) {
+        static const uint8_t cmd[4] = { 0, 0, 0, 1 };
+        _cleanup_close_ int fd = -EBADF;
+
+        if (v->swtpm_probe) {
+                if (now < v->swtpm_probe_since + VM_SWTPM_PROBE_TIMEOUT)
+                        return;
+                v->swtpm_probe = sd_event_source_disable_unref(v->swtpm_probe);
+        }
+        fd = unix_stream_connect(ctrl, /* nonblock= */ true);
         if (fd < 0)
-                return false;
-        if (write(fd, cmd, sizeof(cmd)) != sizeof(cmd))
-                return false;
-        pfd = (struct pollfd){ .fd = fd, .events = POLLIN };
-        if (poll(&pfd, 1, 200) <= 0)
-                return false;
-        return read(fd, answer, sizeof(answer)) == sizeof(answer);
+                return; /* not listening yet */
+        if (send(fd, cmd, sizeof(cmd), MSG_NOSIGNAL | MSG_DONTWAIT) != (ssize_t) sizeof(cmd))
+                return;
+        if (sd_event_add_io(manager_event(v->manager), &v->swtpm_probe, fd, EPOLLIN, on_swtpm_answer, v) < 0)
+                return;
+        (void) sd_event_source_set_io_fd_own(v->swtpm_probe, true);
+        (void) sd_event_source_set_description(v->swtpm_probe, "swtpm-probe");
+        TAKE_FD(fd);
+        v->swtpm_probe_since = now;
+}
+
+void vm_probe_stop(Vm *v) {
+        v->probe_timer = sd_event_source_disable_unref(v->probe_timer);
+        v->swtpm_probe = sd_event_source_disable_unref(v->swtpm_probe);
 }
 
 /* role names the unit (vm_process_unit()) under the systemd launcher. */
@@ -193,7 +221,7 @@ static void prestart_forget(Vm *v, const char *why) {
         v->qemu_pid = v->swtpm_pid = 0;
         v->qemu_prestarted = v->qemu_paused = false;
         v->helpers_prestarted = v->swtpm_up = false;
-        v->probe_timer = sd_event_source_disable_unref(v->probe_timer);
+        vm_probe_stop(v);
 }
 
 void vm_prestart_drop_qemu(Vm *v, const char *why) {
@@ -374,7 +402,7 @@ static void prestart_probe(Vm *v, usec_t usec, bool vsock_up) {
         int r;
 
         if (v->swtpm_up && vsock_up) {
-                v->probe_timer = sd_event_source_disable_unref(v->probe_timer);
+                vm_probe_stop(v);
                 r = spawn_qemu(v, /* paused= */ true);
                 if (r < 0) {
                         vm_qmp_drop(v);
@@ -395,7 +423,7 @@ static void prestart_probe(Vm *v, usec_t usec, bool vsock_up) {
         }
         if (usec >= v->probe_deadline || !v->swtpm || (v->rec.vsock == VM_VSOCK_VHOST_USER && !v->vsockd)) {
                 /* the chain after the install probes (and respawns) them again, and fails if it must */
-                v->probe_timer = sd_event_source_disable_unref(v->probe_timer);
+                vm_probe_stop(v);
                 return;
         }
         (void) sd_event_source_set_time(v->probe_timer, usec + VM_PROBE_INTERVAL);
@@ -413,8 +441,8 @@ static int on_probe(sd_event_source *s, usec_t usec, void *userdata) {
         if (!IN_SET(v->sub, VM_SUB_START_HELPERS, VM_SUB_HOST_INSTALL) || !ctrl || !vhost)
                 return 0;
 
-        if (!v->swtpm_up && swtpm_answers(ctrl))
-                v->swtpm_up = true;
+        if (!v->swtpm_up)
+                swtpm_ask(v, ctrl, usec);
         if (v->sub == VM_SUB_HOST_INSTALL) {
                 prestart_probe(v, usec, v->rec.vsock != VM_VSOCK_VHOST_USER || access(vhost, F_OK) >= 0);
                 return 0;
@@ -512,10 +540,16 @@ static int spawn_helpers(Vm *v, ApiError *reterr) {
 }
 
 static int arm_probe(Vm *v) {
+        int r;
+
         v->probe_deadline = now_usec(CLOCK_MONOTONIC) + VM_SWTPM_START_TIMEOUT;
-        v->probe_timer = sd_event_source_disable_unref(v->probe_timer);
-        return sd_event_add_time_relative(
+        vm_probe_stop(v);
+        r = sd_event_add_time_relative(
                 manager_event(v->manager), &v->probe_timer, CLOCK_MONOTONIC, VM_PROBE_INTERVAL, 1, on_probe, v);
+        if (r < 0)
+                return r;
+        (void) sd_event_source_set_description(v->probe_timer, "vm-probe");
+        return 0;
 }
 
 int vm_prestart(Vm *v, ApiError *reterr) {

@@ -37,7 +37,7 @@ void vm_kill(Vm *v) {
         v->qemu_prestarted = v->qemu_paused = false;
         v->qemu_pid = v->swtpm_pid = 0;
         v->phase_timer = sd_event_source_disable_unref(v->phase_timer);
-        v->probe_timer = sd_event_source_disable_unref(v->probe_timer);
+        vm_probe_stop(v);
         v->stop_timer = sd_event_source_disable_unref(v->stop_timer);
         vm_console_watch_stop(v);
         vm_notify_close(v);
@@ -51,7 +51,7 @@ void vm_detach_processes(Vm *v) {
         v->installer = vm_launched_detach(v->installer); /* a plain child: it ends */
         v->install_timer = sd_event_source_disable_unref(v->install_timer);
         v->phase_timer = sd_event_source_disable_unref(v->phase_timer);
-        v->probe_timer = sd_event_source_disable_unref(v->probe_timer);
+        vm_probe_stop(v);
         v->stop_timer = sd_event_source_disable_unref(v->stop_timer);
         vm_console_watch_stop(v);
         /* the READY=1 socket goes with us; the next daemon listens again */

@@ -253,7 +253,7 @@ void vm_waiters_finish_start(Vm *v, int r, const ApiError *e) {
         _unused_ _cleanup_(vm_unrefp) Vm *pin = vm_ref(v);
         VmWaiter *mine = NULL, **tail = &mine;
 
-        v->probe_timer = sd_event_source_disable_unref(v->probe_timer);
+        vm_probe_stop(v);
         /* Take this chain's waiters out first: a completion may start another chain (reboot). */
         for (VmWaiter **i = &v->waiters; *i;)
                 if ((*i)->kind == VM_WAITER_STARTED) {
