@@ -17,7 +17,7 @@
 #include "log.h"
 #include "loop-watchdog.h"
 
-#define STACK_FRAMES_MAX 32
+#define STACK_FRAMES_MAX 64
 #define FRAME_TEXT_MAX 512
 
 /* The signal of the sampling timer: a real-time one nothing else here uses. */
