@@ -52,6 +52,18 @@ SANITIZER_RE = re.compile(r"ERROR: (Address|Leak|Undefined)Sanitizer|runtime err
 LOOP_REPORT_ENV = "VM_MANAGER_LOOP_WATCHDOG_REPORT"
 LOOP_THRESHOLD_MS = 50
 
+# Places where the loop is known to take too long today, each with the reason (issue 33, found by the
+# watchdog over the integration suite and reported): a slow iteration whose innermost frame of ours is
+# one of them is a TODO (shown, not failing the test); anywhere else it fails. Fixing one means taking
+# its line out, which re-arms the check for it.
+LOOP_KNOWN = (
+    ("write_file_atomic ", "records are written with fsync() on the loop (vm_save and the other atomic writes)"),
+    ("copy_file_excl ", "the start chain copies and fsync()s the VM's files on the loop (vm-start.c)"),
+    ("exec_finish ", "exec_vm's output is parsed on the loop (vm-exec.c)"),
+    ("json_parse_body ", "request bodies of up to 8 MiB are parsed on the loop (api-rest.c, json-util.c)"),
+    ("on_io ../src/http/http-curl.c", "libcurl's TLS set-up parses the CA store on the loop (http-curl.c)"),
+)
+
 
 class GlobalTimeout(Exception):
     pass
@@ -359,6 +371,12 @@ def read_loop_report(path):
     return found
 
 
+def loop_known(entry):
+    """The reason a slow iteration is known (LOOP_KNOWN), or None."""
+    where = entry.get("where") or ""
+    return next((why for place, why in LOOP_KNOWN if where.startswith(place)), None)
+
+
 def loop_report_text(name, section, entries, stacks=2):
     """Lines for a TAP diagnostic: each slow iteration, and the stack of the first few."""
     lines = []
@@ -371,6 +389,29 @@ def loop_report_text(name, section, entries, stacks=2):
         if i < stacks:
             lines += ["    " + frame for frame in e.get("stack") or []][:16]
     return lines
+
+
+def check_loop_reports(daemons, t=None):
+    """daemons: (name, section, report file); t: the TAP writer, this module's by default (a script
+    with a writer of its own and no TODO gets the known places as a passing line). See
+    Daemon.check_loops()."""
+    t = t or tap
+    seen, bad, known, reasons = set(), [], [], []
+    for name, section, path in daemons:
+        if path in seen:
+            continue
+        seen.add(path)
+        entries = read_loop_report(path)
+        bad += loop_report_text(name, section, [e for e in entries if not loop_known(e)])
+        known += loop_report_text(name, section, [e for e in entries if loop_known(e)], stacks=0)
+        reasons += [loop_known(e) for e in entries if loop_known(e) and loop_known(e) not in reasons]
+    name = "no event loop iteration over %d ms in any of the %d daemons" % (LOOP_THRESHOLD_MS, len(seen))
+    ok = t.result(not bad, name, "\n".join(bad))
+    if known and isinstance(t, Tap):
+        t.result(False, "known: " + name, "\n".join(known), todo="; ".join(reasons))
+    elif known:
+        t.result(True, "known places, TODO (%s): %s" % ("; ".join(reasons), name), "\n".join(known))
+    return ok
 
 
 current_section = [None]  # the section run() runs, for the loop report's diagnostics
@@ -460,16 +501,10 @@ class Daemon:
 
     @classmethod
     def check_loops(cls):
-        """One TAP line: no daemon of the test reported an event loop iteration over 50 ms (those
-        that expect one excepted). A report file shared by daemons of one name is read once."""
-        seen, bad = set(), []
-        for d in cls.all:
-            if d.slow_loop_expected or d.loop_report in seen:
-                continue
-            seen.add(d.loop_report)
-            bad += loop_report_text(d.name, d.section, d.slow_loop_iterations())
-        return tap.result(not bad, "no event loop iteration over %d ms in any of the %d daemons"
-                          % (LOOP_THRESHOLD_MS, len(seen)), "\n".join(bad))
+        """A TAP line: no daemon of the test reported an event loop iteration over 50 ms (those that
+        expect one excepted), and, when some were at the known places of LOOP_KNOWN, a TODO line
+        with them. A report file shared by daemons of one name is read once."""
+        return check_loop_reports([(d.name, d.section, d.loop_report) for d in cls.all if not d.slow_loop_expected])
 
 
 # ---------------------------------------------------------------------------------------------
