@@ -21,16 +21,21 @@
  *   - The verdict takes the iteration's time less the time the thread spent runnable but waiting for a
  *     CPU (the run-queue delay of /proc/thread-self/schedstat), so that a loaded host (the test suite
  *     beside a guest image build on two cores) does not fail code that did not wait.
- *   - Where: sd-event 252 does not say which source it dispatches, so a timer (timer_create(), a
- *     real-time signal delivered to the loop's thread) samples the loop's stack with backtrace() when
- *     an iteration reaches the threshold. The frames are named with the sanitizers' symbolizer where
- *     the build has one (function, file and line), else as module+offset for addr2line. The log says
- *     the innermost frame of ours (the callback, or what it called, that waits) and the report file
- *     holds the whole stack. A signal in the middle of a slow call may cut a sleep or a poll() short
- *     (EINTR): only iterations that are over the threshold already see it.
+ *   - Where: sd-event 252 does not say which source it dispatches, so a watcher thread (the only
+ *     other thread here, sharing nothing but atomics and the sample it hands over) looks at the loop
+ *     every 5 ms, and samples an iteration that has run past the threshold. A loop blocked in a
+ *     system call (/proc/thread-self/syscall names it) is not interrupted, since a signal would cut
+ *     its wait short (poll() and sleeps fail with EINTR, and sd_bus_call() with them): its stack is
+ *     read instead, the return addresses into our code above its stack pointer (innermost first; a
+ *     dead slot may add a stale one). A loop that is running gets a real-time signal whose handler
+ *     unwinds its stack with backtrace(). Frames are named with the sanitizers' symbolizer where the
+ *     build has one (function, file and line), else as module+offset for addr2line. The log says the
+ *     system call, if any, and the innermost frame of ours (the callback, or what it called); the
+ *     report file holds the whole stack.
  *   - The report file gets one JSON object a line, written when the iteration ends (so it survives
  *     a kill -9 of the daemon): {"usec": wall time, "waitUsec": run-queue delay, "phase": "prepare" or
- *     "dispatch", "where": the frame of ours, "stack": [frames]}. The integration tests read it. */
+ *     "dispatch", "syscall": the call it waited in or "", "where": the frame of ours, "stack":
+ *     [frames]}. The integration tests read it. */
 
 #define LOOP_WATCHDOG_THRESHOLD (50 * USEC_PER_MSEC)
 

@@ -11,8 +11,8 @@
 #include "loop-watchdog.h"
 
 /* The loop run by hand: every iteration counted and measured, the wait for events left out; with the
- * watchdog on, the one that sleeps 80 ms on the loop reported (log and report file) with the place it
- * slept in, the quick ones not. */
+ * watchdog on, the one that sleeps (or spins) 80 ms on the loop reported (log and report file) with the
+ * place it was in, the quick ones not. */
 
 static int on_quick(sd_event_source *s, void *userdata) {
         unsigned *n = userdata;
@@ -30,12 +30,23 @@ static int on_slow(sd_event_source *s, uint64_t usec, void *userdata) {
         return 0;
 }
 
+/* Spins 80 ms on the CPU, in no system call. */
+static int on_busy(sd_event_source *s, uint64_t usec, void *userdata) {
+        usec_t end = now_usec(CLOCK_MONOTONIC) + 80 * USEC_PER_MSEC;
+        volatile uint64_t n = 0;
+
+        while (now_usec(CLOCK_MONOTONIC) < end)
+                n++;
+        return 0;
+}
+
 static int on_exit_timer(sd_event_source *s, uint64_t usec, void *userdata) {
         return sd_event_exit(sd_event_source_get_event(s), 42);
 }
 
-/* Three quick iterations, one that sleeps 80 ms, 300 ms of waiting, then the exit. */
-static const LoopStats *run_loop(LoopWatchdog **w, sd_event *e, const LoopWatchdogOptions *o) {
+/* Three quick iterations, one that takes 80 ms (slow), 300 ms of waiting, then the exit. */
+static const LoopStats *run_loop(
+        LoopWatchdog **w, sd_event *e, const LoopWatchdogOptions *o, sd_event_time_handler_t slow_cb) {
         _cleanup_(sd_event_source_disable_unrefp) sd_event_source *slow = NULL, *stop = NULL;
         sd_event_source *quick[3] = {};
         unsigned n = 0;
@@ -45,7 +56,7 @@ static const LoopStats *run_loop(LoopWatchdog **w, sd_event *e, const LoopWatchd
                 assert_ok(sd_event_add_defer(e, &quick[i], on_quick, &n));
                 assert_ok(sd_event_source_set_enabled(quick[i], SD_EVENT_ONESHOT));
         }
-        assert_ok(sd_event_add_time_relative(e, &slow, CLOCK_MONOTONIC, 10 * USEC_PER_MSEC, 1, on_slow, NULL));
+        assert_ok(sd_event_add_time_relative(e, &slow, CLOCK_MONOTONIC, 10 * USEC_PER_MSEC, 1, slow_cb, NULL));
         assert_ok(sd_event_add_time_relative(
                 e, &stop, CLOCK_MONOTONIC, 400 * USEC_PER_MSEC, 1, on_exit_timer, NULL));
         assert_int_equal(loop_watchdog_run(*w), 42);
@@ -55,7 +66,8 @@ static const LoopStats *run_loop(LoopWatchdog **w, sd_event *e, const LoopWatchd
         return loop_watchdog_stats(*w);
 }
 
-static void test_watchdog_on(void **state) {
+/* The watchdog on, the slow iteration's callback cb: in a system call (syscall names it) or running. */
+static void check_watchdog_on(sd_event_time_handler_t cb, const char *cb_name, const char *syscall) {
         _cleanup_(sd_event_unrefp) sd_event *e = NULL;
         _cleanup_(loop_watchdog_freep) LoopWatchdog *w = NULL;
         char dir[] = "/tmp/test-loop-watchdog.XXXXXX", *path = NULL, line[8192];
@@ -66,7 +78,7 @@ static void test_watchdog_on(void **state) {
         assert_non_null(mkdtemp(dir));
         assert_true(asprintf(&path, "%s/loop.jsonl", dir) >= 0);
         assert_ok(sd_event_new(&e));
-        s = run_loop(&w, e, &(LoopWatchdogOptions){ .report_path = path });
+        s = run_loop(&w, e, &(LoopWatchdogOptions){ .report_path = path }, cb);
         assert_true(loop_watchdog_enabled(w));
 
         /* five iterations at least (three defers, the sleep, the exit), the 400 ms of waiting not in them */
@@ -91,15 +103,35 @@ static void test_watchdog_on(void **state) {
                 assert_non_null(o);
                 assert_true(json_integer_value(json_object_get(o, "usec")) >= 80000);
                 assert_string_equal(json_string_value(json_object_get(o, "phase")), "dispatch");
+                /* a loop in a system call is read, not interrupted (a signal would cut the wait) */
+                assert_string_equal(json_string_value(json_object_get(o, "syscall")), syscall);
                 stack = json_object_get(o, "stack");
                 assert_true(json_is_array(stack) && json_array_size(stack) >= 2);
-                /* named with the sanitizers' symbolizer where there is one */
+                /* named with the sanitizers' symbolizer where there is one: the callback is on the
+                 * stack ("where" is the innermost frame of ours, which may be what it called) */
 #if defined(__SANITIZE_ADDRESS__)
-                assert_contains(json_string_value(json_object_get(o, "where")), "on_slow");
+                {
+                        bool found = false;
+                        size_t i;
+                        json_t *frame;
+
+                        json_array_foreach(stack, i, frame)
+                                found = found || strstr(json_string_value(frame), cb_name);
+                        assert_true(found);
+                        assert_non_null(json_string_value(json_object_get(o, "where")));
+                }
 #endif
         }
         (void) rm_rf(dir);
         free(path);
+}
+
+static void test_watchdog_waiting(void **state) {
+        check_watchdog_on(on_slow, "on_slow", "clock_nanosleep");
+}
+
+static void test_watchdog_running(void **state) {
+        check_watchdog_on(on_busy, "on_busy", "");
 }
 
 static void test_watchdog_off(void **state) {
@@ -109,7 +141,7 @@ static void test_watchdog_off(void **state) {
 
         /* the statistics are kept all the same; nothing is reported */
         assert_ok(sd_event_new(&e));
-        s = run_loop(&w, e, &(LoopWatchdogOptions){});
+        s = run_loop(&w, e, &(LoopWatchdogOptions){}, on_slow);
         assert_false(loop_watchdog_enabled(w));
         assert_true(s->iterations >= 5);
         assert_true(s->worst >= 80 * USEC_PER_MSEC);
@@ -118,7 +150,8 @@ static void test_watchdog_off(void **state) {
 
 int main(void) {
         const struct CMUnitTest tests[] = {
-                cmocka_unit_test(test_watchdog_on),
+                cmocka_unit_test(test_watchdog_waiting),
+                cmocka_unit_test(test_watchdog_running),
                 cmocka_unit_test(test_watchdog_off),
         };
 
