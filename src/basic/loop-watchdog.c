@@ -208,21 +208,25 @@ static void sample(LoopWatchdog *w, uint64_t it) {
                 }
                 return;
         }
-        if (sscanf(buf,
-                   "%ld %llx %llx %llx %llx %llx %llx %llx %llx",
-                   &nr,
-                   &args[0],
-                   &args[1],
-                   &args[2],
-                   &args[3],
-                   &args[4],
-                   &args[5],
-                   &sp,
-                   &pc) != 9)
+        /* "nr args×6 sp pc" in a system call; "-1 sp pc" blocked outside one (a page fault) */
+        if (sscanf(buf, "%ld", &nr) != 1)
+                return;
+        if (nr == -1 ? sscanf(buf, "%ld %llx %llx", &nr, &sp, &pc) != 3 :
+                       sscanf(buf,
+                              "%ld %llx %llx %llx %llx %llx %llx %llx %llx",
+                              &nr,
+                              &args[0],
+                              &args[1],
+                              &args[2],
+                              &args[3],
+                              &args[4],
+                              &args[5],
+                              &sp,
+                              &pc) != 9)
                 return;
         if (atomic_load(&w->iteration) != it)
                 return; /* it ended meanwhile */
-        const char *name = syscall_name(nr);
+        const char *name = nr == -1 ? "no system call (a page fault)" : syscall_name(nr);
         if (name)
                 snprintf(w->syscall, sizeof(w->syscall), "%s", name);
         else
@@ -288,12 +292,10 @@ static int find_text(struct dl_phdr_info *info, size_t size, void *userdata) {
 
 static void watch_setup(LoopWatchdog *w) {
         pthread_attr_t attr;
-        sigset_t all, old;
         void *stack_addr;
         size_t stack_size;
         Dl_info self;
         void *warm[2];
-        int r;
 
         /* Opened by the loop's thread: thread-self is resolved when opened. */
         w->schedstat_fd = open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC);
@@ -331,19 +333,36 @@ static void watch_setup(LoopWatchdog *w) {
                         SAMPLE_SIGNAL);
         else
                 w->have_action = true;
+}
 
-        /* The watcher takes no signal: they are the loop's (signalfd). */
+/* The watcher runs while the loop does: start-up (which forks a hashing child in the host probe)
+ * stays single-threaded. It takes no signal: they are the loop's (signalfd). */
+static void watcher_start(LoopWatchdog *w) {
+        sigset_t all, old;
+        int r;
+
+        if (!w->enabled || w->have_watcher)
+                return;
         sigfillset(&all);
         if (pthread_sigmask(SIG_SETMASK, &all, &old) != 0)
                 return;
         r = pthread_create(&w->watcher, NULL, watcher_thread, w);
         (void) pthread_sigmask(SIG_SETMASK, &old, NULL);
-        if (r != 0)
+        if (r != 0) {
                 log_debug_errno(r, "Cannot start the loop watchdog's watcher, it says no place: %m");
-        else {
-                w->have_watcher = true;
-                (void) pthread_setname_np(w->watcher, "vmm-loop-watch");
+                return;
         }
+        w->have_watcher = true;
+        (void) pthread_setname_np(w->watcher, "vmm-loop-watch");
+}
+
+static void watcher_stop(LoopWatchdog *w) {
+        if (!w->have_watcher)
+                return;
+        atomic_store(&w->stop, true);
+        (void) pthread_join(w->watcher, NULL);
+        w->have_watcher = false;
+        atomic_store(&w->stop, false);
 }
 
 int loop_watchdog_new(LoopWatchdog **ret, sd_event *event, const LoopWatchdogOptions *o) {
@@ -374,10 +393,7 @@ int loop_watchdog_new(LoopWatchdog **ret, sd_event *event, const LoopWatchdogOpt
 LoopWatchdog *loop_watchdog_free(LoopWatchdog *w) {
         if (!w)
                 return NULL;
-        if (w->have_watcher) {
-                atomic_store(&w->stop, true);
-                (void) pthread_join(w->watcher, NULL);
-        }
+        watcher_stop(w);
         if (w->have_action)
                 (void) sigaction(SAMPLE_SIGNAL, &w->old_action, NULL);
         safe_close(w->schedstat_fd);
@@ -567,16 +583,21 @@ int loop_watchdog_run(LoopWatchdog *w) {
 
         assert_return(w, -EINVAL);
 
+        watcher_start(w);
         for (;;) {
                 r = sd_event_get_state(w->event);
                 if (r < 0)
-                        return r;
-                if (r == SD_EVENT_FINISHED)
                         break;
+                if (r == SD_EVENT_FINISHED) {
+                        r = sd_event_get_exit_code(w->event, &code);
+                        if (r >= 0)
+                                r = code;
+                        break;
+                }
                 r = loop_iteration(w);
                 if (r < 0)
-                        return r;
+                        break;
         }
-        r = sd_event_get_exit_code(w->event, &code);
-        return r < 0 ? r : code;
+        watcher_stop(w);
+        return r;
 }

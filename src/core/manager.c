@@ -142,7 +142,9 @@ static void manager_check_golden_firmware(Manager *m) {
 }
 
 /* The host's facts, and what they decide: the accelerator, the READY=1 transport, the firmware, and
- * the timeouts' defaults. */
+ * the timeouts' defaults. host_probe_new() waits for its tools (children with a 5 s limit each) and
+ * hashes the firmware: it runs here, once, before the loop's first iteration (the daemon is not
+ * serving yet); what get_host re-reads per request (device nodes, /proc, /sys, $PATH) never waits. */
 static int manager_probe_host(Manager *m, const ManagerConfig *cfg, ApiError *reterr) {
         const char *reason = NULL, *fw;
         HostNotify n;
