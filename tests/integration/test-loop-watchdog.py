@@ -100,8 +100,8 @@ def test_harness(work):
         line = next((x for x in p.stdout.splitlines() if "no event loop iteration over 50 ms" in x), "")
         if want:
             ok = (p.returncode == 1 and line.startswith("not ok")
-                  and re.search(r"# child \(section_daemon\): 10\d\.\d ms .* in dispatch at "
-                                r"(on_test_loop_sleep|vm-manager\+0x)", p.stdout) is not None)
+                  and re.search(r"# child \(section_daemon\): 10\d\.\d ms .* in dispatch, waiting in "
+                                r"clock_nanosleep\(\), at (on_test_loop_sleep|vm-manager\+0x)", p.stdout) is not None)
             name = "a test whose daemon slept 100 ms on the loop fails, naming the daemon, section and place"
         else:
             ok = p.returncode == 0 and line.startswith("ok")

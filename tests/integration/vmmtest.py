@@ -385,8 +385,10 @@ def loop_report_text(name, section, entries, stacks=2):
         if "usec" not in e:
             lines.append("%s (%s): unreadable report line %r" % (name, section, e.get("line")))
             continue
-        lines.append("%s (%s): %.1f ms (%.1f ms waiting for a CPU) in %s at %s" % (
-            name, section, e["usec"] / 1000, e.get("waitUsec", 0) / 1000, e.get("phase"), e.get("where") or "?"))
+        lines.append("%s (%s): %.1f ms (%.1f ms waiting for a CPU) in %s, %s, at %s" % (
+            name, section, e["usec"] / 1000, e.get("waitUsec", 0) / 1000, e.get("phase"),
+            "waiting in %s()" % e["syscall"] if e.get("syscall") else "running" if "syscall" in e else "not sampled",
+            e.get("where") or "?"))
         if i < stacks:
             lines += ["    " + frame for frame in e.get("stack") or []][:16]
     return lines
