@@ -321,6 +321,35 @@ static void write_build_and_process(MetricsBuf *f, Manager *m) {
         }
 }
 
+/* The event loop's iterations (src/basic/loop-watchdog.h): the time each took, the wait for events
+ * left out, and the longest since start. */
+static void write_loop(MetricsBuf *f, Manager *m) {
+        const LoopStats *s = manager_loop_stats(m);
+        double bounds[LOOP_STATS_N_BOUNDS];
+        MetricsHistogram h;
+
+        if (!s)
+                return;
+        for (size_t i = 0; i < LOOP_STATS_N_BOUNDS; i++)
+                bounds[i] = (double) loop_stats_bounds[i] / USEC_PER_SEC;
+        metrics_histogram_init(&h, bounds, LOOP_STATS_N_BOUNDS);
+        memcpy(h.buckets, s->buckets, sizeof(s->buckets));
+        h.count = s->iterations;
+        h.sum = (double) s->sum / USEC_PER_SEC;
+        metrics_write_histogram(
+                f,
+                "vm_manager_loop_iteration_seconds",
+                "Time the event loop spent on one iteration (prepare and dispatch; the wait for events left out).",
+                &h);
+        metrics_write_family(
+                f,
+                "vm_manager_loop_iteration_seconds_max",
+                "gauge",
+                "The longest event loop iteration since vm-manager started.");
+        metrics_write_sample(
+                f, "vm_manager_loop_iteration_seconds_max", NULL, NULL, 0, (double) s->worst / USEC_PER_SEC);
+}
+
 /* ---- guest families: merged across VMs by metric name, with the union of their label names ----- */
 
 typedef struct GuestFamily {
@@ -524,6 +553,7 @@ int manager_metrics_text(Manager *m, char **ret, size_t *ret_size) {
         /* the last scrape's size, so that a big exposition is not built by doubling */
         metrics_buf_reserve(&b, mm->size_hint + mm->size_hint / 8);
         write_build_and_process(&b, m);
+        write_loop(&b, m);
         write_host_families(&b, m);
         r = write_guest_families(&b, m);
         if (r >= 0 && b.oom)

@@ -35,6 +35,7 @@ struct Manager {
         VmNotify *notify;         /* the READY=1 listener on the kernel's vhost-vsock */
         VmReports *reports;       /* guest reports parsed and stored off the loop */
         ManagerMetrics *metrics;
+        const LoopStats *loop_stats; /* the daemon's (borrowed) */
 
         /* VMs, oldest first */
         Vm **vms;
@@ -142,7 +143,9 @@ static void manager_check_golden_firmware(Manager *m) {
 }
 
 /* The host's facts, and what they decide: the accelerator, the READY=1 transport, the firmware, and
- * the timeouts' defaults. */
+ * the timeouts' defaults. host_probe_new() waits for its tools (children with a 5 s limit each) and
+ * hashes the firmware: it runs here, once, before the loop's first iteration (the daemon is not
+ * serving yet); what get_host re-reads per request (device nodes, /proc, /sys, $PATH) never waits. */
 static int manager_probe_host(Manager *m, const ManagerConfig *cfg, ApiError *reterr) {
         const char *reason = NULL, *fw;
         HostNotify n;
@@ -271,6 +274,7 @@ int manager_new(Manager **ret, sd_event *event, const ManagerConfig *cfg, ApiErr
         if (r < 0)
                 return r;
         m->detach_vms_on_exit = cfg->detach_vms_on_exit;
+        m->loop_stats = cfg->loop_stats;
 
         r = storage_new(&m->storage, m->state_dir, /* provider_socket= */ NULL);
         if (r < 0)
@@ -315,7 +319,9 @@ int manager_new(Manager **ret, sd_event *event, const ManagerConfig *cfg, ApiErr
 Manager *manager_free(Manager *m) {
         if (!m)
                 return NULL;
-        /* first: the jobs still running finish while their VMs exist */
+        /* first: the disks still being acquired end (-ECANCELED), their creates and starts answered
+         * while everything they touch exists; and the jobs still running finish while their VMs do */
+        m->storage = storage_free(m->storage);
         m->reports = vm_reports_free(m->reports);
         while (m->n_vms > 0)
                 manager_remove_vm(m, m->vms[m->n_vms - 1]);
@@ -332,7 +338,6 @@ Manager *manager_free(Manager *m) {
         vm_notify_free(m->notify);
         attest_nonce_store_free(m->nonces);
         vm_unit_manager_free(m->units);
-        storage_free(m->storage);
         manager_metrics_free(m->metrics);
         free(m->ovmf_code);
         free(m->ovmf_vars);
@@ -399,6 +404,10 @@ VmReports *manager_reports(Manager *m) {
 
 ManagerMetrics *manager_metrics(Manager *m) {
         return m->metrics;
+}
+
+const LoopStats *manager_loop_stats(Manager *m) {
+        return m->loop_stats;
 }
 
 const char *manager_version(Manager *m) {

@@ -12,6 +12,7 @@
 #include "cleanup.h"
 #include "core-forward.h"
 #include "host-probe.h"
+#include "loop-watchdog.h"
 #include "time-util.h"
 #include "vm-state.h"
 
@@ -69,6 +70,7 @@ typedef struct ManagerConfig {
         /* our own executable (O_PATH, taken at start-up), which the helpers of host installs and
          * exec_vm run: borrowed, for the manager's lifetime */
         int self_exe_fd;
+        const LoopStats *loop_stats; /* the event loop's iterations, for /metrics (borrowed; may be NULL) */
         /* the build, for get_info */
         const char *version;
         const char *commit;
@@ -111,6 +113,8 @@ VmUnitManager *manager_units(Manager *m); /* the systemd launcher's connection; 
 VmNotify *manager_notify(Manager *m);
 VmReports *manager_reports(Manager *m);
 ManagerMetrics *manager_metrics(Manager *m);
+/* The event loop's iterations as the daemon measures them; NULL when it does not. */
+const LoopStats *manager_loop_stats(Manager *m);
 const char *manager_version(Manager *m);
 const char *manager_commit(Manager *m);
 const char *manager_built(Manager *m);

@@ -49,7 +49,8 @@ struct Vm {
         char *guest_exit_status; /* EXIT_STATUS= from the guest's PID 1, for lastError */
 
         /* the disk (vm-provision.c) */
-        int volume_fd; /* the storage lease, held while the VM exists in this daemon */
+        int volume_fd;            /* the storage lease, held while the VM exists in this daemon */
+        StorageCall *volume_call; /* its acquire in flight (create, or the first start after a restart) */
 
         /* the host install's helper (vm-install.c) */
         VmLaunched *installer;
@@ -147,26 +148,41 @@ int vm_host_install_start(Vm *v, ApiError *reterr);
 
 /* ---- vm-provision.c ---- */
 
-/* What vm_provision() acquired for a new VM. Unless committed, vm_provision_undo() gives all of it
- * back (processes, port, lease, disk, directory) and takes the VM out of the registry: create_vm's one
- * unwind. */
+/* What vm_provision_begin() and vm_provision_finish() acquired for a new VM. Unless committed,
+ * vm_provision_undo() gives all of it back (processes, port, lease, disk, directory) and takes the VM
+ * out of the registry: create_vm's one unwind. */
 struct VmProvision {
         Vm *vm;          /* borrowed */
         bool dir;        /* its directory was made */
+        bool disk;       /* its disk was asked for (the undo deletes it by name) */
         bool registered; /* it is in the manager's registry, its first record written */
         bool committed;
 };
 
-/* Directory, record, CID, the per-VM ssh key, the user-data, the disk, the network lease; on failure
- * reterr says which, and p knows what to undo. */
-int vm_provision(VmProvision *p, Vm *v, const char *user_data, Network *net, ApiError *reterr);
+/* The outcome of an acquire of the VM's disk, from the loop: on success the lease is the VM's already
+ * (volume_fd, rec.volume); on failure e says why (the callee may take its contents). */
+typedef void (*VmVolumeFunc)(Vm *v, int r, ApiError *e, void *userdata);
+
+/* create_vm's provisioning comes in two steps around the disk, which the storage provider makes in its
+ * own time while the loop goes on. begin: the directory, then the disk asked for (done follows from the
+ * loop unless this fails). The VM is in no registry yet: a crash from here on leaves a directory without
+ * a record, which the next start removes with the disk of its name (vm-load.c). */
+int vm_provision_begin(VmProvision *p, Vm *v, VmVolumeFunc done, void *userdata, ApiError *reterr);
+/* finish, once the disk is there: the CID, the registry and the first record, the per-VM ssh key, the
+ * user-data, the network lease; on failure reterr says which, and p knows what to undo. */
+int vm_provision_finish(VmProvision *p, const char *user_data, Network *net, ApiError *reterr);
 void vm_provision_commit(VmProvision *p);
 void vm_provision_undo(VmProvision *p);
 /* bytes random bytes as 2 * bytes hex digits into buf (NUL-terminated). */
 int vm_random_hex(char *buf, size_t bytes);
 
 /* The disk volume "vm-<id>": created at create_vm (VOLUME_NEW), reopened by the first start after a
- * daemon restart (VOLUME_OPEN). The fd is the lease. */
+ * daemon restart (VOLUME_OPEN), on the loop: done gets the outcome. -EBUSY (conflict) while another
+ * acquire of the VM's disk is in flight; vm_release() cancels one (done then gets -ECANCELED). The fd
+ * is the lease. */
+int vm_acquire_volume_async(Vm *v, VolumeCreate mode, VmVolumeFunc done, void *userdata, ApiError *reterr);
+/* The same, waiting for it: only for start-up, before the loop serves (vm-load.c reattaching the VMs an
+ * earlier daemon left running). */
 int vm_acquire_volume(Vm *v, VolumeCreate mode, ApiError *reterr);
 void vm_delete_volume(Manager *m, const char *id);
 /* Everything the VM holds outside its process: the port, the nonces, the lease, the disk, the
@@ -185,6 +201,8 @@ int vm_prestart(Vm *v, ApiError *reterr);
 /* The prestarted QEMU ended, or its monitor did not answer: it goes, and the chain after the install
  * starts one of its own. */
 void vm_prestart_drop_qemu(Vm *v, const char *why);
+/* The helpers' readiness probe ends: its timer, and a question to swtpm awaiting its answer. */
+void vm_probe_stop(Vm *v);
 /* VM_ACTION_SPAWN_QEMU: the READY=1 socket, QEMU, its monitor (or cont for a prestarted QEMU). */
 int vm_start_qemu(Vm *v, ApiError *reterr);
 /* How an exit of swtpm or vhost-device-vsock is taken, and QEMU's (vm-stop.c); a unit that did not

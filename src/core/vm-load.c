@@ -101,7 +101,8 @@ static int vm_reattach(Vm *v) {
                 return r;
         /* its state is read on the loop: a unit that is gone fails the reattach from there */
         vm_launched_set_started(v->qemu, vm_on_process_started);
-        /* the disk's lease, as the daemon that started it held it */
+        /* the disk's lease, as the daemon that started it held it; this waits for the storage
+         * provider, which start-up may do: the loop serves nothing before vm_load_all() is done */
         if (vm_acquire_volume(v, VOLUME_OPEN, NULL) < 0)
                 log_warning("VM %s: cannot take the lease on its disk again, ignoring.", v->rec.id);
         v->qemu_pid = vm_launched_pid(v->qemu);

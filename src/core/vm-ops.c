@@ -164,20 +164,32 @@ static int create_new(Manager *m, VmSpec *spec, Vm **ret) {
 
 typedef struct CreateCall {
         Vm *vm;
+        VmProvision provision; /* until create_provisioned() takes it */
+        char *user_data;       /* until the VM's directory has it */
         VmWaitFor wait_for;
         VmDoneFunc done;
+        VmProgressFunc progress;
         void *userdata;
         VmWaiter *waiter; /* until the start chain takes it */
         bool observing;
 } CreateCall;
 
-/* Unless the start chain took it: its waiter and observer go with it. */
+/* The waiter and the observer go first, then what was provisioned. */
+static void create_call_detach(CreateCall *c) {
+        vm_waiter_drop(c->vm, c->waiter);
+        c->waiter = NULL;
+        if (c->observing)
+                vm_unobserve(c->vm, c->userdata);
+        c->observing = false;
+}
+
+/* Unless the start chain took it: its waiter and observer go with it, and what was provisioned. */
 static CreateCall *create_call_free(CreateCall *c) {
         if (!c)
                 return NULL;
-        vm_waiter_drop(c->vm, c->waiter);
-        if (c->observing)
-                vm_unobserve(c->vm, c->userdata);
+        create_call_detach(c);
+        vm_provision_undo(&c->provision);
+        free(c->user_data);
         vm_unref(c->vm);
         free(c);
         return NULL;
@@ -278,12 +290,99 @@ static void create_started(int r, json_t *record, const ApiError *e, void *userd
         vm_waiters_check(v);
 }
 
+/* The disk is there: what may have changed meanwhile is looked at again (shutdown, the name, the
+ * network), the rest is provisioned, and the installer's start chain, whose end answers
+ * (create_started), takes the call. On failure c is left as it was, for the caller to undo. */
+static int create_provisioned(CreateCall *c, ApiError *reterr) {
+        _cleanup_(vm_provision_undo) VmProvision provision = c->provision;
+        _cleanup_free_ char *user_data = TAKE_PTR(c->user_data);
+        Vm *v = c->vm, *other;
+        Manager *m = v->manager;
+        Network *net;
+        int r;
+
+        c->provision = (VmProvision){};
+        if (manager_shutting_down(m))
+                return api_error_set(reterr, -ESHUTDOWN, API_ERROR_CONFLICT, "vm-manager is shutting down");
+        other = manager_find_vm_by_name(m, v->rec.spec.name);
+        if (other)
+                return api_error_set(
+                        reterr,
+                        -EEXIST,
+                        API_ERROR_CONFLICT,
+                        "vm name \"%s\" is in use by %s",
+                        v->rec.spec.name,
+                        vm_id(other));
+        net = network_registry_get(manager_networks(m), v->rec.spec.network);
+        if (!net)
+                return api_error_set(
+                        reterr,
+                        -EINVAL,
+                        API_ERROR_INVALID_REQUEST,
+                        "network \"%s\": not found: network \"%s\"",
+                        v->rec.spec.network,
+                        v->rec.spec.network);
+        r = vm_provision_finish(&provision, user_data, net, reterr);
+        if (r < 0)
+                return r;
+
+        r = vm_observe(v, c->progress, c->userdata);
+        if (r < 0)
+                return r;
+        c->observing = true;
+        c->waiter = vm_waiter_add(v, VM_WAITER_STARTED, create_started, c);
+        if (!c->waiter) {
+                create_call_detach(c);
+                return -ENOMEM;
+        }
+        r = vm_set_state(
+                v, v->rec.install_mode == VM_INSTALL_HOST ? VM_EVENT_CREATE_HOST : VM_EVENT_CREATE, NULL, reterr);
+        if (r < 0) {
+                create_call_detach(c); /* before the undo, as they came after what it undoes */
+                return r;
+        }
+
+        /* the chain owns the call now (it may have answered already), and the VM exists */
+        vm_provision_commit(&provision);
+        manager_touch(m);
+        log_struct(
+                LOG_INFO,
+                LOG_FIELDS({ "VM_ID", v->rec.id }),
+                "Creating VM %s (%s) from %s, install mode %s.",
+                v->rec.id,
+                v->rec.spec.name,
+                v->rec.spec.image,
+                vm_install_mode_to_string(v->rec.install_mode));
+        return 0;
+}
+
+static void create_disk_acquired(Vm *v, int r, ApiError *e, void *userdata) {
+        _unused_ _cleanup_(vm_unrefp) Vm *pin = vm_ref(v);
+        _cleanup_(api_error_done) ApiError e2 = API_ERROR_NULL;
+        CreateCall *c = userdata;
+        VmDoneFunc done = c->done;
+        void *done_userdata = c->userdata;
+
+        if (r >= 0) {
+                r = create_provisioned(c, &e2);
+                if (r >= 0)
+                        return;
+                api_error_from_errno(&e2, r, "create_vm");
+                e = &e2;
+        } else
+                (void) api_error_prefix(e, "disk of vm %s", v->rec.id);
+
+        /* nothing of the VM is left when the answer goes */
+        create_call_free(c);
+        if (done)
+                done(r, NULL, e, done_userdata);
+}
+
 int vm_create(
         Manager *m, json_t *request, VmDoneFunc done, VmProgressFunc progress, void *userdata, ApiError *reterr) {
         _cleanup_(vm_spec_done) VmSpec spec = {};
         _cleanup_free_ char *user_data = NULL;
         _cleanup_(vm_unrefp) Vm *v = NULL;
-        _cleanup_(vm_provision_undo) VmProvision provision = {};
         _cleanup_(create_call_freep) CreateCall *call = NULL;
         VmWaitFor wait_for;
         VmInstallMode mode = VM_INSTALL_BOOT;
@@ -301,43 +400,28 @@ int vm_create(
         if (r < 0)
                 return r;
 
-        /* a new VM, its resources: from here on a failure undoes them all */
+        /* a new VM, its directory and its disk: from here on a failure undoes them all */
         r = create_new(m, &spec, &v);
         if (r < 0)
                 return r;
         v->rec.install_mode = mode;
-        r = vm_provision(&provision, v, user_data, net, reterr);
-        if (r < 0)
-                return r;
-
-        /* the installer's start chain, whose end answers (create_started) */
         call = calloc(1, sizeof(CreateCall));
         if (!call)
                 return -ENOMEM;
-        *call = (CreateCall){ .vm = vm_ref(v), .wait_for = wait_for, .done = done, .userdata = userdata };
-        r = vm_observe(v, progress, userdata);
+        *call = (CreateCall){
+                .vm = vm_ref(v),
+                .user_data = TAKE_PTR(user_data),
+                .wait_for = wait_for,
+                .done = done,
+                .progress = progress,
+                .userdata = userdata,
+        };
+        /* The storage provider answers in its own time: the rest follows from the loop, in
+         * create_disk_acquired(), which the call goes to. */
+        r = vm_provision_begin(&call->provision, v, create_disk_acquired, call, reterr);
         if (r < 0)
                 return r;
-        call->observing = true;
-        call->waiter = vm_waiter_add(v, VM_WAITER_STARTED, create_started, call);
-        if (!call->waiter)
-                return -ENOMEM;
-        r = vm_set_state(v, mode == VM_INSTALL_HOST ? VM_EVENT_CREATE_HOST : VM_EVENT_CREATE, NULL, reterr);
-        if (r < 0)
-                return r;
-
-        /* the chain owns the call now, and the VM exists */
         TAKE_PTR(call);
-        vm_provision_commit(&provision);
-        manager_touch(m);
-        log_struct(
-                LOG_INFO,
-                LOG_FIELDS({ "VM_ID", v->rec.id }),
-                "Creating VM %s (%s) from %s, install mode %s.",
-                v->rec.id,
-                v->rec.spec.name,
-                v->rec.spec.image,
-                vm_install_mode_to_string(mode));
         return 0;
 }
 
@@ -347,21 +431,11 @@ bool vm_has_process(Vm *v) {
         return v->qemu || IN_SET(v->sub, VM_SUB_START_HELPERS, VM_SUB_START_QMP, VM_SUB_HOST_INSTALL);
 }
 
-int vm_start(Vm *v, VmDoneFunc done, void *userdata, ApiError *reterr) {
+/* The start chain of an installed boot, the disk's lease held. */
+static int start_now(Vm *v, VmDoneFunc done, void *userdata, ApiError *reterr) {
         _cleanup_(api_error_done) ApiError e = API_ERROR_NULL;
         int r;
 
-        r = vm_check_event(v, VM_EVENT_START, reterr);
-        if (r < 0)
-                return r;
-        if (v->volume_fd < 0) {
-                /* first start since the daemon did: take the disk's lease again */
-                r = vm_acquire_volume(v, VOLUME_OPEN, reterr);
-                if (r < 0) {
-                        (void) api_error_prefix(reterr, "disk of vm %s", v->rec.id);
-                        return r;
-                }
-        }
         r = vm_set_state(v, VM_EVENT_START, NULL, &e);
         if (r < 0) {
                 (void) vm_set_state(
@@ -378,6 +452,57 @@ int vm_start(Vm *v, VmDoneFunc done, void *userdata, ApiError *reterr) {
         }
         if (!vm_waiter_add(v, VM_WAITER_STARTED, done, userdata))
                 return -ENOMEM;
+        return 0;
+}
+
+typedef struct StartCall {
+        VmDoneFunc done;
+        void *userdata;
+} StartCall;
+
+static void start_disk_acquired(Vm *v, int r, ApiError *e, void *userdata) {
+        _cleanup_free_ StartCall *c = userdata;
+        _cleanup_(api_error_done) ApiError e2 = API_ERROR_NULL;
+
+        if (r < 0) {
+                (void) api_error_prefix(e, "disk of vm %s", v->rec.id);
+                if (c->done)
+                        c->done(r, NULL, e, c->userdata);
+                return;
+        }
+        /* the VM may have moved on while its disk was opened */
+        r = vm_check_event(v, VM_EVENT_START, &e2);
+        if (r >= 0)
+                r = start_now(v, c->done, c->userdata, &e2);
+        if (r < 0) {
+                api_error_from_errno(&e2, r, "start_vm");
+                if (c->done)
+                        c->done(r, NULL, &e2, c->userdata);
+        }
+}
+
+int vm_start(Vm *v, VmDoneFunc done, void *userdata, ApiError *reterr) {
+        StartCall *c;
+        int r;
+
+        r = vm_check_event(v, VM_EVENT_START, reterr);
+        if (r < 0)
+                return r;
+        if (v->volume_fd >= 0)
+                return start_now(v, done, userdata, reterr);
+
+        /* first start since the daemon did: the disk's lease again, from the storage provider in its
+         * own time; the start follows in start_disk_acquired() */
+        c = calloc(1, sizeof(StartCall));
+        if (!c)
+                return -ENOMEM;
+        *c = (StartCall){ .done = done, .userdata = userdata };
+        r = vm_acquire_volume_async(v, VOLUME_OPEN, start_disk_acquired, c, reterr);
+        if (r < 0) {
+                free(c);
+                (void) api_error_prefix(reterr, "disk of vm %s", v->rec.id);
+                return r;
+        }
         return 0;
 }
 

@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* What a VM holds outside its processes: its directory and record, the per-VM ssh key, the
  * user-data, the disk (the storage lease), the network lease and the vsock CID. create_vm acquires
- * them in vm_provision(); a VmProvision undoes exactly that when the create fails before its start
- * chain runs, and delete_vm (or the discard of a create whose installer never started) gives it all
- * back with vm_release(). */
+ * them in vm_provision_begin() (directory, disk) and vm_provision_finish() (the rest, once the storage
+ * provider answered); a VmProvision undoes exactly that when the create fails before its start chain
+ * runs, and delete_vm (or the discard of a create whose installer never started) gives it all back
+ * with vm_release(). */
 #include <arpa/inet.h>
 #include <libssh/libssh.h>
 #include <stdio.h>
@@ -21,12 +22,80 @@
 #include "string-util.h"
 #include "vm-internal.h"
 
+/* The lease taken over: the fd, and the path QEMU gets (for a provider volume without a name in the
+ * file system, our /proc fd link). */
+static int vm_take_volume(Vm *v, Volume *vol) {
+        _cleanup_free_ char *path = NULL;
+
+        if (vol->path)
+                path = strdup(vol->path);
+        else if (asprintf(&path, "/proc/%d/fd/%d", (int) getpid(), vol->fd) < 0)
+                path = NULL;
+        if (!path)
+                return -ENOMEM;
+        safe_close(v->volume_fd);
+        v->volume_fd = TAKE_FD(vol->fd);
+        free(v->rec.volume);
+        v->rec.volume = TAKE_PTR(path);
+        return 0;
+}
+
+typedef struct VolumeCall {
+        Vm *vm;
+        VmVolumeFunc done;
+        void *userdata;
+} VolumeCall;
+
+static void on_volume(StorageCall *call, int r, Volume *vol, ApiError *e, void *userdata) {
+        _cleanup_free_ VolumeCall *c = userdata;
+        _cleanup_(vm_unrefp) Vm *v = c->vm;
+
+        v->volume_call = NULL;
+        if (r >= 0) {
+                r = vm_take_volume(v, vol);
+                if (r < 0)
+                        (void) api_error_set(e, r, API_ERROR_INTERNAL, "out of memory");
+        }
+        c->done(v, r, e, c->userdata);
+}
+
 /* The VM's disk volume "vm-<id>": created at create_vm, reopened by the first start after a daemon
- * restart. The fd is the lease; QEMU gets the path (or, for a provider volume without a name in
- * the file system, our /proc fd link). */
+ * restart. */
+int vm_acquire_volume_async(Vm *v, VolumeCreate mode, VmVolumeFunc done, void *userdata, ApiError *reterr) {
+        _cleanup_free_ char *name = NULL;
+        _cleanup_free_ VolumeCall *c = NULL;
+        int r;
+
+        assert(done);
+        if (v->volume_call)
+                return api_error_set(
+                        reterr, -EBUSY, API_ERROR_CONFLICT, "vm %s: its disk is being opened already", v->rec.id);
+        if (asprintf(&name, "vm-%s", v->rec.id) < 0)
+                return -ENOMEM;
+        c = calloc(1, sizeof(VolumeCall));
+        if (!c)
+                return -ENOMEM;
+        *c = (VolumeCall){ .vm = v, .done = done, .userdata = userdata };
+        r = storage_acquire_async(
+                manager_storage(v->manager),
+                manager_event(v->manager),
+                name,
+                v->rec.spec.disk_gib << 30,
+                mode,
+                on_volume,
+                c,
+                &v->volume_call,
+                reterr);
+        if (r < 0)
+                return r;
+        vm_ref(v);
+        TAKE_PTR(c);
+        return 0;
+}
+
 int vm_acquire_volume(Vm *v, VolumeCreate mode, ApiError *reterr) {
         _cleanup_(volume_done) Volume vol = VOLUME_NULL;
-        _cleanup_free_ char *name = NULL, *path = NULL;
+        _cleanup_free_ char *name = NULL;
         int r;
 
         if (asprintf(&name, "vm-%s", v->rec.id) < 0)
@@ -34,17 +103,7 @@ int vm_acquire_volume(Vm *v, VolumeCreate mode, ApiError *reterr) {
         r = storage_acquire(manager_storage(v->manager), name, v->rec.spec.disk_gib << 30, mode, &vol, reterr);
         if (r < 0)
                 return r;
-        if (vol.path)
-                path = strdup(vol.path);
-        else if (asprintf(&path, "/proc/%d/fd/%d", (int) getpid(), vol.fd) < 0)
-                path = NULL;
-        if (!path)
-                return -ENOMEM;
-        safe_close(v->volume_fd);
-        v->volume_fd = TAKE_FD(vol.fd);
-        free(v->rec.volume);
-        v->rec.volume = TAKE_PTR(path);
-        return 0;
+        return vm_take_volume(v, &vol);
 }
 
 void vm_delete_volume(Manager *m, const char *id) {
@@ -56,6 +115,9 @@ void vm_delete_volume(Manager *m, const char *id) {
 
 void vm_release(Vm *v) {
         Network *n = network_registry_get(manager_networks(v->manager), v->rec.spec.network);
+
+        /* a start that was opening the disk ends with -ECANCELED */
+        storage_call_cancel(v->volume_call);
 
         vm_net_detach(v, /* remove= */ true);
         if (manager_nonces(v->manager))
@@ -128,35 +190,60 @@ void vm_provision_undo(VmProvision *p) {
 
         if (!v || p->committed)
                 return;
+        assert(!v->volume_call); /* the undo runs from the acquire's outcome, never before it */
         if (p->registered) {
                 /* whatever the steps got to: processes, port, lease, disk, directory, record */
                 vm_kill(v);
                 vm_release(v);
                 manager_remove_vm(v->manager, v);
                 manager_touch(v->manager);
-        } else if (p->dir)
-                (void) rm_rf(v->dir);
+        } else {
+                if (p->disk) {
+                        /* by its name: a provider that timed out may have made it all the same */
+                        v->volume_fd = safe_close(v->volume_fd);
+                        vm_delete_volume(v->manager, v->rec.id);
+                }
+                if (p->dir)
+                        (void) rm_rf(v->dir);
+        }
         *p = (VmProvision){};
 }
 
-int vm_provision(VmProvision *p, Vm *v, const char *user_data, Network *net, ApiError *reterr) {
+int vm_provision_begin(VmProvision *p, Vm *v, VmVolumeFunc done, void *userdata, ApiError *reterr) {
+        int r;
+
+        assert(!p->vm);
+        *p = (VmProvision){ .vm = v };
+
+        r = mkdir_p(v->dir, 0700);
+        if (r < 0)
+                return api_error_set(reterr, r, API_ERROR_INTERNAL, "creating %s: %s", v->dir, strerror(-r));
+        p->dir = true;
+
+        /* the disk: from the systemd storage provider where one answers, else a sparse file */
+        r = vm_acquire_volume_async(v, VOLUME_NEW, done, userdata, reterr);
+        if (r < 0) {
+                (void) api_error_prefix(reterr, "disk of vm %s", v->rec.id);
+                return r;
+        }
+        p->disk = true;
+        return 0;
+}
+
+int vm_provision_finish(VmProvision *p, const char *user_data, Network *net, ApiError *reterr) {
+        Vm *v = p->vm;
         _cleanup_free_ char *key_path = vm_path(v, "ssh_key"), *ud_path = vm_path(v, "user-data");
         Manager *m = v->manager;
         const NetworkLease *lease;
         char ip[INET_ADDRSTRLEN], mac[ETHER_ADDR_STRLEN];
         int r;
 
-        assert(!p->vm);
-        *p = (VmProvision){ .vm = v };
+        assert(p->dir && p->disk && !p->registered);
         if (!key_path || !ud_path)
                 return -ENOMEM;
 
-        /* the directory and the first record, in the registry */
+        /* the CID and the first record, in the registry */
         v->rec.cid = allocate_cid(m);
-        r = mkdir_p(v->dir, 0700);
-        if (r < 0)
-                return api_error_set(reterr, r, API_ERROR_INTERNAL, "creating %s: %s", v->dir, strerror(-r));
-        p->dir = true;
         r = manager_add_vm(m, v);
         if (r < 0)
                 return api_error_set(reterr, r, API_ERROR_CONFLICT, "too many VMs");
@@ -179,13 +266,6 @@ int vm_provision(VmProvision *p, Vm *v, const char *user_data, Network *net, Api
         if (r < 0)
                 return api_error_set(
                         reterr, r, API_ERROR_INTERNAL, "provisioning vm %s: %s", v->rec.id, strerror(-r));
-
-        /* the disk: from the systemd storage provider where one answers, else a sparse file */
-        r = vm_acquire_volume(v, VOLUME_NEW, reterr);
-        if (r < 0) {
-                (void) api_error_prefix(reterr, "disk of vm %s", v->rec.id);
-                return r;
-        }
 
         /* the address */
         r = network_lease_acquire(manager_networks(m), net, v->rec.id, &lease, reterr);

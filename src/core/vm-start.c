@@ -13,6 +13,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "fs-util.h"
@@ -609,10 +611,16 @@ static int spawn_helpers(Vm *v, ApiError *reterr) {
 }
 
 static int arm_probe(Vm *v) {
+        int r;
+
         v->probe_deadline = now_usec(CLOCK_MONOTONIC) + VM_SWTPM_START_TIMEOUT;
         vm_probe_stop(v);
-        return sd_event_add_time_relative(
+        r = sd_event_add_time_relative(
                 manager_event(v->manager), &v->probe_timer, CLOCK_MONOTONIC, VM_PROBE_INTERVAL, 1, on_probe, v);
+        if (r < 0)
+                return r;
+        (void) sd_event_source_set_description(v->probe_timer, "vm-probe");
+        return 0;
 }
 
 int vm_prestart(Vm *v, ApiError *reterr) {

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,6 +11,7 @@
 #include <sys/stat.h>
 #include <systemd/sd-daemon.h>
 #include <systemd/sd-event.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "api-rest.h"
@@ -21,6 +23,7 @@
 #include "http-server.h"
 #include "imds.h"
 #include "log.h"
+#include "loop-watchdog.h"
 #include "manager.h"
 #include "mcp-server.h"
 #include "metrics-text.h"
@@ -29,6 +32,11 @@
 #include "serve.h"
 #include "trace.h"
 #include "version.h"
+
+/* Debug builds (meson buildtype debug: the check build) carry test hooks and have the loop watchdog on. */
+#ifndef VMM_TEST_HOOKS
+#        define VMM_TEST_HOOKS 0
+#endif
 
 #define SHUTDOWN_GRACE (15 * USEC_PER_SEC)
 #define TRACE_FLUSH_TIMEOUT (2 * USEC_PER_SEC)
@@ -677,6 +685,9 @@ typedef struct Daemon {
         Auth *auth; /* --enable-oauth */
         Tracer *tracer;
         sd_event_source *sigterm, *sigint, *drain_timer, *ready_defer;
+        sd_event_source *test_sleep; /* $VM_MANAGER_TEST_LOOP_SLEEP_MS (debug builds) */
+        usec_t test_sleep_usec;
+        LoopWatchdog *watchdog;
         DaemonPhase phase;
         usec_t stop_deadline;
         usec_t requests_deadline;
@@ -697,6 +708,8 @@ static void daemon_done(Daemon *d) {
         d->sigint = sd_event_source_disable_unref(d->sigint);
         d->drain_timer = sd_event_source_disable_unref(d->drain_timer);
         d->ready_defer = sd_event_source_disable_unref(d->ready_defer);
+        d->test_sleep = sd_event_source_disable_unref(d->test_sleep);
+        d->watchdog = loop_watchdog_free(d->watchdog);
         d->event = sd_event_unref(d->event);
         d->lock_fd = safe_close(d->lock_fd);
 }
@@ -916,6 +929,78 @@ static int on_started(sd_event_source *s, void *userdata) {
         return 0;
 }
 
+/* The test hook that proves the loop watchdog: one iteration that sleeps on the loop. The sleep goes
+ * on after a signal (the watchdog's stack sample interrupts it). */
+static int on_test_loop_sleep(sd_event_source *s, uint64_t usec, void *userdata) {
+        Daemon *d = userdata;
+        struct timespec ts = {
+                .tv_sec = (time_t) (d->test_sleep_usec / USEC_PER_SEC),
+                .tv_nsec = (long) ((d->test_sleep_usec % USEC_PER_SEC) * NSEC_PER_USEC),
+        };
+
+        log_warning(
+                "Sleeping %" PRIu64 " ms on the event loop (test hook).", d->test_sleep_usec / USEC_PER_MSEC);
+        while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+                ;
+        return 0;
+}
+
+/* The loop watchdog: on in debug builds, or with $VM_MANAGER_LOOP_WATCHDOG=1 or a report file
+ * ($VM_MANAGER_LOOP_WATCHDOG_REPORT, which the integration tests set); and, in debug builds only,
+ * $VM_MANAGER_TEST_LOOP_SLEEP_MS, an iteration that sleeps that long soon after start-up. */
+static int setup_loop_watchdog(Daemon *d) {
+        const char *e = secure_getenv("VM_MANAGER_LOOP_WATCHDOG"),
+                   *report = secure_getenv("VM_MANAGER_LOOP_WATCHDOG_REPORT");
+        bool enabled = VMM_TEST_HOOKS;
+        uint32_t ms;
+        int r;
+
+        if (e && *e) {
+                r = parse_boolean(e);
+                if (r < 0)
+                        log_warning("Ignoring $VM_MANAGER_LOOP_WATCHDOG='%s': not a boolean.", e);
+                else
+                        enabled = r;
+        }
+        if (report && !*report)
+                report = NULL;
+        r = loop_watchdog_new(
+                &d->watchdog, d->event, &(LoopWatchdogOptions){ .enabled = enabled, .report_path = report });
+        if (r < 0)
+                return log_error_errno(r, "Failed to set up the event loop: %m");
+        if (loop_watchdog_enabled(d->watchdog))
+                log_info(
+                        "Loop watchdog on: event loop iterations over %" PRIu64 " ms are logged%s%s.",
+                        LOOP_WATCHDOG_THRESHOLD / USEC_PER_MSEC,
+                        report ? " and reported to " : "",
+                        report ?: "");
+
+        e = secure_getenv("VM_MANAGER_TEST_LOOP_SLEEP_MS");
+        if (!e || !*e)
+                return 0;
+        if (!VMM_TEST_HOOKS) {
+                log_warning("Ignoring $VM_MANAGER_TEST_LOOP_SLEEP_MS: test hooks are in debug builds only.");
+                return 0;
+        }
+        if (safe_atou32(e, &ms) < 0 || ms == 0 || ms > 10000) {
+                log_warning("Ignoring $VM_MANAGER_TEST_LOOP_SLEEP_MS='%s': not 1 to 10000.", e);
+                return 0;
+        }
+        d->test_sleep_usec = (usec_t) ms * USEC_PER_MSEC;
+        r = sd_event_add_time_relative(
+                d->event,
+                &d->test_sleep,
+                CLOCK_MONOTONIC,
+                200 * USEC_PER_MSEC,
+                USEC_PER_MSEC,
+                on_test_loop_sleep,
+                d);
+        if (r < 0)
+                return log_error_errno(r, "Failed to set up the loop sleep test hook: %m");
+        (void) sd_event_source_set_description(d->test_sleep, "test-loop-sleep");
+        return 0;
+}
+
 static int listen_fd_from_systemd(void) {
         int n = sd_listen_fds(true);
 
@@ -936,6 +1021,9 @@ static int run(int self_exe_fd) {
         r = sd_event_default(&d.event);
         if (r < 0)
                 return log_error_errno(r, "Failed to allocate the event loop: %m");
+        r = setup_loop_watchdog(&d);
+        if (r < 0)
+                return r;
 
         /* OTEL_*: a configuration that cannot work stops us before anything is touched */
         r = tracer_new_from_env(&d.tracer, d.event, vmm_version, &message);
@@ -1036,6 +1124,7 @@ static int run(int self_exe_fd) {
                         .detach_vms_on_exit = arg_detach_vms_on_exit,
                         .guest_series_limit = arg_metrics_guest_series_limit,
                         .self_exe_fd = self_exe_fd,
+                        .loop_stats = loop_watchdog_stats(d.watchdog),
                         .attestation = arg_attestation,
                         .attestation_learn_golden = arg_attestation_learn_golden,
                         .version = vmm_version,
@@ -1073,7 +1162,7 @@ static int run(int self_exe_fd) {
         if (r < 0)
                 return log_error_errno(r, "Failed to schedule start-up: %m");
 
-        r = sd_event_loop(d.event);
+        r = loop_watchdog_run(d.watchdog);
         if (r < 0)
                 return log_error_errno(r, "Event loop failed: %m");
         log_info("vm-manager stopped.");

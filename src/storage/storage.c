@@ -3,9 +3,9 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <linux/fs.h>
-#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/epoll.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -34,6 +34,9 @@ struct Storage {
         char *dir;    /* files: <state>/volumes; provider: its volume directory, or NULL */
         char *socket; /* provider only */
         char *description;
+        usec_t acquire_timeout;
+        StorageCall *calls; /* in flight */
+        unsigned n_calls;
 };
 
 static const char *const storage_kind_table[_STORAGE_KIND_MAX] = {
@@ -139,80 +142,6 @@ int varlink_parse_reply(
         return 0;
 }
 
-/* Waits for events on fd until the deadline (CLOCK_MONOTONIC); -ETIMEDOUT when it passes. */
-static int fd_wait_until(int fd, short events, usec_t deadline) {
-        for (;;) {
-                struct pollfd p = { .fd = fd, .events = events };
-                usec_t n = now_usec(CLOCK_MONOTONIC);
-                int r;
-
-                if (n >= deadline)
-                        return -ETIMEDOUT;
-
-                /* Rounded up, so that a wait never ends just before the deadline. */
-                usec_t left_ms = (deadline - n + USEC_PER_MSEC - 1) / USEC_PER_MSEC;
-                r = poll(&p, 1, (int) MIN(left_ms, (usec_t) INT_MAX));
-                if (r < 0) {
-                        if (errno == EINTR)
-                                continue;
-                        return -errno;
-                }
-                if (r > 0)
-                        return 0;
-        }
-}
-
-static int varlink_connect(const char *path, usec_t deadline, int *ret) {
-        _cleanup_close_ int fd = -EBADF;
-        struct sockaddr_un sa;
-        int r, len;
-
-        len = sockaddr_un_set_path(&sa, path);
-        if (len < 0)
-                return -EINVAL;
-
-        fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-        if (fd < 0)
-                return -errno;
-
-        if (connect(fd, (const struct sockaddr *) &sa, (socklen_t) len) < 0) {
-                if (errno != EINPROGRESS)
-                        return -errno;
-                r = fd_wait_until(fd, POLLOUT, deadline);
-                if (r < 0)
-                        return r;
-
-                int err = 0;
-                socklen_t err_len = sizeof(err);
-                if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &err_len) < 0)
-                        return -errno;
-                if (err != 0)
-                        return -err;
-        }
-
-        *ret = TAKE_FD(fd);
-        return 0;
-}
-
-static int varlink_send(int fd, const char *buf, size_t size, usec_t deadline) {
-        while (size > 0) {
-                ssize_t n = send(fd, buf, size, MSG_NOSIGNAL);
-                if (n < 0) {
-                        if (errno == EINTR)
-                                continue;
-                        if (errno != EAGAIN)
-                                return -errno;
-                        int r = fd_wait_until(fd, POLLOUT, deadline);
-                        if (r < 0)
-                                return r;
-                        continue;
-                }
-                buf += n;
-                size -= (size_t) n;
-        }
-        return 0;
-}
-
 typedef struct VarlinkFds {
         int fds[VARLINK_FDS_MAX];
         size_t n;
@@ -244,12 +173,78 @@ static void varlink_fds_collect(VarlinkFds *f, struct msghdr *mh) {
         }
 }
 
-/* Reads until the first NUL. Bytes after it (further messages) are ignored: one connection carries one
- * call, and the call asks for one reply. Descriptors arriving with any of the reads are kept in fds. */
-static int varlink_receive(int fd, usec_t deadline, VarlinkFds *fds, char **ret, size_t *ret_len) {
-        _cleanup_free_ char *buf = NULL;
-        size_t len = 0, cap = 0;
+/* One call on a fresh connection, on an sd-event loop: {"method","parameters"} is sent as the socket
+ * takes it, the reply read as it comes until its NUL, and a timer ends the call at its deadline. Bytes
+ * after the NUL (further messages) are ignored: one connection carries one call, and the call asks for
+ * one reply. Nothing here waits. */
+typedef struct VarlinkCall VarlinkCall;
 
+/* The end of a call, once, from the loop: r < 0 when there is no reply (-ETIMEDOUT, -ECONNRESET, a
+ * socket error, -EBADMSG/-EMSGSIZE/-EPROTO for one that is not a reply), else its parameters and its
+ * error name (NULL on success), both borrowed; the descriptors that came with it are in c->fds, for the
+ * callee to take. The callee may free the call's container (after varlink_call_done()). */
+typedef void (*VarlinkReplyFunc)(VarlinkCall *c, int r, json_t *parameters, const char *error, void *userdata);
+
+struct VarlinkCall {
+        int fd;
+        sd_event_source *io, *timer;
+        const char *socket_path, *method; /* borrowed: they outlive the call (logs only) */
+        char *request;                    /* with its NUL */
+        size_t request_size, sent;
+        char *buf; /* the reply as read so far */
+        size_t len, cap;
+        VarlinkFds fds;
+        bool connected;
+        VarlinkReplyFunc callback;
+        void *userdata;
+};
+
+#define VARLINK_CALL_NULL ((VarlinkCall){ .fd = -EBADF })
+
+static void varlink_call_done(VarlinkCall *c) {
+        c->io = sd_event_source_disable_unref(c->io);
+        c->timer = sd_event_source_disable_unref(c->timer);
+        c->fd = safe_close(c->fd);
+        c->request = mfree(c->request);
+        c->buf = mfree(c->buf);
+        c->len = c->cap = c->request_size = c->sent = 0;
+        varlink_fds_done(&c->fds);
+        c->callback = NULL;
+}
+
+/* Ends the call: the sources stop, the callback runs (and may free c). */
+static void varlink_call_end(VarlinkCall *c, int r, json_t *parameters, const char *error) {
+        VarlinkReplyFunc cb = c->callback;
+
+        (void) sd_event_source_set_enabled(c->io, SD_EVENT_OFF);
+        (void) sd_event_source_set_enabled(c->timer, SD_EVENT_OFF);
+        c->callback = NULL;
+        if (r < 0)
+                log_debug_errno(r, "No reply to %s from %s: %m", c->method, c->socket_path);
+        if (cb)
+                cb(c, r, parameters, error, c->userdata);
+}
+
+/* Sends what the socket takes: 1 once the whole request is out. */
+static int varlink_send_some(VarlinkCall *c) {
+        while (c->sent < c->request_size) {
+                ssize_t n = send(c->fd, c->request + c->sent, c->request_size - c->sent, MSG_NOSIGNAL);
+                if (n < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        if (errno == EAGAIN)
+                                return 0;
+                        return -errno;
+                }
+                c->sent += (size_t) n;
+        }
+        return 1;
+}
+
+/* Reads what there is, up to the first NUL: 1 once the reply is whole (c->len is then its length
+ * without the NUL), 0 when the socket has nothing more for now. Descriptors arriving with any of the
+ * reads are kept in c->fds. */
+static int varlink_receive_some(VarlinkCall *c) {
         for (;;) {
                 union {
                         struct cmsghdr h;
@@ -267,106 +262,212 @@ static int varlink_receive(int fd, usec_t deadline, VarlinkFds *fds, char **ret,
                 char *nul;
 
                 /* The message and its NUL must fit in VARLINK_MESSAGE_MAX + 1 bytes. */
-                if (len > VARLINK_MESSAGE_MAX)
+                if (c->len > VARLINK_MESSAGE_MAX)
                         return -EMSGSIZE;
-                want = MIN(VARLINK_READ_SIZE, VARLINK_MESSAGE_MAX + 1 - len);
-                if (cap - len < want) {
-                        size_t ncap = MAX(cap * 2, len + want);
-                        char *p;
+                want = MIN(VARLINK_READ_SIZE, VARLINK_MESSAGE_MAX + 1 - c->len);
+                if (c->cap - c->len < want) {
+                        size_t ncap = MIN(MAX(c->cap * 2, c->len + want), VARLINK_MESSAGE_MAX + 1);
+                        char *p = realloc(c->buf, ncap);
 
-                        ncap = MIN(ncap, VARLINK_MESSAGE_MAX + 1);
-                        p = realloc(buf, ncap);
                         if (!p)
                                 return -ENOMEM;
-                        buf = p;
-                        cap = ncap;
+                        c->buf = p;
+                        c->cap = ncap;
                 }
 
-                iov = (struct iovec){ .iov_base = buf + len, .iov_len = want };
-                n = recvmsg(fd, &mh, MSG_CMSG_CLOEXEC);
+                iov = (struct iovec){ .iov_base = c->buf + c->len, .iov_len = want };
+                n = recvmsg(c->fd, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
                 if (n < 0) {
                         if (errno == EINTR)
                                 continue;
-                        if (errno != EAGAIN)
-                                return -errno;
-                        int r = fd_wait_until(fd, POLLIN, deadline);
-                        if (r < 0)
-                                return r;
-                        continue;
+                        if (errno == EAGAIN)
+                                return 0;
+                        return -errno;
                 }
-                varlink_fds_collect(fds, &mh);
+                varlink_fds_collect(&c->fds, &mh);
                 if (mh.msg_flags & MSG_CTRUNC)
                         return -EBADMSG;
                 if (n == 0)
                         return -ECONNRESET;
 
-                nul = memchr(buf + len, 0, (size_t) n);
-                len += (size_t) n;
+                nul = memchr(c->buf + c->len, 0, (size_t) n);
                 if (nul) {
-                        *ret_len = (size_t) (nul - buf);
-                        *ret = TAKE_PTR(buf);
-                        return 0;
+                        c->len = (size_t) (nul - c->buf);
+                        return 1;
                 }
+                c->len += (size_t) n;
         }
 }
 
-/* One call on a fresh connection: sends {"method","parameters"}, returns the reply's parameters (new
- * reference), its error name (NULL for success) and the descriptors that came with it. */
-static int varlink_call(
+static void varlink_call_reply(VarlinkCall *c) {
+        _cleanup_free_ char *error = NULL;
+        json_auto_t *params = NULL;
+        bool continues;
+        int r;
+
+        r = varlink_parse_reply(c->buf, c->len, &params, &error, &continues);
+        if (r < 0) {
+                log_debug_errno(r, "Invalid reply to %s from %s: %m", c->method, c->socket_path);
+                return varlink_call_end(c, r, NULL, NULL);
+        }
+        if (continues) {
+                /* We never set "more", so a reply that announces more is a protocol violation. */
+                log_debug("Unrequested continued reply to %s from %s", c->method, c->socket_path);
+                return varlink_call_end(c, -EPROTO, NULL, NULL);
+        }
+        varlink_call_end(c, 0, params, error);
+}
+
+static int varlink_on_io(sd_event_source *s, int fd, uint32_t revents, void *userdata) {
+        VarlinkCall *c = userdata;
+        int r;
+
+        if (!c->connected) {
+                int err = 0;
+                socklen_t err_len = sizeof(err);
+
+                if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &err_len) < 0)
+                        err = errno;
+                if (err != 0) {
+                        varlink_call_end(c, -err, NULL, NULL);
+                        return 0;
+                }
+                c->connected = true;
+        }
+
+        if (c->sent < c->request_size) {
+                r = varlink_send_some(c);
+                if (r <= 0) {
+                        if (r < 0)
+                                varlink_call_end(c, r, NULL, NULL);
+                        return 0;
+                }
+                r = sd_event_source_set_io_events(s, EPOLLIN);
+                if (r < 0)
+                        varlink_call_end(c, r, NULL, NULL);
+                return 0; /* the reply, when it comes, wakes us again */
+        }
+
+        r = varlink_receive_some(c);
+        if (r < 0)
+                varlink_call_end(c, r, NULL, NULL);
+        else if (r > 0)
+                varlink_call_reply(c);
+        return 0;
+}
+
+static int varlink_on_timeout(sd_event_source *s, uint64_t usec, void *userdata) {
+        varlink_call_end(userdata, -ETIMEDOUT, NULL, NULL);
+        return 0;
+}
+
+/* Starts the call on event: connects (non-blocking), and the rest happens on the loop until callback.
+ * A connection refused at once is returned here (the callback is then not called). */
+static int varlink_call_start(
+        VarlinkCall *c,
+        sd_event *event,
+        const char *socket_path,
+        const char *method,
+        json_t *parameters,
+        usec_t timeout,
+        VarlinkReplyFunc callback,
+        void *userdata) {
+
+        json_auto_t *msg = NULL;
+        struct sockaddr_un sa;
+        int r, len;
+
+        *c = VARLINK_CALL_NULL;
+        c->socket_path = socket_path;
+        c->method = method;
+        c->callback = callback;
+        c->userdata = userdata;
+
+        msg = json_pack("{s:s,s:O}", "method", method, "parameters", parameters);
+        if (!msg)
+                return -ENOMEM;
+        c->request = json_dumps(msg, JSON_COMPACT | JSON_PRESERVE_ORDER);
+        if (!c->request)
+                return -ENOMEM;
+        c->request_size = strlen(c->request) + 1; /* the terminating NUL is part of the message */
+
+        len = sockaddr_un_set_path(&sa, socket_path);
+        if (len < 0)
+                return -EINVAL;
+        c->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        if (c->fd < 0)
+                return -errno;
+        if (connect(c->fd, (const struct sockaddr *) &sa, (socklen_t) len) >= 0)
+                c->connected = true;
+        else if (errno != EINPROGRESS)
+                return log_debug_errno(errno, "Cannot connect to varlink socket %s: %m", socket_path);
+
+        r = sd_event_add_io(event, &c->io, c->fd, EPOLLOUT, varlink_on_io, c);
+        if (r < 0)
+                return r;
+        (void) sd_event_source_set_description(c->io, "storage-varlink");
+        r = sd_event_add_time_relative(
+                event, &c->timer, CLOCK_MONOTONIC, timeout, USEC_PER_MSEC, varlink_on_timeout, c);
+        if (r < 0)
+                return r;
+        (void) sd_event_source_set_description(c->timer, "storage-varlink-timeout");
+        return 0;
+}
+
+typedef struct VarlinkSync {
+        bool done;
+        int r;
+        json_t *parameters;
+        char *error;
+} VarlinkSync;
+
+static void varlink_sync_on_reply(VarlinkCall *c, int r, json_t *parameters, const char *error, void *userdata) {
+        VarlinkSync *s = userdata;
+
+        s->done = true;
+        s->r = r;
+        if (r < 0)
+                return;
+        s->parameters = json_incref(parameters);
+        if (error && !(s->error = strdup(error)))
+                s->r = -ENOMEM;
+}
+
+/* The same call, waited for on a private loop: for start-up only (provider detection). Descriptors that
+ * come with the reply are closed. */
+static int varlink_call_sync(
         const char *socket_path,
         const char *method,
         json_t *parameters,
         usec_t timeout,
         json_t **ret_parameters,
-        char **ret_error,
-        VarlinkFds *ret_fds) {
+        char **ret_error) {
 
-        _cleanup_(varlink_fds_done) VarlinkFds fds = {};
-        _cleanup_free_ char *request = NULL, *reply = NULL, *error = NULL;
-        _cleanup_close_ int fd = -EBADF;
-        json_auto_t *msg = NULL, *params = NULL;
-        usec_t deadline = now_usec(CLOCK_MONOTONIC) + timeout;
-        bool continues;
-        size_t len = 0;
+        _cleanup_(sd_event_unrefp) sd_event *event = NULL;
+        _cleanup_(varlink_call_done) VarlinkCall c = VARLINK_CALL_NULL;
+        VarlinkSync s = {};
         int r;
 
-        msg = json_pack("{s:s,s:O}", "method", method, "parameters", parameters);
-        if (!msg)
-                return -ENOMEM;
-        request = json_dumps(msg, JSON_COMPACT | JSON_PRESERVE_ORDER);
-        if (!request)
-                return -ENOMEM;
-
-        r = varlink_connect(socket_path, deadline, &fd);
+        r = sd_event_new(&event);
         if (r < 0)
-                return log_debug_errno(r, "Cannot connect to varlink socket %s: %m", socket_path);
-
-        /* The terminating NUL is part of the message. */
-        r = varlink_send(fd, request, strlen(request) + 1, deadline);
+                return r;
+        r = varlink_call_start(&c, event, socket_path, method, parameters, timeout, varlink_sync_on_reply, &s);
         if (r < 0)
-                return log_debug_errno(r, "Cannot send %s to %s: %m", method, socket_path);
-
-        r = varlink_receive(fd, deadline, &fds, &reply, &len);
-        if (r < 0)
-                return log_debug_errno(r, "No reply to %s from %s: %m", method, socket_path);
-
-        r = varlink_parse_reply(reply, len, &params, &error, &continues);
-        if (r < 0)
-                return log_debug_errno(r, "Invalid reply to %s from %s: %m", method, socket_path);
-        if (continues)
-                /* We never set "more", so a reply that announces more is a protocol violation. */
-                return log_debug_errno(
-                        SYNTHETIC_ERRNO(EPROTO),
-                        "Unrequested continued reply to %s from %s",
-                        method,
-                        socket_path);
-
-        *ret_parameters = TAKE_PTR(params);
-        *ret_error = TAKE_PTR(error);
-        if (ret_fds) {
-                *ret_fds = fds;
-                fds.n = 0;
+                return r;
+        while (!s.done) {
+                r = sd_event_run(event, UINT64_MAX);
+                if (r < 0)
+                        break;
         }
+        if (r >= 0)
+                r = s.r;
+        if (r < 0) {
+                json_decref(s.parameters);
+                free(s.error);
+                return r;
+        }
+        *ret_parameters = s.parameters;
+        *ret_error = s.error;
         return 0;
 }
 
@@ -391,14 +492,8 @@ static bool provider_probe(const char *socket_path) {
         empty = json_object();
         if (!empty)
                 return false;
-        r = varlink_call(
-                socket_path,
-                "org.varlink.service.GetInfo",
-                empty,
-                STORAGE_GETINFO_TIMEOUT_USEC,
-                &reply,
-                &error,
-                /* ret_fds= */ NULL);
+        r = varlink_call_sync(
+                socket_path, "org.varlink.service.GetInfo", empty, STORAGE_GETINFO_TIMEOUT_USEC, &reply, &error);
         if (r < 0)
                 return false;
         if (error) {
@@ -451,6 +546,7 @@ static int storage_new_provider(Storage **ret, const char *socket_path, const ch
         if (!s)
                 return -ENOMEM;
         s->kind = STORAGE_PROVIDER;
+        s->acquire_timeout = STORAGE_ACQUIRE_TIMEOUT_USEC;
         s->socket = strdup(socket_path);
         if (!s->socket)
                 return -ENOMEM;
@@ -476,6 +572,12 @@ int storage_new(Storage **ret, const char *state_dir, const char *provider_socke
 
         assert_return(ret, -EINVAL);
         assert_return(state_dir && *state_dir, -EINVAL);
+
+        /* The detection waits (two GetInfo calls of 3 s at most, each on a private loop): it runs once,
+         * in manager_new(), before the daemon's loop serves anything, because what follows it there
+         * needs its answer at once (the VMs an earlier daemon left running take their leases again, and
+         * stray disks are looked for in the volume directory it names). The calls made while the
+         * daemon serves are storage_acquire_async()'s. */
 
         if (provider_socket) {
                 if (provider_probe(provider_socket))
@@ -506,6 +608,7 @@ int storage_new(Storage **ret, const char *state_dir, const char *provider_socke
         if (!s)
                 return -ENOMEM;
         s->kind = STORAGE_FILES;
+        s->acquire_timeout = STORAGE_ACQUIRE_TIMEOUT_USEC;
         if (asprintf(&s->dir, "%s/volumes", state_dir) < 0) {
                 s->dir = NULL;
                 return -ENOMEM;
@@ -526,6 +629,8 @@ int storage_new(Storage **ret, const char *state_dir, const char *provider_socke
 Storage *storage_free(Storage *s) {
         if (!s)
                 return NULL;
+        while (s->calls)
+                storage_call_cancel(s->calls);
         free(s->dir);
         free(s->socket);
         free(s->description);
@@ -545,6 +650,11 @@ const char *storage_description(Storage *s) {
 const char *storage_volume_dir(Storage *s) {
         assert(s);
         return s->dir;
+}
+
+void storage_set_acquire_timeout(Storage *s, usec_t timeout) {
+        assert(s);
+        s->acquire_timeout = timeout;
 }
 
 int storage_set_volume_dir(Storage *s, const char *dir) {
@@ -774,17 +884,11 @@ static int provider_resolve_path(Storage *s, const char *name, int fd, const str
         return 0;
 }
 
-static int provider_acquire(
-        Storage *s, const char *name, uint64_t size, VolumeCreate mode, Volume *ret, ApiError *reterr) {
-        _cleanup_(varlink_fds_done) VarlinkFds fds = {};
-        _cleanup_(volume_done) Volume v = VOLUME_NULL;
-        _cleanup_free_ char *error = NULL;
-        json_auto_t *params = NULL, *reply = NULL;
-        const char *type;
-        json_t *index, *ro;
-        struct stat st;
+/* The parameters of Acquire. */
+static int provider_acquire_params(
+        const char *name, uint64_t size, VolumeCreate mode, json_t **ret, ApiError *reterr) {
+        json_auto_t *params = NULL;
         bool creating = mode != VOLUME_OPEN;
-        int r;
 
         params = json_pack(
                 "{s:s,s:s,s:b}", "name", name, "createMode", volume_create_to_string(mode), "readOnly", false);
@@ -804,15 +908,27 @@ static int provider_acquire(
                 if (json_object_set_new(params, "createSizeBytes", json_integer((json_int_t) size)) < 0)
                         return api_error_set(reterr, -ENOMEM, API_ERROR_INTERNAL, "out of memory");
         }
+        *ret = TAKE_PTR(params);
+        return 0;
+}
 
-        r = varlink_call(
-                s->socket,
-                STORAGE_PROVIDER_INTERFACE ".Acquire",
-                params,
-                STORAGE_ACQUIRE_TIMEOUT_USEC,
-                &reply,
-                &error,
-                &fds);
+/* The volume from Acquire's outcome: r < 0 when the call got no reply, else the reply's parameters, its
+ * error name and the descriptors that came with it (the volume's is taken from fds). */
+static int provider_acquire_finish(
+        Storage *s,
+        const char *name,
+        int r,
+        json_t *reply,
+        const char *error,
+        VarlinkFds *fds,
+        Volume *ret,
+        ApiError *reterr) {
+
+        _cleanup_(volume_done) Volume v = VOLUME_NULL;
+        const char *type;
+        json_t *index, *ro;
+        struct stat st;
+
         if (r == -ETIMEDOUT)
                 return api_error_set(
                         reterr,
@@ -849,7 +965,7 @@ static int provider_acquire(
                         reterr, -EBADMSG, API_ERROR_INTERNAL, "volume %s has unknown type %s", name, type);
 
         json_int_t i = json_integer_value(index);
-        if (i < 0 || (size_t) i >= fds.n)
+        if (i < 0 || (size_t) i >= fds->n)
                 return api_error_set(
                         reterr,
                         -EBADMSG,
@@ -857,8 +973,8 @@ static int provider_acquire(
                         "Acquire reply for volume %s names fd %" JSON_INTEGER_FORMAT " of %zu",
                         name,
                         i,
-                        fds.n);
-        v.fd = TAKE_FD(fds.fds[i]);
+                        fds->n);
+        v.fd = TAKE_FD(fds->fds[i]);
 
         if (fstat(v.fd, &st) < 0)
                 return api_error_set(
@@ -934,19 +1050,238 @@ static int provider_delete(Storage *s, const char *name, ApiError *reterr) {
 
 /* ---- dispatch ---- */
 
-int storage_acquire(
-        Storage *s, const char *name, uint64_t size, VolumeCreate mode, Volume *ret, ApiError *reterr) {
+struct StorageCall {
+        Storage *storage;
+        StorageCall *prev, *next; /* in storage->calls */
+        char *name;
+        uint64_t size;
+        VolumeCreate mode;
+        VarlinkCall varlink;    /* the provider's Acquire */
+        sd_event_source *defer; /* the file provider's open, or a provider not reached */
+        int connect_error;      /* ... and why */
+        StorageAcquireFunc callback;
+        void *userdata;
+};
+
+static StorageCall *storage_call_free(StorageCall *c) {
+        if (!c)
+                return NULL;
+        if (c->storage) {
+                if (c->prev)
+                        c->prev->next = c->next;
+                else
+                        c->storage->calls = c->next;
+                if (c->next)
+                        c->next->prev = c->prev;
+                c->storage->n_calls--;
+        }
+        varlink_call_done(&c->varlink);
+        sd_event_source_disable_unref(c->defer);
+        free(c->name);
+        return mfree(c);
+}
+
+DEFINE_TRIVIAL_CLEANUP_FUNC(StorageCall *, storage_call_free);
+
+/* The one end of a call: the callback, then the call is freed with what the callback left. */
+static void storage_call_complete(StorageCall *c, int r, Volume *v, ApiError *e) {
+        Volume empty = VOLUME_NULL;
+        ApiError none = API_ERROR_NULL;
+
+        c->callback(c, r, v ?: &empty, e ?: &none, c->userdata);
+        volume_done(v ?: &empty);
+        api_error_done(e ?: &none);
+        storage_call_free(c);
+}
+
+StorageCall *storage_call_cancel(StorageCall *c) {
+        _cleanup_(api_error_done) ApiError e = API_ERROR_NULL;
+
+        if (!c)
+                return NULL;
+        (void) api_error_set(
+                &e, -ECANCELED, API_ERROR_CONFLICT, "volume %s: the request was cancelled", c->name);
+        storage_call_complete(c, -ECANCELED, /* v= */ NULL, &e);
+        return NULL;
+}
+
+static void provider_on_reply(VarlinkCall *vc, int r, json_t *parameters, const char *error, void *userdata) {
+        StorageCall *c = userdata;
+        _cleanup_(volume_done) Volume v = VOLUME_NULL;
+        _cleanup_(api_error_done) ApiError e = API_ERROR_NULL;
+
+        r = provider_acquire_finish(c->storage, c->name, r, parameters, error, &vc->fds, &v, &e);
+        storage_call_complete(c, r, &v, &e);
+}
+
+static int on_defer(sd_event_source *s, void *userdata) {
+        StorageCall *c = userdata;
+        _cleanup_(volume_done) Volume v = VOLUME_NULL;
+        _cleanup_(api_error_done) ApiError e = API_ERROR_NULL;
+        int r;
+
+        if (c->storage->kind == STORAGE_PROVIDER)
+                r = provider_acquire_finish(
+                        c->storage,
+                        c->name,
+                        c->connect_error,
+                        /* reply= */ NULL,
+                        /* error= */ NULL,
+                        /* fds= */ NULL,
+                        &v,
+                        &e);
+        else
+                r = files_acquire(c->storage, c->name, c->size, c->mode, &v, &e);
+        storage_call_complete(c, r, &v, &e);
+        return 0;
+}
+
+int storage_acquire_async(
+        Storage *s,
+        sd_event *event,
+        const char *name,
+        uint64_t size,
+        VolumeCreate mode,
+        StorageAcquireFunc callback,
+        void *userdata,
+        StorageCall **ret_call,
+        ApiError *reterr) {
+
+        _cleanup_(storage_call_freep) StorageCall *c = NULL;
+        json_auto_t *params = NULL;
+        int r;
+
         assert_return(s, -EINVAL);
-        assert_return(ret, -EINVAL);
+        assert_return(event, -EINVAL);
+        assert_return(callback, -EINVAL);
         assert_return(mode >= 0 && mode < _VOLUME_CREATE_MAX, -EINVAL);
 
         if (!volume_name_is_valid(name))
                 return api_error_set(
                         reterr, -EINVAL, API_ERROR_INVALID_REQUEST, "invalid volume name '%s'", strempty(name));
+        if (s->n_calls >= STORAGE_CALLS_MAX)
+                return api_error_set(
+                        reterr,
+                        -EAGAIN,
+                        API_ERROR_CONFLICT,
+                        "%u volume requests are in flight, try again later",
+                        STORAGE_CALLS_MAX);
+        if (s->kind == STORAGE_PROVIDER) {
+                r = provider_acquire_params(name, size, mode, &params, reterr);
+                if (r < 0)
+                        return r;
+        }
 
-        if (s->kind == STORAGE_PROVIDER)
-                return provider_acquire(s, name, size, mode, ret, reterr);
-        return files_acquire(s, name, size, mode, ret, reterr);
+        c = calloc(1, sizeof(StorageCall));
+        if (!c)
+                return api_error_set(reterr, -ENOMEM, API_ERROR_INTERNAL, "out of memory");
+        c->varlink = VARLINK_CALL_NULL;
+        c->size = size;
+        c->mode = mode;
+        c->callback = callback;
+        c->userdata = userdata;
+        c->name = strdup(name);
+        if (!c->name)
+                return api_error_set(reterr, -ENOMEM, API_ERROR_INTERNAL, "out of memory");
+
+        if (s->kind == STORAGE_PROVIDER) {
+                r = varlink_call_start(
+                        &c->varlink,
+                        event,
+                        s->socket,
+                        STORAGE_PROVIDER_INTERFACE ".Acquire",
+                        params,
+                        s->acquire_timeout,
+                        provider_on_reply,
+                        c);
+                if (r == -ENOMEM)
+                        return api_error_set(reterr, r, API_ERROR_INTERNAL, "out of memory");
+                if (r < 0) {
+                        /* not reached (refused, gone, ...): that is an outcome too, from the loop */
+                        varlink_call_done(&c->varlink);
+                        c->connect_error = r;
+                }
+        }
+        if (s->kind != STORAGE_PROVIDER || c->connect_error < 0) {
+                r = sd_event_add_defer(event, &c->defer, on_defer, c);
+                if (r < 0)
+                        return api_error_set(
+                                reterr, r, API_ERROR_INTERNAL, "cannot acquire volume %s: %s", name, strerror(-r));
+                (void) sd_event_source_set_description(c->defer, "storage-acquire");
+                r = sd_event_source_set_enabled(c->defer, SD_EVENT_ONESHOT);
+                if (r < 0)
+                        return api_error_set(
+                                reterr, r, API_ERROR_INTERNAL, "cannot acquire volume %s: %s", name, strerror(-r));
+        }
+
+        /* in flight: listed, so that storage_free() ends it */
+        c->storage = s;
+        c->next = s->calls;
+        if (s->calls)
+                s->calls->prev = c;
+        s->calls = c;
+        s->n_calls++;
+        if (ret_call)
+                *ret_call = c;
+        TAKE_PTR(c);
+        return 0;
+}
+
+typedef struct AcquireSync {
+        bool done;
+        int r;
+        Volume volume;
+        ApiError error;
+} AcquireSync;
+
+static void acquire_sync_done(StorageCall *c, int r, Volume *v, ApiError *e, void *userdata) {
+        AcquireSync *a = userdata;
+
+        a->done = true;
+        a->r = r;
+        a->volume = *v;
+        *v = VOLUME_NULL;
+        a->error = *e;
+        *e = API_ERROR_NULL;
+}
+
+int storage_acquire(
+        Storage *s, const char *name, uint64_t size, VolumeCreate mode, Volume *ret, ApiError *reterr) {
+        _cleanup_(sd_event_unrefp) sd_event *event = NULL;
+        AcquireSync a = { .volume = VOLUME_NULL, .error = API_ERROR_NULL };
+        StorageCall *c = NULL;
+        int r;
+
+        assert_return(s, -EINVAL);
+        assert_return(ret, -EINVAL);
+        assert_return(mode >= 0 && mode < _VOLUME_CREATE_MAX, -EINVAL);
+
+        r = sd_event_new(&event);
+        if (r < 0)
+                return api_error_set(reterr, r, API_ERROR_INTERNAL, "cannot acquire volume: %s", strerror(-r));
+        r = storage_acquire_async(s, event, name, size, mode, acquire_sync_done, &a, &c, reterr);
+        if (r < 0)
+                return r;
+        while (!a.done) {
+                r = sd_event_run(event, UINT64_MAX);
+                if (r < 0) {
+                        storage_call_cancel(c); /* its sources belong to event: gone before it */
+                        volume_done(&a.volume);
+                        api_error_done(&a.error);
+                        return api_error_set(
+                                reterr, r, API_ERROR_INTERNAL, "cannot acquire volume %s: %s", name, strerror(-r));
+                }
+        }
+        if (a.r < 0) {
+                if (reterr) {
+                        api_error_done(reterr);
+                        *reterr = a.error;
+                } else
+                        api_error_done(&a.error);
+                return a.r;
+        }
+        *ret = a.volume;
+        return 0;
 }
 
 int storage_delete(Storage *s, const char *name, ApiError *reterr) {

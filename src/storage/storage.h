@@ -5,9 +5,11 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <systemd/sd-event.h>
 
 #include "api-error.h"
 #include "cleanup.h"
+#include "time-util.h"
 
 /* Where VM volumes live (reference/runtime.md §7): systemd's storage provider when one answers on its
  * varlink socket, otherwise plain files in <state>/volumes. A volume is one file (or block device) whose
@@ -36,14 +38,20 @@ typedef struct Storage Storage;
 #define STORAGE_GETINFO_TIMEOUT_USEC (3ULL * 1000000ULL)
 #define STORAGE_ACQUIRE_TIMEOUT_USEC (30ULL * 1000000ULL)
 
+/* At most this many storage_acquire_async() calls are in flight per Storage; beyond, -EAGAIN. */
+#define STORAGE_CALLS_MAX 64U
+
 /* Picks the provider. Candidates, as root the system socket then the user one, otherwise the user
  * socket then the system one (user: $XDG_RUNTIME_DIR, default /run/user/<uid>); the first whose socket
  * exists and answers org.varlink.service.GetInfo within 3 s listing io.systemd.StorageProvider in
  * "interfaces" wins. Without one, the file provider in <state_dir>/volumes (created 0750). A non-NULL
  * provider_socket replaces the candidates (tests): when it does not answer, the file provider is used;
  * its volume directory is then unknown until storage_set_volume_dir(). The choice is logged at debug
- * level. Blocking: meant for start-up. */
+ * level. Blocking (each GetInfo runs on a private loop of its own): meant for start-up, before the
+ * daemon's loop serves. */
 int storage_new(Storage **ret, const char *state_dir, const char *provider_socket);
+/* Ends the calls still in flight first (their callbacks get -ECANCELED, the Storage still usable from
+ * them), then frees. */
 Storage *storage_free(Storage *s);
 DEFINE_TRIVIAL_CLEANUP_FUNC(Storage *, storage_free);
 
@@ -57,6 +65,8 @@ const char *storage_volume_dir(Storage *s);
 /* Sets the provider's volume directory (a provider socket given explicitly has none); used to name
  * volumes and by storage_delete(). -EINVAL for the file provider. */
 int storage_set_volume_dir(Storage *s, const char *dir);
+/* The time limit of the provider's Acquire (STORAGE_ACQUIRE_TIMEOUT_USEC unless set; tests shorten it). */
+void storage_set_acquire_timeout(Storage *s, usec_t timeout);
 
 typedef struct Volume {
         char *name;
@@ -88,7 +98,18 @@ VolumeCreate volume_create_from_string(const char *s) _pure_;
 /* A single path component, not "." or "..", no '/' (nor NUL), name + ".volume" at most 255 bytes. */
 bool volume_name_is_valid(const char *name);
 
-/* Acquires the volume read-write; size (bytes) is used only when the volume is created.
+typedef struct StorageCall StorageCall;
+
+/* The outcome of storage_acquire_async(), called exactly once for every call it started, from the
+ * loop (never from within storage_acquire_async() itself): r >= 0 with the volume, which the callback
+ * may take over (moving *volume out and leaving VOLUME_NULL; what it leaves is released after it
+ * returns); or r < 0 with e, whose contents it may take the same way. -ECANCELED when
+ * storage_call_cancel() or storage_free() ended the call. The call is freed once the callback returns:
+ * a caller that keeps the StorageCall pointer forgets it there. */
+typedef void (*StorageAcquireFunc)(StorageCall *c, int r, Volume *volume, ApiError *e, void *userdata);
+
+/* Acquires the volume read-write, asynchronously on event; size (bytes) is used only when the volume is
+ * created.
  *
  * Files: <dir>/<name>.volume, created O_CREAT|O_EXCL 0600 and ftruncate()d to size (sparse), or opened
  * keeping its size. Creating needs size > 0.
@@ -101,12 +122,36 @@ bool volume_name_is_valid(const char *name);
  *
  * Errors: exists -EEXIST conflict, missing -ENOENT not_found, bad name or size -EINVAL invalid_request,
  * read-only -EROFS conflict, wrong type -EMEDIUMTYPE conflict, unsupported -EOPNOTSUPP, provider not
- * answering in 30 s -ETIMEDOUT timeout, protocol violations -EBADMSG/-EMSGSIZE/-EPROTO internal. ret is
- * set only on success and must then be released with volume_done(). */
+ * answering in 30 s -ETIMEDOUT timeout, protocol violations -EBADMSG/-EMSGSIZE/-EPROTO internal.
+ *
+ * The provider's call runs on the loop: a non-blocking connection, an io source, the time limit a timer.
+ * The file provider's open (a local file system, no other process) runs from a defer source, so that
+ * both report the same way. Returns 0 with *ret_call (optional; valid until the callback returns), and
+ * every outcome, a provider that cannot be reached included, goes to the callback; or, with the callback
+ * never to be called, a bad name -EINVAL, more than STORAGE_CALLS_MAX calls in flight -EAGAIN, -ENOMEM. */
+int storage_acquire_async(
+        Storage *s,
+        sd_event *event,
+        const char *name,
+        uint64_t size,
+        VolumeCreate mode,
+        StorageAcquireFunc callback,
+        void *userdata,
+        StorageCall **ret_call,
+        ApiError *reterr);
+
+/* Ends a call in flight: its callback runs now, with -ECANCELED, and the call is freed. Returns NULL;
+ * NULL is accepted. */
+StorageCall *storage_call_cancel(StorageCall *c);
+
+/* The same, waiting for the outcome on a private loop of its own: the provider may take 30 s. Meant
+ * for start-up (reattaching the VMs an earlier daemon left running) and tests, never for code that runs
+ * on the daemon's loop. ret is set only on success and must then be released with volume_done(). */
 int storage_acquire(Storage *s, const char *name, uint64_t size, VolumeCreate mode, Volume *ret, ApiError *reterr);
 
 /* Deletes the volume; an open lease stays usable. A missing volume is not an error (returns 0; 1 when
- * something was removed).
+ * something was removed). This talks to no other process (an unlink() in a directory of ours or of the
+ * provider's), so it runs on the loop as it is.
  *
  * Files: unlinks <dir>/<name>.volume.
  *

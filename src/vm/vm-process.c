@@ -23,6 +23,7 @@ struct VmProcess {
         sd_event_source *child;
         pid_t pid;
         bool exited;
+        bool freed; /* vm_process_free() came first: the source lives on until the exit, and frees us */
         VmProcessExitFunc on_exit;
         void *userdata;
 };
@@ -49,6 +50,12 @@ static int on_child(sd_event_source *s, const siginfo_t *si, void *userdata) {
         VmProcess *p = userdata;
 
         p->exited = true;
+        if (p->freed) {
+                /* killed by vm_process_free(): sd-event reaps it once this returns, then frees the
+                 * source, whose destroy callback frees p */
+                (void) sd_event_source_set_floating(s, false);
+                return 0;
+        }
         if (p->on_exit)
                 p->on_exit(p, si->si_code, si->si_status, p->userdata);
         return 0;
@@ -206,8 +213,21 @@ int vm_process_spawn(
 VmProcess *vm_process_free(VmProcess *p) {
         if (!p)
                 return NULL;
-        /* The source owns the process: a process still running is killed with SIGKILL and reaped
-         * here, so that nothing we started outlives its owner or lingers as a zombie. */
+        /* Nothing we started outlives its owner: a process still running is killed with SIGKILL.
+         * sd-event would then wait for it in waitid() (a freed source that owns its process reaps
+         * it), on the loop: tens of milliseconds for a process that takes its time to die. Instead the
+         * source floats on until the exit comes and is reaped from the loop (on_child()); it frees p
+         * with itself, and a loop that ends first frees both (the process, killed, is init's to reap
+         * once we are gone). */
+        if (p->child && !p->exited && sd_event_source_send_child_signal(p->child, SIGKILL, NULL, 0) >= 0 &&
+            sd_event_source_set_child_process_own(p->child, false) >= 0 &&
+            sd_event_source_set_floating(p->child, true) >= 0) {
+                (void) sd_event_source_set_destroy_callback(p->child, free);
+                p->freed = true;
+                p->on_exit = NULL;
+                sd_event_source_unref(p->child);
+                return NULL;
+        }
         sd_event_source_disable_unref(p->child);
         free(p);
         return NULL;

@@ -36,7 +36,8 @@ typedef struct VmProcessOptions {
  * process left behind and on_exit never called. */
 int vm_process_spawn(
         VmProcess **ret, sd_event *e, const VmProcessOptions *o, VmProcessExitFunc on_exit, void *userdata);
-/* A process still running is killed (SIGKILL) and reaped; the exit callback is not called. */
+/* A process still running is killed (SIGKILL) and reaped from the loop once it is gone (never waited
+ * for here); the exit callback is not called. */
 VmProcess *vm_process_free(VmProcess *p);
 DEFINE_TRIVIAL_CLEANUP_FUNC(VmProcess *, vm_process_free);
 

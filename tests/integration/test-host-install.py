@@ -22,7 +22,9 @@ from the real image's repart.sysinstall.d, and:
     debugfs; a VM of an image directory without that file gets an empty var;
   * the storage provider back-end (a stand-in io.systemd.StorageProvider on varlink): a volume in the
     provider's directory, and one without a name (unlinked once opened) that the helper reaches as
-    /proc/<daemon>/fd/<n>.
+    /proc/<daemon>/fd/<n>; and a provider that takes 3 s per Acquire: /healthz answers meanwhile,
+    two creates of one name end in one VM and a conflict, the first start after a restart waits for
+    its disk on the loop, and a delete_vm during that wait cancels the start.
 """
 
 import array
@@ -604,7 +606,8 @@ def test_prestart_recovers(work):
 
 def fake_provider(sock_path, vol_dir, mode):
     """io.systemd.StorageProvider as vm-manager speaks it: GetInfo, Acquire (the fd passed with
-    SCM_RIGHTS). While mode["anon"] is set, a new volume is unlinked once opened."""
+    SCM_RIGHTS). While mode["anon"] is set, a new volume is unlinked once opened; mode["delay"]
+    (seconds) holds each Acquire's answer back that long."""
     os.makedirs(os.path.dirname(sock_path), exist_ok=True)
     os.makedirs(vol_dir, exist_ok=True)
     srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -628,6 +631,7 @@ def fake_provider(sock_path, vol_dir, mode):
                         "vendor": "test", "product": "fake", "version": "1", "url": "",
                         "interfaces": ["org.varlink.service", "io.systemd.StorageProvider"]}}).encode() + b"\0")
                 elif method == "io.systemd.StorageProvider.Acquire":
+                    time.sleep(mode.get("delay", 0))
                     path = os.path.join(vol_dir, params["name"] + ".volume")
                     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
                     if params.get("createSizeBytes"):
@@ -684,7 +688,99 @@ def test_storage_provider(work):
     srv.close()
 
 
+def healthz_while(port, busy):
+    """/healthz answered over and over while busy() is true: (answers, slowest in seconds)."""
+    n, worst = 0, 0.0
+    while busy():
+        t0 = time.monotonic()
+        status, _, _ = http_request(port, "GET", "/healthz", timeout=5)
+        worst = max(worst, time.monotonic() - t0)
+        n += status == 200
+        time.sleep(0.05)
+    return n, worst
+
+
+def test_storage_provider_slow(work):
+    """A provider that takes 3 s to answer each Acquire: the daemon serves meanwhile, the create
+    and the first start after a restart complete from the loop, a start cancelled by delete_vm
+    answers, and a second create of the same name that was waiting too is refused."""
+    images = os.path.join(work, "images-slowprov")
+    os.makedirs(images)
+    make_image(images, "slow_1.0")
+    make_layout(images, "slow_1.0")
+    run_dir = os.path.join(work, "run-slow")
+    vol_dir = os.path.join(work, "state-home-slow", "storage")
+    mode = {"delay": 3}
+    srv = fake_provider(os.path.join(run_dir, "systemd", "io.systemd.StorageProvider", "fs"), vol_dir, mode)
+    env_extra = {"XDG_RUNTIME_DIR": run_dir, "XDG_STATE_HOME": os.path.join(work, "state-home-slow")}
+    d, port = daemon(work, "slowprov", images, env_extra=env_extra)
+
+    results = {}
+
+    def create(key, name):
+        results[key] = api(port, "POST", "/vms", dict(CREATE, name=name, wait_for="none"))
+
+    t0 = time.monotonic()
+    threads = [threading.Thread(target=create, args=("a", "s-a")), threading.Thread(target=create, args=("b", "s-a"))]
+    for t in threads:
+        t.start()
+    time.sleep(0.2)
+    n, worst = healthz_while(port, lambda: any(t.is_alive() for t in threads))
+    took = time.monotonic() - t0
+    answers = sorted([results.get("a", (None,))[0], results.get("b", (None,))[0]], key=str)
+    tap.result(took >= 3 and n >= 10 and worst < 1.0,
+               "a provider answering in 3 s: /healthz answers meanwhile (%d answers, slowest %.0f ms)"
+               % (n, worst * 1000), "took %.1f s, %d answers, slowest %.3f s" % (took, n, worst))
+    winner = results["a"] if results.get("a", (None,))[0] == 201 else results.get("b")
+    loser = results["b"] if winner is results.get("a") else results.get("a")
+    tap.result(answers == [201, 409] and winner[1].get("state") in ("creating", "booting")
+               and "is in use by" in json.dumps(loser[1]),
+               "two creates of one name waiting for their disks: one VM, the other refused (conflict)",
+               repr(results)[:600])
+    vid = (winner[1] or {}).get("id")
+    status, vms = api(port, "GET", "/vms")
+    tap.result(isinstance(vms, list) and len(vms) == 1 and os.listdir(os.path.join(work, "s-slowprov", "vms")) == [vid]
+               and sorted(os.listdir(vol_dir)) == ["vm-%s.volume" % vid],
+               "the refused create left no directory and no disk", repr((vms, os.listdir(vol_dir)))[:400])
+
+    # stopped, then a restart: the first start takes the disk's lease again, in the provider's time
+    status, _ = api(port, "POST", "/vms/%s/stop" % vid, {})
+    d.stop(signal.SIGTERM, timeout=30)
+    mode["delay"] = 0
+    d, port = daemon(work, "slowprov", images, env_extra=env_extra)
+    mode["delay"] = 3
+    done = {}
+    t = threading.Thread(target=lambda: done.update(r=api(port, "POST", "/vms/%s/start" % vid, {})))
+    t.start()
+    time.sleep(0.2)
+    n, worst = healthz_while(port, t.is_alive)
+    tap.result(done.get("r", (None,))[0] == 200 and n >= 10 and worst < 1.0,
+               "the first start after a restart waits for the disk on the loop (%d answers of /healthz, "
+               "slowest %.0f ms)" % (n, worst * 1000), repr((done, n, worst))[:400])
+
+    # the same, with the VM deleted while its disk is opened: the start is answered, the VM is gone
+    status, _ = api(port, "POST", "/vms/%s/stop" % vid, {})
+    d.stop(signal.SIGTERM, timeout=30)
+    mode["delay"] = 0
+    d, port = daemon(work, "slowprov", images, env_extra=env_extra)
+    mode["delay"] = 3
+    done = {}
+    t = threading.Thread(target=lambda: done.update(r=api(port, "POST", "/vms/%s/start" % vid, {})))
+    t.start()
+    time.sleep(0.5)
+    status, gone = api(port, "DELETE", "/vms/%s" % vid)
+    t.join(10)
+    r = done.get("r", (None, None))
+    tap.result(status == 204 and r[0] == 409 and "cancelled" in json.dumps(r[1])
+               and api(port, "GET", "/vms/" + vid)[0] == 404,
+               "delete_vm while the start opens the disk: the start answers conflict, the VM is gone",
+               repr((status, gone, r))[:600])
+    d.stop(signal.SIGTERM, timeout=30)
+    srv.close()
+
+
 if __name__ == "__main__":
     sys.exit(run([test_host_install, test_kubernetes_seed, test_modes_and_refusals, test_broken_layout, test_restart_during_install,
-                  test_paused_beside_install, test_prestart_recovers, test_storage_provider],
+                  test_paused_beside_install, test_prestart_recovers, test_storage_provider,
+                  test_storage_provider_slow],
                  300, "vmm-host-"))

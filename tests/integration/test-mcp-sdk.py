@@ -50,6 +50,8 @@ NODE_MIN_MAJOR = 18
 STAMP_FORMAT = b"vm-manager mcp-sdk cache v1\0"
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from vmmtest import check_loop_reports, loop_env  # noqa: E402
 SDK_DIR = os.environ.get("MCP_SDK_DIR") or os.path.join(HERE, "mcp-sdk")
 BIN = os.environ.get("VM_MANAGER_BIN") or (sys.argv[1] if len(sys.argv) > 1 else None)
 CACHE_DIR = (
@@ -309,7 +311,7 @@ def start_daemon(work, name, extra=(), fakes=False, policy=None, ready_after=FAK
     policy: a policy.json for the fake image; ready_after None: the fake guest never sends READY=1."""
     port = free_port()
     stderr_path = os.path.join(work, name + ".stderr")
-    env = daemon_env(work)
+    env = loop_env(daemon_env(work), work, name)
     args = [BIN, "serve", "--listen", "%s:%d" % (HOST, port), "--state-dir", os.path.join(work, name),
             "--log-level", "debug"]
     if fakes:
@@ -529,6 +531,8 @@ def run(work, node, npm):
     finally:
         for name, (proc, port, stderr_path, _) in daemons.items():
             stop_daemon(name, proc, stderr_path)
+        # the loop watchdog (vmmtest.py): no iteration over 50 ms in any daemon
+        check_loop_reports([(name, "run", os.path.join(work, name + ".loop.jsonl")) for name in daemons], tap)
 
 
 def main():

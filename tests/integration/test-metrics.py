@@ -170,11 +170,17 @@ def run_checks(work, d, port, state, images, vars_, env):
             "vm_manager_vm_boot_to_ready_duration_seconds": "histogram",
             "vm_guest_report_age_seconds": "gauge", "vm_guest_report_series": "gauge",
             "vm_guest_reports_total": "counter", "vm_guest_report_series_dropped_total": "counter",
-            "process_cpu_seconds_total": "counter", "process_resident_memory_bytes": "gauge"}
+            "process_cpu_seconds_total": "counter", "process_resident_memory_bytes": "gauge",
+            "vm_manager_loop_iteration_seconds": "histogram", "vm_manager_loop_iteration_seconds_max": "gauge"}
     wrong = {k: (v, types.get(k)) for k, v in want.items() if types.get(k) != v}
     tap.result(not wrong, "every host family of the reference is there with its type", repr(wrong))
     tap.result(set(types) <= helps, "every family has a HELP line", repr(set(types) - helps))
     s = parse(text)
+    count, worst = find(s, "vm_manager_loop_iteration_seconds_count"), find(s, "vm_manager_loop_iteration_seconds_max")
+    tap.result(len(count) == 1 and count[0] > 0 and len(worst) == 1 and 0 < worst[0] < 60
+               and find(s, "vm_manager_loop_iteration_seconds_bucket", le="+Inf") == count,
+               "vm_manager_loop_iteration_seconds: the loop's iterations counted, the longest of them",
+               repr((count, worst)))
     tap.result(len(find(s, "vm_manager_vms")) == 10 and set(find(s, "vm_manager_vms")) == {0.0},
                "vm_manager_vms: all 10 states, 0 each", repr(find(s, "vm_manager_vms")))
     tap.result(find(s, "vm_manager_vm_install_duration_seconds_bucket", le="300") == [0.0]

@@ -28,6 +28,10 @@ GLOBAL_DEADLINE = 50  # seconds; meson allows 120, the brief wants < 60
 
 BIN = os.environ.get("VM_MANAGER_BIN") or (sys.argv[1] if len(sys.argv) > 1 else None)
 
+# The loop watchdog's report files, as vmmtest.py gives every daemon one.
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from vmmtest import check_loop_reports, loop_env  # noqa: E402
+
 # Environment variables that would change what the daemon does and must not leak in from the
 # caller: our own flags' fallbacks, systemd socket activation, sd_notify and journal detection.
 SCRUB_ENV = (
@@ -252,13 +256,15 @@ class Daemon:
         self.name = name
         self.stderr_path = os.path.join(workdir, name + ".stderr")
         self.stdout_path = os.path.join(workdir, name + ".stdout")
+        env = loop_env(env if env is not None else base_env(workdir), workdir, name)
+        self.loop_report = env["VM_MANAGER_LOOP_WATCHDOG_REPORT"]
         with open(self.stderr_path, "wb") as err, open(self.stdout_path, "wb") as out:
             self.proc = subprocess.Popen(
                 [BIN, "serve"] + args,
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=err,
-                env=env if env is not None else base_env(workdir),
+                env=env,
                 close_fds=True,
             )
         Daemon.all.append(self)
@@ -770,6 +776,8 @@ def main():
             return not bad, "\n".join(bad)
 
         tap.check("no sanitizer reports in any daemon's stderr", no_sanitizer_reports)
+
+        check_loop_reports([(d.name, "", d.loop_report) for d in Daemon.all], tap)
     except GlobalTimeout as e:
         tap.result(False, "global deadline", str(e))
     finally:

@@ -17,9 +17,11 @@
 #include "log.h"
 #include "socket-util.h"
 #include "storage.h"
+#include "time-util.h"
 
 /* A fake io.systemd.StorageProvider: a thread serving a unix socket, one call per connection. Acquire
  * works on <volumes>/<name>.volume like systemd's fs provider; a name prefix picks a misbehaviour. */
+#define FAKE_HUNG_MAX 8
 typedef struct Fake {
         char *socket;
         char *volumes;
@@ -31,6 +33,8 @@ typedef struct Fake {
         pthread_mutex_t lock;
         json_t *last; /* the parameters of the last Acquire */
         unsigned acquires;
+        int hung[FAKE_HUNG_MAX]; /* "hang-": connections never answered, closed by fake_stop() */
+        size_t n_hung;
 } Fake;
 
 typedef struct Fixture {
@@ -213,7 +217,8 @@ static void fake_acquire(Fake *f, int conn, json_t *params) {
         fake_reply(conn, reply, fd, split);
 }
 
-static void fake_serve(Fake *f, int conn) {
+/* Returns true when it keeps conn ("hang-": open, never answered). */
+static bool fake_serve(Fake *f, int conn) {
         char buf[64 * 1024];
         size_t len = 0;
         json_auto_t *req = NULL;
@@ -222,12 +227,12 @@ static void fake_serve(Fake *f, int conn) {
         for (;;) {
                 ssize_t n = recv(conn, buf + len, sizeof(buf) - len, 0);
                 if (n <= 0)
-                        return;
+                        return false;
                 len += (size_t) n;
                 if (memchr(buf, 0, len))
                         break;
                 if (len == sizeof(buf))
-                        return;
+                        return false;
         }
 
         req = json_loads(buf, 0, NULL);
@@ -255,10 +260,21 @@ static void fake_serve(Fake *f, int conn) {
                                 "org.varlink.service"),
                         -EBADF,
                         false);
-        else if (streq(method, "io.systemd.StorageProvider.Acquire"))
-                fake_acquire(f, conn, json_object_get(req, "parameters"));
-        else
+        else if (streq(method, "io.systemd.StorageProvider.Acquire")) {
+                json_t *params = json_object_get(req, "parameters");
+                const char *name = json_string_value(json_object_get(params, "name")) ?: "";
+
+                if (startswith(name, "hang-") && f->n_hung < FAKE_HUNG_MAX) {
+                        f->hung[f->n_hung++] = conn;
+                        return true;
+                }
+                /* "slow-": answers after 300 ms, while the client's loop goes on */
+                if (startswith(name, "slow-"))
+                        (void) usleep(300 * 1000);
+                fake_acquire(f, conn, params);
+        } else
                 fake_error(conn, "org.varlink.service.MethodNotFound");
+        return false;
 }
 
 static void *fake_thread(void *p) {
@@ -278,8 +294,8 @@ static void *fake_thread(void *p) {
                 conn = accept4(f->listen_fd, NULL, NULL, SOCK_CLOEXEC);
                 if (conn < 0)
                         continue;
-                fake_serve(f, conn);
-                close(conn);
+                if (!fake_serve(f, conn))
+                        close(conn);
         }
 }
 
@@ -318,6 +334,8 @@ static void fake_stop(Fake *f) {
         assert_int_equal(pthread_join(f->thread, NULL), 0);
         close(f->listen_fd);
         close(f->stop_fd);
+        for (size_t i = 0; i < f->n_hung; i++)
+                close(f->hung[i]);
         pthread_mutex_destroy(&f->lock);
         json_decref(f->last);
         free(f->socket);
@@ -804,6 +822,178 @@ static void test_provider_delete(void **state) {
                 "volume directory is unknown");
 }
 
+/* ---- the asynchronous acquire, on a loop ---- */
+
+typedef struct Outcome {
+        unsigned calls;
+        int r;
+        Volume volume;
+        ApiError error;
+} Outcome;
+
+#define OUTCOME_NULL ((Outcome){ .volume = VOLUME_NULL, .error = API_ERROR_NULL })
+
+static void outcome_done(Outcome *o) {
+        volume_done(&o->volume);
+        api_error_done(&o->error);
+        *o = OUTCOME_NULL;
+}
+
+static void on_acquired(StorageCall *c, int r, Volume *v, ApiError *e, void *userdata) {
+        Outcome *o = userdata;
+
+        o->calls++;
+        o->r = r;
+        o->volume = *v;
+        *v = VOLUME_NULL;
+        o->error = *e;
+        *e = API_ERROR_NULL;
+}
+
+static int on_tick(sd_event_source *s, uint64_t usec, void *userdata) {
+        unsigned *ticks = userdata;
+
+        (*ticks)++;
+        assert_ok(sd_event_source_set_time_relative(s, 10 * USEC_PER_MSEC));
+        return sd_event_source_set_enabled(s, SD_EVENT_ONESHOT);
+}
+
+/* Runs the loop until o has its outcome; fails after 5 s. */
+static void run_until(sd_event *e, Outcome *o) {
+        usec_t deadline = now_usec(CLOCK_MONOTONIC) + 5 * USEC_PER_SEC;
+
+        while (o->calls == 0) {
+                assert_true(now_usec(CLOCK_MONOTONIC) < deadline);
+                assert_ok(sd_event_run(e, 100 * USEC_PER_MSEC));
+        }
+        assert_int_equal(o->calls, 1);
+}
+
+static void test_async_provider(void **state) {
+        Fixture *f = *state;
+        _cleanup_(sd_event_unrefp) sd_event *e = NULL;
+        _cleanup_(sd_event_source_disable_unrefp) sd_event_source *tick = NULL;
+        _cleanup_(api_error_done) ApiError err = API_ERROR_NULL;
+        _cleanup_free_ char *slow = join(f->base, "volumes/slow-1.volume");
+        Storage *s = provider_storage(f, /* with_volume_dir= */ true);
+        Outcome o = OUTCOME_NULL;
+        StorageCall *call = NULL;
+        unsigned ticks = 0, before;
+        usec_t t;
+
+        assert_ok(sd_event_new(&e));
+        assert_ok(sd_event_add_time_relative(e, &tick, CLOCK_MONOTONIC, 0, /* accuracy= */ 1, on_tick, &ticks));
+
+        /* A provider that takes 300 ms: the loop goes on ticking meanwhile, and the answer comes from
+         * the loop, never from within the call. */
+        assert_ok(storage_acquire_async(s, e, "slow-1", 4096, VOLUME_NEW, on_acquired, &o, &call, &err));
+        assert_non_null(call);
+        assert_int_equal(o.calls, 0);
+        run_until(e, &o);
+        assert_ok(o.r);
+        assert_string_equal(o.volume.path, slow);
+        assert_int_equal(o.volume.size, 4096);
+        assert_true(o.volume.fd >= 0);
+        assert_true(ticks >= 10);
+        outcome_done(&o);
+
+        /* A provider that never answers: the time limit is a timer. */
+        storage_set_acquire_timeout(s, 200 * USEC_PER_MSEC);
+        before = ticks;
+        t = now_usec(CLOCK_MONOTONIC);
+        assert_ok(storage_acquire_async(s, e, "hang-1", 4096, VOLUME_NEW, on_acquired, &o, &call, &err));
+        run_until(e, &o);
+        t = now_usec(CLOCK_MONOTONIC) - t;
+        assert_errno(o.r, -ETIMEDOUT);
+        assert_int_equal(o.error.code, API_ERROR_TIMEOUT);
+        assert_contains(o.error.message, "did not answer Acquire of volume hang-1");
+        assert_int_equal(o.volume.fd, -EBADF);
+        assert_true(t >= 190 * USEC_PER_MSEC && t < 2 * USEC_PER_SEC);
+        assert_true(ticks - before >= 5);
+        outcome_done(&o);
+
+        /* Cancelled: the callback runs at once, with -ECANCELED. */
+        assert_ok(storage_acquire_async(s, e, "hang-2", 4096, VOLUME_NEW, on_acquired, &o, &call, &err));
+        assert_null(storage_call_cancel(call));
+        assert_int_equal(o.calls, 1);
+        assert_errno(o.r, -ECANCELED);
+        assert_contains(o.error.message, "hang-2");
+        outcome_done(&o);
+
+        /* Freed with a call in flight: the same. */
+        assert_ok(storage_acquire_async(s, e, "hang-3", 4096, VOLUME_NEW, on_acquired, &o, &call, &err));
+        f->storage = storage_free(f->storage);
+        assert_int_equal(o.calls, 1);
+        assert_errno(o.r, -ECANCELED);
+        outcome_done(&o);
+        assert_false(api_error_is_set(&err));
+}
+
+static void test_async_unreachable(void **state) {
+        Fixture *f = *state;
+        _cleanup_(sd_event_unrefp) sd_event *e = NULL;
+        _cleanup_(api_error_done) ApiError err = API_ERROR_NULL;
+        Storage *s = provider_storage(f, /* with_volume_dir= */ true);
+        Outcome o = OUTCOME_NULL;
+
+        /* The provider went away after start-up: the refused connection is an outcome like any other,
+         * from the loop. */
+        assert_ok(sd_event_new(&e));
+        assert_ok(RET_NERRNO(unlink(f->fake.socket)));
+        assert_ok(storage_acquire_async(
+                s, e, "vm-1", 4096, VOLUME_NEW, on_acquired, &o, /* ret_call= */ NULL, &err));
+        assert_int_equal(o.calls, 0);
+        run_until(e, &o);
+        assert_errno(o.r, -ENOENT);
+        assert_int_equal(o.error.code, API_ERROR_INTERNAL);
+        assert_contains(o.error.message, "storage provider failed on volume vm-1");
+        outcome_done(&o);
+}
+
+static void test_async_files(void **state) {
+        Fixture *f = *state;
+        _cleanup_(sd_event_unrefp) sd_event *e = NULL;
+        _cleanup_(api_error_done) ApiError err = API_ERROR_NULL;
+        Storage *s = files_storage(f);
+        Outcome o = OUTCOME_NULL, many[STORAGE_CALLS_MAX];
+        char name[32];
+
+        assert_ok(sd_event_new(&e));
+        assert_ok(storage_acquire_async(
+                s, e, "a", 4096, VOLUME_NEW, on_acquired, &o, /* ret_call= */ NULL, &err));
+        assert_int_equal(o.calls, 0);
+        run_until(e, &o);
+        assert_ok(o.r);
+        assert_int_equal(o.volume.size, 4096);
+        outcome_done(&o);
+
+        /* Refused at once, the callback never called: a bad name, and one call beyond the limit. */
+        assert_errno(
+                storage_acquire_async(
+                        s, e, "a/b", 4096, VOLUME_NEW, on_acquired, &o, /* ret_call= */ NULL, &err),
+                -EINVAL);
+        assert_int_equal(err.code, API_ERROR_INVALID_REQUEST);
+        api_error_done(&err);
+        for (unsigned i = 0; i < STORAGE_CALLS_MAX; i++) {
+                many[i] = OUTCOME_NULL;
+                snprintf(name, sizeof(name), "n-%u", i);
+                assert_ok(storage_acquire_async(
+                        s, e, name, 4096, VOLUME_NEW, on_acquired, &many[i], /* ret_call= */ NULL, &err));
+        }
+        assert_errno(
+                storage_acquire_async(
+                        s, e, "one-more", 4096, VOLUME_NEW, on_acquired, &o, /* ret_call= */ NULL, &err),
+                -EAGAIN);
+        assert_int_equal(err.code, API_ERROR_CONFLICT);
+        api_error_done(&err);
+        for (unsigned i = 0; i < STORAGE_CALLS_MAX; i++) {
+                run_until(e, &many[i]);
+                assert_ok(many[i].r);
+                outcome_done(&many[i]);
+        }
+        assert_int_equal(o.calls, 0);
+}
+
 static void test_parse_reply(void **state) {
         json_t *p = NULL;
         char *err = NULL;
@@ -862,6 +1052,9 @@ int main(void) {
                 cmocka_unit_test_setup_teardown(test_provider_paths, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_provider_wire, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_provider_delete, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_async_provider, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_async_unreachable, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_async_files, setup, teardown),
                 cmocka_unit_test(test_parse_reply),
         };
         log_set_max_level(LOG_WARNING);
