@@ -61,7 +61,11 @@ done
 # kubelet's FlexVolume plugin directory, which kubeadm's kube-controller-manager manifest mounts
 # (hostPath, DirectoryOrCreate): /usr is read-only in the VM, so it must come with the extension,
 # or the controller manager never starts.
+# mkosi leaves empty directories out of an extension: a hidden file (FlexVolume skips dot files)
+# keeps it.
 install -d "$tree/usr/libexec/kubernetes/kubelet-plugins/volume/exec"
+echo "FlexVolume plugins: kubelet and kube-controller-manager look here (vm-manager's Kubernetes sysext)" \
+        >"$tree/usr/libexec/kubernetes/kubelet-plugins/volume/exec/.vm-image"
 
 # --- the runtime
 if [ "$minor" -le 25 ]; then
