@@ -216,7 +216,13 @@ def test_unit(work):
     tap.result(p.returncode == 0 and not pid_alive(qemu_pid), "systemctl stop vm-manager.slice ends it", p.stdout)
     systemctl("start", "vm-manager.socket")
     ok, why = wait_healthy(port)
-    status, again = api(port, "GET", "/vms/" + vm_id)
+    # the reattach reads the unit's state on the loop, after start-up: the record's state until then
+    deadline = time.monotonic() + 30
+    while True:
+        status, again = api(port, "GET", "/vms/" + vm_id)
+        if (status == 200 and again.get("state") == "stopped") or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
     tap.result(ok and status == 200 and again.get("state") == "stopped",
                "the next start finds the VM stopped", repr(again)[:800])
     status, _ = api(port, "DELETE", "/vms/" + vm_id)

@@ -41,7 +41,7 @@ import time
 
 here = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, here)
-from vmmtest import Daemon, HOST, base_env, free_port, http_request, run, tap  # noqa: E402
+from vmmtest import Daemon, HOST, base_env, free_port, http_request, run, tap, wait_state  # noqa: E402
 
 FAKES = os.path.join(here, "fakes")
 REPO = os.path.dirname(os.path.dirname(here))
@@ -671,6 +671,10 @@ def test_storage_provider(work):
     for name in ("named", "anon"):
         mode["anon"] = name == "anon"
         status, vm = api(port, "POST", "/vms", dict(CREATE, name="p-" + name, wait_for="none"))
+        # wait_for none answers once the paused first QEMU does, which may be before the install is
+        # done on a loaded machine: the layout is read once the VM boots
+        if status == 201 and vm.get("state") == "creating":
+            vm = wait_state(port, vm["id"], ("booting", "failed"), 60) or vm
         disk = (vm or {}).get("paths", {}).get("volume", "")
         ok = status == 201 and vm.get("installMode") == "host" and vm["state"] == "booting"
         if name == "named":
