@@ -18,11 +18,23 @@
 /* The arguments that name other records: the image (and its newest version), the Kubernetes
  * version, the network, the attestation policy; then whether a VM may be created at all. They are
  * arguments, so 400 and not 404. */
+/* create_vm's refusals that may change while it waits for its disk: asked before and after. */
+static int check_name_free(Manager *m, const char *name, ApiError *reterr) {
+        Vm *other;
+
+        if (manager_shutting_down(m))
+                return api_error_set(reterr, -ESHUTDOWN, API_ERROR_CONFLICT, "vm-manager is shutting down");
+        other = manager_find_vm_by_name(m, name);
+        if (other)
+                return api_error_set(
+                        reterr, -EEXIST, API_ERROR_CONFLICT, "vm name \"%s\" is in use by %s", name, vm_id(other));
+        return 0;
+}
+
 static int create_resolve(Manager *m, VmSpec *spec, Network **ret_net, ApiError *reterr) {
         const Image *img;
         Network *net;
         char **kv;
-        Vm *other;
         uint64_t host_mib = host_probe_memory(manager_host(m)) / (1024 * 1024);
         int r;
 
@@ -108,17 +120,9 @@ static int create_resolve(Manager *m, VmSpec *spec, Network **ret_net, ApiError 
         if (r < 0)
                 return r;
 
-        if (manager_shutting_down(m))
-                return api_error_set(reterr, -ESHUTDOWN, API_ERROR_CONFLICT, "vm-manager is shutting down");
-        other = manager_find_vm_by_name(m, spec->name);
-        if (other)
-                return api_error_set(
-                        reterr,
-                        -EEXIST,
-                        API_ERROR_CONFLICT,
-                        "vm name \"%s\" is in use by %s",
-                        spec->name,
-                        vm_id(other));
+        r = check_name_free(m, spec->name, reterr);
+        if (r < 0)
+                return r;
 
         *ret_net = net;
         return 0;
@@ -296,23 +300,15 @@ static void create_started(int r, json_t *record, const ApiError *e, void *userd
 static int create_provisioned(CreateCall *c, ApiError *reterr) {
         _cleanup_(vm_provision_undo) VmProvision provision = c->provision;
         _cleanup_free_ char *user_data = TAKE_PTR(c->user_data);
-        Vm *v = c->vm, *other;
+        Vm *v = c->vm;
         Manager *m = v->manager;
         Network *net;
         int r;
 
         c->provision = (VmProvision){};
-        if (manager_shutting_down(m))
-                return api_error_set(reterr, -ESHUTDOWN, API_ERROR_CONFLICT, "vm-manager is shutting down");
-        other = manager_find_vm_by_name(m, v->rec.spec.name);
-        if (other)
-                return api_error_set(
-                        reterr,
-                        -EEXIST,
-                        API_ERROR_CONFLICT,
-                        "vm name \"%s\" is in use by %s",
-                        v->rec.spec.name,
-                        vm_id(other));
+        r = check_name_free(m, v->rec.spec.name, reterr);
+        if (r < 0)
+                return r;
         net = network_registry_get(manager_networks(m), v->rec.spec.network);
         if (!net)
                 return api_error_set(
