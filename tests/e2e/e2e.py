@@ -587,6 +587,25 @@ def nodes_ready(kubectl, kubeconfig):
     return ready, (p.stdout[-1500:] + p.stderr[-1500:])
 
 
+def cluster_info_signed(kubectl, kubeconfig):
+    """Whether kube-controller-manager's bootstrap signer has signed cluster-info for TOKEN's id: what
+    a joining node's discovery waits for (kubeadm join gives up after 5 minutes)."""
+    p = subprocess.run([kubectl, "--kubeconfig", kubeconfig, "-n", "kube-public", "get", "configmap", "cluster-info",
+                        "-o", "json", "--request-timeout", "20s"], capture_output=True, text=True, timeout=60)
+    data = json.loads(p.stdout).get("data", {}) if p.returncode == 0 else {}
+    return "jws-kubeconfig-" + TOKEN.split(".")[0] in data, (p.stdout[-800:] + p.stderr[-800:])
+
+
+def control_plane_diag(port, cpid):
+    """What the control plane's containers did, for a failure's diagnostics."""
+    r, why = exec_vm(port, cpid, "sh", "-c",
+                     "crictl ps -a 2>&1; for c in kube-controller-manager kube-apiserver; do "
+                     "for id in $(crictl ps -a 2>/dev/null | awk -v c=$c '$3 == c { print $1 }' | head -2); do "
+                     "echo \"== $c $id\"; crictl logs $id 2>&1 | tail -40; done; done; "
+                     "journalctl -u kubelet --no-pager 2>&1 | grep -iE 'error|fail' | tail -20")
+    tap.diag(((r or {}).get("stdout", "") + (r or {}).get("stderr", ""))[-10000:] if r else why)
+
+
 def ready_quote_pcr13(port, vid, kv, policy):
     """The ready quote verified (it covers PCR 13 against policy.json's value for kv), and the guest's
     PCR 13 is that value."""
@@ -656,6 +675,13 @@ def t_cluster(work):
     tap.result(ok, "kubectl get nodes through forward_port 6443: e2e-cp Ready (%.0f s after ready)"
                % (time.monotonic() - t1), why)
 
+    # what a join needs from the control plane: kube-controller-manager's bootstrap signer
+    ok, why = wait_for(lambda: cluster_info_signed(kubectl, kubeconfig), 600, 10)
+    tap.result(ok, "control plane: cluster-info is signed for the join token (the bootstrap signer runs)", why)
+    if not ok:
+        control_plane_diag(port, cpid)
+        return
+
     # the worker
     endpoint = "%s:6443" % cp.get("ip")
     t0 = time.monotonic()
@@ -669,6 +695,7 @@ def t_cluster(work):
     tap.result(ok, "worker: create_vm with a join configuration (token, CA hash) is ready after %.0f s" % took,
                repr(w)[:1500])
     if not ok:
+        control_plane_diag(port, cpid)
         return
     ok, why = ready_quote_pcr13(port, w["id"], kv, policy)
     tap.result(ok, "worker: its ready quote verified with PCR 13", why)
