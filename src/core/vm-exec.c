@@ -58,6 +58,7 @@ typedef struct ExecCall {
         usec_t timeout;
         bool timed_out, eof, exited;
         int exit_code, exit_status; /* the helper's, once exited */
+        int spawn_error;            /* what kept the helper from running (vm_process_error()) */
         VmDoneFunc done;
         void *userdata;
 } ExecCall;
@@ -86,7 +87,14 @@ static void exec_finish(ExecCall *c) {
                 format_duration(d, sizeof(d), c->timeout);
                 r = api_error_set(
                         &e, -ETIMEDOUT, API_ERROR_TIMEOUT, "ssh run: the command did not finish within %s", d);
-        } else if (!(result = c->len > 0 ? json_loadb(c->buf, c->len, JSON_ALLOW_NUL, NULL) : NULL)) {
+        } else if (c->spawn_error < 0)
+                r = api_error_set(
+                        &e,
+                        c->spawn_error,
+                        API_ERROR_INTERNAL,
+                        "ssh: cannot start the session's helper: %s",
+                        strerror(-c->spawn_error));
+        else if (!(result = c->len > 0 ? json_loadb(c->buf, c->len, JSON_ALLOW_NUL, NULL) : NULL)) {
                 _cleanup_free_ char *st = c->exited ? vm_exit_status_to_string(c->exit_code, c->exit_status) :
                                                       NULL;
                 r = api_error_set(
@@ -134,6 +142,7 @@ static void on_exec_exit(VmProcess *p, int code, int status, void *userdata) {
         ExecCall *c = userdata;
 
         c->exited = true;
+        c->spawn_error = vm_process_error(p);
         c->exit_code = code;
         c->exit_status = status;
         exec_maybe_finish(c);
