@@ -18,6 +18,7 @@
 #include "string-table.h"
 #include "vm-unit.h"
 #include "vm.h"
+#include "worker.h"
 
 struct Manager {
         sd_event *event;
@@ -34,6 +35,7 @@ struct Manager {
         AttestNonceStore *nonces; /* the nonces handed to guests */
         VmNotify *notify;         /* the READY=1 listener on the kernel's vhost-vsock */
         VmReports *reports;       /* guest reports parsed and stored off the loop */
+        Worker *exec_worker;      /* exec_vm's results parsed off the loop; made on first use */
         ManagerMetrics *metrics;
         const LoopStats *loop_stats; /* the daemon's (borrowed) */
 
@@ -323,6 +325,8 @@ Manager *manager_free(Manager *m) {
          * while everything they touch exists; and the jobs still running finish while their VMs do */
         m->storage = storage_free(m->storage);
         m->reports = vm_reports_free(m->reports);
+        /* exec results not parsed yet are answered "shutting down" */
+        m->exec_worker = worker_free(m->exec_worker);
         while (m->n_vms > 0)
                 manager_remove_vm(m, m->vms[m->n_vms - 1]);
         free(m->vms);
@@ -400,6 +404,26 @@ VmNotify *manager_notify(Manager *m) {
 
 VmReports *manager_reports(Manager *m) {
         return m->reports;
+}
+
+int manager_exec_worker(Manager *m, Worker **ret) {
+        int r;
+
+        if (!m->exec_worker) {
+                r = worker_new(
+                        m->event,
+                        &(WorkerOptions){
+                                .name = "vmm-exec",
+                                .threads = 1,
+                                .max_jobs = WORKER_JOBS_MAX,
+                                .nice = 10,
+                        },
+                        &m->exec_worker);
+                if (r < 0)
+                        return r;
+        }
+        *ret = m->exec_worker;
+        return 0;
 }
 
 ManagerMetrics *manager_metrics(Manager *m) {

@@ -25,6 +25,7 @@ typedef struct ImageCatalog ImageCatalog;
 typedef struct NetSwitch NetSwitch;
 typedef struct Storage Storage;
 typedef struct VmUnitManager VmUnitManager;
+typedef struct Worker Worker;
 
 typedef enum VmLauncherKind {
         VM_LAUNCHER_AUTO,    /* systemd where a service manager is reachable, else process */
@@ -112,6 +113,8 @@ AttestNonceStore *manager_nonces(Manager *m);
 VmUnitManager *manager_units(Manager *m); /* the systemd launcher's connection; NULL: plain children */
 VmNotify *manager_notify(Manager *m);
 VmReports *manager_reports(Manager *m);
+/* The pool that parses exec_vm's results off the loop (vm-exec.c), made on first use. Borrowed. */
+int manager_exec_worker(Manager *m, Worker **ret);
 ManagerMetrics *manager_metrics(Manager *m);
 /* The event loop's iterations as the daemon measures them; NULL when it does not. */
 const LoopStats *manager_loop_stats(Manager *m);

@@ -7,7 +7,9 @@
  * the session runs in a helper process, our own executable run again (`vm-manager exec-ssh`,
  * vm-exec-helper.h): its parameters go in on stdin (a memfd, written whole before it starts), it
  * writes one JSON object on a pipe and exits. The loop only watches the pipe (an io source) and the
- * helper (a child source through vm-process); it never waits for either. */
+ * helper (a child source through vm-process); it never waits for either. The object (up to
+ * VM_EXEC_OUTPUT_MAX per stream, six times that escaped) is parsed on the manager's exec worker, off
+ * the loop, which hears back through the worker's pipe. */
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +23,7 @@
 #include "parse-util.h"
 #include "vm-internal.h"
 #include "vm-process.h"
+#include "worker.h"
 
 /* 'word' → 'word', with ' inside as '\'' : the remote shell sees the argv as given. */
 static char *shell_join(char **argv) {
@@ -48,6 +51,8 @@ static char *shell_join(char **argv) {
         return buf;
 }
 
+/* While its result is parsed the call is a job of the exec worker, and belongs to it: nothing of
+ * the loop's is left in it then (its sources and its helper are gone), only buf, len and result. */
 typedef struct ExecCall {
         Manager *manager;
         char *vm_id;
@@ -55,9 +60,11 @@ typedef struct ExecCall {
         sd_event_source *pipe_source, *timer;
         char *buf;
         size_t len, size;
+        json_t *result; /* buf parsed, on the worker */
         usec_t timeout;
         bool timed_out, eof, exited;
         int exit_code, exit_status; /* the helper's, once exited */
+        int spawn_error;            /* what kept the helper from running (vm_process_error()) */
         VmDoneFunc done;
         void *userdata;
 } ExecCall;
@@ -66,27 +73,37 @@ static void exec_call_free(ExecCall *c) {
         sd_event_source_disable_unref(c->pipe_source); /* closes fd */
         sd_event_source_disable_unref(c->timer);
         vm_process_free(c->helper); /* a helper still running is killed and reaped */
+        json_decref(c->result);
         free(c->vm_id);
         free(c->buf);
         free(c);
 }
 
-static void exec_finish(ExecCall *c) {
+/* The caller hears how it went, and the call ends. unparsed: why the result could not be parsed
+ * (the worker refused it, or was freed before it got to it); 0 otherwise. */
+static void exec_complete(ExecCall *c, int unparsed) {
         _cleanup_(api_error_done) ApiError e = API_ERROR_NULL;
-        json_auto_t *result = NULL;
-        const char *error;
+        const char *msg;
         char d[32];
         int r;
 
-        c->pipe_source = sd_event_source_disable_unref(c->pipe_source);
-        c->timer = sd_event_source_disable_unref(c->timer);
-        c->helper = vm_process_free(c->helper);
-
-        if (c->timed_out) {
+        if (unparsed == -ESHUTDOWN)
+                r = api_error_set(&e, unparsed, API_ERROR_CONFLICT, "vm-manager is shutting down");
+        else if (unparsed < 0)
+                r = api_error_set(
+                        &e, unparsed, API_ERROR_INTERNAL, "ssh: cannot read the result: %s", strerror(-unparsed));
+        else if (c->timed_out) {
                 format_duration(d, sizeof(d), c->timeout);
                 r = api_error_set(
                         &e, -ETIMEDOUT, API_ERROR_TIMEOUT, "ssh run: the command did not finish within %s", d);
-        } else if (!(result = c->len > 0 ? json_loadb(c->buf, c->len, JSON_ALLOW_NUL, NULL) : NULL)) {
+        } else if (c->spawn_error < 0)
+                r = api_error_set(
+                        &e,
+                        c->spawn_error,
+                        API_ERROR_INTERNAL,
+                        "ssh: cannot start the session's helper: %s",
+                        strerror(-c->spawn_error));
+        else if (!c->result) {
                 _cleanup_free_ char *st = c->exited ? vm_exit_status_to_string(c->exit_code, c->exit_status) :
                                                       NULL;
                 r = api_error_set(
@@ -95,10 +112,10 @@ static void exec_finish(ExecCall *c) {
                         API_ERROR_INTERNAL,
                         "ssh: the session ended without a result (its helper: %s)",
                         st ?: "unknown");
-        } else if ((error = json_string_value(json_object_get(result, "error")))) {
+        } else if ((msg = json_string_value(json_object_get(c->result, "error")))) {
                 Vm *v = manager_find_vm(c->manager, c->vm_id);
                 /* sshd is not there yet in a guest still on its way to ready: come back, not a fault */
-                if (json_is_true(json_object_get(result, "unreached")) && v &&
+                if (json_is_true(json_object_get(c->result, "unreached")) && v &&
                     IN_SET(vm_state(v), VM_STATE_INSTALLING, VM_STATE_BOOTING, VM_STATE_ATTESTING))
                         r = api_error_set(
                                 &e,
@@ -107,9 +124,9 @@ static void exec_finish(ExecCall *c) {
                                 "vm %s is %s and its sshd does not answer yet (%s); try again once it is ready",
                                 c->vm_id,
                                 vm_state_to_string(vm_state(v)),
-                                error);
+                                msg);
                 else
-                        r = api_error_set(&e, -EIO, API_ERROR_INTERNAL, "%s", error);
+                        r = api_error_set(&e, -EIO, API_ERROR_INTERNAL, "%s", msg);
         } else
                 r = 0;
 
@@ -120,8 +137,44 @@ static void exec_finish(ExecCall *c) {
                         "exec in VM %s failed: %s",
                         c->vm_id,
                         e.message ?: "?");
-        c->done(r, r < 0 ? NULL : result, r < 0 ? &e : NULL, c->userdata);
+        c->done(r, r < 0 ? NULL : c->result, r < 0 ? &e : NULL, c->userdata);
         exec_call_free(c);
+}
+
+/* On the worker: the helper's JSON, nothing else of the call. */
+static void exec_parse_run(void *job) {
+        ExecCall *c = job;
+
+        c->result = json_loadb(c->buf, c->len, JSON_ALLOW_NUL, NULL);
+        c->buf = mfree(c->buf); /* up to megabytes: unmapped here rather than on the loop */
+        c->len = c->size = 0;
+}
+
+static void exec_parse_done(void *job, bool ran) {
+        exec_complete(job, ran ? 0 : -ESHUTDOWN);
+}
+
+/* The session is over (the helper gone and its pipe at EOF, or the timeout): what it wrote is parsed
+ * off the loop, unless there is nothing to parse. */
+static void exec_finish(ExecCall *c) {
+        Worker *w = NULL;
+        int r;
+
+        c->pipe_source = sd_event_source_disable_unref(c->pipe_source);
+        c->timer = sd_event_source_disable_unref(c->timer);
+        c->helper = vm_process_free(c->helper);
+
+        if (c->timed_out || c->spawn_error < 0 || c->len == 0) {
+                exec_complete(c, /* unparsed= */ 0);
+                return;
+        }
+
+        r = manager_exec_worker(c->manager, &w);
+        if (r >= 0)
+                r = worker_submit(w, c, exec_parse_run, exec_parse_done);
+        if (r >= 0)
+                return; /* the worker's now, until exec_parse_done() */
+        exec_complete(c, r);
 }
 
 /* The result is complete once the pipe is at EOF and the helper has exited, in either order. */
@@ -134,6 +187,7 @@ static void on_exec_exit(VmProcess *p, int code, int status, void *userdata) {
         ExecCall *c = userdata;
 
         c->exited = true;
+        c->spawn_error = vm_process_error(p);
         c->exit_code = code;
         c->exit_status = status;
         exec_maybe_finish(c);

@@ -40,10 +40,11 @@ static void on_install_exit(VmLaunched *l, int code, int status, void *userdata)
         _cleanup_(api_error_done) ApiError e = API_ERROR_NULL;
         _cleanup_free_ char *st = vm_exit_status_to_string(code, status), *reason = NULL, *text = NULL;
         char took[32];
-        int r;
+        int r, error;
 
         if (l != v->installer)
                 return;
+        error = vm_launched_error(l);
         v->installer = vm_launched_free(v->installer);
         v->install_timer = sd_event_source_disable_unref(v->install_timer);
         format_duration(took, sizeof(took), now_usec(CLOCK_MONOTONIC) - v->install_started);
@@ -63,6 +64,23 @@ static void on_install_exit(VmLaunched *l, int code, int status, void *userdata)
                                 &(VmEventArgs){ .error = r,
                                                 .detail = e.message ?: "failed to start the first boot" },
                                 NULL);
+                return;
+        }
+        if (error < 0) {
+                /* the helper never ran: exec()'s errno, not an exit status 127 to guess from */
+                text = vm_message(
+                        v, VM_MESSAGE_HOST_INSTALL_SPAWN, &(VmMessageArgs){ .errno_text = strerror(-error) });
+                log_struct(
+                        LOG_WARNING,
+                        LOG_FIELDS({ "VM_ID", v->rec.id }),
+                        "Host install of VM %s failed: %s",
+                        v->rec.id,
+                        text ?: "?");
+                (void) vm_set_state(
+                        v,
+                        VM_EVENT_HOST_INSTALL_FAILED,
+                        &(VmEventArgs){ .error = error, .detail = text ?: "cannot start the host install" },
+                        NULL);
                 return;
         }
         if (v->install_timed_out) {
@@ -208,7 +226,8 @@ int vm_host_install_start(Vm *v, ApiError *reterr) {
                 v->install_started = now_usec(CLOCK_MONOTONIC);
                 /* our own executable through the handle taken at start-up, never a path read back:
                  * a rebuild replaces the file at the path, and /proc/self/exe then names a deleted
-                 * one; what keeps it from running comes back as r, with the errno of exec() */
+                 * one; what keeps it from running comes back through on_install_exit(), with the
+                 * errno of exec() */
                 r = vm_launched_spawn(
                         &v->installer,
                         manager_event(v->manager),

@@ -131,8 +131,9 @@ void vm_on_helper_exit(VmLaunched *p, int code, int status, void *userdata) {
 
         if (p != v->swtpm && p != v->vsockd)
                 return;
-        if (error < 0 && v->sub != VM_SUB_START_HELPERS)
-                /* a unit an earlier daemon left is tolerated when gone */
+        if (error < 0 && v->sub != VM_SUB_START_HELPERS && vm_launched_unit(p))
+                /* a unit an earlier daemon left is tolerated when gone (a helper beside the host
+                 * install that did not start is started again by the chain after it) */
                 log_struct(
                         LOG_WARNING,
                         LOG_FIELDS({ "VM_ID", v->rec.id }),

@@ -101,7 +101,9 @@ void vm_launched_set_started(VmLaunched *l, VmLaunchedStartedFunc on_started) {
 }
 
 int vm_launched_error(VmLaunched *l) {
-        return l ? vm_unit_error(l->unit) : 0;
+        if (!l)
+                return 0;
+        return l->unit ? vm_unit_error(l->unit) : vm_process_error(l->proc);
 }
 
 int vm_launched_stop_unit(VmUnitManager *units, const char *unit_name) {

@@ -16,16 +16,18 @@ typedef struct VmLaunched VmLaunched;
 
 /* Called once when the process has ended: code/status as waitid's si_code/si_status (code 0 when
  * the status could not be learned). Also called, with code 0, when a unit could not be started or
- * attached to: vm_launched_error() says why. */
+ * attached to, or a plain child could not execute its program: vm_launched_error() says why. */
 typedef void (*VmLaunchedExitFunc)(VmLaunched *l, int code, int status, void *userdata);
 /* Called once a unit's main process runs and is watched (vm_launched_pid() is known from then on);
  * a plain child's pid is known when vm_launched_spawn() returns, and this is not called for it. */
 typedef void (*VmLaunchedStartedFunc)(VmLaunched *l, void *userdata);
 
-/* units NULL: a plain child, running when this returns. Otherwise the transient unit unit_name under
- * that manager, started asynchronously (vm_unit_start()), which runs a path on its own stdio
- * (-EOPNOTSUPP for options with exec_fd, stdin_fd or stdout_fd): its pid is 0 until on_started, and a
- * start that fails is reported through on_exit. The callbacks run from the event loop only. */
+/* units NULL: a plain child, cloned when this returns (its pid known), whose exec() failing is
+ * reported through on_exit (vm_process_spawn()); the loop never waits for it. Otherwise the transient
+ * unit unit_name under that manager, started asynchronously (vm_unit_start()), which runs a path on
+ * its own stdio (-EOPNOTSUPP for options with exec_fd, stdin_fd or stdout_fd): its pid is 0 until
+ * on_started, and a start that fails is reported through on_exit. The callbacks run from the event
+ * loop only. */
 int vm_launched_spawn(
         VmLaunched **ret,
         sd_event *e,
@@ -47,7 +49,8 @@ int vm_launched_attach(
 /* on_started, for a unit (see VmLaunchedStartedFunc); set after spawn or attach, before the loop runs
  * again. */
 void vm_launched_set_started(VmLaunched *l, VmLaunchedStartedFunc on_started);
-/* < 0 when the process never ran: its unit could not be started or attached to; 0 otherwise. */
+/* < 0 when the process never ran: its unit could not be started or attached to, or the plain child
+ * could not execute its program; 0 otherwise. */
 int vm_launched_error(VmLaunched *l);
 /* Stops and resets the unit unit_name if it is loaded (vm_unit_stop()), on the loop. */
 int vm_launched_stop_unit(VmUnitManager *units, const char *unit_name);

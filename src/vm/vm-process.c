@@ -2,11 +2,13 @@
 #include <fcntl.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
+#include <sched.h>
 #include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -21,16 +23,34 @@
 
 struct VmProcess {
         sd_event_source *child;
+        sd_event_source *report; /* the child's exec() report, until EOF (it runs) or its failure */
+        char *name;              /* argv[0], for the debug log */
         pid_t pid;
+        int error; /* what kept the child from its program: a negative errno, once known; 0 otherwise */
         bool exited;
         bool freed; /* vm_process_free() came first: the source lives on until the exit, and frees us */
         VmProcessExitFunc on_exit;
         void *userdata;
 };
 
+static void vm_process_destroy(void *userdata) {
+        VmProcess *p = userdata;
+
+        sd_event_source_disable_unref(p->report);
+        free(p->name);
+        free(p);
+}
+
+/* The child runs in our memory until its exec() (CLONE_VM | CLONE_VFORK, as posix_spawn() does): its
+ * code must not leave marks in the sanitizers' shadow of that memory, which is ours again after. */
+#define _child_ __attribute__((no_sanitize("address", "undefined")))
+
+/* The stack the child runs on until its exec(): execvp() builds each candidate path on it. */
+#define CHILD_STACK_SIZE ((size_t) 256 << 10)
+
 /* A classic BPF program: io_uring_setup fails with EPERM, everything else is allowed. QEMU then
  * falls back to epoll, which does not lose TPM emulator commands. */
-static int block_io_uring(void) {
+_child_ static int block_io_uring(void) {
         struct sock_filter filter[] = {
                 BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
                 BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_io_uring_setup, 0, 1),
@@ -43,21 +63,6 @@ static int block_io_uring(void) {
                 return -errno;
         if (prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) < 0)
                 return -errno;
-        return 0;
-}
-
-static int on_child(sd_event_source *s, const siginfo_t *si, void *userdata) {
-        VmProcess *p = userdata;
-
-        p->exited = true;
-        if (p->freed) {
-                /* killed by vm_process_free(): sd-event reaps it once this returns, then frees the
-                 * source, whose destroy callback frees p */
-                (void) sd_event_source_set_floating(s, false);
-                return 0;
-        }
-        if (p->on_exit)
-                p->on_exit(p, si->si_code, si->si_status, p->userdata);
         return 0;
 }
 
@@ -85,15 +90,15 @@ typedef struct SpawnFailure {
         int step;  /* SpawnStep */
 } SpawnFailure;
 
-_noreturn_ static void child_fail(int report_fd, SpawnStep step) {
+_child_ _noreturn_ static void child_fail(int report_fd, SpawnStep step) {
         SpawnFailure f = { .error = errno, .step = step };
 
         (void) write(report_fd, &f, sizeof(f)); /* atomic: far below PIPE_BUF */
         _exit(127);
 }
 
-/* Only async-signal-safe calls between fork() and exec(). */
-_noreturn_ static void child_exec(const VmProcessOptions *o, int log_fd, int report_fd, pid_t parent) {
+/* Only async-signal-safe calls between the clone and exec(). */
+_child_ _noreturn_ static void child_exec(const VmProcessOptions *o, int log_fd, int report_fd, pid_t parent) {
         int null_fd = open("/dev/null", O_RDWR | O_CLOEXEC), out_fd;
 
         if (null_fd < 0 || dup2(o->stdin_fd > 0 ? o->stdin_fd : null_fd, STDIN_FILENO) < 0)
@@ -106,7 +111,7 @@ _noreturn_ static void child_exec(const VmProcessOptions *o, int log_fd, int rep
                 child_fail(report_fd, SPAWN_STEP_CHDIR);
         /* Our own session, so that a terminal's Ctrl-C goes to the daemon, which stops VMs its way. */
         (void) setsid();
-        /* Plain children end with the daemon. A daemon that died between fork() and here sent no
+        /* Plain children end with the daemon. A daemon that died between the clone and here sent no
          * signal: we were handed to another parent already, and must not run on as an orphan. */
         if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0)
                 child_fail(report_fd, SPAWN_STEP_PDEATHSIG);
@@ -131,25 +136,90 @@ _noreturn_ static void child_exec(const VmProcessOptions *o, int log_fd, int rep
         child_fail(report_fd, SPAWN_STEP_EXEC);
 }
 
-/* Waits until the child runs its program (EOF: exec() closed the pipe) or says why it could not,
- * which takes as long as posix_spawn() would. In the second case the child is reaped. */
-static int spawn_wait_exec(int report_fd, pid_t pid, const char *name) {
+typedef struct ChildArgs {
+        const VmProcessOptions *o;
+        int log_fd, report_fd;
+        pid_t parent;
+} ChildArgs;
+
+_child_ static int child_main(void *userdata) {
+        const ChildArgs *a = userdata;
+
+        child_exec(a->o, a->log_fd, a->report_fd, a->parent);
+}
+
+/* fork() copies our page tables, which under the sanitizers map a large address space: on a busy
+ * machine that took over 100 ms of the loop. The child shares our memory instead, and we are
+ * suspended until it has exec()ed or exited (CLONE_VFORK): the kernel's cost, not a copy. Whether it
+ * got to its program is still for the loop to hear, from the report pipe. */
+static pid_t spawn_child(const ChildArgs *a) {
+        void *stack;
+        pid_t pid;
+
+        stack = mmap(
+                NULL, CHILD_STACK_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+        if (stack == MAP_FAILED)
+                return -errno;
+        pid = clone(
+                child_main, (uint8_t *) stack + CHILD_STACK_SIZE, CLONE_VM | CLONE_VFORK | SIGCHLD, (void *) a);
+        if (pid < 0)
+                pid = -errno;
+        (void) munmap(stack, CHILD_STACK_SIZE);
+        return pid;
+}
+
+/* Reads the child's report: EOF once exec() closed the pipe (the program runs), or a SpawnFailure.
+ * Nothing to read yet leaves the source as it is. */
+static void report_read(VmProcess *p) {
         SpawnFailure f;
         ssize_t n;
 
         do
-                n = read(report_fd, &f, sizeof(f));
+                n = read(sd_event_source_get_io_fd(p->report), &f, sizeof(f));
         while (n < 0 && errno == EINTR);
-        if (n != (ssize_t) sizeof(f))
-                return 0;
+        if (n < 0 && errno == EAGAIN)
+                return;
+        if (n > 0) {
+                /* the child _exit()s right after: on_child() reports it, with this error */
+                p->error = n == (ssize_t) sizeof(f) && f.error > 0 ? -f.error : -EIO;
+                log_debug_errno(
+                        p->error,
+                        "Child for %s failed to %s: %m",
+                        p->name,
+                        n == (ssize_t) sizeof(f) && f.step >= 0 && f.step < (int) _SPAWN_STEP_MAX ?
+                                spawn_step_table[f.step] :
+                                "start");
+        }
+        p->report = sd_event_source_disable_unref(p->report);
+}
 
-        while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
-                ;
-        return log_debug_errno(
-                f.error > 0 ? f.error : EIO,
-                "Child for %s failed to %s: %m",
-                name,
-                f.step >= 0 && f.step < (int) _SPAWN_STEP_MAX ? spawn_step_table[f.step] : "start");
+static int on_report(sd_event_source *s, int fd, uint32_t revents, void *userdata) {
+        report_read(userdata);
+        return 0;
+}
+
+static int on_child(sd_event_source *s, const siginfo_t *si, void *userdata) {
+        VmProcess *p = userdata;
+
+        p->exited = true;
+        /* a child that exits has written its report, if any, or exec() closed the pipe: whichever of
+         * the two sources the loop dispatches first, the report is read before the exit counts */
+        if (p->report)
+                report_read(p);
+        p->report = sd_event_source_disable_unref(p->report);
+        if (p->freed) {
+                /* killed by vm_process_free(): sd-event reaps it once this returns, then frees the
+                 * source, whose destroy callback frees p */
+                (void) sd_event_source_set_floating(s, false);
+                return 0;
+        }
+        if (p->on_exit) {
+                if (p->error < 0)
+                        p->on_exit(p, 0, 0, p->userdata);
+                else
+                        p->on_exit(p, si->si_code, si->si_status, p->userdata);
+        }
+        return 0;
 }
 
 int vm_process_spawn(
@@ -170,6 +240,9 @@ int vm_process_spawn(
                 return -ENOMEM;
         p->on_exit = on_exit;
         p->userdata = userdata;
+        p->name = strdup(o->argv[0]);
+        if (!p->name)
+                return -ENOMEM;
 
         if (o->log_file) {
                 log_fd = open(o->log_file, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOCTTY, 0600);
@@ -180,26 +253,32 @@ int vm_process_spawn(
                 return -errno;
         report_r = report[0];
         report_w = report[1];
+        /* the loop reads it when it has something, never before */
+        if (fcntl(report_r, F_SETFL, O_NONBLOCK) < 0)
+                return -errno;
+        r = sd_event_add_io(e, &p->report, report_r, EPOLLIN, on_report, p);
+        if (r < 0)
+                return r;
+        (void) sd_event_source_set_io_fd_own(p->report, true);
+        TAKE_FD(report_r);
+        (void) sd_event_source_set_description(p->report, "vm-process-report");
 
-        /* Signals stay blocked across fork so no handler of ours runs in the child. */
+        /* Signals stay blocked across the clone so no handler of ours runs in the child. */
         sigfillset(&all);
         if (sigprocmask(SIG_SETMASK, &all, &old) < 0)
                 return -errno;
-        pid = fork();
-        if (pid == 0)
-                child_exec(o, log_fd, report_w, self);
-        r = pid < 0 ? -errno : 0;
+        pid = spawn_child(&(ChildArgs){ .o = o, .log_fd = log_fd, .report_fd = report_w, .parent = self });
+        r = pid < 0 ? pid : 0;
         (void) sigprocmask(SIG_SETMASK, &old, NULL);
         if (r < 0)
                 return r;
-        report_w = safe_close(report_w);
-        r = spawn_wait_exec(report_r, pid, o->argv[0]);
-        if (r < 0)
-                return r;
+        /* From here on the child is on its way: whether it gets to its program is for the loop to
+         * hear (on_report(), on_child()), not for us to wait for. */
         p->pid = pid;
 
         r = sd_event_add_child(e, &p->child, pid, WEXITED, on_child, p);
         if (r < 0) {
+                /* not watched, so reaped here: a child killed before or after its exec(), gone at once */
                 (void) kill(pid, SIGKILL);
                 (void) waitpid(pid, NULL, 0);
                 return r;
@@ -218,18 +297,19 @@ VmProcess *vm_process_free(VmProcess *p) {
          * it), on the loop: tens of milliseconds for a process that takes its time to die. Instead the
          * source floats on until the exit comes and is reaped from the loop (on_child()); it frees p
          * with itself, and a loop that ends first frees both (the process, killed, is init's to reap
-         * once we are gone). */
+         * once we are gone). A child not yet at its program is killed the same way. */
+        p->report = sd_event_source_disable_unref(p->report);
         if (p->child && !p->exited && sd_event_source_send_child_signal(p->child, SIGKILL, NULL, 0) >= 0 &&
             sd_event_source_set_child_process_own(p->child, false) >= 0 &&
             sd_event_source_set_floating(p->child, true) >= 0) {
-                (void) sd_event_source_set_destroy_callback(p->child, free);
+                (void) sd_event_source_set_destroy_callback(p->child, vm_process_destroy);
                 p->freed = true;
                 p->on_exit = NULL;
                 sd_event_source_unref(p->child);
                 return NULL;
         }
         sd_event_source_disable_unref(p->child);
-        free(p);
+        vm_process_destroy(p);
         return NULL;
 }
 
@@ -239,6 +319,10 @@ pid_t vm_process_pid(VmProcess *p) {
 
 bool vm_process_running(VmProcess *p) {
         return p && !p->exited;
+}
+
+int vm_process_error(VmProcess *p) {
+        return p ? p->error : 0;
 }
 
 int vm_process_kill(VmProcess *p, int sig) {

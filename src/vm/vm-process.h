@@ -11,7 +11,8 @@
 
 typedef struct VmProcess VmProcess;
 
-/* Called once when the process has exited; status is a waitid() si_code/si_status pair. */
+/* Called once when the process has exited; status is a waitid() si_code/si_status pair. Also called, with
+ * code 0 and status 0, when the child never got to its program: vm_process_error() then says why. */
 typedef void (*VmProcessExitFunc)(VmProcess *p, int code, int status, void *userdata);
 
 /* The descriptors below count from 3: 0, the default of a field left out, means "not given" (0, 1 and 2
@@ -31,9 +32,12 @@ typedef struct VmProcessOptions {
         bool block_io_uring;     /* seccomp: io_uring_setup fails with EPERM (QEMU, runtime.md §4.3) */
 } VmProcessOptions;
 
-/* Returns once the child runs the new program: what kept it from getting there (the program not
- * found or not executable, the working directory missing, …) is the negative errno returned, with no
- * process left behind and on_exit never called. */
+/* Forks the child and returns at once, its pid known: the loop never waits for the child's exec().
+ * What keeps it from getting to its program (the program not found or not executable, the working
+ * directory missing, …) comes later, from the loop: on_exit with code 0 once the child is gone, and
+ * vm_process_error() says why (exec()'s errno, as posix_spawn() would return it). An error returned
+ * here is our own (no memory, no fork), with no process left behind and on_exit never called. The
+ * options are the caller's again when this returns (the child has its copy). */
 int vm_process_spawn(
         VmProcess **ret, sd_event *e, const VmProcessOptions *o, VmProcessExitFunc on_exit, void *userdata);
 /* A process still running is killed (SIGKILL) and reaped from the loop once it is gone (never waited
@@ -43,6 +47,9 @@ DEFINE_TRIVIAL_CLEANUP_FUNC(VmProcess *, vm_process_free);
 
 pid_t vm_process_pid(VmProcess *p);
 bool vm_process_running(VmProcess *p);
+/* < 0 once on_exit was called for a child that never ran its program: the errno that kept it (from
+ * exec(), chdir(), …); 0 otherwise. */
+int vm_process_error(VmProcess *p);
 /* Sends sig; 0 when sent, -ESRCH when the process already exited. */
 int vm_process_kill(VmProcess *p, int sig);
 

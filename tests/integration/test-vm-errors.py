@@ -12,7 +12,9 @@ seconds instead of a TCG boot:
   * a QEMU whose monitor never answers: create_vm fails after 10 s and leaves nothing behind;
   * system_powerdown answered with an error: stop_vm goes straight to SIGTERM;
   * a QEMU that ignores ACPI and SIGTERM: SIGTERM after --stop-timeout, SIGKILL 5 s later;
-  * --vsock vhost and none: the device QEMU gets, and no vhost-device-vsock.
+  * --vsock vhost and none: the device QEMU gets, and no vhost-device-vsock;
+  * a QEMU or swtpm that is not there or not executable: create_vm fails with exec()'s errno ("No such
+    file or directory", "Permission denied"), heard from the loop, which never waits for an exec().
 """
 
 import os
@@ -37,7 +39,7 @@ def api(port, method, path, body=None, timeout=120):
     return status, (json.loads(data) if data else None)
 
 
-def daemon(work, name, mode, *extra):
+def daemon(work, name, mode, *extra, path=None):
     images = os.path.join(work, "images-" + name)
     os.makedirs(images)
     for ext in (".efi", ".raw"):
@@ -47,7 +49,7 @@ def daemon(work, name, mode, *extra):
     with open(vars_, "wb") as f:
         f.write(b"\0" * 4096)
     env = base_env(work, FAKE_QEMU=mode)
-    env["PATH"] = FAKES + ":" + env.get("PATH", "/usr/bin:/bin")
+    env["PATH"] = path or FAKES + ":" + env.get("PATH", "/usr/bin:/bin")
     port = free_port()
     d = Daemon(work, name, ["--listen", "%s:%d" % (HOST, port), "--state-dir", os.path.join(work, "s-" + name),
                             "--image-dir", images, "--ovmf-code", vars_, "--ovmf-vars", vars_,
@@ -228,5 +230,40 @@ def test_vsock_modes(work):
     vsock_case(work, "none", None)
 
 
+def test_missing_programs(work):
+    """A PATH of the fakes with one of them missing or not executable (and python3 for the others):
+    the spawn returns at once and the child's exec() errno comes back through the loop, into
+    create_vm's answer. The daemon answers /healthz all along."""
+    cases = (("qemu-system-x86_64", None, "failed to start qemu: No such file or directory"),
+             ("qemu-system-x86_64", 0o644, "failed to start qemu: Permission denied"),
+             ("swtpm", None, "starting swtpm: No such file or directory"))
+    for i, (prog, mode, want) in enumerate(cases):
+        bindir = os.path.join(work, "bin-%d" % i)
+        os.makedirs(bindir)
+        os.symlink(sys.executable, os.path.join(bindir, "python3"))
+        for fake in os.listdir(FAKES):
+            if fake != prog:
+                os.symlink(os.path.join(FAKES, fake), os.path.join(bindir, fake))
+        if mode is not None:
+            with open(os.path.join(FAKES, prog), "rb") as src, open(os.path.join(bindir, prog), "wb") as dst:
+                dst.write(src.read())
+            os.chmod(os.path.join(bindir, prog), mode)
+        d, port = daemon(work, "missing-%d" % i, "", path=bindir)
+        what = "%s %s" % (prog, "not executable" if mode is not None else "missing")
+        status, err = api(port, "POST", "/vms", dict(CREATE, name="nobin", wait_for="installed"), timeout=60)
+        msg = (err or {}).get("error", {}).get("message", "")
+        tap.result(status == 500 and want in msg and "127" not in msg,
+                   "%s: create_vm fails with exec()'s errno (%s), not an exit status 127" % (what, want),
+                   "%r %r" % (status, err))
+        status, vms = api(port, "GET", "/vms")
+        tap.result(status == 200 and vms == [], "%s: the failed create leaves nothing behind" % what, repr(vms)[:300])
+        status, _, _ = http_request(port, "GET", "/healthz", timeout=5)
+        tap.result(status == 200, "%s: /healthz answers" % what, status)
+        rc, _ = d.stop(signal.SIGTERM, timeout=30)
+        tap.result(rc == 0 and not d.sanitizer_lines(), "%s: the daemon exits 0, no sanitizer report" % what,
+                   "exit %r\n%s" % (rc, "\n".join(d.sanitizer_lines()[:20])))
+
+
 if __name__ == "__main__":
-    sys.exit(run([test_installer_fails, test_guest_panics, test_bootstrap_failed, test_qmp_silent, test_stop_paths, test_vsock_modes], 300, "vmm-err-"))
+    sys.exit(run([test_installer_fails, test_guest_panics, test_bootstrap_failed, test_qmp_silent, test_stop_paths,
+                  test_vsock_modes, test_missing_programs], 300, "vmm-err-"))

@@ -64,9 +64,10 @@ LOOP_KNOWN = (
     ("copy_file_excl ", "the start chain copies and fsync()s the VM's files on the loop (vm-start.c)"),
     ("json_parse_body ", "request bodies of up to 8 MiB are parsed on the loop (api-rest.c, json-util.c)"),
     ("on_io ../src/http/http-curl.c", "libcurl's TLS set-up parses the CA store on the loop (http-curl.c)"),
-    ("exec_finish ", "exec_vm's result (the helper's JSON, up to the output limit) is parsed on the loop (vm-exec.c)"),
-    ("spawn_wait_exec ", "a spawn waits for its child's exec() to report success or its errno (vm-process.c)"),
-    ("vm_process_spawn ", "a spawn waits for its child's exec() to report success or its errno (vm-process.c)"),
+    ("spawn_child ", "the spawn's clone (CLONE_VFORK, as posix_spawn) holds the loop until the child has exec()ed, "
+     "which on a loaded machine waits for a CPU (vm-process.c); the exec() report itself is an event"),
+    ("json_dumps_pretty ", "a large answer is rendered on the loop: exec_vm's output (1 MiB a stream, six times that "
+     "escaped when binary), parsed off the loop since, is still dumped into the response (http-server.c, json-util.c)"),
 )
 
 

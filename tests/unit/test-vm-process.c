@@ -14,9 +14,9 @@
 #include "time-util.h"
 #include "vm-process.h"
 
-/* vm_process_spawn against real programs: what keeps a child from exec() is the errno returned (no
- * exit status 127 to guess from), a file run through its descriptor runs even once its path is gone,
- * and the stdin/stdout descriptors reach the program. */
+/* vm_process_spawn against real programs: what keeps a child from exec() reaches the loop as its errno
+ * (no exit status 127 to guess from), without the spawn waiting for it; a file run through its
+ * descriptor runs even once its path is gone, and the stdin/stdout descriptors reach the program. */
 
 typedef struct Exit {
         bool exited;
@@ -56,40 +56,38 @@ static int setup(void **state) {
         return 0;
 }
 
+/* Spawns argv (with working_dir, exec_fd) and runs the loop until the child is gone: it never got to
+ * its program, and vm_process_error() says why. */
+static int spawn_error(sd_event *e, char **argv, const char *working_dir, int exec_fd) {
+        _cleanup_(vm_process_freep) VmProcess *p = NULL;
+        Exit x = {};
+
+        assert_ok(vm_process_spawn(
+                &p,
+                e,
+                &(VmProcessOptions){ .argv = argv, .working_dir = working_dir, .exec_fd = exec_fd },
+                on_exit_cb,
+                &x));
+        assert_true(vm_process_pid(p) > 0);
+        assert_int_equal(vm_process_error(p), 0); /* not known yet: nothing waited for the child */
+        wait_exit(e, &x);
+        /* not an exit: no status 127 to guess from */
+        assert_int_equal(x.code, 0);
+        assert_int_equal(x.status, 0);
+        assert_false(vm_process_running(p));
+        return vm_process_error(p);
+}
+
 static void test_exec_errors(void **state) {
         _cleanup_(sd_event_unrefp) sd_event *e = NULL;
         _cleanup_close_ int data = -EBADF;
         char path[] = "/tmp/test-vm-process-XXXXXX";
-        Exit x = {};
-        VmProcess *p = NULL;
         int fd;
 
         assert_ok(sd_event_new(&e));
-        assert_errno(
-                vm_process_spawn(
-                        &p,
-                        e,
-                        &(VmProcessOptions){ .argv = (char *[]){ (char *) "/nonexistent/program", NULL } },
-                        on_exit_cb,
-                        &x),
-                -ENOENT);
-        assert_errno(
-                vm_process_spawn(
-                        &p,
-                        e,
-                        &(VmProcessOptions){ .argv = (char *[]){ (char *) "no-such-program-on-path", NULL } },
-                        on_exit_cb,
-                        &x),
-                -ENOENT);
-        assert_errno(
-                vm_process_spawn(
-                        &p,
-                        e,
-                        &(VmProcessOptions){ .argv = (char *[]){ (char *) "true", NULL },
-                                             .working_dir = "/nonexistent/dir" },
-                        on_exit_cb,
-                        &x),
-                -ENOENT);
+        assert_errno(spawn_error(e, (char *[]){ (char *) "/nonexistent/program", NULL }, NULL, 0), -ENOENT);
+        assert_errno(spawn_error(e, (char *[]){ (char *) "no-such-program-on-path", NULL }, NULL, 0), -ENOENT);
+        assert_errno(spawn_error(e, (char *[]){ (char *) "true", NULL }, "/nonexistent/dir", 0), -ENOENT);
 
         /* a descriptor of a file that is not executable */
         fd = mkostemp(path, O_CLOEXEC);
@@ -98,18 +96,31 @@ static void test_exec_errors(void **state) {
         data = open(path, O_PATH | O_CLOEXEC);
         assert_true(data >= 0);
         (void) unlink(path);
-        assert_errno(
-                vm_process_spawn(
-                        &p,
-                        e,
-                        &(VmProcessOptions){ .argv = (char *[]){ (char *) "data", NULL }, .exec_fd = data },
-                        on_exit_cb,
-                        &x),
-                -EACCES);
+        assert_errno(spawn_error(e, (char *[]){ (char *) "data", NULL }, NULL, data), -EACCES);
 
-        assert_null(p);
-        /* nothing left behind: no child to reap, no exit callback */
+        /* nothing left behind: every child reaped */
         assert_int_equal(waitpid(-1, NULL, WNOHANG), -1);
+        assert_int_equal(errno, ECHILD);
+}
+
+/* A process freed before its exec() report came: killed, reaped from the loop, no callback. */
+static void test_free_before_report(void **state) {
+        _cleanup_(sd_event_unrefp) sd_event *e = NULL;
+        VmProcess *p = NULL;
+        Exit x = {};
+
+        assert_ok(sd_event_new(&e));
+        assert_ok(vm_process_spawn(
+                &p,
+                e,
+                &(VmProcessOptions){ .argv = (char *[]){ (char *) "sleep", (char *) "10", NULL } },
+                on_exit_cb,
+                &x));
+        p = vm_process_free(p);
+        /* until the loop reaped it (looked at, not reaped here: WNOWAIT) */
+        for (int i = 0; i < 100 && waitid(P_ALL, 0, &(siginfo_t){}, WEXITED | WNOHANG | WNOWAIT) >= 0; i++)
+                assert_ok(sd_event_run(e, 100 * USEC_PER_MSEC));
+        assert_int_equal(waitid(P_ALL, 0, &(siginfo_t){}, WEXITED | WNOHANG | WNOWAIT), -1);
         assert_int_equal(errno, ECHILD);
         assert_false(x.exited);
 }
@@ -194,6 +205,7 @@ static void test_bad_options(void **state) {
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_exec_errors),
+                cmocka_unit_test(test_free_before_report),
                 cmocka_unit_test(test_exec_fd_of_deleted_file),
                 cmocka_unit_test(test_bad_options),
         };
