@@ -457,7 +457,7 @@ static int split_node_versions(int dirfd, const char *dir, ScanResult *s) {
         _cleanup_strv_free_ char **keep = NULL;
         json_t *k, *node;
         const char *version, *note;
-        size_t size, n = 0;
+        size_t size, total, n = 0;
         int r;
 
         if (!s->kubernetes_versions)
@@ -480,7 +480,8 @@ static int split_node_versions(int dirfd, const char *dir, ScanResult *s) {
                 return 0;
         note = json_string_value(json_object_get(k, "note"));
 
-        keep = calloc(strv_length(s->kubernetes_versions) + 1, sizeof(char *));
+        total = strv_length(s->kubernetes_versions);
+        keep = calloc(total + 1, sizeof(char *));
         if (!keep)
                 return -ENOMEM;
         for (char **v = s->kubernetes_versions; *v; v++) {
@@ -492,19 +493,24 @@ static int split_node_versions(int dirfd, const char *dir, ScanResult *s) {
                 }
                 if (!s->kubernetes_unusable && !(s->kubernetes_unusable = json_array()))
                         return -ENOMEM;
+                /* the reason, then the build's own note, if it gave one */
                 entry = json_pack(
-                        "{s:s, s:s+}",
+                        "{s:s, s:s++}",
                         "version",
                         *v,
                         "reason",
                         "its system extension cannot run a Kubernetes node (no kubelet, kubeadm, crictl or "
                         "container runtime in it)",
-                        note ? "; " : "");
+                        note ? "; " : "",
+                        note ?: "");
                 if (!entry || (note && json_object_set_new(entry, "note", json_string(note)) < 0) ||
                     json_array_append_new(s->kubernetes_unusable, entry) < 0)
                         return -ENOMEM;
         }
-        strv_free(s->kubernetes_versions);
+        /* the versions kept were taken out, leaving holes where strv_free() would stop */
+        for (size_t i = 0; i < total; i++)
+                free(s->kubernetes_versions[i]);
+        free(s->kubernetes_versions);
         s->kubernetes_versions = n > 0 ? TAKE_PTR(keep) : NULL;
         return 0;
 }

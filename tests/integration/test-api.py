@@ -1239,6 +1239,40 @@ def test_images(work):
         error_parity("get_image %r" % ref, rest("GET", "/images/" + quote_segment(ref)), 404, "not_found",
                      'not found: image "%s"' % ref, mcp().call("get_image", {"ref": ref}))
 
+    # An image build whose Kubernetes extension cannot run a node says so in manifest.json: that version
+    # is set apart with the reason, and a create that asks for it is refused with the reason.
+    manifest = os.path.join(img, "manifest.json")
+    with open(manifest, "w") as f:
+        json.dump({"kubernetes": {"version": "1.31.4", "node": False, "note": "no kubelet in this build"}}, f)
+    try:
+        seen = None
+        deadline = time.monotonic() + 3.0
+        while time.monotonic() < deadline:
+            seen = json.loads(rest("GET", "/images")[2])
+            if seen and seen[0].get("kubernetesVersions") == ["1.32.0"]:
+                break
+            time.sleep(0.05)
+        unusable = (seen or [{}])[0].get("kubernetesUnusable") or []
+        tap.check("list_images sets apart a version the build marks as no node, with the reason",
+                  lambda: (seen[0].get("kubernetesVersions") == ["1.32.0"] and len(unusable) == 1
+                           and unusable[0].get("version") == "1.31.4"
+                           and unusable[0].get("reason", "").endswith("cannot run a Kubernetes node (no kubelet, "
+                                                                      "kubeadm, crictl or container runtime in it); "
+                                                                      "no kubelet in this build"),
+                           json.dumps(seen)[:800]))
+        body = {"name": "k8s-unusable", "image": "giantswarm-vm-base_1.0.0", "kubernetes_version": "1.31.4"}
+        error_parity("create_vm with a Kubernetes version whose extension cannot run a node",
+                     rest("POST", "/vms", body), 400, "invalid_request",
+                     'invalid request: kubernetes version "1.31.4" of image giantswarm-vm-base_1.0.0 is not offered: its system '
+                     "extension cannot run a Kubernetes node (no kubelet, kubeadm, crictl or container runtime in it); "
+                     "no kubelet in this build (available: 1.32.0)",
+                     mcp().call("create_vm", body))
+        status, headers, data = rest("GET", "/vms")
+        tap.check("the refused create left no VM behind",
+                  lambda: (not any(v.get("name") == "k8s-unusable" for v in json.loads(data)), data[:400]))
+    finally:
+        os.unlink(manifest)
+
 
 # ---------------------------------------------------------------------------------------------
 # 8. host
