@@ -110,7 +110,7 @@ static int reply(HttpRequest *req, unsigned status, json_t *v) {
         return http_request_reply_json(req, status, v);
 }
 
-static void reply_error(HttpRequest *req, ApiError *e) {
+static void reply_error(HttpRequest *req, const ApiError *e) {
         unsigned status = api_error_http_status(e);
 
         if (status >= 500)
@@ -179,20 +179,136 @@ static int add_query_params(const Operation *op, HttpRequest *req, json_t *args,
         return 0;
 }
 
+/* A request between two steps: its body being parsed, or its asynchronous operation running. */
 typedef struct RestCall {
-        HttpRequest *req;
+        ApiRest *rest;
+        HttpRequest *req; /* a reference */
         const Operation *op;
+        json_t *args; /* owned: the path's parameters, the body's fields once merged */
 } RestCall;
 
+static RestCall *rest_call_free(RestCall *c) {
+        if (!c)
+                return NULL;
+        http_request_unref(c->req);
+        json_decref(c->args);
+        free(c);
+        return NULL;
+}
+
+DEFINE_TRIVIAL_CLEANUP_FUNC(RestCall *, rest_call_free);
+
+static int rest_call_new(ApiRest *a, HttpRequest *req, const Operation *op, json_t *args, RestCall **ret) {
+        RestCall *c = calloc(1, sizeof(RestCall));
+
+        if (!c)
+                return -ENOMEM;
+        *c = (RestCall){ .rest = a, .req = http_request_ref(req), .op = op, .args = json_incref(args) };
+        *ret = c;
+        return 0;
+}
+
 static void rest_done(int r, json_t *result, const ApiError *e, void *userdata) {
-        RestCall *c = userdata;
+        _cleanup_(rest_call_freep) RestCall *c = userdata;
 
         if (r < 0)
-                reply_error(c->req, (ApiError *) e);
+                reply_error(c->req, e);
         else
                 (void) reply(c->req, c->op->success_status, result);
-        http_request_unref(c->req);
-        free(c);
+}
+
+/* The body's fields join the path's parameters in args; a body must be an object and may not name
+ * a parameter of the path. */
+static int merge_body(json_t *args, json_t *body, ApiError *reterr) {
+        const char *key;
+        json_t *v;
+
+        if (!json_is_object(body))
+                return api_error_set(
+                        reterr,
+                        -EINVAL,
+                        API_ERROR_INVALID_REQUEST,
+                        "body: expected a JSON object, got %s",
+                        json_type_name(body));
+        json_object_foreach(body, key, v) {
+                if (json_object_get(args, key))
+                        return api_error_set(
+                                reterr,
+                                -EINVAL,
+                                API_ERROR_INVALID_REQUEST,
+                                "body: field \"%s\" belongs in the path",
+                                key);
+                if (json_object_set(args, key, v) < 0)
+                        return api_error_set(reterr, -ENOMEM, API_ERROR_INTERNAL, "out of memory");
+        }
+        return 0;
+}
+
+/* The rest of a request once its arguments are complete: the query, then the operation. */
+static void rest_run(ApiRest *a, HttpRequest *req, const Operation *op, json_t *args) {
+        _cleanup_(api_error_done) ApiError e = API_ERROR_NULL;
+        json_auto_t *result = NULL;
+        int r;
+
+        r = add_query_params(op, req, args, &e);
+        if (r < 0) {
+                api_error_from_errno(&e, r, op->name);
+                reply_error(req, &e);
+                return;
+        }
+
+        if (op->async_handler) {
+                /* The answer comes when the VM gets there; other requests flow meanwhile. */
+                RestCall *c;
+
+                r = rest_call_new(a, req, op, /* args= */ NULL, &c);
+                if (r < 0) {
+                        (void) api_error_set(&e, r, API_ERROR_INTERNAL, "out of memory");
+                        reply_error(req, &e);
+                        return;
+                }
+                http_request_suspend(req);
+                r = operation_run_async(
+                        op, a->manager, http_request_caller(req), args, rest_done, /* progress= */ NULL, c, &e);
+                if (r < 0) {
+                        rest_call_free(c);
+                        reply_error(req, &e);
+                }
+                return;
+        }
+
+        if (op->cacheable) {
+                r = reply_cached(a, op, req, args, &e);
+                if (r < 0) {
+                        api_error_from_errno(&e, r, op->name);
+                        reply_error(req, &e);
+                }
+                return;
+        }
+
+        r = operation_run(op, a->manager, http_request_caller(req), args, &result, &e);
+        if (r < 0) {
+                reply_error(req, &e);
+                return;
+        }
+        (void) reply(req, op->success_status, result);
+}
+
+static void on_body(HttpRequest *req, json_t *body, const ApiError *error, void *userdata) {
+        _cleanup_(rest_call_freep) RestCall *c = userdata;
+        _cleanup_(api_error_done) ApiError e = API_ERROR_NULL;
+
+        if (!http_request_is_connected(req))
+                return; /* nobody to answer: nothing is run */
+        if (error) {
+                reply_error(req, error);
+                return;
+        }
+        if (merge_body(c->args, body, &e) < 0) {
+                reply_error(req, &e);
+                return;
+        }
+        rest_run(c->rest, req, c->op, c->args);
 }
 
 static void on_request_done(unsigned status, void *userdata) {
@@ -303,87 +419,27 @@ bool api_rest_handle(ApiRest *a, HttpRequest *req) {
         }
 
         /* The order of checks decides 400 against 404: the body is decoded and checked before any
-         * record is looked up. */
+         * record is looked up. A large body is parsed off the loop, the request waiting meanwhile. */
         if (op->rest_body) {
-                json_auto_t *body = NULL;
-                const char *key;
-                json_t *v;
+                RestCall *c;
 
-                r = http_request_body_json(req, &body, &e);
-                if (r < 0) {
-                        reply_error(req, &e);
-                        return true;
+                r = rest_call_new(a, req, op, args, &c);
+                if (r >= 0) {
+                        r = http_request_body_json_async(req, on_body, c);
+                        if (r < 0)
+                                rest_call_free(c);
                 }
-                if (!json_is_object(body)) {
+                if (r == -EAGAIN) {
+                        (void) http_request_add_header(req, "Retry-After", "1");
                         (void) api_error_set(
-                                &e,
-                                -EINVAL,
-                                API_ERROR_INVALID_REQUEST,
-                                "body: expected a JSON object, got %s",
-                                json_type_name(body));
-                        reply_error(req, &e);
-                        return true;
-                }
-                json_object_foreach(body, key, v) {
-                        if (json_object_get(args, key)) {
-                                (void) api_error_set(
-                                        &e,
-                                        -EINVAL,
-                                        API_ERROR_INVALID_REQUEST,
-                                        "body: field \"%s\" belongs in the path",
-                                        key);
-                                reply_error(req, &e);
-                                return true;
-                        }
-                        if (json_object_set(args, key, v) < 0) {
-                                (void) api_error_set(&e, -ENOMEM, API_ERROR_INTERNAL, "out of memory");
-                                reply_error(req, &e);
-                                return true;
-                        }
-                }
-        }
-        r = add_query_params(op, req, args, &e);
-        if (r < 0) {
-                api_error_from_errno(&e, r, op->name);
-                reply_error(req, &e);
-                return true;
-        }
-
-        if (op->async_handler) {
-                /* The answer comes when the VM gets there; other requests flow meanwhile. */
-                RestCall *c = calloc(1, sizeof(RestCall));
-                if (!c) {
-                        (void) api_error_set(&e, -ENOMEM, API_ERROR_INTERNAL, "out of memory");
-                        reply_error(req, &e);
-                        return true;
-                }
-                c->req = http_request_ref(req);
-                c->op = op;
-                http_request_suspend(req);
-                r = operation_run_async(
-                        op, a->manager, http_request_caller(req), args, rest_done, /* progress= */ NULL, c, &e);
-                if (r < 0) {
-                        http_request_unref(c->req);
-                        free(c);
+                                &e, r, API_ERROR_INTERNAL, "too many request bodies are being read, try again");
+                        (void) http_request_reply_error_status(req, 503, &e);
+                } else if (r < 0) {
+                        (void) api_error_set(&e, r, API_ERROR_INTERNAL, "body: %s", strerror(-r));
                         reply_error(req, &e);
                 }
                 return true;
         }
-
-        if (op->cacheable) {
-                r = reply_cached(a, op, req, args, &e);
-                if (r < 0) {
-                        api_error_from_errno(&e, r, op->name);
-                        reply_error(req, &e);
-                }
-                return true;
-        }
-
-        r = operation_run(op, a->manager, http_request_caller(req), args, &result, &e);
-        if (r < 0) {
-                reply_error(req, &e);
-                return true;
-        }
-        (void) reply(req, op->success_status, result);
+        rest_run(a, req, op, args);
         return true;
 }

@@ -13,7 +13,6 @@
 
 struct AuthFetcher {
         CurlGlue *glue;
-        char *ca_file;
         AuthFetch *fetches;
 };
 
@@ -127,9 +126,8 @@ int auth_fetcher_new(AuthFetcher **ret, sd_event *event, const char *ca_file) {
         f = calloc(1, sizeof(AuthFetcher));
         if (!f)
                 return -ENOMEM;
-        if (ca_file && !(f->ca_file = strdup(ca_file)))
-                return -ENOMEM;
-        r = curl_glue_new(&f->glue, event, "auth-curl");
+        /* the system's roots and ca_file, built into one store off the loop */
+        r = curl_glue_new(&f->glue, event, "auth-curl", ca_file);
         if (r < 0)
                 return r;
         *ret = TAKE_PTR(f);
@@ -172,7 +170,6 @@ AuthFetcher *auth_fetcher_free(AuthFetcher *f) {
         while (f->fetches)
                 fetch_free(f->fetches);
         f->glue = curl_glue_free(f->glue);
-        free(f->ca_file);
         free(f);
         return NULL;
 }
@@ -303,12 +300,6 @@ int auth_fetch(AuthFetcher *f, const AuthFetchRequest *req, AuthFetchDone done, 
                 c = curl_easy_setopt(x->easy, CURLOPT_OPENSOCKETFUNCTION, on_open_socket);
         if (c == CURLE_OK)
                 c = curl_easy_setopt(x->easy, CURLOPT_OPENSOCKETDATA, x);
-        if (c == CURLE_OK && f->ca_file) {
-                /* CAINFO alone would replace the system's roots: keep them through the directory */
-                c = curl_easy_setopt(x->easy, CURLOPT_CAINFO, f->ca_file);
-                if (c == CURLE_OK)
-                        c = curl_easy_setopt(x->easy, CURLOPT_CAPATH, "/etc/ssl/certs");
-        }
         if (c == CURLE_OK && x->form) {
                 c = curl_easy_setopt(x->easy, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t) strlen(x->form));
                 if (c == CURLE_OK)

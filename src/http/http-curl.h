@@ -18,8 +18,17 @@ typedef struct CurlGlue CurlGlue;
  * the caller again. */
 typedef void (*CurlGlueDone)(CurlGlue *g, CURL *easy, CURLcode result, void *userdata);
 
-/* description names the event sources ("trace-curl"). Calls curl_global_init() once per glue. */
-int curl_glue_new(CurlGlue **ret, sd_event *event, const char *description);
+/* description names the event sources ("trace-curl"). Calls curl_global_init() once per glue.
+ *
+ * TLS: the glue builds one CA store, libcurl's default bundle and directory and ca_file (may be
+ * NULL: a PEM bundle trusted in addition), on a thread of its own, since parsing the system's
+ * bundle takes tens of milliseconds (more under the sanitizers), and every connection shares it
+ * (CURLOPT_SSL_CTX_FUNCTION): libcurl would parse it again for each new connection, on the loop
+ * (its CA cache does not apply while a CA directory is set, as Debian's libcurl has by default).
+ * Transfers added before the store is built start once it is; a store that cannot be built fails
+ * TLS transfers as an unreadable CURLOPT_CAINFO would (CURLE_SSL_CACERT_BADFILE). Callers leave
+ * CURLOPT_CAINFO and CURLOPT_CAPATH alone: the glue clears them. */
+int curl_glue_new(CurlGlue **ret, sd_event *event, const char *description, const char *ca_file);
 /* Abandons transfers still running, without calling their done. */
 CurlGlue *curl_glue_free(CurlGlue *g);
 DEFINE_TRIVIAL_CLEANUP_FUNC(CurlGlue *, curl_glue_free);

@@ -17,6 +17,7 @@
 #include "http-util.h"
 #include "json-util.h"
 #include "log.h"
+#include "worker.h"
 
 typedef struct HttpConnection HttpConnection;
 typedef struct HttpPeer HttpPeer;
@@ -114,6 +115,7 @@ struct HttpServer {
         unsigned n_open;        /* not being closed */
         HttpPeer *peers;
         char *pending_tag; /* for the connection http_server_add_connection() is handing to MHD */
+        Worker *worker;    /* parses large bodies (http_request_body_json_async()); made on first use */
 };
 
 #define HTTP_FREE_FLUSH_TIMEOUT (1 * USEC_PER_SEC)
@@ -191,6 +193,139 @@ const void *http_request_body(HttpRequest *r, size_t *ret_size) {
 
 int http_request_body_json(HttpRequest *r, json_t **ret, ApiError *reterr) {
         return json_parse_body(r->body, r->body_size, ret, reterr);
+}
+
+/* A body parsed on the worker. The thread reads the request's body (which the reference keeps, and
+ * which nothing changes once the request is dispatched) and fills r, value and error; everything
+ * else is the loop's. */
+typedef struct BodyParse {
+        HttpRequest *request;
+        const char *data;
+        size_t size;
+        int r;
+        json_t *value;
+        ApiError error;
+        HttpBodyJsonDone done;
+        void *userdata;
+} BodyParse;
+
+static BodyParse *body_parse_free(BodyParse *j) {
+        if (!j)
+                return NULL;
+        json_decref(j->value);
+        api_error_done(&j->error);
+        http_request_unref(j->request);
+        free(j);
+        return NULL;
+}
+
+DEFINE_TRIVIAL_CLEANUP_FUNC(BodyParse *, body_parse_free);
+
+/* On the worker's thread: nothing but the job. */
+static void body_parse_run(void *userdata) {
+        BodyParse *j = userdata;
+
+        j->r = json_parse_body(j->data, j->size, &j->value, &j->error);
+}
+
+static void body_parse_call(HttpRequest *r, void *userdata) {
+        BodyParse *j = userdata;
+
+        j->done(r, j->r < 0 ? NULL : j->value, j->r < 0 ? &j->error : NULL, j->userdata);
+}
+
+/* On the worker's thread: drops the loop's reference to a large parsed body. Freeing a tree of a
+ * million values costs about what parsing it did; jansson's reference counts are atomic, so a
+ * part still referenced on the loop (a field an operation kept) stays there, and is freed there. */
+static void body_release_run(void *userdata) {
+        json_decref(userdata);
+}
+
+static void body_release_done(void *userdata, bool ran) {
+        if (!ran)
+                json_decref(userdata);
+}
+
+static void body_release(HttpServer *s, json_t *v) {
+        if (!v)
+                return;
+        if (!s->worker || worker_submit(s->worker, v, body_release_run, body_release_done) < 0)
+                json_decref(v); /* being freed, or full: here then */
+}
+
+static void body_parse_done(void *userdata, bool ran) {
+        _cleanup_(body_parse_freep) BodyParse *j = userdata;
+        HttpRequest *r = j->request;
+
+        if (!r->connection || r->state != REQUEST_SUSPENDED) {
+                /* The client went away meanwhile: done hears of it, and what it answers is dropped. */
+                api_error_done(&j->error);
+                j->r = api_error_set(&j->error, -ECONNRESET, API_ERROR_INTERNAL, "the client went away");
+                body_parse_call(r, j);
+        } else {
+                if (!ran) {
+                        /* the server is being freed: done answers as every suspended request is */
+                        api_error_done(&j->error);
+                        j->r = api_error_set(
+                                &j->error, -ESHUTDOWN, API_ERROR_CONFLICT, "vm-manager is shutting down");
+                }
+                http_request_continue(r, body_parse_call, j);
+        }
+        body_release(r->server, TAKE_PTR(j->value));
+}
+
+int http_request_body_json_async(HttpRequest *r, HttpBodyJsonDone done, void *userdata) {
+        _cleanup_(body_parse_freep) BodyParse *j = NULL;
+        HttpServer *s;
+        int k;
+
+        assert_return(r && done, -EINVAL);
+        assert_return(r->state == REQUEST_DISPATCHED && !r->suspend_requested, -EINVAL);
+        s = r->server;
+
+        if (r->body_size <= HTTP_BODY_PARSE_INLINE_MAX) {
+                _cleanup_(api_error_done) ApiError e = API_ERROR_NULL;
+                json_auto_t *v = NULL;
+
+                k = json_parse_body(r->body, r->body_size, &v, &e);
+                done(r, k < 0 ? NULL : v, k < 0 ? &e : NULL, userdata);
+                return 0;
+        }
+
+        if (!s->worker) {
+                /* Every connection has one request at most: a parse and a release for each fit,
+                 * so -EAGAIN only comes when the pipes could not be made that large. */
+                k = worker_new(
+                        s->event,
+                        &(WorkerOptions){
+                                .name = "vmm-http",
+                                .threads = 1,
+                                .max_jobs = MIN(
+                                        2 * (s->options.max_connections + HTTP_CONNECTION_SLACK),
+                                        WORKER_JOBS_MAX),
+                                .nice = 10,
+                        },
+                        &s->worker);
+                if (k < 0)
+                        return k;
+        }
+        j = calloc(1, sizeof(BodyParse));
+        if (!j)
+                return -ENOMEM;
+        *j = (BodyParse){
+                .request = http_request_ref(r),
+                .data = r->body,
+                .size = r->body_size,
+                .error = API_ERROR_NULL,
+                .done = done,
+                .userdata = userdata,
+        };
+        k = worker_submit(s->worker, j, body_parse_run, body_parse_done);
+        if (k < 0)
+                return k;
+        TAKE_PTR(j);
+        http_request_suspend(r);
+        return 1;
 }
 
 bool http_request_is_connected(HttpRequest *r) {
@@ -1481,6 +1616,9 @@ HttpServer *http_server_free(HttpServer *s) {
         s->io_source = sd_event_source_disable_unref(s->io_source);
         s->timer_source = sd_event_source_disable_unref(s->timer_source);
         s->sweep_source = sd_event_source_disable_unref(s->sweep_source);
+        /* Bodies still queued are handed back as -ESHUTDOWN, and answered as such; one being parsed
+         * is waited for. */
+        s->worker = worker_free(s->worker);
         if (s->daemon) {
                 usec_t deadline = now_usec(CLOCK_MONOTONIC) + HTTP_FREE_FLUSH_TIMEOUT;
 

@@ -89,8 +89,24 @@ const char *http_request_header(HttpRequest *r, const char *name);
 const char *http_request_query(HttpRequest *r, const char *key);
 const void *http_request_body(HttpRequest *r, size_t *ret_size);
 uint64_t http_request_id(HttpRequest *r);
-/* The body parsed as JSON (json_parse_body()); a new reference. */
+/* The body parsed as JSON (json_parse_body()); a new reference. Parses on the spot, whatever the
+ * size: for a body that may be large, use http_request_body_json_async(). */
 int http_request_body_json(HttpRequest *r, json_t **ret, ApiError *reterr);
+
+/* Bodies up to this size are parsed on the loop: a few milliseconds at most. */
+#define HTTP_BODY_PARSE_INLINE_MAX ((size_t) 64 << 10)
+/* Called exactly once with the body parsed as JSON (borrowed) or with why not (error, then body is
+ * NULL): the errors of json_parse_body(), -ESHUTDOWN ("vm-manager is shutting down") when the server
+ * is freed before the parse ran, -ECONNRESET when the client went away meanwhile (a reply is then
+ * dropped). It runs as a handler does: it replies, or suspends the request and replies later. */
+typedef void (*HttpBodyJsonDone)(HttpRequest *r, json_t *body, const ApiError *error, void *userdata);
+/* The body parsed as JSON without the loop waiting on it: a body of up to HTTP_BODY_PARSE_INLINE_MAX
+ * bytes is parsed at once and done called before this returns (0); a larger one is parsed on the
+ * server's worker thread while the request waits suspended and everything else is served, and done
+ * is called from the loop later (1). Only from a handler, which returns after this. -EAGAIN when
+ * the worker has as many bodies as the server has connections, -ENOMEM: done is then not called and
+ * the handler still has to reply. */
+int http_request_body_json_async(HttpRequest *r, HttpBodyJsonDone done, void *userdata);
 
 /* Called once when the request is over: status is the one of the response delivered, 0 when the
  * connection ended first. Runs also for requests still open when the server is freed. */

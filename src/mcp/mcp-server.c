@@ -664,7 +664,13 @@ int mcp_server_process_post(McpServer *s, McpPost *p) {
                         jsonrpc_error(NULL, JSONRPC_INVALID_REQUEST, "Content-Type must be application/json"));
                 return 0;
         }
-        if (json_parse_body(p->body, p->size, &msg, &e) < 0) {
+        if (p->message_error) {
+                post_reply(p, 400, jsonrpc_error(NULL, JSONRPC_PARSE_ERROR, p->message_error->message));
+                return 0;
+        }
+        if (p->message)
+                msg = json_incref(p->message);
+        else if (json_parse_body(p->body, p->size, &msg, &e) < 0) {
                 post_reply(p, 400, jsonrpc_error(NULL, JSONRPC_PARSE_ERROR, e.message));
                 return 0;
         }
@@ -793,12 +799,14 @@ int mcp_server_process_post(McpServer *s, McpPost *p) {
         return 0;
 }
 
-static void handle_post(McpServer *s, HttpRequest *req, Span *span) {
+static void post_answer(McpServer *s, HttpRequest *req, Span *span, json_t *message, const ApiError *error) {
         McpPost p = {
                 .content_type = http_request_header(req, "Content-Type"),
                 .session_id = http_request_header(req, "Mcp-Session-Id"),
                 .protocol_version = http_request_header(req, "MCP-Protocol-Version"),
                 .accept = http_request_header(req, "Accept"),
+                .message = message,
+                .message_error = error,
                 .span = span,
         };
 
@@ -818,6 +826,44 @@ static void handle_post(McpServer *s, HttpRequest *req, Span *span) {
         else
                 reply_jsonrpc(req, p.status, p.reply);
         json_decref(p.reply);
+}
+
+/* A POST whose body is being parsed. */
+typedef struct McpPostBody {
+        McpServer *server;
+        Span *span; /* the request's, ended by its done callback */
+} McpPostBody;
+
+static void on_post_body(HttpRequest *req, json_t *body, const ApiError *error, void *userdata) {
+        _cleanup_free_ McpPostBody *b = userdata;
+
+        if (!http_request_is_connected(req))
+                return; /* nobody to answer: nothing is run */
+        if (error && error->code != API_ERROR_INVALID_REQUEST) {
+                /* not the client's JSON but us: shutting down, as for any request still waiting */
+                (void) http_request_reply_error(req, error);
+                return;
+        }
+        post_answer(b->server, req, b->span, body, error);
+}
+
+/* A large body is parsed off the loop, the request waiting meanwhile. */
+static void handle_post(McpServer *s, HttpRequest *req, Span *span) {
+        McpPostBody *b = calloc(1, sizeof(McpPostBody));
+        int r = -ENOMEM;
+
+        if (b) {
+                *b = (McpPostBody){ .server = s, .span = span };
+                r = http_request_body_json_async(req, on_post_body, b);
+                if (r < 0)
+                        free(b);
+        }
+        if (r == -EAGAIN) {
+                (void) http_request_add_header(req, "Retry-After", "1");
+                reply_text(
+                        req, 503, "Service Unavailable: too many request bodies are being read, try again\n");
+        } else if (r < 0)
+                reply_text(req, 500, "out of memory\n");
 }
 
 static void handle_get(McpServer *s, HttpRequest *req) {

@@ -36,6 +36,10 @@ typedef struct McpPost {
         const char *accept; /* the Accept header: a slow tools/call streams only where it names SSE */
         const void *body;
         size_t size;
+        /* The body already parsed (http_request_body_json_async()), borrowed: the message, or why
+         * it is no JSON. Both NULL: mcp_server_process_post() parses body itself. */
+        json_t *message;
+        const ApiError *message_error;
         HttpRequest *request; /* for answers that come later; NULL: none can */
         Span *span;           /* the POST's span, parent of the request's; may be NULL. A deferred tools/call
                                * takes over the request's done callback, and ends it with the request. */

@@ -1055,7 +1055,7 @@ int tracer_new(Tracer **ret, sd_event *event, const char *version, TraceConfig *
         if (r < 0)
                 return r;
 
-        r = curl_glue_new(&t->curl, event, "trace-curl");
+        r = curl_glue_new(&t->curl, event, "trace-curl", /* ca_file= */ NULL);
         if (r < 0)
                 return r;
 

@@ -12,6 +12,9 @@ tests/integration/fakes first on PATH and --launcher process (as test-vm-errors.
   * get_vm_console's lines outside 1..10000 is invalid_request, on REST and MCP;
   * 1,100 idle connections from one address, or 300 from each of six, leave /healthz, REST and
     MCP answering; a request sent a byte at a time is cut after --http-request-timeout;
+  * bodies of 8 MiB (a million small JSON values, the costliest to parse) sent to REST and MCP at
+    once: /healthz answers all the while, no event loop iteration parses or frees them, and the
+    answers are what a small body gets (unknown field; a malformed body's parse error);
   * SIGTERM with such connections open exits within the promised 15 s.
 
 Standard library only; only loopback addresses are contacted.
@@ -22,6 +25,7 @@ import os
 import signal
 import socket
 import sys
+import threading
 import time
 
 here = os.path.dirname(os.path.abspath(__file__))
@@ -472,6 +476,116 @@ def test_floods(work):
     d.stop(signal.SIGTERM, timeout=30)
 
 
+BIG_BODY = 8 * 1024 * 1024 - 4096  # under the 8 MiB limit with the rest of the request
+
+
+def junk_body(size, close=True):
+    """A create_vm request of about size bytes whose bulk is a field create_vm does not know: an
+    array of small objects, the slowest JSON to parse and to free for its size. close=False leaves
+    the final brace out (malformed at the very end)."""
+    head = '{"name":"big","memory_mib":512,"disk_gib":1,"junk":['
+    n = (size - len(head) - 2) // 8
+    return (head + ",".join(['{"k":1}'] * n) + "]" + ("}" if close else "")).encode()
+
+
+def malformed_at(message):
+    """(column, the text after it) of 'body: malformed JSON at line 1, column N: ...'."""
+    prefix = "invalid request: body: malformed JSON at line 1, column "
+    if not isinstance(message, str) or not message.startswith(prefix):
+        return None
+    column, _, rest = message[len(prefix):].partition(": ")
+    return (int(column), rest) if column.isdigit() else None
+
+
+def test_large_bodies(work):
+    d, port = start(work, "bodies")
+    if not healthy(d, port, "bodies"):
+        return
+    mcp = McpClient(port)
+    mcp.initialize()
+    big = junk_body(BIG_BODY)
+    args = json.loads(big)
+    mcp_big = json.dumps({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+                          "params": {"name": "create_vm", "arguments": args}}, separators=(",", ":")).encode()
+    del args
+    answers = {}
+
+    def post(name, send):
+        try:
+            answers[name] = (send(), time.monotonic())
+        except OSError as e:
+            answers[name] = ((repr(e), {}, b""), time.monotonic())
+
+    senders = [threading.Thread(target=post, args=("rest-%d" % i, lambda: http_request(
+                   port, "POST", "/api/v1/vms", body=big, timeout=120))) for i in range(2)]
+    senders.append(threading.Thread(target=post, args=("mcp", lambda: http_request(
+        port, "POST", "/mcp", body=mcp_big, timeout=120,
+        headers={"Content-Type": "application/json", "Mcp-Session-Id": mcp.session}))))
+    started = time.monotonic()
+    for t in senders:
+        t.start()
+    probes = []
+    while any(t.is_alive() for t in senders) and time.monotonic() - started < 120:
+        t0 = time.monotonic()
+        try:
+            status = http_request(port, "GET", "/healthz", timeout=10)[0]
+        except OSError as e:
+            status = repr(e)
+        probes.append((status, t0, time.monotonic() - t0))
+        time.sleep(0.01)
+    for t in senders:
+        t.join()
+    last = max(at for _, at in answers.values())
+    during = [p for p in probes if p[1] < last]
+    tap.result(len(during) >= 5 and all(p[0] == 200 for p in probes),
+               "while three 8 MiB bodies are read and parsed, /healthz answers: %d probes, the slowest %.0f ms"
+               % (len(during), 1000 * max((p[2] for p in during), default=0)),
+               repr([p for p in probes if p[0] != 200][:5]))
+
+    for name in ("rest-0", "rest-1"):
+        status, headers, body = answers[name][0]
+        ok, why = check_json_error(status, headers, body, 400, "invalid_request", 'invalid request: unknown field "junk"')
+        tap.result(ok, "REST create_vm with an 8 MiB body (%s): 400, unknown field, as for a small one" % name, why)
+    status, _, body = answers["mcp"][0]
+    try:
+        code, message = tool_error(json.loads(body)["result"])
+    except (ValueError, KeyError, TypeError) as e:
+        code, message = None, "%r: %r" % (e, body[:300])
+    tap.result(status == 200 and code == "invalid_request" and message == 'invalid request: unknown field "junk"',
+               "MCP tools/call create_vm with an 8 MiB body: the tool's invalid_request, unknown field",
+               "HTTP %r: %r %r" % (status, code, message))
+
+    # the loop neither parsed nor freed them: no slow iteration has jansson or our parser on its stack
+    time.sleep(0.5)
+    slow = [e for e in d.slow_loop_iterations()
+            if any("json" in frame for frame in e.get("stack") or []) or "json" in (e.get("where") or "")]
+    tap.result(not slow, "no event loop iteration over 50 ms parsed or freed a body",
+               "\n".join("%.1f ms at %s" % (e.get("usec", 0) / 1000, e.get("where")) for e in slow))
+
+    # a malformed body is refused in the same words, parsed on the loop (small) or off it (large)
+    small = junk_body(4096, close=False)
+    large = junk_body(BIG_BODY, close=False)
+    got = []
+    for b in (small, large):
+        status, headers, body = http_request(port, "POST", "/api/v1/vms", body=b, timeout=120)
+        ok, why = check_json_error(status, headers, body, 400, "invalid_request")
+        got.append((ok, malformed_at(json.loads(body)["error"]["message"]) if ok else None, why))
+    (ok_s, at_s, why_s), (ok_l, at_l, why_l) = got
+    tap.result(ok_s and ok_l and at_s and at_l and at_s[1] == at_l[1] and at_s[0] - len(small) == at_l[0] - len(large),
+               "REST: a malformed 8 MiB body gets the parse error a small one gets, at its own end",
+               "%s / %s" % (why_s, why_l))
+    status, _, body = http_request(port, "POST", "/mcp", body=large, timeout=120,
+                                   headers={"Content-Type": "application/json", "Mcp-Session-Id": mcp.session})
+    try:
+        err = json.loads(body)["error"]
+    except (ValueError, KeyError, TypeError):
+        err = {}
+    tap.result(status == 400 and err.get("code") == -32700 and malformed_at(err.get("message")) == at_l,
+               "MCP: the same malformed body is a JSON-RPC parse error (-32700) with the same words",
+               "HTTP %r: %r" % (status, body[:300]))
+    d.stop(signal.SIGTERM, timeout=30)
+
+
 def test_shutdown(work):
     d, port = start(work, "term")
     if not healthy(d, port, "term"):
@@ -496,5 +610,6 @@ def test_shutdown(work):
 
 
 if __name__ == "__main__":
-    sys.exit(run([test_site_guard, test_content_type, test_listeners, test_requests, test_floods, test_shutdown],
+    sys.exit(run([test_site_guard, test_content_type, test_listeners, test_requests, test_floods, test_large_bodies,
+                  test_shutdown],
                  GLOBAL_DEADLINE, "vmm-http-"))

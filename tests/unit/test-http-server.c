@@ -41,6 +41,8 @@ typedef struct Fixture {
         sd_event_source *stream_write_timer, *stream_end_timer;
         HttpRequest *held[8]; /* requests on /hold, never answered by the test */
         size_t n_held;
+        int json_async[4]; /* what http_request_body_json_async() returned, in arrival order */
+        unsigned n_json_async;
 } Fixture;
 
 #define KEEPALIVE (100 * USEC_PER_MSEC)
@@ -75,6 +77,18 @@ static int on_park_timer(sd_event_source *s, uint64_t usec, void *userdata) {
         f->slow_answered_at = ++f->order;
         f->parked = http_request_unref(f->parked);
         return 0;
+}
+
+static void on_json_async(HttpRequest *req, json_t *body, const ApiError *error, void *userdata) {
+        json_auto_t *v = NULL;
+
+        if (error) {
+                assert_null(body);
+                assert_int_equal(http_request_reply_error(req, error), 0);
+                return;
+        }
+        v = json_pack("{s:I}", "n", (json_int_t) json_array_size(body));
+        assert_int_equal(http_request_reply_json(req, 200, v), 0);
 }
 
 static void handler(HttpRequest *req, void *userdata) {
@@ -113,6 +127,14 @@ static void handler(HttpRequest *req, void *userdata) {
                         return;
                 }
                 assert_int_equal(http_request_reply_json(req, 200, v), 0);
+                return;
+        }
+        if (streq(path, "/json-async")) {
+                int r = http_request_body_json_async(req, on_json_async, f);
+
+                assert_true(r >= 0);
+                if (f->n_json_async < ELEMENTSOF(f->json_async))
+                        f->json_async[f->n_json_async++] = r;
                 return;
         }
         if (streq(path, "/query")) {
@@ -196,6 +218,13 @@ static int setup(void **state) {
                 state, (HttpServerOptions){ .listen = "127.0.0.1:0", .listen_fd = -EBADF, .max_body = 1024 });
 }
 
+/* Bodies large enough to be parsed off the loop. */
+static int setup_large_bodies(void **state) {
+        return setup_with(
+                state,
+                (HttpServerOptions){ .listen = "127.0.0.1:0", .listen_fd = -EBADF, .max_body = 1 << 20 });
+}
+
 /* Small limits: 2 connections per peer, 4 in all. */
 static int setup_limits(void **state) {
         return setup_with(
@@ -241,7 +270,7 @@ static int teardown(void **state) {
 
 typedef struct Exchange {
         uint16_t port;
-        char request[20000];
+        char request[160000]; /* room for a body the server parses off the loop */
         char response[8192];
         unsigned status;
         int close_early; /* disconnect after sending, without reading */
@@ -476,6 +505,69 @@ static void test_json_body(void **state) {
 
         assert_int_equal(x[2].status, 400);
         assert_non_null(strstr(body_of(&x[2]), "body: empty"));
+}
+
+/* "[1,1,…,1]" of n ones, the closing bracket left out when malformed. */
+static char *ones(size_t n, bool malformed) {
+        char *s = malloc(2 * n + 2);
+
+        assert_non_null(s);
+        s[0] = '[';
+        for (size_t i = 0; i < n; i++) {
+                s[1 + 2 * i] = '1';
+                s[2 + 2 * i] = i + 1 < n ? ',' : malformed ? 0 : ']';
+        }
+        s[2 * n + 1] = 0;
+        return s;
+}
+
+static void test_json_body_async(void **state) {
+        _cleanup_(api_error_done) ApiError e = API_ERROR_NULL;
+        Fixture *f = *state;
+        _cleanup_free_ char *small = ones(10, false), *large = ones(40000, false), *bad = ones(40000, true);
+        char want[512];
+        json_t *v = NULL;
+        Exchange x[3];
+        ClientJob job = { .exchanges = x, .n = 3 };
+
+        assert_true(strlen(large) > HTTP_BODY_PARSE_INLINE_MAX);
+        set_request(
+                &x[0],
+                f->port,
+                "POST /json-async HTTP/1.1\r\nHost: t\r\nConnection: close\r\nContent-Length: %zu\r\n\r\n%s",
+                strlen(small),
+                small);
+        set_request(
+                &x[1],
+                f->port,
+                "POST /json-async HTTP/1.1\r\nHost: t\r\nConnection: close\r\nContent-Length: %zu\r\n\r\n%s",
+                strlen(large),
+                large);
+        set_request(
+                &x[2],
+                f->port,
+                "POST /json-async HTTP/1.1\r\nHost: t\r\nConnection: close\r\nContent-Length: %zu\r\n\r\n%s",
+                strlen(bad),
+                bad);
+        run_clients(f, &job);
+
+        /* a small body at once, larger ones later, from the worker */
+        assert_int_equal(f->n_json_async, 3);
+        assert_int_equal(f->json_async[0], 0);
+        assert_int_equal(f->json_async[1], 1);
+        assert_int_equal(f->json_async[2], 1);
+
+        assert_int_equal(x[0].status, 200);
+        assert_string_equal(body_of(&x[0]), "{\n  \"n\": 10\n}\n");
+        assert_int_equal(x[1].status, 200);
+        assert_string_equal(body_of(&x[1]), "{\n  \"n\": 40000\n}\n");
+
+        /* the error is the one parsing on the loop gives */
+        assert_int_equal(x[2].status, 400);
+        assert_true(json_parse_body(bad, strlen(bad), &v, &e) < 0);
+        snprintf(want, sizeof(want), "\"message\": \"%s\"", e.message);
+        assert_non_null(strstr(body_of(&x[2]), want));
+        assert_int_equal(http_server_active_requests(f->server), 0);
 }
 
 static void test_body_limit(void **state) {
@@ -1039,6 +1131,7 @@ int main(void) {
                 cmocka_unit_test_setup_teardown(test_reply_after_client_left, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_on_done, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_json_body, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_json_body_async, setup_large_bodies, teardown),
                 cmocka_unit_test_setup_teardown(test_body_limit, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_query_and_silent_handler, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_free_answers_suspended, setup, teardown),
