@@ -349,8 +349,9 @@ bool api_rest_handle(ApiRest *a, HttpRequest *req) {
                 return true;
         }
 
-        if (op->async_handler) {
-                /* The answer comes when the VM gets there; other requests flow meanwhile. */
+        if (op->async_handler || !(op->hints & OP_READ_ONLY)) {
+                /* The answer comes when the VM gets there and the records are on disk; other
+                 * requests flow meanwhile. */
                 RestCall *c = calloc(1, sizeof(RestCall));
                 if (!c) {
                         (void) api_error_set(&e, -ENOMEM, API_ERROR_INTERNAL, "out of memory");
