@@ -46,6 +46,8 @@ static FileJob *file_job_free(FileJob *j) {
                 return NULL;
         free(j->path);
         free(j->from);
+        if (j->data) /* it may be a key (a VM's ssh_key) */
+                explicit_bzero(j->data, j->size);
         free(j->data);
         free(j);
         return NULL;
