@@ -935,7 +935,8 @@ static void synced_done(Manager *m, SyncedCall *c, int r, json_t *result, const 
                         (void) api_error_set(&c->error, e->error, e->code, "out of memory");
         } else if (r < 0)
                 api_error_from_errno(&c->error, r, "operation");
-        if (manager_sync(m, synced_answer, c) < 0)
+        /* nothing queued: every write asked for is done, the answer goes now */
+        if (file_writer_pending(manager_writer(m)) == 0 || manager_sync(m, synced_answer, c) < 0)
                 synced_answer(0, /* path= */ NULL, c);
 }
 
