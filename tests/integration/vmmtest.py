@@ -60,8 +60,6 @@ LOOP_THRESHOLD_MS = 50
 # shows it.
 LOOP_STRICT_ENV = "VM_MANAGER_LOOP_STRICT"
 LOOP_KNOWN = (
-    ("write_file_atomic ", "records are written with fsync() on the loop (vm_save and the other atomic writes)"),
-    ("copy_file_excl ", "the start chain copies and fsync()s the VM's files on the loop (vm-start.c)"),
     ("json_parse_body ", "request bodies of up to 8 MiB are parsed on the loop (api-rest.c, json-util.c)"),
     ("on_io ../src/http/http-curl.c", "libcurl's TLS set-up parses the CA store on the loop (http-curl.c)"),
     ("exec_finish ", "exec_vm's result (the helper's JSON, up to the output limit) is parsed on the loop (vm-exec.c)"),
