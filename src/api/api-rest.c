@@ -257,8 +257,9 @@ static void rest_run(ApiRest *a, HttpRequest *req, const Operation *op, json_t *
                 return;
         }
 
-        if (op->async_handler) {
-                /* The answer comes when the VM gets there; other requests flow meanwhile. */
+        if (op->async_handler || !(op->hints & OP_READ_ONLY)) {
+                /* The answer comes when the VM gets there and the records are on disk; other
+                 * requests flow meanwhile. */
                 RestCall *c;
 
                 r = rest_call_new(a, req, op, /* args= */ NULL, &c);

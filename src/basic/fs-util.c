@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <limits.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,7 +49,7 @@ static int split_path(const char *path, char **ret_dir, const char **ret_base) {
         return 0;
 }
 
-int write_file_atomic(const char *path, const void *data, size_t size, mode_t mode) {
+static int write_file_atomic_full(const char *path, const void *data, size_t size, mode_t mode, bool noreplace) {
         _cleanup_free_ char *dir = NULL, *tmp = NULL;
         _cleanup_close_ int dfd = -EBADF, fd = -EBADF;
         const char *base;
@@ -83,15 +84,24 @@ int write_file_atomic(const char *path, const void *data, size_t size, mode_t mo
         if (r >= 0)
                 r = RET_NERRNO(fsync(fd));
         if (r >= 0)
-                r = RET_NERRNO(renameat(dfd, tmp, dfd, base));
+                r = noreplace ? RET_NERRNO(renameat2(dfd, tmp, dfd, base, RENAME_NOREPLACE)) :
+                                RET_NERRNO(renameat(dfd, tmp, dfd, base));
         if (r < 0) {
                 (void) unlinkat(dfd, tmp, 0);
-                return r;
+                return noreplace && r == -EEXIST ? 0 : r;
         }
         fd = safe_close(fd);
 
         /* The rename is durable only once the directory entry is on disk. */
         return RET_NERRNO(fsync(dfd));
+}
+
+int write_file_atomic(const char *path, const void *data, size_t size, mode_t mode) {
+        return write_file_atomic_full(path, data, size, mode, /* noreplace= */ false);
+}
+
+int write_file_atomic_new(const char *path, const void *data, size_t size, mode_t mode) {
+        return write_file_atomic_full(path, data, size, mode, /* noreplace= */ true);
 }
 
 int write_file_atomic_cleanup(const char *path) {

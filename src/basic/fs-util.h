@@ -8,6 +8,9 @@
  * new one in full: the data goes to a temporary file in the same directory, which is fsynced,
  * renamed over path, and the directory is fsynced. The temporary file never survives a failure. */
 int write_file_atomic(const char *path, const void *data, size_t size, mode_t mode);
+/* The same for a file that is written once: an existing path is left as it is (0, nothing written).
+ * A crash never leaves path half written, so an existing path is always whole. */
+int write_file_atomic_new(const char *path, const void *data, size_t size, mode_t mode);
 
 /* Removes the temporary files write_file_atomic(path, …) leaves when the process dies between
  * creating and renaming one. Only for a caller that owns the directory (the state dir's lock).

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "attest-nonce.h"
+#include "file-writer.h"
 #include "fs-util.h"
 #include "image-catalog.h"
 #include "log.h"
@@ -36,6 +37,8 @@ struct Manager {
         VmNotify *notify;         /* the READY=1 listener on the kernel's vhost-vsock */
         VmReports *reports;       /* guest reports parsed and stored off the loop */
         Worker *exec_worker;      /* exec_vm's results parsed off the loop; made on first use */
+        FileWriter *writer;       /* records and VM files, written and fsynced off the loop, in order */
+        bool writer_on;           /* false during start-up: files are written at once */
         ManagerMetrics *metrics;
         const LoopStats *loop_stats; /* the daemon's (borrowed) */
 
@@ -238,6 +241,9 @@ int manager_new(Manager **ret, sd_event *event, const ManagerConfig *cfg, ApiErr
         if (r < 0)
                 return r;
         m->event = sd_event_ref(event);
+        r = file_writer_new(event, "vmm-records", &m->writer);
+        if (r < 0)
+                return r;
         if (strdup_to(&m->state_dir, cfg->state_dir) < 0 || strdup_to(&m->image_dir, cfg->image_dir) < 0 ||
             strdup_to(&m->version, cfg->version) < 0 || strdup_to(&m->commit, cfg->commit) < 0 ||
             strdup_to(&m->built, cfg->built) < 0 || strdup_to(&m->ovmf_code, cfg->ovmf_code) < 0 ||
@@ -314,6 +320,10 @@ int manager_new(Manager **ret, sd_event *event, const ManagerConfig *cfg, ApiErr
         manager_check_golden_firmware(m);
 
         manager_hold_vms(m, false);
+        /* Start-up wrote what it had to at once (the loop serves nothing yet, and the daemon reports
+         * ready with it on disk); from here on, off the loop. */
+        network_registry_set_writer(m->networks, m->writer);
+        m->writer_on = true;
         *ret = TAKE_PTR(m);
         return 0;
 }
@@ -348,6 +358,9 @@ Manager *manager_free(Manager *m) {
         image_catalog_free(m->images);
         network_registry_free(m->networks);
         host_probe_free(m->host);
+        /* last: what the rest queued while going is written now (this blocks), and the answers
+         * waiting for it are sent */
+        file_writer_free(m->writer);
         sd_event_unref(m->event);
         free(m->state_dir);
         free(m->image_dir);
@@ -424,6 +437,31 @@ int manager_exec_worker(Manager *m, Worker **ret) {
         }
         *ret = m->exec_worker;
         return 0;
+}
+
+FileWriter *manager_writer(Manager *m) {
+        return m->writer;
+}
+
+static void on_file_written(int r, const char *path, void *userdata) {
+        if (r < 0)
+                log_error_errno(r, "Failed to write '%s': %m", path);
+}
+
+int manager_write_file(Manager *m, const char *path, const void *data, size_t size, mode_t mode) {
+        if (!m->writer_on)
+                return write_file_atomic(path, data, size, mode);
+        return file_writer_write(m->writer, path, data, size, mode, on_file_written, /* userdata= */ NULL);
+}
+
+int manager_remove_tree(Manager *m, const char *path) {
+        if (!m->writer_on)
+                return rm_rf(path);
+        return file_writer_remove(m->writer, path, on_file_written, /* userdata= */ NULL);
+}
+
+int manager_sync(Manager *m, FileWriterDoneFunc done, void *userdata) {
+        return file_writer_sync(m->writer, done, userdata);
 }
 
 ManagerMetrics *manager_metrics(Manager *m) {

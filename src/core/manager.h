@@ -11,6 +11,7 @@
 #include "caller.h"
 #include "cleanup.h"
 #include "core-forward.h"
+#include "file-writer.h"
 #include "host-probe.h"
 #include "loop-watchdog.h"
 #include "time-util.h"
@@ -115,6 +116,7 @@ VmNotify *manager_notify(Manager *m);
 VmReports *manager_reports(Manager *m);
 /* The pool that parses exec_vm's results off the loop (vm-exec.c), made on first use. Borrowed. */
 int manager_exec_worker(Manager *m, Worker **ret);
+FileWriter *manager_writer(Manager *m);
 ManagerMetrics *manager_metrics(Manager *m);
 /* The event loop's iterations as the daemon measures them; NULL when it does not. */
 const LoopStats *manager_loop_stats(Manager *m);
@@ -123,6 +125,16 @@ const char *manager_commit(Manager *m);
 const char *manager_built(Manager *m);
 
 /* ---- records ---- */
+
+/* Files are written off the loop, by one thread, in the order asked for (file-writer.h): a later
+ * write of a path never overtakes an earlier one, and a removal comes after the writes before it.
+ * manager_write_file() queues write_file_atomic(path, …); manager_remove_tree() queues rm_rf(path);
+ * a failure is logged when it happens. manager_sync() calls done once everything asked for before
+ * is on disk (or failed and logged): an answer that reports a record waits for it. While
+ * manager_new() runs (before the loop serves anything) files are written at once. */
+int manager_write_file(Manager *m, const char *path, const void *data, size_t size, mode_t mode);
+int manager_remove_tree(Manager *m, const char *path);
+int manager_sync(Manager *m, FileWriterDoneFunc done, void *userdata);
 
 /* Bumped on every change to a record, so that surfaces can cache what they rendered. */
 void manager_touch(Manager *m);

@@ -50,6 +50,7 @@ struct NetworkRegistry {
         Network **networks; /* sorted by name; pointers stay put while others come and go */
         size_t n_networks;
         size_t n_allocated;
+        FileWriter *writer; /* borrowed; NULL: saves are written here, at once */
 };
 
 /* Addresses are handled in host byte order inside this file. */
@@ -607,6 +608,12 @@ static json_t *network_record_to_json(const Network *n) {
         return TAKE_PTR(o);
 }
 
+static void on_saved(int r, const char *path, void *userdata) {
+        /* Memory keeps the change: the next save writes the whole registry again. */
+        if (r < 0)
+                log_error_errno(r, "Failed to save '%s', the next change tries again: %m", path);
+}
+
 static int registry_save(NetworkRegistry *reg) {
         json_auto_t *root = NULL, *list = NULL;
         _cleanup_free_ char *data = NULL;
@@ -633,7 +640,14 @@ static int registry_save(NetworkRegistry *reg) {
         if (r < 0)
                 return r;
 
-        return write_file_atomic(reg->path, data, size, 0640);
+        if (!reg->writer)
+                return write_file_atomic(reg->path, data, size, 0640);
+        /* off the loop, after every record write asked for before; an answer waits for it */
+        return file_writer_write(reg->writer, reg->path, data, size, 0640, on_saved, reg);
+}
+
+void network_registry_set_writer(NetworkRegistry *reg, FileWriter *w) {
+        reg->writer = w;
 }
 
 /* Called after a failed save, once the caller has undone its change in memory. write_file_atomic()

@@ -10,6 +10,7 @@
 
 #include "api-error.h"
 #include "cleanup.h"
+#include "file-writer.h"
 
 /* The control-plane records of the virtual networks: their specs and address leases, persisted in
  * <state_dir>/networks.json. Nothing here touches packets, sockets or directories; the switch and
@@ -49,6 +50,12 @@ typedef struct NetworkRegistry NetworkRegistry;
  * file and the problem, never an empty registry. */
 int network_registry_load(NetworkRegistry **ret, const char *state_dir, ApiError *reterr);
 NetworkRegistry *network_registry_free(NetworkRegistry *reg);
+/* From now on saves go through w (borrowed, outliving the registry): written and fsynced off the
+ * loop, in order with the other records. A save then fails at once only when it cannot be queued
+ * (the change is undone as before); a write that fails later is logged, memory keeps the change and
+ * the next save writes it. Without a writer, saves are written at once and their failure undoes the
+ * change. */
+void network_registry_set_writer(NetworkRegistry *reg, FileWriter *w);
 DEFINE_TRIVIAL_CLEANUP_FUNC(NetworkRegistry *, network_registry_free);
 
 size_t network_registry_size(NetworkRegistry *reg);

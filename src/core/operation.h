@@ -91,7 +91,9 @@ int operation_check_args(const Operation *op, json_t *args, ApiError *reterr);
 int operation_run(
         const Operation *op, Manager *m, const Caller *caller, json_t *args, json_t **ret, ApiError *reterr);
 
-/* operation_check_args(), then the asynchronous handler. */
+/* operation_check_args(), then the asynchronous handler, or the handler of an operation that is not
+ * read-only. done hears the outcome once the records written so far are on disk (manager_sync()):
+ * an answer never reports a change that a crash could still take back. */
 /* progress (optional) hears the state changes while the operation runs. */
 int operation_run_async(
         const Operation *op,

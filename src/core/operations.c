@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 #include <stdlib.h>
+#include <string.h>
 
 #include "cleanup.h"
 #include "image-catalog.h"
@@ -891,6 +892,74 @@ int operation_check_args(const Operation *op, json_t *args, ApiError *reterr) {
         return 0;
 }
 
+/* An answer that reports a change waits until the records written for it (and before it) are on
+ * disk: the operation's result is held until a barrier of the manager's writer comes back. */
+typedef struct SyncedCall {
+        OperationDone done;
+        void *userdata;
+        int r;
+        json_t *result;
+        ApiError error;
+} SyncedCall;
+
+static SyncedCall *synced_call_free(SyncedCall *c) {
+        if (!c)
+                return NULL;
+        json_decref(c->result);
+        api_error_done(&c->error);
+        free(c);
+        return NULL;
+}
+DEFINE_TRIVIAL_CLEANUP_FUNC(SyncedCall *, synced_call_free);
+
+static void synced_answer(int r, const char *path, void *userdata) {
+        _cleanup_(synced_call_freep) SyncedCall *c = userdata;
+
+        c->done(c->r, c->result, c->r < 0 ? &c->error : NULL, c->userdata);
+}
+
+/* Keeps the operation's outcome and asks for the barrier; without one (out of memory) it answers
+ * at once. */
+static void synced_done(Manager *m, SyncedCall *c, int r, json_t *result, const ApiError *e) {
+        c->r = r;
+        c->result = json_incref(result);
+        if (r < 0 && e) {
+                /* a copy as it is: its message already carries the code's sentinel */
+                c->error = (ApiError){
+                        .error = e->error,
+                        .code = e->code,
+                        .message = e->message ? strdup(e->message) : NULL,
+                        .details = json_incref(e->details),
+                };
+                if (e->message && !c->error.message)
+                        (void) api_error_set(&c->error, e->error, e->code, "out of memory");
+        } else if (r < 0)
+                api_error_from_errno(&c->error, r, "operation");
+        /* nothing queued: every write asked for is done, the answer goes now */
+        if (file_writer_pending(manager_writer(m)) == 0 || manager_sync(m, synced_answer, c) < 0)
+                synced_answer(0, /* path= */ NULL, c);
+}
+
+typedef struct AsyncCall {
+        Manager *manager;
+        SyncedCall *synced;
+        OperationProgress progress;
+} AsyncCall;
+
+static void async_done(int r, json_t *result, const ApiError *e, void *userdata) {
+        AsyncCall *a = userdata;
+
+        synced_done(a->manager, a->synced, r, result, e);
+        free(a);
+}
+
+static void async_progress(const char *message, void *userdata) {
+        AsyncCall *a = userdata;
+
+        if (a->progress)
+                a->progress(message, a->synced->userdata);
+}
+
 int operation_run_async(
         const Operation *op,
         Manager *m,
@@ -900,19 +969,44 @@ int operation_run_async(
         OperationProgress progress,
         void *userdata,
         ApiError *reterr) {
+        _cleanup_(synced_call_freep) SyncedCall *c = NULL;
+        _cleanup_free_ AsyncCall *a = NULL;
         int r;
 
-        assert_return(op->async_handler, -EINVAL);
+        assert_return(op->async_handler || !(op->hints & OP_READ_ONLY), -EINVAL);
+        c = calloc(1, sizeof(SyncedCall));
+        if (!c)
+                return -ENOMEM;
+        *c = (SyncedCall){ .done = done, .userdata = userdata, .error = API_ERROR_NULL };
+
+        if (!op->async_handler) {
+                /* a change answered at once: the answer waits for its records all the same */
+                json_auto_t *result = NULL;
+
+                r = operation_run(op, m, caller, args, &result, reterr);
+                if (r < 0)
+                        return r;
+                synced_done(m, TAKE_PTR(c), 0, result, /* e= */ NULL);
+                return 0;
+        }
+
         r = operation_check_args(op, args, reterr);
         if (r < 0)
                 return r;
+        a = calloc(1, sizeof(AsyncCall));
+        if (!a)
+                return -ENOMEM;
+        *a = (AsyncCall){ .manager = m, .synced = c, .progress = progress };
         manager_set_caller(m, caller);
-        r = op->async_handler(m, args, done, progress, userdata, reterr);
+        r = op->async_handler(m, args, async_done, progress ? async_progress : NULL, a, reterr);
         manager_set_caller(m, NULL);
         if (r < 0) {
                 api_error_from_errno(reterr, r, op->name);
                 return r;
         }
+        /* async_done() owns both now, whether it ran already or will */
+        TAKE_PTR(a);
+        TAKE_PTR(c);
         manager_touch(m);
         return 0;
 }

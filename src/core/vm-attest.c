@@ -140,12 +140,9 @@ static void store_logs(Vm *v, const char *stage, const AttestQuoteRequest *req) 
                 if (!path)
                         r = -ENOMEM;
                 else if (logs[k].size > 0)
-                        r = write_file_atomic(path, logs[k].data, logs[k].size, 0600);
-                else {
-                        r = RET_NERRNO(unlink(path));
-                        if (r == -ENOENT)
-                                r = 0;
-                }
+                        r = manager_write_file(v->manager, path, logs[k].data, logs[k].size, 0600);
+                else /* in order with the writes of the same path still queued */
+                        r = manager_remove_tree(v->manager, path);
                 if (r < 0)
                         log_warning_errno(
                                 r,
@@ -162,9 +159,11 @@ static void remove_logs(Vm *v) {
                 for (size_t k = 0; k < ELEMENTSOF(log_kinds); k++) {
                         _cleanup_free_ char *path = log_path(v, attest_stage_to_string(s), log_kinds[k]);
 
-                        if (path && unlink(path) < 0 && errno != ENOENT)
-                                log_warning_errno(
-                                        errno, "VM %s: cannot remove %s, ignoring: %m", vm_id(v), path);
+                        int r = path ? manager_remove_tree(vm_manager(v), path) : -ENOMEM;
+
+                        /* queued after the writes of it still waiting */
+                        if (r < 0)
+                                log_warning_errno(r, "VM %s: cannot remove %s, ignoring: %m", vm_id(v), path);
                 }
 }
 

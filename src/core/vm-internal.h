@@ -74,6 +74,10 @@ struct Vm {
         bool helpers_prestarted; /* swtpm and vhost-device-vsock spawned beside the host install */
         bool qemu_prestarted;    /* QEMU spawned paused (-S) beside the host install: cont starts it */
         bool qemu_paused;        /* ... and its monitor answers */
+        /* the firmware's variables copied into the VM's directory off the loop (file-writer.h): QEMU
+         * waits for the copy; the copy's completion finds the VM through vars_copy, or nothing */
+        struct VmVarsCopy *vars_copy;
+        int vars_error; /* how the last copy ended: 0, or a negative errno the chain fails with */
 
         /* READY=1 over vhost-user (vm-notify.c) */
         int notify_fd;
@@ -121,6 +125,8 @@ int vm_check_event(Vm *v, VmEvent e, ApiError *reterr);
 char *vm_message(Vm *v, VmMessage m, const VmMessageArgs *extra);
 
 /* The record to disk; the generation bumped; waiters looked at. */
+/* The copy of the firmware's variables running for v, if any, no longer reports to it. */
+void vm_vars_copy_forget(Vm *v);
 int vm_save(Vm *v);
 void vm_changed(Vm *v);
 /* lastError, and no console tail (a failure adds that after). */

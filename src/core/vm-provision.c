@@ -128,8 +128,8 @@ void vm_release(Vm *v) {
         /* by its name, not its recorded path: a create stopped by a crash acquired it without
          * recording it */
         vm_delete_volume(v->manager, v->rec.id);
-        if (v->dir)
-                (void) rm_rf(v->dir); /* only our files live there */
+        if (v->dir) /* only our files live there; after the writes into it still queued */
+                (void) manager_remove_tree(v->manager, v->dir);
 }
 
 int vm_random_hex(char *buf, size_t bytes) {
@@ -145,7 +145,7 @@ int vm_random_hex(char *buf, size_t bytes) {
 
 /* An ed25519 pair: the private key in OpenSSH's format (0600), which ssh and libssh both read, and
  * the public line "ssh-ed25519 <base64> <comment>". */
-static int make_ssh_key(const char *path, const char *comment, char **ret_public) {
+static int make_ssh_key(Manager *m, const char *path, const char *comment, char **ret_public) {
         ssh_key key = NULL;
         char *priv = NULL, *pub = NULL, *line = NULL;
         int r = -EIO;
@@ -155,7 +155,7 @@ static int make_ssh_key(const char *path, const char *comment, char **ret_public
         if (ssh_pki_export_privkey_base64(key, NULL, NULL, NULL, &priv) != SSH_OK ||
             ssh_pki_export_pubkey_base64(key, &pub) != SSH_OK)
                 goto finish;
-        r = write_file_atomic(path, priv, strlen(priv), 0600);
+        r = manager_write_file(m, path, priv, strlen(priv), 0600);
         if (r < 0)
                 goto finish;
         if (asprintf(&line, "ssh-ed25519 %s %s", pub, comment) < 0) {
@@ -204,7 +204,7 @@ void vm_provision_undo(VmProvision *p) {
                         vm_delete_volume(v->manager, v->rec.id);
                 }
                 if (p->dir)
-                        (void) rm_rf(v->dir);
+                        (void) manager_remove_tree(v->manager, v->dir);
         }
         *p = (VmProvision){};
 }
@@ -251,7 +251,7 @@ int vm_provision_finish(VmProvision *p, const char *user_data, Network *net, Api
         (void) vm_save(v);
 
         /* the per-VM key, the user-data */
-        r = make_ssh_key(key_path, "vm-manager", &v->rec.ssh_public_key);
+        r = make_ssh_key(m, key_path, "vm-manager", &v->rec.ssh_public_key);
         if (r >= 0) {
                 char *withid = NULL;
                 if (asprintf(&withid, "%s@%s", v->rec.ssh_public_key, v->rec.id) < 0)
@@ -262,7 +262,7 @@ int vm_provision_finish(VmProvision *p, const char *user_data, Network *net, Api
                 }
         }
         if (r >= 0 && user_data)
-                r = write_file_atomic(ud_path, user_data, strlen(user_data), 0600);
+                r = manager_write_file(m, ud_path, user_data, strlen(user_data), 0600);
         if (r < 0)
                 return api_error_set(
                         reterr, r, API_ERROR_INTERNAL, "provisioning vm %s: %s", v->rec.id, strerror(-r));

@@ -7,7 +7,9 @@
  * non-blocking connection whose answer an io source reads.
  *
  * Steps that may take long (an install on the host, a disk copied) belong before the chain, off the
- * loop in a helper process whose end starts it, as the probe does here for swtpm. */
+ * loop in a helper process whose end starts it, as the probe does here for swtpm. The firmware's
+ * variables are copied by the Manager's file writer while swtpm starts; the probe holds QEMU back
+ * until the copy is done. */
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
@@ -17,6 +19,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "file-writer.h"
 #include "fs-util.h"
 #include "host-probe.h"
 #include "image-catalog.h"
@@ -31,6 +34,7 @@
 #define VM_SWTPM_PROBE_WAIT (200 * USEC_PER_MSEC) /* for one probe's answer */
 
 static void start_failed(Vm *v, int r, VmMessage m, const VmMessageArgs *a);
+static bool vars_ready(Vm *v);
 
 static int on_swtpm_answer(sd_event_source *s, int fd, uint32_t revents, void *userdata) {
         Vm *v = userdata;
@@ -473,7 +477,7 @@ int vm_start_qemu(Vm *v, ApiError *reterr) {
 static void prestart_probe(Vm *v, usec_t usec, bool vsock_up) {
         int r;
 
-        if (v->swtpm_up && vsock_up) {
+        if (v->swtpm_up && vsock_up && vars_ready(v)) {
                 vm_probe_stop(v);
                 r = spawn_qemu(v, /* paused= */ true);
                 if (r < 0) {
@@ -530,7 +534,15 @@ static int on_probe(sd_event_source *s, usec_t usec, void *userdata) {
                 return 0;
         }
 
-        if (v->swtpm_up && vsock_up) {
+        if (v->vars_error < 0) {
+                start_failed(
+                        v,
+                        v->vars_error,
+                        VM_MESSAGE_PREPARE,
+                        &(VmMessageArgs){ .what = v->dir, .errno_text = strerror(-v->vars_error) });
+                return 0;
+        }
+        if (v->swtpm_up && vsock_up && vars_ready(v)) {
                 v->swtpm_probe = sd_event_source_disable_unref(v->swtpm_probe);
                 r = vm_set_state(v, VM_EVENT_HELPERS_UP, NULL, &e);
                 if (r < 0)
@@ -546,24 +558,63 @@ static int on_probe(sd_event_source *s, usec_t usec, void *userdata) {
         return sd_event_source_set_enabled(s, SD_EVENT_ONESHOT);
 }
 
-static int copy_file_excl(const char *from, const char *to, mode_t mode) {
-        _cleanup_free_ char *data = NULL;
-        _cleanup_close_ int fd = -EBADF;
-        size_t size;
+/* The firmware's variables, copied into the VM's directory on its first start: off the loop, after
+ * the VM's files queued before (manager_write_file()), as a new file that a crash never leaves half
+ * written. The probe holds QEMU back until the copy is done (vars_ready()). */
+typedef struct VmVarsCopy {
+        Vm *vm; /* NULL once the VM is gone */
+} VmVarsCopy;
+
+#define VM_VARS_SIZE_MAX (64U * 1024U * 1024U)
+
+static void on_vars_copied(int r, const char *path, void *userdata) {
+        VmVarsCopy *c = userdata;
+
+        if (c->vm) {
+                c->vm->vars_copy = NULL;
+                c->vm->vars_error = r;
+        }
+        free(c);
+}
+
+void vm_vars_copy_forget(Vm *v) {
+        if (v->vars_copy)
+                v->vars_copy->vm = NULL;
+        v->vars_copy = NULL;
+}
+
+static int vars_copy_start(Vm *v, const char *vars) {
+        VmVarsCopy *c;
         int r;
 
-        r = read_full_file(from, 64U * 1024U * 1024U, &data, &size);
-        if (r < 0)
+        if (v->vars_copy)
+                return 0; /* one is under way */
+        v->vars_error = 0;
+        if (access(vars, F_OK) >= 0)
+                return 0; /* copied on an earlier start (whole: see write_file_atomic_new()) */
+        c = malloc(sizeof(VmVarsCopy));
+        if (!c)
+                return -ENOMEM;
+        *c = (VmVarsCopy){ .vm = v };
+        r = file_writer_copy_new(
+                manager_writer(v->manager),
+                manager_settings(v->manager)->ovmf_vars,
+                vars,
+                VM_VARS_SIZE_MAX,
+                0600,
+                on_vars_copied,
+                c);
+        if (r < 0) {
+                free(c);
                 return r;
-        fd = open(to, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode);
-        if (fd < 0)
-                return errno == EEXIST ? 0 : -errno;
-        r = loop_write(fd, data, size);
-        if (r >= 0)
-                r = RET_NERRNO(fsync(fd));
-        if (r < 0)
-                (void) unlink(to);
-        return r;
+        }
+        v->vars_copy = c;
+        return 0;
+}
+
+/* QEMU may start: the variables are in place. */
+static bool vars_ready(Vm *v) {
+        return !v->vars_copy && v->vars_error >= 0;
 }
 
 /* Fails with the text of the step that failed (VM_MESSAGE_PREPARE and the like), having ended what it
@@ -589,7 +640,7 @@ static int spawn_helpers(Vm *v, ApiError *reterr) {
 
         r = mkdir_p(tpm, 0700);
         if (r >= 0)
-                r = copy_file_excl(manager_settings(v->manager)->ovmf_vars, vars, 0600);
+                r = vars_copy_start(v, vars);
         if (r < 0)
                 return helpers_failed(v, r, VM_MESSAGE_PREPARE, reterr);
         (void) unlink(ctrl);

@@ -58,6 +58,7 @@ static Vm *vm_free(Vm *v) {
         free(v->notify_path);
         free(v->guest_exit_status);
         vm_guest_done(&v->guest);
+        vm_vars_copy_forget(v);
         free(v);
         return NULL;
 }
@@ -210,7 +211,9 @@ int vm_save(Vm *v) {
         if (n > VM_RECORD_MAX)
                 r = -EFBIG;
         else
-                r = write_file_atomic(path, text, n, 0600);
+                /* queued: written and fsynced off the loop, after every earlier save (an answer
+                 * that reports the record waits for it, manager_sync()) */
+                r = manager_write_file(v->manager, path, text, n, 0600);
         if (r < 0)
                 log_struct(
                         LOG_ERR, LOG_FIELDS({ "VM_ID", v->rec.id }), "Failed to save %s: %s", path, strerror(-r));

@@ -562,7 +562,8 @@ static json_t *handle_tools_call(
         _cleanup_(span_endp) Span *tool_span = mcp_span_start(s, "tool.", op->name, *call_span);
         span_set_attr_string(tool_span, "gen_ai.tool.name", op->name);
 
-        if (op->async_handler) {
+        if (op->async_handler || !(op->hints & OP_READ_ONLY)) {
+                /* answered once the VM gets there and the records are on disk */
                 ToolCall *c = calloc(1, sizeof(ToolCall));
                 json_t *result, *token;
 

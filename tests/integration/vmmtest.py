@@ -60,8 +60,6 @@ LOOP_THRESHOLD_MS = 50
 # shows it.
 LOOP_STRICT_ENV = "VM_MANAGER_LOOP_STRICT"
 LOOP_KNOWN = (
-    ("write_file_atomic ", "records are written with fsync() on the loop (vm_save and the other atomic writes)"),
-    ("copy_file_excl ", "the start chain copies and fsync()s the VM's files on the loop (vm-start.c)"),
     ("spawn_child ", "the spawn's clone (CLONE_VFORK, as posix_spawn) holds the loop until the child has exec()ed, "
      "which on a loaded machine waits for a CPU (vm-process.c); the exec() report itself is an event"),
     ("json_dumps_pretty ", "a large answer is rendered on the loop: exec_vm's output (1 MiB a stream, six times that "
