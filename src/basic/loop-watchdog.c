@@ -256,21 +256,26 @@ static void *watcher_thread(void *userdata) {
         return NULL;
 }
 
-/* Nanoseconds the loop's thread has spent runnable but waiting for a CPU (schedstat's second field). */
-static uint64_t runqueue_wait_nsec(LoopWatchdog *w) {
+/* What the kernel accounts to the loop's thread, in nanoseconds (schedstat's first two fields). */
+typedef struct ThreadTimes {
+        uint64_t cpu;  /* on a CPU */
+        uint64_t wait; /* runnable, but waiting for a CPU */
+} ThreadTimes;
+
+static ThreadTimes thread_times(LoopWatchdog *w) {
         char buf[96];
         unsigned long long run, wait;
         ssize_t n;
 
         if (w->schedstat_fd < 0)
-                return 0;
+                return (ThreadTimes){};
         n = pread(w->schedstat_fd, buf, sizeof(buf) - 1, 0);
         if (n <= 0)
-                return 0;
+                return (ThreadTimes){};
         buf[n] = 0;
         if (sscanf(buf, "%llu %llu", &run, &wait) != 2)
-                return 0;
-        return wait;
+                return (ThreadTimes){};
+        return (ThreadTimes){ .cpu = run, .wait = wait };
 }
 
 static int find_text(struct dl_phdr_info *info, size_t size, void *userdata) {
@@ -453,7 +458,7 @@ static void frame_text(void *pc, bool return_address, char buf[static FRAME_TEXT
                 snprintf(buf, FRAME_TEXT_MAX, "%s+0x%tx", module, (char *) at - (char *) info.dli_fbase);
 }
 
-static void report_slow(LoopWatchdog *w, uint64_t it, usec_t wall, usec_t wait, const char *phase) {
+static void report_slow(LoopWatchdog *w, uint64_t it, usec_t wall, usec_t wait, usec_t cpu, const char *phase) {
         _cleanup_free_ char *line = NULL, *where = NULL;
         json_auto_t *stack = json_array(), *o = NULL;
         char text[FRAME_TEXT_MAX];
@@ -482,10 +487,11 @@ static void report_slow(LoopWatchdog *w, uint64_t it, usec_t wall, usec_t wait, 
         }
 
         log_warning(
-                "Event loop iteration took %" PRIu64 ".%01" PRIu64 " ms (%" PRIu64
-                " ms of it waiting for a CPU, in %s), over the %" PRIu64 " ms an iteration may take: %s%s%s%s",
+                "Event loop iteration took %" PRIu64 ".%01" PRIu64 " ms (%" PRIu64 " ms of it on a CPU, %" PRIu64
+                " ms waiting for one, in %s), over the %" PRIu64 " ms an iteration may take: %s%s%s%s",
                 wall / USEC_PER_MSEC,
                 (wall % USEC_PER_MSEC) / 100,
+                cpu / USEC_PER_MSEC,
                 wait / USEC_PER_MSEC,
                 phase,
                 LOOP_WATCHDOG_THRESHOLD / USEC_PER_MSEC,
@@ -499,11 +505,13 @@ static void report_slow(LoopWatchdog *w, uint64_t it, usec_t wall, usec_t wait, 
         if (!w->report_path)
                 return;
         o = json_pack(
-                "{s:I,s:I,s:s,s:s,s:s,s:O}",
+                "{s:I,s:I,s:I,s:s,s:s,s:s,s:O}",
                 "usec",
                 (json_int_t) wall,
                 "waitUsec",
                 (json_int_t) wait,
+                "cpuUsec",
+                (json_int_t) cpu,
                 "phase",
                 phase,
                 "syscall",
@@ -532,9 +540,14 @@ static void report_slow(LoopWatchdog *w, uint64_t it, usec_t wall, usec_t wait, 
  * sees when it started (its wait left out) and which it is. */
 static int loop_iteration(LoopWatchdog *w) {
         usec_t t0, t1, t2, t3, wall;
-        uint64_t it = 0, wait0 = 0, wait1 = 0;
+        ThreadTimes a = {}, b = {}, c = {}, d = {};
+        uint64_t it = 0;
         int r;
 
+        /* The thread's times are read around both halves, prepare and dispatch, so that neither half's
+         * wait for a CPU counts as the loop's own time. */
+        if (w->enabled)
+                a = thread_times(w);
         t0 = now_usec(CLOCK_MONOTONIC);
         if (w->enabled) {
                 it = atomic_fetch_add(&w->iteration, 1) + 1;
@@ -542,31 +555,34 @@ static int loop_iteration(LoopWatchdog *w) {
         }
         r = sd_event_prepare(w->event);
         t1 = t2 = now_usec(CLOCK_MONOTONIC);
+        if (w->enabled)
+                b = c = thread_times(w);
         if (r == 0) {
                 if (w->enabled)
                         atomic_store(&w->started, 0);
                 r = sd_event_wait(w->event, UINT64_MAX);
                 t2 = now_usec(CLOCK_MONOTONIC);
-                if (w->enabled)
+                if (w->enabled) {
                         atomic_store(&w->started, t2 - (t1 - t0));
+                        c = thread_times(w);
+                }
         }
-        if (w->enabled)
-                wait0 = runqueue_wait_nsec(w);
         if (r > 0)
                 r = sd_event_dispatch(w->event);
         if (w->enabled) {
                 atomic_store(&w->started, 0);
-                wait1 = runqueue_wait_nsec(w);
+                d = thread_times(w);
         }
         t3 = now_usec(CLOCK_MONOTONIC);
 
         wall = (t1 - t0) + (t3 - t2);
         stats_observe(&w->stats, wall);
         if (w->enabled && wall > LOOP_WATCHDOG_THRESHOLD) {
-                usec_t wait = (usec_t) ((wait1 - wait0) / NSEC_PER_USEC);
+                usec_t wait = (usec_t) ((b.wait - a.wait + d.wait - c.wait) / NSEC_PER_USEC),
+                       cpu = (usec_t) ((b.cpu - a.cpu + d.cpu - c.cpu) / NSEC_PER_USEC);
 
                 if (wall - MIN(wait, wall) > LOOP_WATCHDOG_THRESHOLD)
-                        report_slow(w, it, wall, wait, t1 - t0 > t3 - t2 ? "prepare" : "dispatch");
+                        report_slow(w, it, wall, wait, cpu, t1 - t0 > t3 - t2 ? "prepare" : "dispatch");
                 else
                         log_debug(
                                 "Event loop iteration took %" PRIu64 " ms, %" PRIu64
