@@ -551,13 +551,18 @@ def cabpk_ignition(command, kubeadm_yml, extra_files=None):
 
 
 def init_yml(name, kver):
-    """kubeadm init's configuration as CABPK renders a KubeadmControlPlane's. One setting a user adds
+    """kubeadm init's configuration as CABPK renders a KubeadmControlPlane's. Two settings a user adds
     here: kubeadm's preflight pulls every image of the version, CoreDNS's too, which no Debian release
-    has and this machine cannot download (a VM that reaches a registry needs no such setting)."""
+    has and this machine cannot download (a VM that reaches a registry needs no such setting); and under
+    emulation (TCG) the API server answers a lease renewal slower than the default 10 s deadline, so
+    kube-controller-manager and kube-scheduler lose their leader election and exit over and over (the
+    bootstrap signer a join waits for never ran long enough): a minute's lease."""
+    lease = ("  extraArgs:\n    leader-elect-lease-duration: 90s\n    leader-elect-renew-deadline: 60s\n"
+             "    leader-elect-retry-period: 5s\n")
     return ("apiServer:\n  certSANs:\n  - 127.0.0.1\n  - localhost\n  timeoutForControlPlane: 20m0s\n"
-            "apiVersion: kubeadm.k8s.io/v1beta2\nclusterName: e2e\ncontrollerManager: {}\ndns: {}\netcd: {}\n"
+            "apiVersion: kubeadm.k8s.io/v1beta2\nclusterName: e2e\ncontrollerManager:\n" + lease + "dns: {}\netcd: {}\n"
             "kind: ClusterConfiguration\nkubernetesVersion: v%s\nnetworking:\n  dnsDomain: cluster.local\n"
-            "  serviceSubnet: 10.96.0.0/12\nscheduler: {}\n---\napiVersion: kubeadm.k8s.io/v1beta2\n"
+            "  serviceSubnet: 10.96.0.0/12\nscheduler:\n" + lease + "---\napiVersion: kubeadm.k8s.io/v1beta2\n"
             "bootstrapTokens:\n- token: %s\nkind: InitConfiguration\nlocalAPIEndpoint: {}\nnodeRegistration:\n"
             "  criSocket: /var/run/containerd/containerd.sock\n  ignorePreflightErrors:\n  - ImagePull\n"
             "  kubeletExtraArgs: {}\n  name: %s\n") % (kver, TOKEN, name)
