@@ -93,7 +93,9 @@ typedef struct SpawnFailure {
 _child_ _noreturn_ static void child_fail(int report_fd, SpawnStep step) {
         SpawnFailure f = { .error = errno, .step = step };
 
-        (void) write(report_fd, &f, sizeof(f)); /* atomic: far below PIPE_BUF */
+        /* atomic: far below PIPE_BUF; nothing to do if it fails (the parent then sees a plain exit) */
+        if (write(report_fd, &f, sizeof(f)) < 0)
+                _exit(127);
         _exit(127);
 }
 
