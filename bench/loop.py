@@ -12,12 +12,15 @@ over 50 ms from vm_manager_loop_iteration_seconds), side by side
 Each phase gets a fresh daemon (the longest iteration is counted from start-up) on the systemd
 launcher when a service manager answers at $XDG_RUNTIME_DIR/systemd/private (bench/loop.sh starts a
 private one where it can), else on plain children. wrk keeps CONNECTIONS connections busy for
-DURATION seconds. With WHERE=1 the daemon's loop watchdog reports its slow iterations
+DURATION seconds. Several binaries (LABEL=PATH, e.g. before=../old/build/src/daemon/vm-manager)
+are run interleaved, ROUNDS times: idle of each, then lifecycle of each, so that a ratio between them
+is taken side by side on a host whose load moves; a binary without the loop metrics (one from before
+issue 33) gets "n/a" there, and wrk's max is the stall a client saw for all of them. With WHERE=1 the daemon's loop watchdog reports its slow iterations
 ($VM_MANAGER_LOOP_WATCHDOG_REPORT) and the places are printed after the table (a release build
 then samples stacks too; the figures are best taken without it).
 
-  usage: bench/loop.sh [path/to/vm-manager]   (DURATION=10 VMS=10 CONNECTIONS=16 THREADS=1 WHERE=
-                                                LAUNCHER=systemd|process to choose)
+  usage: bench/loop.sh [[LABEL=]path/to/vm-manager ...]   (DURATION=10 VMS=10 CONNECTIONS=16 THREADS=1
+                                                            ROUNDS=1 WHERE= LAUNCHER=systemd|process)
 """
 
 import json
@@ -39,6 +42,7 @@ DURATION = int(os.environ.get("DURATION", "10"))
 VMS = int(os.environ.get("VMS", "10"))
 CONNECTIONS = int(os.environ.get("CONNECTIONS", "16"))
 THREADS = int(os.environ.get("THREADS", "1"))
+ROUNDS = int(os.environ.get("ROUNDS", "1"))
 WHERE = os.environ.get("WHERE", "") not in ("", "0")
 CREATE = {"memory_mib": 256, "disk_gib": 1, "require_attestation": False, "wait_for": "none"}
 
@@ -184,8 +188,8 @@ def lifecycle(port, stop_at, tally):
     tally["rounds"] = n
 
 
-def phase(binary, work, name, kind, churn):
-    d = Daemon(binary, work, name, kind)
+def phase(binary, label, work, name, kind, churn):
+    d = Daemon(binary, work, "%s%d" % (name, len(os.listdir(work))), kind)  # short: socket paths live there
     tally = {"vms": 0, "rounds": 0, "errors": [], "seconds": []}
     try:
         t = None
@@ -200,45 +204,76 @@ def phase(binary, work, name, kind, churn):
         d.stop()
     where = {}
     for e in read_loop_report(d.report) if WHERE else []:
-        w = where.setdefault(e.get("where") or "?", [0, 0])
+        w = where.setdefault(e.get("where") or "?", [0, {}])
         w[0] += 1
-        w[1] = max(w[1], e.get("usec", 0))
-    return {"name": name, "launcher": kind, "rps": rps, "p50": p50, "p99": p99, "max": mx, "wrk_errors": errors,
+        if e.get("usec", 0) > w[1].get("usec", 0):
+            w[1] = e
+    return {"name": name, "label": label, "binary": binary, "load": os.getloadavg()[0], "launcher": kind, "rps": rps, "p50": p50, "p99": p99, "max": mx, "wrk_errors": errors,
             "tally": tally, "where": where, **m}
 
 
+def na(v, fmt):
+    return "n/a" if v != v else fmt % v  # NaN: the binary has no such metric
+
+
+def median(values):
+    v = sorted(values)
+    return (v[(len(v) - 1) // 2] + v[len(v) // 2]) / 2
+
+
 def main():
-    binary = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "build/src/daemon/vm-manager"))
+    args = sys.argv[1:] or [os.path.join(ROOT, "build/src/daemon/vm-manager")]
+    binaries = [a.split("=", 1) if "=" in a else (a, a) for a in args]
+    binaries = [(label, os.path.abspath(path)) for label, path in binaries]
     if not shutil.which("wrk"):
         sys.exit("bench: wrk is missing (package wrk; tools/install-deps.sh bench)")
     kind = launcher()
     work = tempfile.mkdtemp(prefix="vmm-bench-loop-")
+    rows = []
     try:
-        rows = [phase(binary, work, "idle", kind, churn=False),
-                phase(binary, work, "lifecycle", kind, churn=True)]
+        for n in range(ROUNDS):
+            for name, churn in (("idle", False), ("lifecycle", True)):
+                for label, binary in binaries:
+                    rows.append(dict(phase(binary, label, work, name, kind, churn), round=n + 1))
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
-    print("binary %s, launcher %s, wrk -t%d -c%d for %d s on /healthz; %d VMs a round (fake QEMU)\n"
-          % (binary, kind, THREADS, CONNECTIONS, DURATION, VMS))
-    print("| phase | /healthz req/s | p50 | p99 | max | longest loop iteration | iterations over 50 ms "
-          "| iterations | VMs created, stopped, deleted |")
-    print("|---|---|---|---|---|---|---|---|---|")
-    for r in rows:
+    for label, binary in binaries:
+        print("%s: %s" % (label, binary))
+    print("launcher %s, wrk -t%d -c%d for %d s on /healthz; %d VMs a round (fake QEMU); %d round(s), interleaved\n"
+          % (kind, THREADS, CONNECTIONS, DURATION, VMS, ROUNDS))
+    print("| phase | binary | round | /healthz req/s | p50 | p99 | max | longest loop iteration | iterations over 50 ms "
+          "| iterations | VMs created, stopped, deleted | load (1 min) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in sorted(rows, key=lambda r: (r["name"] != "idle", [b[0] for b in binaries].index(r["label"]))):
         t = r["tally"]
         vms = "%d in %d rounds (%.1f s each, median)" % (
-            t["vms"], t["rounds"], sorted(t["seconds"])[len(t["seconds"]) // 2]) if t["seconds"] else "-"
-        print("| %s | %.0f | %.2f ms | %.2f ms | %.1f ms | %.1f ms | %d | %d | %s |" % (
-            r["name"], r["rps"], r["p50"], r["p99"], r["max"], r["worst"] * 1000, r["over50"], r["iterations"], vms))
+            t["vms"], t["rounds"], median(t["seconds"])) if t["seconds"] else "-"
+        print("| %s | %s | %d | %.0f | %.2f ms | %.2f ms | %.1f ms | %s | %s | %s | %s | %.1f |" % (
+            r["name"], r["label"], r["round"], r["rps"], r["p50"], r["p99"], r["max"], na(r["worst"] * 1000, "%.1f ms"),
+            na(r["over50"], "%d"), na(r["iterations"], "%d"), vms, r["load"]))
+    if len(binaries) > 1:
+        print("\nmedians over the rounds, and each against %s's:" % binaries[0][0])
+        for name in ("idle", "lifecycle"):
+            base = [r for r in rows if r["name"] == name and r["label"] == binaries[0][0]]
+            for label, _ in binaries:
+                mine = [r for r in rows if r["name"] == name and r["label"] == label]
+                print("  %-9s %-8s " % (name, label) + ", ".join(
+                    "%s %.2f (x%.2f)" % (k, median(r[k] for r in mine),
+                                         median(r[k] for r in mine) / median(r[k] for r in base))
+                    for k in ("rps", "p50", "p99", "max")))
     for r in rows:
         if r["wrk_errors"]:
-            print("\n%s: wrk: %s" % (r["name"], r["wrk_errors"]))
+            print("\n%s %s: wrk: %s" % (r["name"], r["label"], r["wrk_errors"]))
         for e in r["tally"]["errors"][:10]:
-            print("%s: %s" % (r["name"], e))
+            print("%s %s: %s" % (r["name"], r["label"], e))
         if r["where"]:
-            print("\n%s, iterations over 50 ms by place (count, longest):" % r["name"])
-            for w, (n, usec) in sorted(r["where"].items(), key=lambda kv: -kv[1][1]):
-                print("  %4d  %7.1f ms  %s" % (n, usec / 1000, resolve(binary, w)))
+            print("\n%s %s, iterations over 50 ms by place (count, longest: on a CPU + waiting for one):"
+                  % (r["name"], r["label"]))
+            for w, (n, e) in sorted(r["where"].items(), key=lambda kv: -kv[1][1].get("usec", 0)):
+                print("  %4d  %7.1f ms (%.1f + %.1f)  %s%s" % (
+                    n, e.get("usec", 0) / 1000, e.get("cpuUsec", 0) / 1000, e.get("waitUsec", 0) / 1000,
+                    e.get("syscall") and e["syscall"] + "() " or "", resolve(r["binary"], w)))
     return 1 if any(r["tally"]["errors"] for r in rows) else 0
 
 
