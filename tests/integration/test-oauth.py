@@ -16,6 +16,7 @@ registry are contacted.
 """
 
 import base64
+import http.client
 import importlib.util
 import json
 import os
@@ -193,6 +194,34 @@ def oversized_request(port, token):
             if not data:
                 return "reset"
     return int(data.split(b" ", 2)[1]) if data.startswith(b"HTTP/1.") else None
+
+
+def call_headers(port, method, path, headers, body=None):
+    """A request with the headers of a list of (name, value), so that one may be repeated."""
+    conn = http.client.HTTPConnection(HOST, port, timeout=20)
+    try:
+        conn.putrequest(method, path)
+        for name, value in headers + ([("Content-Type", "application/json")] if body is not None else []):
+            conn.putheader(name, value)
+        data = json.dumps(body).encode() if body is not None else b""
+        if body is not None:
+            conn.putheader("Content-Length", str(len(data)))
+        conn.endheaders(data or None)
+        resp = conn.getresponse()
+        raw = resp.read()
+        return resp.status, {k.lower(): v for k, v in resp.getheaders()}, json.loads(raw) if raw else None
+    finally:
+        conn.close()
+
+
+def is_invalid_request(status, headers, doc, port):
+    """A 400 as the guard answers a request with more than one Authorization (RFC 6750 §3.1)."""
+    want = ('Bearer resource_metadata="http://%s:%d/.well-known/oauth-protected-resource/mcp", '
+            'error="invalid_request"' % (HOST, port))
+    ok = (status == 400 and headers.get("www-authenticate") == want and isinstance(doc, dict) and
+          doc.get("error", {}).get("code") == "invalid_request" and
+          "Authorization" in doc.get("error", {}).get("message", ""))
+    return ok, "status %r, www-authenticate %r, body %r" % (status, headers.get("www-authenticate"), str(doc)[:300])
 
 
 def form_post(port, path, fields, headers=None):
@@ -378,6 +407,23 @@ def test_guard(work):
                 continue
             ok, diag = is_refusal(status, headers, doc, port)
             tap.result(ok, "bad token refused with 401 invalid_token: %s" % name, diag)
+        # RFC 6750 §2: one method, one token. A second Authorization, whichever comes first, and
+        # whatever it holds, is a malformed request (400 invalid_request), never "the first wins"
+        fresh = provider.mint("test-ec-1", claims(provider, port, sub="twice"))
+        two = [
+            ("a good token, then garbage", [("Authorization", "Bearer " + fresh), ("Authorization", "Bearer garbage")]),
+            ("garbage, then a good token", [("Authorization", "Bearer garbage"), ("Authorization", "Bearer " + fresh)]),
+            ("the same good token twice", [("Authorization", "Bearer " + fresh)] * 2),
+            ("a good token, then Basic", [("Authorization", "Bearer " + fresh), ("authorization", "Basic eDp5")]),
+        ]
+        for name, headers in two:
+            tap.check("two Authorization headers: 400 invalid_request on GET: %s" % name,
+                      lambda h=headers: is_invalid_request(*call_headers(port, "GET", "/api/v1/vms", h), port))
+            tap.check("two Authorization headers: 400 invalid_request on POST, nothing created: %s" % name,
+                      lambda h=headers: is_invalid_request(*call_headers(
+                          port, "POST", "/api/v1/networks", h, body={"name": "twice", "cidr": "10.96.0.0/24"}), port))
+        tap.result(call_headers(port, "GET", "/api/v1/vms", two[0][1][:1])[0] == 200,
+                   "the same token alone in one Authorization header is accepted")
         after = (call(port, "GET", "/api/v1/networks", cc)[2], call(port, "GET", "/api/v1/vms", cc)[2])
         tap.result(before == after, "the refused requests changed nothing", "%r\n%r" % (before, after))
         log = d.stderr()
