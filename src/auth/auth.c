@@ -164,7 +164,7 @@ static int verify_own(Auth *a, const AuthToken *t, Caller **ret_caller, const ch
         int r;
 
         r = auth_token_verify(t, a->own_keys, ret_reason);
-        if (r == -ENOKEY) /* our keys never change while we run */
+        if (IN_SET(r, -ENOKEY, -EKEYREJECTED)) /* our keys never change while we run */
                 r = -EBADMSG;
         if (r < 0)
                 return r;
@@ -452,7 +452,9 @@ static bool guard(Auth *a, HttpRequest *req, HttpHandler next, void *userdata) {
                 return true;
         }
 
-        /* the IdP's token: its keys, fetched if need be */
+        /* the IdP's token: its keys, fetched if need be. A kid we do not know, or a signature that
+         * does not verify under one we do (the IdP may have put a new key under an old kid), gets
+         * the keys fetched again, rate-limited, and one more try against them. */
         r = -ENOKEY;
         if (auth_issuer_keys(a->upstream)) {
                 r = auth_verify_upstream(a, t, a->sso_audiences, /* nonce= */ NULL, &caller, &reason);
@@ -460,7 +462,7 @@ static bool guard(Auth *a, HttpRequest *req, HttpHandler next, void *userdata) {
                         cache_store(a, digest, caller, auth_token_expiry(t), false);
                         return attach_caller(req, caller) ? false : true;
                 }
-                if (r != -ENOKEY) {
+                if (!IN_SET(r, -ENOKEY, -EKEYREJECTED)) {
                         reply_unauthorized(a, req, true, reason ?: strerror(-r));
                         return true;
                 }
@@ -486,17 +488,21 @@ static bool guard(Auth *a, HttpRequest *req, HttpHandler next, void *userdata) {
         }
         if (r < 0) {
                 _cleanup_free_ char *why = NULL;
+                /* -ENOKEY: the refetch is rate-limited, and reason says what the keys we have found */
+                bool limited = r == -ENOKEY && error;
 
                 asprintf_or_null(
                         &why,
-                        "token of '%s' (kid '%s'): %s",
+                        "token of '%s' (kid '%s'): %s%s%s%s",
                         a->upstream_issuer,
                         t->kid ?: "",
-                        r == -ENOKEY  ? error   ?:
-                                         reason ?:
-                                                  "unknown key" :
-                                error ?:
-                                        strerror(-r));
+                        r == -ENOKEY   ? reason ?: "unknown key" :
+                                error  ?:
+                                reason ?:
+                                         strerror(-r),
+                        limited ? " (" : "",
+                        limited ? error : "",
+                        limited ? ")" : "");
                 reply_unauthorized(a, req, true, why ?: "out of memory");
                 return true;
         }
