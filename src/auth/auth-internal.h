@@ -89,7 +89,8 @@ bool auth_server_is_revoked(Auth *a, const char *jti);
 /* Forgets every verified token (after a revocation). */
 void auth_cache_flush(Auth *a);
 /* Verifies an id_token or access token of the upstream IdP for the given audiences; 0 with
- * *ret_caller, -ENOKEY when the keys must be fetched first, other errors with a reason. */
+ * *ret_caller; -ENOKEY (no key of the token's kid) or -EKEYREJECTED (its signature does not verify)
+ * when the keys are worth fetching again first; other errors with a reason. */
 int auth_verify_upstream(
         Auth *a,
         const AuthToken *t,

@@ -9,8 +9,9 @@
 
 /* An OpenID provider we trust, as its discovery document and JWKS describe it: fetched on first
  * use (issuer + /.well-known/openid-configuration, then jwks_uri), kept, refreshed in the
- * background once older than AUTH_JWKS_TTL, and fetched again on a token with an unknown kid, at
- * most once per AUTH_JWKS_REFETCH_MIN. After a failed fetch the next try waits
+ * background once older than AUTH_JWKS_TTL, and fetched again on a token with an unknown kid or
+ * with a signature that its kid's key does not verify (a rotation that reuses kids), at most once
+ * per AUTH_JWKS_REFETCH_MIN. After a failed fetch the next try waits
  * AUTH_JWKS_RETRY_MIN; meanwhile tokens that need the keys are refused at once.
  *
  * Requests that need keys the cache does not have wait for the fetch in progress (one fetch for
@@ -43,8 +44,9 @@ typedef struct AuthIssuerWait AuthIssuerWait;
 
 /* Makes sure keys are there: 0 when they are (nothing is called); -EHOSTUNREACH (with *ret_error,
  * borrowed) when the last fetch failed and the retry pause still runs, -ENOKEY when refetch was
- * asked for (an unknown kid) and the rate limit forbids it; 1 when a fetch runs and ready will be
- * called (*ret_wait cancels it). refetch: the keys we have lack the one a token names. */
+ * asked for and the rate limit forbids it; 1 when a fetch runs and ready will be called
+ * (*ret_wait cancels it). refetch: the keys we have lack the one a token names, or it does not
+ * verify the token's signature. */
 int auth_issuer_need_keys(
         AuthIssuer *i,
         bool refetch,

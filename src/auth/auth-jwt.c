@@ -329,7 +329,7 @@ int auth_token_verify(const AuthToken *t, const AuthKeySet *keys, const char **r
         }
         if (ret_reason)
                 *ret_reason = "the signature does not verify";
-        return -EBADMSG;
+        return -EKEYREJECTED;
 }
 
 /* A NumericDate claim: 1 with the value, 0 absent, -EBADMSG not a number. */

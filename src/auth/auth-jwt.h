@@ -66,8 +66,9 @@ DEFINE_TRIVIAL_CLEANUP_FUNC(AuthToken *, auth_token_free);
 const char *auth_token_claim_string(const AuthToken *t, const char *name);
 
 /* Verifies the signature with the key the header's kid names (or, without a kid, every key of the
- * algorithm's type). -ENOKEY when no key fits (the caller may refetch the JWKS), -EBADMSG when the
- * signature does not verify. */
+ * algorithm's type). -ENOKEY when no key fits, -EKEYREJECTED when the signature does not verify
+ * with those that do: either way the caller may refetch the JWKS (a provider may put a new key
+ * under an old kid) and try once more. -EBADMSG when the token cannot be imported. */
 int auth_token_verify(const AuthToken *t, const AuthKeySet *keys, const char **ret_reason);
 
 typedef struct AuthClaimCheck {

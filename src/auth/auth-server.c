@@ -1001,7 +1001,7 @@ static void flow_check_id_token(AuthFlow *f, HttpRequest *req, bool refetched) {
         r = auth_token_parse(f->id_token, strlen(f->id_token), &t, &reason);
         if (r >= 0)
                 r = auth_verify_upstream(f->auth, t, aud, f->nonce, &caller, &reason);
-        if (r == -ENOKEY && !refetched) {
+        if (IN_SET(r, -ENOKEY, -EKEYREJECTED) && !refetched) {
                 r = auth_issuer_need_keys(
                         f->auth->upstream,
                         auth_issuer_keys(f->auth->upstream) != NULL,

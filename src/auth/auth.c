@@ -164,7 +164,7 @@ static int verify_own(Auth *a, const AuthToken *t, Caller **ret_caller, const ch
         int r;
 
         r = auth_token_verify(t, a->own_keys, ret_reason);
-        if (r == -ENOKEY) /* our keys never change while we run */
+        if (IN_SET(r, -ENOKEY, -EKEYREJECTED)) /* our keys never change while we run */
                 r = -EBADMSG;
         if (r < 0)
                 return r;
@@ -278,6 +278,30 @@ static void reply_unauthorized(Auth *a, HttpRequest *req, bool invalid_token, co
         (void) http_request_reply_error(req, &e);
 }
 
+/* A request whose credentials are malformed rather than wrong (RFC 6750 §3.1: 400 with error
+ * "invalid_request"): more than one Authorization header, which would leave which one counts to
+ * whoever reads them (the first, for libmicrohttpd; the last, for some proxies). */
+static void reply_invalid_request(Auth *a, HttpRequest *req, const char *message) {
+        _cleanup_(api_error_done) ApiError e = API_ERROR_NULL;
+        _cleanup_free_ char *challenge = NULL;
+
+        log_debug(
+                "Refused %s %s (request %" PRIu64 "): %s.",
+                http_request_method(req),
+                http_request_path(req),
+                http_request_id(req),
+                message);
+        asprintf_or_null(
+                &challenge,
+                "Bearer resource_metadata=\"%s\", error=\"invalid_request\"",
+                a->resource_metadata_url);
+        if (challenge)
+                (void) http_request_add_header(req, "WWW-Authenticate", challenge);
+        (void) http_request_add_header(req, "Cache-Control", "no-store");
+        (void) api_error_set(&e, -EINVAL, API_ERROR_INVALID_REQUEST, "%s", message);
+        (void) http_request_reply_error(req, &e);
+}
+
 static void log_caller(HttpRequest *req, const Caller *c) {
         _cleanup_free_ char *groups = NULL;
         size_t n = 0;
@@ -380,6 +404,12 @@ static bool guard(Auth *a, HttpRequest *req, HttpHandler next, void *userdata) {
         size_t n;
         int r;
 
+        /* RFC 6750 §2: one method, one token. Checked before anything else, the cache included: a
+         * request whose second header holds a good token is as malformed as one whose first does. */
+        if (http_request_header_count(req, "Authorization") > 1) {
+                reply_invalid_request(a, req, "the request has more than one Authorization header");
+                return true;
+        }
         if (!token) {
                 reply_unauthorized(
                         a,
@@ -422,7 +452,9 @@ static bool guard(Auth *a, HttpRequest *req, HttpHandler next, void *userdata) {
                 return true;
         }
 
-        /* the IdP's token: its keys, fetched if need be */
+        /* the IdP's token: its keys, fetched if need be. A kid we do not know, or a signature that
+         * does not verify under one we do (the IdP may have put a new key under an old kid), gets
+         * the keys fetched again, rate-limited, and one more try against them. */
         r = -ENOKEY;
         if (auth_issuer_keys(a->upstream)) {
                 r = auth_verify_upstream(a, t, a->sso_audiences, /* nonce= */ NULL, &caller, &reason);
@@ -430,7 +462,7 @@ static bool guard(Auth *a, HttpRequest *req, HttpHandler next, void *userdata) {
                         cache_store(a, digest, caller, auth_token_expiry(t), false);
                         return attach_caller(req, caller) ? false : true;
                 }
-                if (r != -ENOKEY) {
+                if (!IN_SET(r, -ENOKEY, -EKEYREJECTED)) {
                         reply_unauthorized(a, req, true, reason ?: strerror(-r));
                         return true;
                 }
@@ -456,17 +488,21 @@ static bool guard(Auth *a, HttpRequest *req, HttpHandler next, void *userdata) {
         }
         if (r < 0) {
                 _cleanup_free_ char *why = NULL;
+                /* -ENOKEY: the refetch is rate-limited, and reason says what the keys we have found */
+                bool limited = r == -ENOKEY && error;
 
                 asprintf_or_null(
                         &why,
-                        "token of '%s' (kid '%s'): %s",
+                        "token of '%s' (kid '%s'): %s%s%s%s",
                         a->upstream_issuer,
                         t->kid ?: "",
-                        r == -ENOKEY  ? error   ?:
-                                         reason ?:
-                                                  "unknown key" :
-                                error ?:
-                                        strerror(-r));
+                        r == -ENOKEY   ? reason ?: "unknown key" :
+                                error  ?:
+                                reason ?:
+                                         strerror(-r),
+                        limited ? " (" : "",
+                        limited ? error : "",
+                        limited ? ")" : "");
                 reply_unauthorized(a, req, true, why ?: "out of memory");
                 return true;
         }

@@ -30,12 +30,27 @@ static char *arg_image_dir = NULL, *arg_username = NULL, *arg_ca_file = NULL, *a
 static bool arg_password_stdin = false, arg_plain_http = false, arg_json = false;
 static uint64_t arg_chunk_size = 0;
 static uint32_t arg_gzip_level = 0;
+static usec_t arg_timeout = 0;
 
 #define CHUNK_SIZE_MIN ((uint64_t) 64 << 10)
 /* the trees hold erofs partitions compressed with lz4hc and the UKI: zlib saves about 15 % of
  * them, 7 % of the image, at 20-30 MB/s of CPU on a build machine, which makes a push two to four
  * times slower and pays only on links slower than that (docs/benchmarks.md); so they are stored */
 #define GZIP_LEVEL_DEFAULT "0"
+/* a whole pull: a 2 GB image at 10 Mbit/s takes about 27 minutes */
+#define PULL_TIMEOUT_DEFAULT "30m"
+
+static int parse_timeout(const Flag *f, const char *value, const char **ret_reason) {
+        int r = flag_parse_duration(f, value, ret_reason);
+
+        if (r < 0)
+                return r;
+        if (*(usec_t *) f->dest == 0) {
+                *ret_reason = "want a duration above 0, such as 30m or 2h";
+                return -EINVAL;
+        }
+        return 0;
+}
 
 static int parse_gzip_level(const Flag *f, const char *value, const char **ret_reason) {
         uint32_t v;
@@ -116,6 +131,13 @@ static const Flag pull_flags[] = {
           .help = "when the artifact's policy.json has no golden PCRs: keep those of the local one, or replace it",
           .parse = flag_parse_string,
           .dest = &arg_policy },
+        { .name = "timeout",
+          .default_value = PULL_TIMEOUT_DEFAULT,
+          .metavar = "DURATION",
+          .help = "give up on the pull after this long (90s, 30m, 2h), naming the blob that was still coming "
+                  "and how much of it had arrived; nothing is changed",
+          .parse = parse_timeout,
+          .dest = &arg_timeout },
 };
 
 static void free_args(void) {
@@ -126,6 +148,7 @@ static void free_args(void) {
         arg_password_stdin = arg_plain_http = arg_json = false;
         arg_chunk_size = 0;
         arg_gzip_level = 0;
+        arg_timeout = 0;
 }
 
 void image_push_help(void) {
@@ -347,6 +370,15 @@ static void session_done(Session *s) {
         s->user_agent = mfree(s->user_agent);
 }
 
+/* Now plus --timeout, saturated. */
+static usec_t pull_deadline(void) {
+        usec_t now = now_usec(CLOCK_MONOTONIC);
+
+        if (arg_timeout == 0)
+                return 0;
+        return arg_timeout > USEC_INFINITY - now ? USEC_INFINITY : now + arg_timeout;
+}
+
 static int session_open(Session *s, const char *refstr, bool push, ApiError *reterr) {
         _cleanup_free_ char *user = NULL;
         char *pass = NULL;
@@ -378,6 +410,8 @@ static int session_open(Session *s, const char *refstr, bool push, ApiError *ret
                         .password = pass,
                         .push = push,
                         .chunk_size = arg_chunk_size,
+                        /* counted from here: the pull's every exchange, pauses between attempts included */
+                        .deadline = push ? 0 : pull_deadline(),
                         .user_agent = s->user_agent,
                         .progress = on_progress,
                         .progress_userdata = &s->progress,
@@ -537,6 +571,18 @@ int image_pull_main(int argc, char **argv) {
                                arg_image_dir,
                                res.image,
                                res.kept_golden ? "; kept the golden PCRs of the local policy" : "");
+        }
+        if (r == -ETIMEDOUT && api_error_is_set(&e)) {
+                /* the registry client knows a deadline, the user a flag */
+                char limit[64];
+                char *m = NULL;
+
+                asprintf_or_null(
+                        &m, "%s (--timeout %s)", e.message, format_duration(limit, sizeof(limit), arg_timeout));
+                if (m) {
+                        free(e.message);
+                        e.message = m;
+                }
         }
         return finish("image pull", r, &e, &s);
 }

@@ -1646,3 +1646,25 @@ HttpServer *http_server_free(HttpServer *s) {
         free(s);
         return NULL;
 }
+
+typedef struct HeaderCount {
+        const char *name;
+        unsigned n;
+} HeaderCount;
+
+static enum MHD_Result count_header(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
+        HeaderCount *c = cls;
+
+        if (key && strcasecmp(key, c->name) == 0)
+                c->n++;
+        return MHD_YES;
+}
+
+unsigned http_request_header_count(HttpRequest *r, const char *name) {
+        HeaderCount c = { .name = name };
+
+        if (!r->connection)
+                return 0;
+        (void) MHD_get_connection_values(r->connection, MHD_HEADER_KIND, count_header, &c);
+        return c.n;
+}

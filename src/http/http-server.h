@@ -85,6 +85,9 @@ const char *http_request_method(HttpRequest *r);
 /* The decoded path, without the query string. */
 const char *http_request_path(HttpRequest *r);
 const char *http_request_header(HttpRequest *r, const char *name);
+/* How many times the request carries the header name (in any case). A client may repeat a header
+ * and http_request_header() sees only the first: a header that must appear once is checked here. */
+unsigned http_request_header_count(HttpRequest *r, const char *name);
 /* NULL when the query has no such argument. */
 const char *http_request_query(HttpRequest *r, const char *key);
 const void *http_request_body(HttpRequest *r, size_t *ret_size);

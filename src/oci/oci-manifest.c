@@ -432,8 +432,25 @@ int oci_index_parse(const void *data, size_t size, OciIndex **ret, ApiError *ret
         return 0;
 }
 
+/* "os/arch" of an index entry, "no platform" when it names none; NULL on OOM. The fields come from
+ * the registry: cut, so that a message stays one short line. */
+static char *platform_string(const OciDescriptor *d) {
+        char *s = NULL;
+
+        if (!d->platform_os && !d->platform_arch)
+                return strdup("no platform");
+        asprintf_or_null(&s, "%.32s/%.32s", d->platform_os ?: "?", d->platform_arch ?: "?");
+        return s;
+}
+
+static bool platform_is_ours(const OciDescriptor *d) {
+        return d->platform_os && d->platform_arch && streq(d->platform_os, "linux") &&
+                streq(d->platform_arch, "amd64");
+}
+
 int oci_index_select(const OciIndex *idx, const char *artifact_type, const OciDescriptor **ret, ApiError *reterr) {
-        const OciDescriptor *by_type = NULL, *by_platform = NULL, *only = NULL;
+        const OciDescriptor *by_type = NULL, *by_platform = NULL, *only = NULL, *found;
+        _cleanup_free_ char *platforms = NULL;
         size_t n = 0;
 
         assert_return(idx, -EINVAL);
@@ -448,20 +465,54 @@ int oci_index_select(const OciIndex *idx, const char *artifact_type, const OciDe
                 only = d;
                 if (!by_type && artifact_type && d->artifact_type && streq(d->artifact_type, artifact_type))
                         by_type = d;
-                if (!by_platform && d->platform_os && d->platform_arch && streq(d->platform_os, "linux") &&
-                    streq(d->platform_arch, "amd64"))
+                if (!by_platform && platform_is_ours(d))
                         by_platform = d;
         }
-        *ret = by_type ?: by_platform ?: n == 1 ? only : NULL;
-        if (!*ret)
+        /* the only manifest is followed when it does not say what it is for: one that says it is for
+         * another platform is refused as two would be */
+        found = by_type ?: by_platform ?: n == 1 && !only->platform_os && !only->platform_arch ? only : NULL;
+        if (found) {
+                *ret = found;
+                return 0;
+        }
+
+        /* the platforms there are, for the message: the first few */
+        for (size_t i = 0, shown = 0; i < idx->n_manifests && shown < 4; i++) {
+                const OciDescriptor *d = &idx->manifests[i];
+                _cleanup_free_ char *p = NULL;
+                char *joined = NULL;
+
+                if (kind_of_media_type(d->media_type) != OCI_DOCUMENT_MANIFEST)
+                        continue;
+                p = platform_string(d);
+                if (!p)
+                        return -ENOMEM;
+                asprintf_or_null(&joined, "%s%s%s", platforms ?: "", platforms ? ", " : "", p);
+                if (!joined)
+                        return -ENOMEM;
+                free(platforms);
+                platforms = joined;
+                shown++;
+        }
+        if (n == 0)
+                return api_error_set(reterr, -ENOENT, API_ERROR_NOT_FOUND, "the index lists no image manifest");
+        if (n == 1)
                 return api_error_set(
                         reterr,
                         -ENOENT,
                         API_ERROR_NOT_FOUND,
-                        "the index lists %zu image manifests, none of artifactType %s or for linux/amd64",
-                        n,
+                        "the index's only image manifest is for %s, not linux/amd64, and is not of artifactType %s",
+                        platforms,
                         artifact_type ?: "(any)");
-        return 0;
+        return api_error_set(
+                reterr,
+                -ENOENT,
+                API_ERROR_NOT_FOUND,
+                "the index lists %zu image manifests (%s%s), none of artifactType %s or for linux/amd64",
+                n,
+                platforms ?: "",
+                n > 4 ? ", ..." : "",
+                artifact_type ?: "(any)");
 }
 
 static json_t *descriptor_to_json(const OciDescriptor *d) {

@@ -92,8 +92,10 @@ OciIndex *oci_index_free(OciIndex *i);
 DEFINE_TRIVIAL_CLEANUP_FUNC(OciIndex *, oci_index_free);
 
 /* The manifest of an index to follow: the one entry whose artifactType is artifact_type, else the
- * one for linux/amd64, else the only image manifest there is. Entries that are indexes themselves
- * are never followed. Borrowed; -ENOENT with a message when there is no such entry. */
+ * one for linux/amd64, else the only image manifest there is when it names no platform (one for
+ * another platform is refused, as two would be). Entries that are indexes themselves are never
+ * followed. Borrowed; -ENOENT with a message naming the platforms found when there is no such
+ * entry. */
 int oci_index_select(const OciIndex *i, const char *artifact_type, const OciDescriptor **ret, ApiError *reterr);
 
 /* A descriptor's annotation, or NULL. */

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 #include <ctype.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +20,9 @@
 /* a transfer slower than this for this long counts as a broken connection */
 #define LOW_SPEED_BYTES 1024L
 #define LOW_SPEED_SEC 60L
+/* a transfer that times out this close to the deadline ran out of it (curl may fire a little
+ * early): its other limits (connect, low speed) are 30 s and more */
+#define DEADLINE_SLACK_USEC (1 * USEC_PER_SEC)
 #define BUFFER_SIZE (512L << 10)
 
 struct OciClient {
@@ -36,7 +40,9 @@ struct OciClient {
         OciProgressFunc progress;
         void *progress_userdata;
         uint64_t bytes_sent, bytes_received;
-        bool reached; /* the registry answered once: a refused connection later is worth a retry */
+        bool reached;         /* the registry answered once: a refused connection later is worth a retry */
+        usec_t deadline;      /* CLOCK_MONOTONIC, 0: none */
+        bool deadline_passed; /* an exchange ended by it: no more attempts, and -ETIMEDOUT */
 };
 
 /* One HTTP exchange. */
@@ -266,6 +272,12 @@ static int perform(OciClient *c, Request *req, Response *resp) {
         req->body_pos = 0;
         curl_easy_reset(h);
 
+        if (c->deadline > 0 && now_usec(CLOCK_MONOTONIC) >= c->deadline) {
+                c->deadline_passed = true;
+                resp->code = CURLE_OPERATION_TIMEDOUT;
+                return 0;
+        }
+
 #define ADD_HEADER(s)                                \
         do {                                         \
                 if (!(s))                            \
@@ -314,6 +326,13 @@ static int perform(OciClient *c, Request *req, Response *resp) {
         (void) curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
         (void) curl_easy_setopt(h, CURLOPT_WRITEDATA, &x);
         (void) curl_easy_setopt(h, CURLOPT_HTTPHEADER, headers);
+        if (c->deadline > 0)
+                (void) curl_easy_setopt(
+                        h,
+                        CURLOPT_TIMEOUT_MS,
+                        (long) MIN(
+                                (c->deadline - now_usec(CLOCK_MONOTONIC) + USEC_PER_MSEC - 1) / USEC_PER_MSEC,
+                                (usec_t) LONG_MAX));
         if (c->ca_file)
                 (void) curl_easy_setopt(h, CURLOPT_CAINFO, c->ca_file);
         if (req->follow) {
@@ -350,6 +369,9 @@ static int perform(OciClient *c, Request *req, Response *resp) {
         }
 
         resp->code = curl_easy_perform(h);
+        if (resp->code == CURLE_OPERATION_TIMEDOUT && c->deadline > 0 &&
+            now_usec(CLOCK_MONOTONIC) + DEADLINE_SLACK_USEC >= c->deadline)
+                c->deadline_passed = true;
         if (resp->code == CURLE_OK) {
                 long status = 0;
                 (void) curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
@@ -363,6 +385,8 @@ static int perform(OciClient *c, Request *req, Response *resp) {
 /* Whether a failed exchange is worth another attempt: the connection broke or stalled, or the
  * registry answered 5xx/429. */
 static bool retryable(const OciClient *c, const Response *resp) {
+        if (c->deadline_passed)
+                return false;
         switch (resp->code) {
         case CURLE_OK:
                 return resp->status >= 500 || resp->status == 429;
@@ -384,6 +408,11 @@ static bool retryable(const OciClient *c, const Response *resp) {
 
 static void pause_before_retry(OciClient *c, unsigned attempt) {
         uint64_t ms = (uint64_t) c->retry_delay_ms << MIN(attempt, 4U);
+        usec_t now = now_usec(CLOCK_MONOTONIC);
+
+        /* no pause past the deadline: the next attempt then fails at once */
+        if (c->deadline > 0)
+                ms = MIN(ms, c->deadline > now ? (c->deadline - now + USEC_PER_MSEC - 1) / USEC_PER_MSEC : 0);
         struct timespec ts = { .tv_sec = (time_t) (ms / 1000), .tv_nsec = (long) (ms % 1000) * 1000000L };
 
         while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
@@ -422,8 +451,18 @@ static char *describe_failure(OciClient *c, const Response *resp) {
         return s;
 }
 
+/* The failure of an exchange the deadline ended. */
+static int fail_deadline(ApiError *reterr, const char *what) {
+        return api_error_set(
+                reterr, -ETIMEDOUT, API_ERROR_TIMEOUT, "%s: the deadline passed before it completed", what);
+}
+
 static int fail_exchange(OciClient *c, const Response *resp, int r, ApiError *reterr, const char *what) {
-        _cleanup_free_ char *why = describe_failure(c, resp);
+        _cleanup_free_ char *why = NULL;
+
+        if (c->deadline_passed)
+                return fail_deadline(reterr, what);
+        why = describe_failure(c, resp);
 
         if (resp->code == CURLE_OK && resp->status == 404)
                 return api_error_set(reterr, -ENOENT, API_ERROR_NOT_FOUND, "%s: %s", what, why ?: "HTTP 404");
@@ -505,6 +544,8 @@ static int get_token(OciClient *c, const OciChallenge *ch, ApiError *reterr) {
                         break;
                 pause_before_retry(c, attempt);
         }
+        if (c->deadline_passed)
+                return fail_deadline(reterr, "the token request");
         if (resp.code != CURLE_OK || resp.status != 200) {
                 _cleanup_free_ char *why = describe_failure(c, &resp);
                 return api_error_set(
@@ -655,6 +696,7 @@ int oci_client_new(OciClient **ret, const OciClientConfig *config) {
         c->chunk_size = config->chunk_size ?: OCI_CLIENT_CHUNK_DEFAULT;
         c->retries = config->retries ?: OCI_CLIENT_RETRIES_DEFAULT;
         c->retry_delay_ms = config->retry_delay_ms ?: 500;
+        c->deadline = config->deadline;
         c->progress = config->progress;
         c->progress_userdata = config->progress_userdata;
         if (asprintf(&c->base, "%s://%s", c->plain_http ? "http" : "https", config->host) < 0) {
@@ -1098,6 +1140,15 @@ int oci_client_blob_fetch(
                         break;
                 if (resp.code == CURLE_OK && resp.status == 416 && f.received == d->size)
                         break;
+                if (c->deadline_passed)
+                        return api_error_set(
+                                reterr,
+                                -ETIMEDOUT,
+                                API_ERROR_TIMEOUT,
+                                "%s: the deadline passed with %" PRIu64 " of its %" PRIu64 " bytes received",
+                                what,
+                                f.received,
+                                d->size);
                 if (!(resp.code == CURLE_OK && (resp.status == 200 || resp.status == 206)) &&
                     !retryable(c, &resp))
                         return fail_exchange(c, &resp, -EIO, reterr, what);

@@ -7,6 +7,7 @@
 #include "cleanup.h"
 #include "oci-manifest.h"
 #include "oci-tar.h"
+#include "time-util.h"
 
 /* A client of one repository of an OCI distribution-spec registry, on libcurl's easy interface
  * (it blocks: it serves the image push and pull commands, never the daemon's loop).
@@ -21,7 +22,12 @@
  * byte it reached; an upload asks the registry how far it got (GET on the upload URL) and continues
  * from there, or starts the blob again when the registry has dropped the upload (distribution 2.8
  * does once a chunk arrived in part). Each blob gets OCI_CLIENT_RETRIES_DEFAULT more attempts, with a
- * pause that doubles from half a second. */
+ * pause that doubles from half a second.
+ *
+ * A connection that moves less than 1 KiB/s for 60 s counts as broken, so a registry that trickles
+ * could hold one blob for the six attempts' 6 minutes: the deadline bounds the client as a whole.
+ * Past it, the exchange in progress is cut and every call fails with -ETIMEDOUT (API_ERROR_TIMEOUT),
+ * the message naming what was being moved and, for a blob, how many of its bytes had arrived. */
 
 #define OCI_CLIENT_CHUNK_DEFAULT ((uint64_t) 32 << 20)
 #define OCI_CLIENT_RETRIES_DEFAULT 5U
@@ -48,6 +54,7 @@ typedef struct OciClientConfig {
         uint64_t chunk_size;     /* uploads larger than this go in PATCH chunks of it; 0: the default */
         unsigned retries;        /* 0: the default */
         unsigned retry_delay_ms; /* the first pause; 0: 500 */
+        usec_t deadline;         /* CLOCK_MONOTONIC; 0: none */
         OciProgressFunc progress;
         void *progress_userdata;
 } OciClientConfig;

@@ -280,6 +280,7 @@ class Proxy:
       {"cut_request_after": n}   forward n bytes of the request body, then close both sides
       {"cut_response_after": n}  forward n bytes of the response body, then close both sides
       {"stall_response_after": n, "event": threading.Event}  stop after n bytes until the event is set
+      {"trickle_response_after": n}  after n bytes, one byte a second (until the client goes away)
       {"answer": (status, headers dict, body)}  answer in the registry's place
     A rule fires once (it returns an action the first time it wants to)."""
 
@@ -422,6 +423,7 @@ class Proxy:
         client.sendall(rhead + b"\r\n\r\n")
         cut = action.get("cut_response_after")
         stall = action.get("stall_response_after")
+        trickle = action.get("trickle_response_after")
         left = length
         pending = upbuf[:length]
         while True:
@@ -439,6 +441,24 @@ class Proxy:
                     pending = pending[len(first):]
                     action["event"].wait()
                     stall = None
+                if trickle is not None and ex.received + len(pending) > trickle:
+                    first = pending[:max(0, trickle - ex.received)]
+                    client.sendall(first)
+                    ex.received += len(first)
+                    left -= len(first)
+                    pending = pending[len(first):]
+                    while pending:
+                        time.sleep(1)
+                        client.sendall(pending[:1])  # raises once the client is gone
+                        ex.received += 1
+                        left -= 1
+                        pending = pending[1:]
+                    if left <= 0:
+                        return True
+                    pending = up.recv(min(1 << 20, left))
+                    if not pending:
+                        return False
+                    continue
                 client.sendall(pending)
                 ex.received += len(pending)
                 left -= len(pending)

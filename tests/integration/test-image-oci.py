@@ -17,7 +17,8 @@ registry that logs every request and cuts, stalls or answers in its place.
   * hostile artifacts (traversal in a title, a tar leaving its directory, a layer larger than it
     says, a digest mismatch, 100,000 layers, a 1 GiB config, no image at all) fail with one line and
     leave the directory as it was; so does a pull killed with -9, whose leftovers the next pull
-    removes;
+    removes, and one whose --timeout passes while the registry trickles a blob (the error naming
+    the blob and the bytes received);
   * auth: anonymous, Basic from --password-stdin and from credentials files, the token flow, wrong
     passwords; no credential ever in a message; TLS only with --ca-file, plain http only when asked;
   * --policy keep|replace, a policy.json of another image left alone, the directory lock;
@@ -32,6 +33,7 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -560,6 +562,46 @@ def test_interrupted(work):
               ["another pull into", dst, "is running"])
 
 
+def test_deadline(work):
+    """A registry that trickles a blob (a byte a second, which curl's low-speed limit takes 60 s to
+    notice, and then again at each of 6 attempts): --timeout ends the pull when it passes, naming the
+    blob and how far it got, and the directory is left as it was."""
+    reg, proxy = state["reg"], state["proxy"]
+    dst = os.path.join(work, "deadline")
+    rc, _, err = pull(work, dst, "%s/vm/base:1.0" % reg.host)
+    before = snapshot_tree(dst)
+    src = os.path.join(work, "gen-slow")
+    make_image(src, gen="slow", kube="1.32.1")
+    rc, out, err = push(work, src, "%s/vm/base:slow" % reg.host)
+    raw = open(os.path.join(src, IMAGE + ".raw"), "rb").read()
+    raw_digest = ocitest.sha256(raw)
+    proxy.reset()
+    proxy.rules.append(blob_rule(raw_digest, trickle_response_after=1 << 20))
+    t0 = time.monotonic()
+    rc, out, err = pull(work, dst, "%s/vm/base:slow" % proxy.host, "--timeout", "4s", timeout=100)
+    took = time.monotonic() - t0
+    got = [e.received for e in blob_requests(proxy.log()) if e.path.endswith(raw_digest)]
+    tap.check("a blob trickled at 1 byte/s: --timeout 4s ends the pull within seconds, naming the blob, the bytes "
+              "received and the flag", lambda: (
+                  one_error_line(rc, err, [raw_digest, "%s.raw" % IMAGE, "of its %d bytes" % len(raw), "--timeout 4s",
+                                           "deadline"])[0] and took < 15 and len(got) == 1
+                  and re.search(r"\b%d of its" % got[0], err), "took %.1f s, received %r\n%s" % (took, got, err)))
+    after = {k: v for k, v in snapshot_tree(dst).items() if not k.startswith(".pull-")}
+    tap.check("the pull that ran out of time leaves the image as it was, and no stage",
+              lambda: (after == before and leftovers(dst) == [], diff_snapshots(before, after)))
+    proxy.reset()
+    rc, out, err = pull(work, dst, "%s/vm/base:slow" % proxy.host, "--timeout", "1m")
+    tap.check("the same pull with time enough (and a registry that sends) installs",
+              lambda: (rc == 0 and tree_equal(src, dst)[0], err))
+    for value, words in (("0", ["--timeout", "above 0"]), ("soon", ["--timeout", "duration"]),
+                         ("-5s", ["--timeout"])):
+        rc, out, err = vmm(work, ["image", "pull", "--image-dir", dst, "--timeout", value, "r.io/vm:1"])
+        tap.check("image pull --timeout %s: refused, one line" % value, one_error_line, rc, err, words)
+    rc, out, err = vmm(work, ["image", "pull", "--help"])
+    tap.check("image pull --help names --timeout and its default", lambda: (
+        rc == 0 and re.search(r"--timeout DURATION[^\n]*\n(.*\n)*?.*default: 30m", out), out))
+
+
 # ---------------------------------------------------------------------------------------------
 # 5. policy.json
 
@@ -891,7 +933,7 @@ def main():
         return section
 
     sections = [guarded(f) for f in (test_layout_and_interop, test_layout_file, test_resume, test_hostile,
-                                     test_interrupted, test_policy, test_basic_auth, test_token_auth, test_tls,
+                                     test_interrupted, test_deadline, test_policy, test_basic_auth, test_token_auth, test_tls,
                                      test_cli, test_daemon)]
     try:
         return run(sections + [teardown], 280, "vmm-oci-")

@@ -16,6 +16,7 @@ registry are contacted.
 """
 
 import base64
+import http.client
 import importlib.util
 import json
 import os
@@ -56,15 +57,16 @@ class OidcProvider:
 
     all = []
 
-    def __init__(self, work, redirect_uri, tls=None):
+    def __init__(self, work, redirect_uri, tls=None, keys=None, port=0):
+        """keys: a key file of test-keys.json's form instead of it; port: where to listen (0: any)."""
         self.log = os.path.join(work, "provider.log")
-        env = dict(os.environ, OIDC_TEST_KEYS=os.path.join(OIDC_DIR, "test-keys.json"))
+        env = dict(os.environ, OIDC_TEST_KEYS=keys or os.path.join(OIDC_DIR, "test-keys.json"))
         if tls:
             env.update(OIDC_TLS_CERT=tls[0], OIDC_TLS_KEY=tls[1])
         self.tls = tls
-        self.proc = subprocess.Popen([NODE, os.path.join(CACHE_DIR, "provider.mjs"), redirect_uri], cwd=CACHE_DIR,
-                                     stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                     stderr=open(self.log, "wb"), env=env)
+        self.proc = subprocess.Popen([NODE, os.path.join(CACHE_DIR, "provider.mjs"), redirect_uri, str(port)],
+                                     cwd=CACHE_DIR, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                     stderr=open(self.log, "ab"), env=env)
         OidcProvider.all.append(self)
         line = self.proc.stdout.readline().decode()
         m = re.match(r"READY (\d+)", line)
@@ -193,6 +195,34 @@ def oversized_request(port, token):
             if not data:
                 return "reset"
     return int(data.split(b" ", 2)[1]) if data.startswith(b"HTTP/1.") else None
+
+
+def call_headers(port, method, path, headers, body=None):
+    """A request with the headers of a list of (name, value), so that one may be repeated."""
+    conn = http.client.HTTPConnection(HOST, port, timeout=20)
+    try:
+        conn.putrequest(method, path)
+        for name, value in headers + ([("Content-Type", "application/json")] if body is not None else []):
+            conn.putheader(name, value)
+        data = json.dumps(body).encode() if body is not None else b""
+        if body is not None:
+            conn.putheader("Content-Length", str(len(data)))
+        conn.endheaders(data or None)
+        resp = conn.getresponse()
+        raw = resp.read()
+        return resp.status, {k.lower(): v for k, v in resp.getheaders()}, json.loads(raw) if raw else None
+    finally:
+        conn.close()
+
+
+def is_invalid_request(status, headers, doc, port):
+    """A 400 as the guard answers a request with more than one Authorization (RFC 6750 §3.1)."""
+    want = ('Bearer resource_metadata="http://%s:%d/.well-known/oauth-protected-resource/mcp", '
+            'error="invalid_request"' % (HOST, port))
+    ok = (status == 400 and headers.get("www-authenticate") == want and isinstance(doc, dict) and
+          doc.get("error", {}).get("code") == "invalid_request" and
+          "Authorization" in doc.get("error", {}).get("message", ""))
+    return ok, "status %r, www-authenticate %r, body %r" % (status, headers.get("www-authenticate"), str(doc)[:300])
 
 
 def form_post(port, path, fields, headers=None):
@@ -378,6 +408,23 @@ def test_guard(work):
                 continue
             ok, diag = is_refusal(status, headers, doc, port)
             tap.result(ok, "bad token refused with 401 invalid_token: %s" % name, diag)
+        # RFC 6750 §2: one method, one token. A second Authorization, whichever comes first, and
+        # whatever it holds, is a malformed request (400 invalid_request), never "the first wins"
+        fresh = provider.mint("test-ec-1", claims(provider, port, sub="twice"))
+        two = [
+            ("a good token, then garbage", [("Authorization", "Bearer " + fresh), ("Authorization", "Bearer garbage")]),
+            ("garbage, then a good token", [("Authorization", "Bearer garbage"), ("Authorization", "Bearer " + fresh)]),
+            ("the same good token twice", [("Authorization", "Bearer " + fresh)] * 2),
+            ("a good token, then Basic", [("Authorization", "Bearer " + fresh), ("authorization", "Basic eDp5")]),
+        ]
+        for name, headers in two:
+            tap.check("two Authorization headers: 400 invalid_request on GET: %s" % name,
+                      lambda h=headers: is_invalid_request(*call_headers(port, "GET", "/api/v1/vms", h), port))
+            tap.check("two Authorization headers: 400 invalid_request on POST, nothing created: %s" % name,
+                      lambda h=headers: is_invalid_request(*call_headers(
+                          port, "POST", "/api/v1/networks", h, body={"name": "twice", "cidr": "10.96.0.0/24"}), port))
+        tap.result(call_headers(port, "GET", "/api/v1/vms", two[0][1][:1])[0] == 200,
+                   "the same token alone in one Authorization header is accepted")
         after = (call(port, "GET", "/api/v1/networks", cc)[2], call(port, "GET", "/api/v1/vms", cc)[2])
         tap.result(before == after, "the refused requests changed nothing", "%r\n%r" % (before, after))
         log = d.stderr()
@@ -429,6 +476,68 @@ def test_guard(work):
     finally:
         d.stop()
         provider.stop()
+
+
+def test_kid_reuse(work):
+    """A rotation that keeps the key ids: the provider restarted with new key material under the same
+    kids. A token whose signature fails under a known kid refetches the JWKS (rate-limited like an
+    unknown kid) and is verified once more: the new key's tokens work at once, the withdrawn key's
+    are refused, cached ones included."""
+    port = free_port()
+    redirect = "http://%s:%d/oauth/callback" % (HOST, port)
+    provider = OidcProvider(work, redirect)
+    state = os.path.join(work, "kid-reuse-state")
+    fakes, env = setup_fakes(work)
+    d = start(work, "kid-reuse", port, state, fakes + oauth_args(port, provider.issuer, "--allow-private-oauth-urls"),
+              env=env)
+    try:
+        old = provider.mint("test-ec-1", claims(provider, port, sub="carol"))
+        unused = provider.mint("test-ec-1", claims(provider, port, sub="dave"))
+        tap.result(call(port, "GET", "/api/v1/vms", old)[0] == 200, "kid reuse: a token of the first test-ec-1 works")
+
+        # the same kids, other keys: test-ec-1 is now test-ec-2's key, test-rsa-1 test-rsa-other's
+        with open(os.path.join(OIDC_DIR, "test-keys.json")) as f:
+            keys = json.load(f)
+        swapped = dict(keys)
+        swapped["test-ec-1"] = dict(keys["test-ec-2"], kid="test-ec-1")
+        swapped["test-rsa-1"] = dict(keys["test-rsa-other"], kid="test-rsa-1")
+        swapped["withdrawn-ec"] = dict(keys["test-ec-1"], kid="withdrawn-ec")  # minted with, never served
+        keys_file = os.path.join(work, "reused-kids.json")
+        with open(keys_file, "w") as f:
+            json.dump(swapped, f)
+        provider.stop()
+        provider = OidcProvider(work, redirect, keys=keys_file, port=provider.port)
+        time.sleep(5.5)  # past the refetch rate limit of the first fetch
+
+        n0 = provider.jwks_fetches()
+        new = provider.mint("test-ec-1", claims(provider, port, sub="carol"))
+        status, _, doc = call(port, "GET", "/api/v1/vms", new)
+        n1 = provider.jwks_fetches()
+        tap.result(status == 200 and n1 - n0 == 1,
+                   "kid reuse: a token of the new key under the old kid works at once (one JWKS refetch)",
+                   "status %r %r, fetches %d -> %d" % (status, str(doc)[:200], n0, n1))
+        tap.check("kid reuse: a fresh token of the withdrawn key is refused",
+                  lambda: is_refusal(*call(port, "GET", "/api/v1/vms", unused), port))
+        tap.check("kid reuse: the withdrawn key's token verified (and cached) before is refused",
+                  lambda: is_refusal(*call(port, "GET", "/api/v1/vms", old), port))
+        tap.result("the signature does not verify" in d.stderr(), "kid reuse: the log says why")
+
+        # tokens of the withdrawn key under its kid, minted now: each is a signature failure under a
+        # known kid, and together they cost at most one refetch per rate-limit period
+        forged = [provider.mint("withdrawn-ec", claims(provider, port, sub="eve%d" % i), {"kid": "test-ec-1"})
+                  for i in range(5)]
+        n2 = provider.jwks_fetches()
+        refused = all(is_refusal(*call(port, "GET", "/api/v1/vms", t), port)[0] for t in forged)
+        n3 = provider.jwks_fetches()
+        tap.result(refused and n3 - n2 <= 1,
+                   "kid reuse: 5 new tokens of the withdrawn key are refused, with at most one refetch",
+                   "refused %r, fetches %d -> %d" % (refused, n2, n3))
+        tap.result(call(port, "GET", "/api/v1/vms", new)[0] == 200, "kid reuse: the new key's token still works")
+    finally:
+        rc, _ = d.stop()
+        provider.stop()
+        tap.result(rc == 0 and not d.sanitizer_lines(), "kid reuse: exit 0 on SIGTERM, no sanitizer report",
+                   "exit %r %s" % (rc, d.sanitizer_lines()[:3]))
 
 
 def base64url(b):
@@ -760,7 +869,7 @@ def main():
     print("# %s" % diag, flush=True)
     sys.stdout.write = _no_tap_header(sys.stdout.write)
     try:
-        return run([test_config, test_guard, test_sdk_flow, test_idp_down, test_ssrf, test_dex_ca], 280, "vmm-oauth-")
+        return run([test_config, test_guard, test_kid_reuse, test_sdk_flow, test_idp_down, test_ssrf, test_dex_ca], 280, "vmm-oauth-")
     finally:
         OidcProvider.stop_all()
 

@@ -190,7 +190,49 @@ static void test_index(void **state) {
         free(i->manifests[1].artifact_type);
         i->manifests[1].artifact_type = NULL;
         assert_errno(oci_index_select(i, "application/x", &d, &e), -ENOENT);
-        assert_non_null(e.message);
+        assert_non_null(strstr(e.message, "linux/arm64, linux/s390x"));
+}
+
+/* An index with one image manifest: followed when it names no platform or linux/amd64, refused
+ * (naming what it is for) when it is for another platform, as an index of two foreign ones is. */
+static void test_index_single(void **state) {
+        static const struct {
+                const char *platform; /* the entry's "platform" member, or NULL for none */
+                int want;
+                const char *message; /* a part of the message when refused */
+        } cases[] = {
+                { NULL, 0, NULL },
+                { "{\"os\":\"linux\",\"architecture\":\"amd64\"}", 0, NULL },
+                { "{\"os\":\"linux\",\"architecture\":\"arm64\"}", -ENOENT, "linux/arm64" },
+                { "{\"os\":\"windows\",\"architecture\":\"amd64\"}", -ENOENT, "windows/amd64" },
+                { "{\"os\":\"linux\",\"architecture\":\"arm64\",\"variant\":\"v8\"}", -ENOENT, "linux/arm64" },
+        };
+
+        for (size_t k = 0; k < ELEMENTSOF(cases); k++) {
+                _cleanup_(oci_index_freep) OciIndex *i = NULL;
+                _cleanup_(api_error_done) ApiError e = API_ERROR_NULL;
+                _cleanup_free_ char *doc = NULL;
+                const OciDescriptor *d = NULL;
+
+                assert_true(
+                        asprintf(
+                                &doc,
+                                "{\"schemaVersion\":2,\"manifests\":[{\"mediaType\":\"" OCI_MEDIA_TYPE_MANIFEST
+                                "\",\"digest\":\"" D2 "\",\"size\":10%s%s}]}",
+                                cases[k].platform ? ",\"platform\":" : "",
+                                cases[k].platform ?: "") > 0);
+                assert_ok(oci_index_parse(doc, strlen(doc), &i, NULL));
+                assert_errno(oci_index_select(i, "application/x", &d, &e), cases[k].want);
+                if (cases[k].want == 0) {
+                        assert_non_null(d);
+                        assert_string_equal(d->digest, D2);
+                        continue;
+                }
+                assert_null(d);
+                assert_int_equal(e.code, API_ERROR_NOT_FOUND);
+                assert_non_null(strstr(e.message, cases[k].message));
+                assert_non_null(strstr(e.message, "linux/amd64"));
+        }
 }
 
 static void test_kind(void **state) {
@@ -274,10 +316,10 @@ static void test_titles(void **state) {
 
 int main(void) {
         const struct CMUnitTest tests[] = {
-                cmocka_unit_test(test_parse_oras),   cmocka_unit_test(test_refused),
-                cmocka_unit_test(test_layer_limits), cmocka_unit_test(test_index),
-                cmocka_unit_test(test_kind),         cmocka_unit_test(test_format_round_trip),
-                cmocka_unit_test(test_titles),
+                cmocka_unit_test(test_parse_oras),        cmocka_unit_test(test_refused),
+                cmocka_unit_test(test_layer_limits),      cmocka_unit_test(test_index),
+                cmocka_unit_test(test_index_single),      cmocka_unit_test(test_kind),
+                cmocka_unit_test(test_format_round_trip), cmocka_unit_test(test_titles),
         };
 
         return cmocka_run_group_tests(tests, NULL, NULL);
