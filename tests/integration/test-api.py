@@ -247,20 +247,20 @@ def test_parity(work):
     parity_checks("get_network default", "get_network", status, headers, data, 200,
                   mcp().call("get_network", {"name": "default"}))
 
-    spec = {"name": "par", "cidr": "10.20.0.5/24", "dns_search_domain": "par.internal"}
+    spec = {"name": "par", "cidr": "10.20.0.0/24", "dns_search_domain": "par.internal"}
     c_status, c_headers, c_data = rest("POST", "/networks", spec)
 
     def created():
         body = json.loads(c_data)
         want = {
-            "spec": {"name": "par", "cidr": "10.20.0.5/24", "dnsSearchDomain": "par.internal", "enableIMDS": True,
+            "spec": {"name": "par", "cidr": "10.20.0.0/24", "dnsSearchDomain": "par.internal", "enableIMDS": True,
                      "mtu": 1500},
             "gateway": "10.20.0.1",
             "leases": [],
         }
         return c_status == 201 and body == want, "status %r body %r" % (c_status, c_data[:500])
 
-    tap.check("create_network via REST: 201 with the Network (cidr as submitted, gateway of the masked prefix)",
+    tap.check("create_network via REST: 201 with the Network (cidr as submitted, gateway .1 of it)",
               created)
     status, headers, data = rest("GET", "/networks/par")
     parity_checks("get_network par", "get_network", status, headers, data, 200, mcp().call("get_network", {"name": "par"}))
@@ -381,6 +381,20 @@ def test_errors(work):
                  409, "conflict", 'conflict: network "default" already exists',
                  mcp().call("create_network", {"name": "default", "cidr": "10.23.0.0/24"}))
     tap.check("conflict cleanup: delete dup (204)", lambda: (rest("DELETE", "/networks/dup")[0] == 204, None))
+
+    # a CIDR names a network: host bits are refused naming it, and "" is no way to say "none"
+    nets_before = rest("GET", "/networks")[2]
+    for spec, want in (
+            ({"name": "hb", "cidr": "10.77.0.5/24"},
+             'cidr "10.77.0.5/24" has host bits set: the network is 10.77.0.0/24'),
+            ({"name": "hb", "cidr": "172.16.255.255/16"},
+             'cidr "172.16.255.255/16" has host bits set: the network is 172.16.0.0/16'),
+            ({"name": "hb", "cidr": "10.77.0.0/24", "dns_search_domain": ""},
+             "dns_search_domain must not be empty (leave it out for none)")):
+        error_parity("create_network %s" % json.dumps(spec), rest("POST", "/networks", spec), 400, "invalid_request",
+                     "invalid request: " + want, mcp().call("create_network", spec))
+    tap.check("... after those refusals list_networks is byte-identical",
+              lambda: (rest("GET", "/networks")[2] == nets_before, None))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1335,7 +1349,7 @@ def test_restart(work):
         rest("POST", "/networks", {"name": "r-gone", "cidr": "10.33.0.0/24"}, port=port)[0],
         rest("DELETE", "/networks/r-gone", port=port)[0],
     ]
-    three = c.call("create_network", {"name": "r-three", "cidr": "10.32.0.5/29", "dns_search_domain": None})
+    three = c.call("create_network", {"name": "r-three", "cidr": "10.32.0.0/29", "dns_search_domain": None})
     tap.check("restart: create r-one, r-two (dns), r-gone (then deleted) via REST and r-three via MCP",
               lambda: (created == [201, 201, 201, 204] and not three.get("isError"), "%r %r" % (created, three)))
     before = rest("GET", "/networks", port=port)[2]
