@@ -737,6 +737,35 @@ static void create_network_request_done(CreateNetworkRequest *req) {
         free(req->dns_search_domain);
 }
 
+/* A request's CIDR names a network, so its address is the network's: "10.77.0.5/24" is refused
+ * naming 10.77.0.0/24, not stored as given (networks.json and --network-subnet may still hold such
+ * a CIDR from before; they load as they were written). */
+static int cidr_check_network(const char *cidr, ApiError *reterr) {
+        struct in_addr prefix;
+        unsigned len;
+        uint32_t a;
+        int r;
+
+        r = network_parse_cidr(cidr, &prefix, &len, reterr);
+        if (r < 0)
+                return r;
+        r = parse_ipv4_strict(cidr, (size_t) (strchr(cidr, '/') - cidr), &a); /* it parsed above */
+        assert(r >= 0);
+        if (a != addr_host(prefix)) {
+                char net[INET_ADDRSTRLEN];
+
+                return api_error_set(
+                        reterr,
+                        -EINVAL,
+                        API_ERROR_INVALID_REQUEST,
+                        "cidr \"%s\" has host bits set: the network is %s/%u",
+                        cidr,
+                        inet_ntop(AF_INET, &prefix, net, sizeof(net)) ?: "?",
+                        len);
+        }
+        return 0;
+}
+
 int network_create(NetworkRegistry *reg, json_t *request, Network **ret, ApiError *reterr) {
         static const JsonDispatch table[] = {
                 { "name", json_dispatch_string, offsetof(CreateNetworkRequest, name), JSON_MANDATORY },
@@ -758,6 +787,19 @@ int network_create(NetworkRegistry *reg, json_t *request, Network **ret, ApiErro
         if (r < 0)
                 return r;
 
+        /* the checks network_new() does, in its order, and a request's own after the CIDR's */
+        r = network_validate_name(req.name, reterr);
+        if (r < 0)
+                return r;
+        r = cidr_check_network(req.cidr, reterr);
+        if (r < 0)
+                return r;
+        if (req.dns_search_domain && !*req.dns_search_domain)
+                return api_error_set(
+                        reterr,
+                        -EINVAL,
+                        API_ERROR_INVALID_REQUEST,
+                        "dns_search_domain must not be empty (leave it out for none)");
         if (json_object_get(request, "mtu") && req.mtu == 0)
                 return api_error_set(
                         reterr,

@@ -342,7 +342,7 @@ static const OperationParam create_network_params[] = {
           .type = PARAM_STRING,
           .flags = PARAM_REQUIRED,
           .description =
-                  "IPv4 prefix, /16 to /29, outside 169.254.0.0/16, e.g. 192.168.128.0/24; .1 is the gateway, VMs get .2 upwards" },
+                  "IPv4 network, /16 to /29, outside 169.254.0.0/16, its address without host bits, e.g. 192.168.128.0/24 (not 192.168.128.5/24); .1 is the gateway, VMs get .2 upwards" },
         { .name = "dns_search_domain",
           .type = PARAM_STRING,
           .flags = 0,
@@ -426,7 +426,7 @@ static const OperationParam create_vm_params[] = {
         { .name = "cpus", .type = PARAM_INTEGER, .description = "Virtual CPUs, default 2, 1 to 256" },
         { .name = "memory_mib",
           .type = PARAM_INTEGER,
-          .description = "Memory in MiB, default 2048, at least 256" },
+          .description = "Memory in MiB, default 2048, 256 to 16777216" },
         { .name = "disk_gib", .type = PARAM_INTEGER, .description = "Disk size in GiB, default 20, 1 to 4096" },
         { .name = "network", .type = PARAM_STRING, .description = "Network to attach to, default \"default\"" },
         { .name = "user_data",

@@ -62,6 +62,7 @@ struct Vm {
         VmLaunched *qemu, *swtpm, *vsockd;
         pid_t qemu_pid, swtpm_pid;
         QmpClient *qmp;
+        sd_event_source *qmp_grace;   /* the monitor hung up before answering: the wait for QEMU's exit */
         sd_event_source *phase_timer; /* install or boot timeout, or the ready quote's grace */
         sd_event_source *probe_timer; /* the start chain: swtpm and vhost-device-vsock readiness */
         sd_event_source *swtpm_probe; /* ... one connection to swtpm's control channel, its answer */

@@ -45,7 +45,7 @@ static int create_resolve(Manager *m, VmSpec *spec, Network **ret_net, ApiError 
                         reterr,
                         -EINVAL,
                         API_ERROR_INVALID_REQUEST,
-                        "memoryMiB %" PRIu64 " is more than this host has (%" PRIu64 " MiB)",
+                        "memory_mib %" PRIu64 " is more than this host has (%" PRIu64 " MiB)",
                         spec->memory_mib,
                         host_mib);
 

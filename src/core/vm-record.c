@@ -392,13 +392,13 @@ static int record_build(RecordInput *in, VmRecord *rec, ApiError *reterr) {
         _cleanup_(api_error_done) ApiError e = API_ERROR_NULL;
         int r;
 
-        /* the spec goes through the same checks as a request, without the limits that came later */
+        /* the spec goes through the same checks as a request, without the rules that came later */
         {
                 VmSpec spec = {};
 
                 spec.region = TAKE_PTR(rec->spec.region);
                 spec.zone = TAKE_PTR(rec->spec.zone);
-                r = vm_spec_build(&in->spec, /* limits= */ false, &rec->spec, NULL, NULL, &e);
+                r = vm_spec_build(&in->spec, /* request= */ false, &rec->spec, NULL, NULL, &e);
                 rec->spec.region = TAKE_PTR(spec.region);
                 rec->spec.zone = TAKE_PTR(spec.zone);
                 if (r == -ENOMEM)

@@ -50,6 +50,15 @@ static int dispatch_tristate(const char *name, json_t *v, void *dest, ApiError *
         return 0;
 }
 
+/* An integer; the one that spells VM_SPEC_UNSET is out of every range as its neighbour is, not absent. */
+static int dispatch_count(const char *name, json_t *v, void *dest, ApiError *reterr) {
+        int r = json_dispatch_int64(name, v, dest, reterr);
+
+        if (r >= 0 && *(int64_t *) dest == VM_SPEC_UNSET)
+                *(int64_t *) dest = VM_SPEC_UNSET + 1;
+        return r;
+}
+
 /* Appends "; "-separated problems. */
 static void problem(char **acc, const char *fmt, ...) _printf_(2, 3);
 static void problem(char **acc, const char *fmt, ...) {
@@ -69,8 +78,8 @@ static void problem(char **acc, const char *fmt, ...) {
         *acc = n;
 }
 
-/* The size limits of a request (vm.h). Records written before they existed still load, so a record
- * is checked for its shape only. */
+/* The size limits of a request (vm-spec.h). Records written before they existed still load, so a
+ * record is checked for its shape only. */
 static void check_limits(const VmSpecInput *c, char **problems) {
         size_t total = 0, n = 0;
         const char *key;
@@ -120,26 +129,59 @@ static void check_limits(const VmSpecInput *c, char **problems) {
                 problem(problems, "user_data must be at most %u bytes", VM_USER_DATA_MAX);
 }
 
+/* A count absent, or in a record written before 0 was refused: the default. */
+static bool count_unset(int64_t v, bool request) {
+        return v == VM_SPEC_UNSET || (!request && v == 0);
+}
+
+/* A request's "" is refused (absent or null asks for the default); a record's means the default. */
+static bool string_unset(const char *s, bool request) {
+        return !s || (!request && !*s);
+}
+
 int vm_spec_build(
-        VmSpecInput *in, bool limits, VmSpec *ret, char **ret_user_data, VmWaitFor *ret_wait_for, ApiError *reterr) {
+        VmSpecInput *in, bool request, VmSpec *ret, char **ret_user_data, VmWaitFor *ret_wait_for, ApiError *reterr) {
         _cleanup_(vm_spec_input_done) VmSpecInput c = TAKE_GENERIC(*in, VmSpecInput, VM_SPEC_INPUT_NULL);
         _cleanup_free_ char *problems = NULL;
         VmWaitFor w;
         const char *key;
         json_t *val;
 
-        /* defaults first, so 0 means the default while -1 is an error */
-        if (c.cpus == 0)
+        if (request) {
+                static const struct {
+                        const char *name;
+                        size_t offset;
+                } strings[] = {
+                        { "image", offsetof(VmSpecInput, image) },
+                        { "kubernetes_version", offsetof(VmSpecInput, kubernetes_version) },
+                        { "network", offsetof(VmSpecInput, network) },
+                        { "hostname", offsetof(VmSpecInput, hostname) },
+                        { "wait_for", offsetof(VmSpecInput, wait_for) },
+                        { "install_mode", offsetof(VmSpecInput, install_mode) },
+                };
+
+                for (size_t i = 0; i < ELEMENTSOF(strings); i++) {
+                        const char *s = *(char **) ((uint8_t *) &c + strings[i].offset);
+
+                        if (s && !*s)
+                                problem(&problems,
+                                        "%s must not be empty (leave it out for the default)",
+                                        strings[i].name);
+                }
+        }
+
+        /* defaults for what is absent; what is given is checked below as it is */
+        if (count_unset(c.cpus, request))
                 c.cpus = VM_CPUS_DEFAULT;
-        if (c.memory_mib == 0)
+        if (count_unset(c.memory_mib, request))
                 c.memory_mib = VM_MEMORY_MIB_DEFAULT;
-        if (c.disk_gib == 0)
+        if (count_unset(c.disk_gib, request))
                 c.disk_gib = VM_DISK_GIB_DEFAULT;
-        if (!c.network || !*c.network) {
+        if (string_unset(c.network, request)) {
                 free(c.network);
                 c.network = strdup(VM_NETWORK_DEFAULT);
         }
-        if ((!c.hostname || !*c.hostname) && c.name) {
+        if (string_unset(c.hostname, request) && c.name) {
                 free(c.hostname);
                 c.hostname = strdup(c.name);
         }
@@ -148,19 +190,19 @@ int vm_spec_build(
 
         if (!dns_label_is_valid(c.name))
                 problem(&problems, "name must be a DNS label (lowercase letters, digits, dashes)");
-        if (!dns_label_is_valid(c.hostname))
+        if (!(c.hostname && !*c.hostname) && !dns_label_is_valid(c.hostname)) /* "": said above */
                 problem(&problems, "hostname must be a DNS label");
         if (c.cpus < 1 || c.cpus > 256)
                 problem(&problems, "cpus must be 1..256");
         if (c.memory_mib < 256)
-                problem(&problems, "memoryMiB must be at least 256");
+                problem(&problems, "memory_mib must be at least 256");
         else if (c.memory_mib > VM_MEMORY_MIB_MAX)
-                problem(&problems, "memoryMiB must be at most %d", VM_MEMORY_MIB_MAX);
+                problem(&problems, "memory_mib must be at most %d", VM_MEMORY_MIB_MAX);
         if (c.disk_gib < 1 || c.disk_gib > 4096)
-                problem(&problems, "diskGiB must be 1..4096");
+                problem(&problems, "disk_gib must be 1..4096");
         w = c.wait_for && *c.wait_for ? vm_wait_for_from_string(c.wait_for) : VM_WAIT_READY;
         if (w < 0)
-                problem(&problems, "waitFor must be none, installed, attested or ready");
+                problem(&problems, "wait_for must be none, installed, attested or ready");
         if (c.install_mode && *c.install_mode && vm_install_mode_from_string(c.install_mode) < 0)
                 problem(&problems, "install_mode must be host or boot");
         if (c.metadata)
@@ -177,7 +219,7 @@ int vm_spec_build(
                         problem(&problems, "ssh authorized keys must be single lines");
                         break;
                 }
-        if (limits)
+        if (request)
                 check_limits(&c, &problems);
         /* Cluster API's Ignition output is spec 2.3; the guest's Ignition reads 3.x (vm-ignition.h) */
         if (c.user_data && !problems) {
@@ -230,9 +272,9 @@ int vm_spec_from_request(
                   json_dispatch_string,
                   offsetof(VmSpecInput, kubernetes_version),
                   JSON_NULLABLE },
-                { "cpus", json_dispatch_int64, offsetof(VmSpecInput, cpus), JSON_NULLABLE },
-                { "memory_mib", json_dispatch_int64, offsetof(VmSpecInput, memory_mib), JSON_NULLABLE },
-                { "disk_gib", json_dispatch_int64, offsetof(VmSpecInput, disk_gib), JSON_NULLABLE },
+                { "cpus", dispatch_count, offsetof(VmSpecInput, cpus), JSON_NULLABLE },
+                { "memory_mib", dispatch_count, offsetof(VmSpecInput, memory_mib), JSON_NULLABLE },
+                { "disk_gib", dispatch_count, offsetof(VmSpecInput, disk_gib), JSON_NULLABLE },
                 { "network", json_dispatch_string, offsetof(VmSpecInput, network), JSON_NULLABLE },
                 { "user_data", json_dispatch_string, offsetof(VmSpecInput, user_data), JSON_NULLABLE },
                 { "ssh_authorized_keys",
@@ -255,7 +297,7 @@ int vm_spec_from_request(
         r = json_dispatch(request, table, &c, reterr);
         if (r < 0)
                 return r;
-        return vm_spec_build(&c, /* limits= */ true, ret, ret_user_data, ret_wait_for, reterr);
+        return vm_spec_build(&c, /* request= */ true, ret, ret_user_data, ret_wait_for, reterr);
 }
 
 static int json_set_str(json_t *o, const char *key, const char *s) {

@@ -3,8 +3,8 @@
 
 /* What create_vm builds: a request in, a spec with the API's defaults applied and every field checked
  * out. Pure: nothing here looks at images, networks or the disk (vm-ops.c resolves those). The same
- * checks load the spec part of a record again (vm-record.c), without the size limits that came
- * later. */
+ * checks load the spec part of a record again (vm-record.c), without the request's rules that came
+ * later (the size limits, no 0 or ""). */
 
 #include <jansson.h>
 #include <stdbool.h>
@@ -54,7 +54,10 @@ void vm_spec_done(VmSpec *s);
 #define VM_DISK_GIB_DEFAULT 20
 #define VM_NETWORK_DEFAULT "default"
 
-/* The fields as they come, before defaults: NULL, 0 or -1 (require_attestation) when absent. */
+/* The fields as they come, before defaults: NULL, VM_SPEC_UNSET or -1 (require_attestation) when
+ * absent (or null). */
+#define VM_SPEC_UNSET INT64_MIN
+
 typedef struct VmSpecInput {
         char *name, *image, *kubernetes_version, *network, *user_data, *hostname, *wait_for, *install_mode;
         int64_t cpus, memory_mib, disk_gib;
@@ -63,16 +66,22 @@ typedef struct VmSpecInput {
         int require_attestation;
 } VmSpecInput;
 
-#define VM_SPEC_INPUT_NULL ((VmSpecInput){ .require_attestation = -1 })
+#define VM_SPEC_INPUT_NULL                           \
+        ((VmSpecInput){ .cpus = VM_SPEC_UNSET,       \
+                        .memory_mib = VM_SPEC_UNSET, \
+                        .disk_gib = VM_SPEC_UNSET,   \
+                        .require_attestation = -1 })
 
 void vm_spec_input_done(VmSpecInput *in);
 
-/* Applies the defaults (cpus 2, memory 2048 MiB, disk 20 GiB, network "default", hostname the name,
- * wait_for ready, require_attestation true), then checks every field; every problem is collected
- * into one invalid_request message. limits: the size limits above too (requests; records written
- * before they existed still load). Takes the strings out of in. */
+/* Applies the defaults to what is absent (cpus 2, memory 2048 MiB, disk 20 GiB, network "default",
+ * hostname the name, wait_for ready, require_attestation true), then checks every field; every
+ * problem is collected into one invalid_request message, which names the request's fields.
+ * request: a request's rules too, the size limits above and no 0 or "" for a field that has a
+ * default (absent or null is how a request asks for it); a record written before those rules loads
+ * with 0 and "" meaning the default, as they did then. Takes the strings out of in. */
 int vm_spec_build(
-        VmSpecInput *in, bool limits, VmSpec *ret, char **ret_user_data, VmWaitFor *ret_wait_for, ApiError *reterr);
+        VmSpecInput *in, bool request, VmSpec *ret, char **ret_user_data, VmWaitFor *ret_wait_for, ApiError *reterr);
 
 /* Decodes and validates a create_vm request (its snake_case keys; an unknown one is refused).
  * ret_user_data and ret_wait_for (optional) are the parts that never enter the record. */

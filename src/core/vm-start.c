@@ -239,6 +239,79 @@ static int send_cont(Vm *v) {
         return qmp_client_execute(v->qmp, "cont", NULL, 0, on_cont_reply, v);
 }
 
+/* How long a QEMU whose monitor hung up has to exit before the start fails. */
+#define VM_QMP_HANGUP_GRACE (5 * USEC_PER_SEC)
+
+static void qmp_start_failed(Vm *v, int error, const char *what) {
+        _cleanup_free_ char *qmp = vm_path(v, "qmp.sock"), *tail = vm_file_tail(v, "qemu.log", 8192),
+                            *text = NULL;
+
+        if (asprintf(
+                    &text,
+                    "qemu's QMP at %s %s: %s",
+                    qmp ?: "qmp.sock",
+                    what,
+                    tail && *tail ? tail : "qemu wrote nothing to its log") < 0)
+                text = NULL;
+        start_failed(v, error, VM_MESSAGE_DETAIL, &(VmMessageArgs){ .detail = text ?: what });
+}
+
+static int on_qmp_grace(sd_event_source *s, usec_t usec, void *userdata) {
+        Vm *v = userdata;
+
+        v->qmp_grace = sd_event_source_disable_unref(v->qmp_grace);
+        if (v->sub == VM_SUB_START_QMP)
+                qmp_start_failed(
+                        v,
+                        -ECONNRESET,
+                        "closed the connection before answering (Connection reset by peer), and qemu did not "
+                        "exit within 5s");
+        return 0;
+}
+
+/* The start's monitor never answered. Only silence is a timeout. A monitor that hangs up belongs to
+ * a QEMU that is exiting, most likely: its exit (the pidfd, then qemu_exited()) says how, with its
+ * status, and the start waits a moment for it. */
+static void on_qmp_failed(Vm *v, int error) {
+        _cleanup_free_ char *qmp = NULL, *tail = NULL, *what = NULL;
+        int r;
+
+        if (error == -ECONNRESET) {
+                log_struct(
+                        LOG_DEBUG,
+                        LOG_FIELDS({ "VM_ID", v->rec.id }),
+                        "VM %s: its QMP hung up before answering; waiting for QEMU's exit.",
+                        v->rec.id);
+                vm_qmp_drop(v);
+                r = sd_event_add_time_relative(
+                        manager_event(v->manager),
+                        &v->qmp_grace,
+                        CLOCK_MONOTONIC,
+                        VM_QMP_HANGUP_GRACE,
+                        USEC_PER_MSEC,
+                        on_qmp_grace,
+                        v);
+                if (r >= 0) {
+                        (void) sd_event_source_set_description(v->qmp_grace, "vm-qmp-grace");
+                        return;
+                }
+                error = r;
+        }
+        if (error == -ETIMEDOUT) {
+                qmp = vm_path(v, "qmp.sock");
+                tail = vm_file_tail(v, "qemu.log", 8192);
+                start_failed(
+                        v,
+                        error,
+                        VM_MESSAGE_QMP_TIMEOUT,
+                        &(VmMessageArgs){ .what = qmp, .errno_text = strerror(-error), .detail = tail });
+                return;
+        }
+        if (asprintf(&what, "failed before answering: %s", strerror(-error)) < 0)
+                what = NULL;
+        qmp_start_failed(v, error, what ?: "failed before answering");
+}
+
 static void on_qmp_ready(QmpClient *c, int error, void *userdata) {
         if (c != ((Vm *) userdata)->qmp)
                 return; /* a connection we dropped: whoever dropped it settles the state */
@@ -260,13 +333,7 @@ static void on_qmp_ready(QmpClient *c, int error, void *userdata) {
         if (v->sub != VM_SUB_START_QMP)
                 return;
         if (error < 0) {
-                _cleanup_free_ char *qmp = vm_path(v, "qmp.sock"), *tail = vm_file_tail(v, "qemu.log", 8192);
-
-                start_failed(
-                        v,
-                        error,
-                        VM_MESSAGE_QMP_TIMEOUT,
-                        &(VmMessageArgs){ .what = qmp, .errno_text = strerror(-error), .detail = tail });
+                on_qmp_failed(v, error);
                 return;
         }
         if (v->qemu_prestarted) {

@@ -15,6 +15,8 @@
 void vm_qmp_drop(Vm *v) {
         QmpClient *q = TAKE_PTR(v->qmp);
 
+        v->qmp_grace = sd_event_source_disable_unref(v->qmp_grace);
+
         if (!q)
                 return;
         qmp_client_close(q);

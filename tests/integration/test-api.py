@@ -247,20 +247,20 @@ def test_parity(work):
     parity_checks("get_network default", "get_network", status, headers, data, 200,
                   mcp().call("get_network", {"name": "default"}))
 
-    spec = {"name": "par", "cidr": "10.20.0.5/24", "dns_search_domain": "par.internal"}
+    spec = {"name": "par", "cidr": "10.20.0.0/24", "dns_search_domain": "par.internal"}
     c_status, c_headers, c_data = rest("POST", "/networks", spec)
 
     def created():
         body = json.loads(c_data)
         want = {
-            "spec": {"name": "par", "cidr": "10.20.0.5/24", "dnsSearchDomain": "par.internal", "enableIMDS": True,
+            "spec": {"name": "par", "cidr": "10.20.0.0/24", "dnsSearchDomain": "par.internal", "enableIMDS": True,
                      "mtu": 1500},
             "gateway": "10.20.0.1",
             "leases": [],
         }
         return c_status == 201 and body == want, "status %r body %r" % (c_status, c_data[:500])
 
-    tap.check("create_network via REST: 201 with the Network (cidr as submitted, gateway of the masked prefix)",
+    tap.check("create_network via REST: 201 with the Network (cidr as submitted, gateway .1 of it)",
               created)
     status, headers, data = rest("GET", "/networks/par")
     parity_checks("get_network par", "get_network", status, headers, data, 200, mcp().call("get_network", {"name": "par"}))
@@ -381,6 +381,39 @@ def test_errors(work):
                  409, "conflict", 'conflict: network "default" already exists',
                  mcp().call("create_network", {"name": "default", "cidr": "10.23.0.0/24"}))
     tap.check("conflict cleanup: delete dup (204)", lambda: (rest("DELETE", "/networks/dup")[0] == 204, None))
+
+    # 0 and "" are no way to ask for a default (absent or null is): refused naming the field, the
+    # same through both surfaces, and nothing changes
+    vms_before, nets_before = rest("GET", "/vms")[2], rest("GET", "/networks")[2]
+    for field, value, want in (
+            ("cpus", 0, "cpus must be 1..256"),
+            ("memory_mib", 0, "memory_mib must be at least 256"),
+            ("disk_gib", 0, "disk_gib must be 1..4096"),
+            ("image", "", "image must not be empty (leave it out for the default)"),
+            ("network", "", "network must not be empty (leave it out for the default)"),
+            ("hostname", "", "hostname must not be empty (leave it out for the default)"),
+            ("kubernetes_version", "", "kubernetes_version must not be empty (leave it out for the default)"),
+            ("wait_for", "", 'field "wait_for": "" is not one of the allowed values')):
+        bad = {"name": "zero", field: value}
+        error_parity("create_vm %s %r" % (field, value), rest("POST", "/vms", bad), 400, "invalid_request",
+                     "invalid request: " + want, mcp().call("create_vm", bad))
+    # null is the default: the request gets past the checks to the (empty) image directory
+    nulls = {"name": "nulls", "image": None, "kubernetes_version": None, "cpus": None, "memory_mib": None,
+             "disk_gib": None, "network": None, "hostname": None, "wait_for": None}
+    error_parity("create_vm with every defaulted field null", rest("POST", "/vms", nulls), 400, "invalid_request",
+                 'invalid request: image "": not found: no images in %s' % main["images"],
+                 mcp().call("create_vm", nulls))
+    for spec, want in (
+            ({"name": "hb", "cidr": "10.77.0.5/24"},
+             'cidr "10.77.0.5/24" has host bits set: the network is 10.77.0.0/24'),
+            ({"name": "hb", "cidr": "172.16.255.255/16"},
+             'cidr "172.16.255.255/16" has host bits set: the network is 172.16.0.0/16'),
+            ({"name": "hb", "cidr": "10.77.0.0/24", "dns_search_domain": ""},
+             "dns_search_domain must not be empty (leave it out for none)")):
+        error_parity("create_network %s" % json.dumps(spec), rest("POST", "/networks", spec), 400, "invalid_request",
+                     "invalid request: " + want, mcp().call("create_network", spec))
+    tap.check("... after those refusals list_vms and list_networks are byte-identical",
+              lambda: ((rest("GET", "/vms")[2], rest("GET", "/networks")[2]) == (vms_before, nets_before), None))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -823,6 +856,217 @@ def test_check_order(work):
             want = f.read()
         tap.check("the served openapi.yaml is api/openapi.yaml of the source tree, byte for byte",
                   lambda: (doc_bytes == want, "%d bytes served, %d in %s" % (len(doc_bytes), len(want), src)))
+
+
+# ---------------------------------------------------------------------------------------------
+# 5. the limits the OpenAPI document states are the ones the daemon enforces
+
+
+def parse_flow(text):
+    """A YAML flow value of the document: {k: v, ...}, [a, ...], "double-quoted", integer or word."""
+    pos = 0
+
+    def ws():
+        nonlocal pos
+        while pos < len(text) and text[pos] in " \t":
+            pos += 1
+
+    def value(stop):
+        nonlocal pos
+        ws()
+        c = text[pos]
+        if c == "{":
+            pos += 1
+            out = {}
+            while True:
+                ws()
+                if text[pos] == "}":
+                    pos += 1
+                    return out
+                key = text[pos:text.index(":", pos)].strip()
+                pos = text.index(":", pos) + 1
+                out[key] = value(",}")
+                ws()
+                if text[pos] == ",":
+                    pos += 1
+        if c == "[":
+            pos += 1
+            out = []
+            while True:
+                ws()
+                if text[pos] == "]":
+                    pos += 1
+                    return out
+                out.append(value(",]"))
+                ws()
+                if text[pos] == ",":
+                    pos += 1
+        if c == '"':
+            end = pos + 1
+            while text[end] != '"':
+                end += 2 if text[end] == "\\" else 1
+            raw, pos = text[pos:end + 1], end + 1
+            return json.loads(raw)
+        end = pos
+        while end < len(text) and text[end] not in stop:
+            end += 1
+        word, pos = text[pos:end].strip(), end
+        return int(word) if re.fullmatch(r"-?[0-9]+", word) else word
+
+    return value("")
+
+
+def request_schema(doc, name):
+    """{field: {keyword: value}} of a request schema's properties, flow or block style (the keys of a
+    block; folded descriptions are skipped)."""
+    props, in_schema, in_props, block = {}, False, False, None
+    for line in doc.splitlines():
+        if not line.strip():
+            continue
+        indent = len(line) - len(line.lstrip())
+        s = line.strip()
+        if indent == 4:
+            in_schema, in_props = s == name + ":", False
+            continue
+        if not in_schema:
+            continue
+        if indent == 6:
+            in_props = s == "properties:"
+            continue
+        if not in_props:
+            continue
+        if indent == 8:
+            key, _, rest = s.partition(":")
+            rest = rest.strip()
+            props[key] = parse_flow(rest) if rest.startswith("{") else {}
+            block = None if rest else props[key]
+        elif indent == 10 and block is not None:
+            key, _, rest = s.partition(":")
+            rest = rest.strip()
+            if rest and rest[0] in '{["' or re.fullmatch(r"-?[0-9]+|[A-Za-z]+", rest or "-"):
+                block[key] = parse_flow(rest)
+    return props
+
+
+def label_of(n):
+    return ("a" * n)
+
+
+def dns_of(n):
+    """A valid DNS name of n characters, a trailing dot included (labels of 63)."""
+    out = ""
+    while len(out) + 64 < n:
+        out += "a" * 63 + "."
+    rest = n - len(out) - 1  # the trailing dot
+    return out + "a" * rest + "." if rest >= 1 else ("a" * n)
+
+
+# Per request field, a valid value of n characters and samples for its pattern; fields that are
+# neither (cidr: the pattern bounds it) are probed with samples only.
+STRING_VALUES = {
+    ("create_vm", "name"): label_of, ("create_vm", "hostname"): label_of, ("create_vm", "image"): label_of,
+    ("create_vm", "kubernetes_version"): label_of, ("create_vm", "network"): label_of,
+    ("create_vm", "user_data"): None,  # Ignition JSON: its length limit is test-vm-spec's
+    ("create_network", "name"): label_of, ("create_network", "dns_search_domain"): dns_of,
+}
+SAMPLES = {
+    "label": ["a", "a-b", "0", "Upper", "-lead", "trail-", "a_b", "a.b", "a b", "caf\u00e9"],
+    "cidr": ["10.78.0.0/24", "10.78.0.0/16", "10.78.0.0/29", "10.78.0.0/15", "10.78.0.0/30", "010.78.0.0/24",
+             "10.78.0.256/24", "10.78.0.0/024", "10.78.0.0", "10.78.0/24", "::1/64"],
+    "dns": ["lab.internal", "lab.internal.", "Example.COM", "a..b", "-x.com", "x-.com", "under_score.com", ".",
+            "a b.com"],
+}
+SAMPLE_KIND = {"name": "label", "hostname": "label", "image": "label", "kubernetes_version": "label",
+               "network": "label", "cidr": "cidr", "dns_search_domain": "dns"}
+LIMIT_OPS = (("create_vm", "/vms", "CreateVMRequest", {"name": "lim"}),
+             ("create_network", "/networks", "CreateNetworkRequest", {"name": "lim", "cidr": "10.79.0.0/24"}))
+
+
+def field_refusal(op, path, base, field, value):
+    """(problem, message): message None when the request gets past field's checks, else the message
+    refusing it for field; problem when REST and MCP disagree. A network a probe created is deleted
+    before the other surface is asked."""
+    body = dict(base)
+    body[field] = value
+    status, headers, data = rest("POST", path, body)
+    if status == 201:
+        rest("DELETE", "/networks/" + body["name"])
+    result = mcp().call(op, body)
+    if not result.get("isError") and op == "create_network":
+        rest("DELETE", "/networks/" + body["name"])
+    try:
+        rest_side = json_error_of(status, headers, data) if status >= 400 else (None, None)
+        mcp_side = tool_error(result) if result.get("isError") else (None, None)
+    except ValueError as e:
+        return "%s (REST %r)" % (e, status), None
+    if rest_side != mcp_side:
+        return "REST %r and MCP %r differ" % (rest_side, mcp_side), None
+    code, message = rest_side
+    if status != 400 or code != "invalid_request":
+        return None, None
+    # what comes after the request's checks: the image directory, the host's memory, the length of
+    # the state directory in a socket path
+    if re.search(r"not found|more than this host has|socket path", message):
+        return None, None
+    if re.search(r"(^|[^a-z_])%s([^a-z_]|$)" % re.escape(field), message):
+        return None, message
+    return None, None
+
+
+def test_limits(work):
+    doc = main.get("openapi") or http_request(main["port"], "GET", API + "/openapi.yaml")[2].decode()
+    vms_before, nets_before = rest("GET", "/vms")[2], rest("GET", "/networks")[2]
+    for op, path, schema_name, base in LIMIT_OPS:
+        schema = request_schema(doc, schema_name)
+        tap.check("openapi.yaml has %s with properties" % schema_name, lambda: (len(schema) > 2, schema))
+        for field, sch in schema.items():
+            t = sch.get("type")
+            probes = []  # (value, refused?, why)
+            if t == "integer":
+                lo, hi = sch.get("minimum"), sch.get("maximum")
+                if lo is not None:
+                    probes += [(lo - 1, True, "below minimum %d" % lo), (lo, False, "the minimum")]
+                    if lo > 0:
+                        probes.append((0, True, "0, below minimum %d" % lo))
+                else:
+                    probes.append((-(2 ** 31), False, "no minimum stated"))
+                if hi is not None:
+                    probes += [(hi, False, "the maximum"), (hi + 1, True, "above maximum %d" % hi)]
+                else:
+                    probes.append((2 ** 53, False, "no maximum stated"))
+            elif t == "string" and "enum" not in sch:
+                make = STRING_VALUES.get((op, field))
+                pattern = sch.get("pattern")
+                lo = sch.get("minLength", 0)
+                if make is not None or field in SAMPLE_KIND:
+                    empty_ok = lo == 0 and (pattern is None or re.fullmatch(pattern, ""))
+                    probes.append(("", not empty_ok, "the empty string (minLength %d)" % lo))
+                if make is not None:
+                    hi = sch.get("maxLength")
+                    if hi is not None:
+                        probes += [(make(hi), False, "maxLength %d" % hi), (make(hi + 1), True, "maxLength+1")]
+                    else:
+                        probes.append((make(300), False, "no maxLength stated (300 characters)"))
+                for v in SAMPLES.get(SAMPLE_KIND.get(field), []):
+                    ok = pattern is None or re.fullmatch(pattern, v) is not None
+                    probes.append((v, not ok, "pattern %s" % ("matches" if ok else "does not match")))
+            elif t == "string" and "enum" in sch:
+                for v in sch["enum"]:
+                    probes.append((v, False, "in the enum"))
+                probes += [("", True, "not in the enum"), ("bogus", True, "not in the enum")]
+            for value, want_refused, why in probes:
+                shown = value if not isinstance(value, str) or len(value) < 24 else "%s...(%d)" % (value[:8], len(value))
+
+                def probe(field=field, value=value, want_refused=want_refused):
+                    problem, message = field_refusal(op, path, base, field, value)
+                    if problem:
+                        return False, problem
+                    return (message is not None) == want_refused, "message: %r" % message
+
+                tap.check("%s %s %r (%s): %s as openapi.yaml says" % (
+                    op, field, shown, why, "refused naming the field" if want_refused else "accepted"), probe)
+    tap.check("limits: list_vms and list_networks are as before the probes",
+              lambda: ((rest("GET", "/vms")[2], rest("GET", "/networks")[2]) == (vms_before, nets_before), None))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1335,7 +1579,7 @@ def test_restart(work):
         rest("POST", "/networks", {"name": "r-gone", "cidr": "10.33.0.0/24"}, port=port)[0],
         rest("DELETE", "/networks/r-gone", port=port)[0],
     ]
-    three = c.call("create_network", {"name": "r-three", "cidr": "10.32.0.5/29", "dns_search_domain": None})
+    three = c.call("create_network", {"name": "r-three", "cidr": "10.32.0.0/29", "dns_search_domain": None})
     tap.check("restart: create r-one, r-two (dns), r-gone (then deleted) via REST and r-three via MCP",
               lambda: (created == [201, 201, 201, 204] and not three.get("isError"), "%r %r" % (created, three)))
     before = rest("GET", "/networks", port=port)[2]
@@ -1518,5 +1762,5 @@ def test_shutdown(work):
 
 
 if __name__ == "__main__":
-    sys.exit(run([setup_main, test_parity, test_errors, test_check_order, test_bad_input, test_mcp_protocol,
+    sys.exit(run([setup_main, test_parity, test_errors, test_check_order, test_bad_input, test_limits, test_mcp_protocol,
                   test_images, test_host, test_restart, test_crash, test_shutdown], GLOBAL_DEADLINE, "vmm-api-"))

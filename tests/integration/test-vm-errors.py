@@ -10,6 +10,9 @@ seconds instead of a TCG boot:
     vm-bootstrap-failed@kubeadm.service sends it): failed at once with the unit's lines, a waiter
     hears vm_failed, and a second report (or one before the boot) is refused;
   * a QEMU whose monitor never answers: create_vm fails after 10 s and leaves nothing behind;
+  * a QEMU whose monitor hangs up before answering: its exit and status are the message (the
+    installer of a burst that exits before its slow monitor greets, too), or, when it lives on, the
+    hang-up, within seconds; never "did not answer within" the QMP timeout;
   * system_powerdown answered with an error: stop_vm goes straight to SIGTERM;
   * a QEMU that ignores ACPI and SIGTERM: SIGTERM after --stop-timeout, SIGKILL 5 s later;
   * --vsock vhost and none: the device QEMU gets, and no vhost-device-vsock;
@@ -39,7 +42,7 @@ def api(port, method, path, body=None, timeout=120):
     return status, (json.loads(data) if data else None)
 
 
-def daemon(work, name, mode, *extra, path=None):
+def daemon(work, name, mode, *extra, path=None, **fake_env):
     images = os.path.join(work, "images-" + name)
     os.makedirs(images)
     for ext in (".efi", ".raw"):
@@ -49,6 +52,7 @@ def daemon(work, name, mode, *extra, path=None):
     with open(vars_, "wb") as f:
         f.write(b"\0" * 4096)
     env = base_env(work, FAKE_QEMU=mode)
+    env.update(fake_env)
     env["PATH"] = path or FAKES + ":" + env.get("PATH", "/usr/bin:/bin")
     port = free_port()
     d = Daemon(work, name, ["--listen", "%s:%d" % (HOST, port), "--state-dir", os.path.join(work, "s-" + name),
@@ -160,6 +164,33 @@ def test_qmp_silent(work):
     d.stop(signal.SIGTERM, timeout=30)
 
 
+def qmp_hangup_case(work, name, mode, want, low, high, what, **fake_env):
+    d, port = daemon(work, name, mode, "--qmp-timeout", "30s", **fake_env)
+    t0 = time.monotonic()
+    status, err = api(port, "POST", "/vms", dict(CREATE, name=name, wait_for="installed"))
+    took = time.monotonic() - t0
+    msg = (err or {}).get("error", {}).get("message", "")
+    tap.result(status == 500 and want in msg and "did not answer" not in msg and low <= took < high,
+               "%s: create_vm fails in %.1f s saying %r, not a QMP timeout" % (what, took, want),
+               "%r %r" % (status, err))
+    status, vms = api(port, "GET", "/vms")
+    tap.result(status == 200 and all(want in vm.get("lastError", "") for vm in vms),
+               "%s: list_vms agrees (no record, or a failed one saying so)" % what, repr(vms)[:400])
+    d.stop(signal.SIGTERM, timeout=30)
+
+
+def test_qmp_hangup(work):
+    qmp_hangup_case(work, "qmpexit", "qmp-exit:4", "qemu exited during start (exit status 4)", 0, 10,
+                    "a QEMU that hangs up its monitor and exits 4")
+    # the burst's case: the installer exits (after 1 s) before its monitor greets (after 3 s)
+    qmp_hangup_case(work, "qmpslow", "install-exit:0", "qemu exited during start (exit status 0)", 0, 10,
+                    "an installer that exits 0 before its slow monitor greets", FAKE_QMP_DELAY="3")
+    qmp_hangup_case(work, "qmphup", "qmp-hangup",
+                    "closed the connection before answering (Connection reset by peer), and qemu did not exit "
+                    "within 5s", 4.5, 15,
+                    "a QEMU that hangs up its monitor and lives on")
+
+
 def stop_case(work, name, mode, stop_timeout, low, high, what):
     d, port = daemon(work, name, mode, "--stop-timeout", stop_timeout)
     status, vm = api(port, "POST", "/vms", dict(CREATE, name=name, wait_for="none"))
@@ -265,5 +296,5 @@ def test_missing_programs(work):
 
 
 if __name__ == "__main__":
-    sys.exit(run([test_installer_fails, test_guest_panics, test_bootstrap_failed, test_qmp_silent, test_stop_paths,
+    sys.exit(run([test_installer_fails, test_guest_panics, test_bootstrap_failed, test_qmp_silent, test_qmp_hangup, test_stop_paths,
                   test_vsock_modes, test_missing_programs], 300, "vmm-err-"))

@@ -98,7 +98,7 @@ def test_lifecycle(work):
     status, err = api(port, "POST", "/vms", dict(CREATE, name="huge", memory_mib=host_mib + 1))
     _, vms = api(port, "GET", "/vms")
     tap.result(status == 400 and err["error"]["code"] == "invalid_request"
-               and ("memoryMiB %d is more than this host has (%d MiB)" % (host_mib + 1, host_mib))
+               and ("memory_mib %d is more than this host has (%d MiB)" % (host_mib + 1, host_mib))
                in err["error"]["message"] and not any(v["name"] == "huge" for v in (vms if isinstance(vms, list) else [])),
                "create_vm with more memory than the host has: 400 invalid_request, no VM made",
                repr(err)[:300])

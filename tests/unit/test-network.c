@@ -183,11 +183,12 @@ static void test_create_get_list(void **state) {
 
         create(reg, "{\"name\":\"zeta\",\"cidr\":\"10.3.0.0/24\"}");
         create(reg, "{\"name\":\"alpha\",\"cidr\":\"10.1.0.0/24\",\"dns_search_domain\":\"corp.example\"}");
-        n = create(reg, "{\"name\":\"mid\",\"cidr\":\"192.168.5.7/29\",\"dns_search_domain\":null}");
+        n = create(reg, "{\"name\":\"mid\",\"cidr\":\"192.168.5.0/29\",\"dns_search_domain\":null}");
 
-        /* The CIDR is kept as submitted, the prefix is masked. */
+        /* The CIDR is kept as submitted (a request's has no host bits: test_create_invalid; a record's
+         * may, and its prefix is masked: test_load_host_bits). */
         assert_string_equal(n->name, "mid");
-        assert_string_equal(n->cidr, "192.168.5.7/29");
+        assert_string_equal(n->cidr, "192.168.5.0/29");
         assert_ip(n->prefix, "192.168.5.0");
         assert_int_equal(n->prefixlen, 29);
         assert_null(n->dns_search_domain);
@@ -211,7 +212,7 @@ static void test_create_get_list(void **state) {
         assert_string_equal(
                 list,
                 "[{\"spec\":{\"name\":\"alpha\",\"cidr\":\"10.1.0.0/24\",\"dnsSearchDomain\":\"corp.example\",\"enableIMDS\":true,\"mtu\":1500},\"gateway\":\"10.1.0.1\",\"leases\":[]},"
-                "{\"spec\":{\"name\":\"mid\",\"cidr\":\"192.168.5.7/29\",\"enableIMDS\":true,\"mtu\":1500},\"gateway\":\"192.168.5.1\",\"leases\":[]},"
+                "{\"spec\":{\"name\":\"mid\",\"cidr\":\"192.168.5.0/29\",\"enableIMDS\":true,\"mtu\":1500},\"gateway\":\"192.168.5.1\",\"leases\":[]},"
                 "{\"spec\":{\"name\":\"zeta\",\"cidr\":\"10.3.0.0/24\",\"enableIMDS\":true,\"mtu\":1500},\"gateway\":\"10.3.0.1\",\"leases\":[]}]");
 
         /* Persisted, readable by the group only. */
@@ -232,8 +233,8 @@ static void test_create_accepts_edges(void **state) {
         assert_ip(network_gateway(n), "172.20.0.1");
         assert_ip(network_host_alias(n), "172.20.255.254");
 
-        n = create(reg, "{\"name\":\"0\",\"cidr\":\"10.9.9.0/29\",\"dns_search_domain\":\"\"}");
-        assert_null(n->dns_search_domain); /* empty means none */
+        n = create(reg, "{\"name\":\"0\",\"cidr\":\"10.9.9.0/29\",\"dns_search_domain\":null}");
+        assert_null(n->dns_search_domain); /* null means none */
         assert_ip(network_host_alias(n), "10.9.9.6");
 
         n = create(
@@ -386,6 +387,17 @@ static const InvalidCase invalid_cases[] = {
         { "{\"name\":\"x\",\"cidr\":\"10.0.0.0/24\",\"dns_search_domain\":\"abcdefghij-abcdefghij-abcdefghij-abcdefghij-abcdefghij-abcdefghi.example\"}",
           "dns_search_domain",
           "longer than 63" },
+        { "{\"name\":\"x\",\"cidr\":\"10.0.0.0/24\",\"dns_search_domain\":\"\"}",
+          "dns_search_domain must not be empty",
+          "leave it out" },
+        /* a CIDR names a network: host bits are refused, naming the network */
+        { "{\"name\":\"x\",\"cidr\":\"10.77.0.5/24\"}",
+          "cidr \"10.77.0.5/24\" has host bits set",
+          "the network is 10.77.0.0/24" },
+        { "{\"name\":\"x\",\"cidr\":\"172.20.0.1/16\"}",
+          "cidr \"172.20.0.1/16\"",
+          "the network is 172.20.0.0/16" },
+        { "{\"name\":\"x\",\"cidr\":\"10.9.9.7/29\"}", "cidr \"10.9.9.7/29\"", "the network is 10.9.9.0/29" },
         { "{\"name\":\"x\",\"cidr\":\"10.0.0.0/24\",\"mtu\":575}", "mtu 575", "between 576 and 65520" },
         { "{\"name\":\"x\",\"cidr\":\"10.0.0.0/24\",\"mtu\":65521}", "mtu 65521", "between 576 and 65520" },
         { "{\"name\":\"x\",\"cidr\":\"10.0.0.0/24\",\"mtu\":0}", "mtu 0", "between 576 and 65520" },
@@ -748,7 +760,7 @@ static void test_reload_identical(void **state) {
         _cleanup_free_ char *json = NULL, *json_again = NULL, *file = NULL, *file_again = NULL;
         Network *lan, *dmz, *tiny;
 
-        lan = create(reg, "{\"name\":\"lan\",\"cidr\":\"10.0.0.9/24\",\"dns_search_domain\":\"corp.example\"}");
+        lan = create(reg, "{\"name\":\"lan\",\"cidr\":\"10.0.0.0/24\",\"dns_search_domain\":\"corp.example\"}");
         dmz = create(reg, "{\"name\":\"dmz\",\"cidr\":\"172.20.0.0/16\"}");
         tiny = create(reg, "{\"name\":\"tiny\",\"cidr\":\"10.9.9.0/29\"}");
         acquire(reg, lan, "vm-a");
@@ -768,7 +780,7 @@ static void test_reload_identical(void **state) {
         json_again = registry_dump(again);
         assert_string_equal(json_again, json);
         assert_true(network_registry_get(again, "lan")->enable_host_alias);
-        assert_string_equal(network_registry_get(again, "lan")->cidr, "10.0.0.9/24");
+        assert_string_equal(network_registry_get(again, "lan")->cidr, "10.0.0.0/24");
 
         /* The hole is still the lowest free address after the reload. */
         lan = network_registry_get(again, "lan");
@@ -793,6 +805,28 @@ static void check_corrupt(const Fixture *f, const char *content, const char *pro
         assert_int_equal(e.code, API_ERROR_INTERNAL);
         assert_startswith(e.message, f->file);
         assert_contains(e.message, problem);
+}
+
+/* Requests never store a CIDR with host bits any more, but networks.json may hold one from before:
+ * it loads as written, its prefix masked, and is written back the same. */
+static void test_load_host_bits(void **state) {
+        Fixture *f = *state;
+        _cleanup_(network_registry_freep) NetworkRegistry *reg = NULL;
+        Network *n;
+
+        put(f->file,
+            "{\"version\":1,\"networks\":[{\"name\":\"lan\",\"cidr\":\"10.0.0.9/24\",\"enableIMDS\":true,"
+            "\"enableHostAlias\":false,\"leases\":[]}]}");
+        reg = load(f);
+        n = network_registry_get(reg, "lan");
+        assert_non_null(n);
+        assert_string_equal(n->cidr, "10.0.0.9/24");
+        assert_ip(n->prefix, "10.0.0.0");
+        assert_ip(network_gateway(n), "10.0.0.1");
+        assert_ip(acquire(reg, n, "vm-a")->ip, "10.0.0.2");
+        reg = network_registry_free(reg);
+        reg = load(f);
+        assert_string_equal(network_registry_get(reg, "lan")->cidr, "10.0.0.9/24");
 }
 
 static void test_corrupt_file(void **state) {
@@ -1002,11 +1036,11 @@ static void test_json_key_order(void **state) {
         _cleanup_free_ char *a = NULL, *b = NULL, *c = NULL;
         Network *n, *m;
 
-        n = create(reg, "{\"dns_search_domain\":\"example.com\",\"cidr\":\"10.1.2.3/24\",\"name\":\"lan\"}");
+        n = create(reg, "{\"dns_search_domain\":\"example.com\",\"cidr\":\"10.1.2.0/24\",\"name\":\"lan\"}");
         a = network_dump(n);
         assert_string_equal(
                 a,
-                "{\"spec\":{\"name\":\"lan\",\"cidr\":\"10.1.2.3/24\",\"dnsSearchDomain\":\"example.com\",\"enableIMDS\":true,\"mtu\":1500},"
+                "{\"spec\":{\"name\":\"lan\",\"cidr\":\"10.1.2.0/24\",\"dnsSearchDomain\":\"example.com\",\"enableIMDS\":true,\"mtu\":1500},"
                 "\"gateway\":\"10.1.2.1\",\"leases\":[]}");
 
         m = create(reg, "{\"name\":\"dmz\",\"cidr\":\"172.16.0.0/16\"}");
@@ -1043,7 +1077,7 @@ static void test_json_key_order(void **state) {
                 "    },\n"
                 "    {\n"
                 "      \"name\": \"lan\",\n"
-                "      \"cidr\": \"10.1.2.3/24\",\n"
+                "      \"cidr\": \"10.1.2.0/24\",\n"
                 "      \"dnsSearchDomain\": \"example.com\",\n"
                 "      \"enableIMDS\": true,\n"
                 "      \"enableHostAlias\": false,\n"
@@ -1137,6 +1171,7 @@ int main(void) {
                 cmocka_unit_test_setup_teardown(test_mac_default_network, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_delete, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_reload_identical, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_load_host_bits, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_corrupt_file, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_save_failure_changes_nothing, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_ensure_default, setup, teardown),

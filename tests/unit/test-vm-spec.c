@@ -69,18 +69,25 @@ static void test_given(void **state) {
         assert_int_equal(w, VM_WAIT_INSTALLED);
         assert_int_equal(s.install_mode, VM_INSTALL_BOOT);
 
-        /* null is absent, and an empty network or hostname is the default */
+        /* null is absent: the default */
         vm_spec_done(&s);
         assert_ok(
-                build("{\"name\":\"x\",\"cpus\":null,\"network\":\"\",\"hostname\":\"\",\"wait_for\":\"\"}",
+                build("{\"name\":\"x\",\"image\":null,\"kubernetes_version\":null,\"cpus\":null,"
+                      "\"memory_mib\":null,\"disk_gib\":null,\"network\":null,\"hostname\":null,"
+                      "\"wait_for\":null,\"install_mode\":null}",
                       &s,
                       NULL,
                       &w,
                       NULL));
+        assert_null(s.image);
+        assert_null(s.kubernetes_version);
         assert_int_equal(s.cpus, 2);
+        assert_int_equal(s.memory_mib, 2048);
+        assert_int_equal(s.disk_gib, 20);
         assert_string_equal(s.network, "default");
         assert_string_equal(s.hostname, "x");
         assert_int_equal(w, VM_WAIT_READY);
+        assert_int_equal(s.install_mode, _VM_INSTALL_INVALID);
 }
 
 static void expect_invalid(const char *request, const char *message) {
@@ -107,15 +114,40 @@ static void test_checks(void **state) {
                 "{\"name\":\"w\",\"hostname\":\"a_b\"}", "invalid request: hostname must be a DNS label");
         expect_invalid("{\"name\":\"w\",\"cpus\":257}", "invalid request: cpus must be 1..256");
         expect_invalid("{\"name\":\"w\",\"cpus\":-1}", "invalid request: cpus must be 1..256");
+        /* 0 and "" are no way to ask for the default (absent or null is): refused, naming the field */
+        expect_invalid("{\"name\":\"w\",\"cpus\":0}", "invalid request: cpus must be 1..256");
+        expect_invalid("{\"name\":\"w\",\"memory_mib\":0}", "invalid request: memory_mib must be at least 256");
+        expect_invalid("{\"name\":\"w\",\"disk_gib\":0}", "invalid request: disk_gib must be 1..4096");
+        /* the integer that spells "absent" inside is no way either */
         expect_invalid(
-                "{\"name\":\"w\",\"memory_mib\":255}", "invalid request: memoryMiB must be at least 256");
+                "{\"name\":\"w\",\"cpus\":-9223372036854775808}", "invalid request: cpus must be 1..256");
+        expect_invalid(
+                "{\"name\":\"w\",\"image\":\"\"}",
+                "invalid request: image must not be empty (leave it out for the default)");
+        expect_invalid(
+                "{\"name\":\"w\",\"kubernetes_version\":\"\"}",
+                "invalid request: kubernetes_version must not be empty (leave it out for the default)");
+        expect_invalid(
+                "{\"name\":\"w\",\"network\":\"\"}",
+                "invalid request: network must not be empty (leave it out for the default)");
+        expect_invalid(
+                "{\"name\":\"w\",\"hostname\":\"\"}",
+                "invalid request: hostname must not be empty (leave it out for the default)");
+        expect_invalid(
+                "{\"name\":\"w\",\"wait_for\":\"\"}",
+                "invalid request: wait_for must not be empty (leave it out for the default)");
+        expect_invalid(
+                "{\"name\":\"w\",\"install_mode\":\"\"}",
+                "invalid request: install_mode must not be empty (leave it out for the default)");
+        expect_invalid(
+                "{\"name\":\"w\",\"memory_mib\":255}", "invalid request: memory_mib must be at least 256");
         expect_invalid(
                 "{\"name\":\"w\",\"memory_mib\":16777217}",
-                "invalid request: memoryMiB must be at most 16777216");
-        expect_invalid("{\"name\":\"w\",\"disk_gib\":4097}", "invalid request: diskGiB must be 1..4096");
+                "invalid request: memory_mib must be at most 16777216");
+        expect_invalid("{\"name\":\"w\",\"disk_gib\":4097}", "invalid request: disk_gib must be 1..4096");
         expect_invalid(
                 "{\"name\":\"w\",\"wait_for\":\"later\"}",
-                "invalid request: waitFor must be none, installed, attested or ready");
+                "invalid request: wait_for must be none, installed, attested or ready");
         expect_invalid(
                 "{\"name\":\"w\",\"install_mode\":\"disk\"}",
                 "invalid request: install_mode must be host or boot");
@@ -132,7 +164,8 @@ static void test_checks(void **state) {
         expect_invalid(
                 "{\"name\":\"W\",\"cpus\":0,\"memory_mib\":1,\"disk_gib\":-5}",
                 "invalid request: name must be a DNS label (lowercase letters, digits, dashes); "
-                "hostname must be a DNS label; memoryMiB must be at least 256; diskGiB must be 1..4096");
+                "hostname must be a DNS label; cpus must be 1..256; memory_mib must be at least 256; disk_gib must be "
+                "1..4096");
         /* types and unknown fields, from the dispatch table */
         expect_invalid(
                 "{\"name\":\"w\",\"cpus\":\"2\"}",
@@ -159,12 +192,25 @@ static void test_limits(void **state) {
         assert_true(asprintf(&req, "{\"name\":\"w\",\"user_data\":\"%s\"}", big_ud) > 0);
         expect_invalid(req, "invalid request: user_data must be at most 1048576 bytes");
 
-        /* records were written before the limits: they load */
+        /* records were written before the limits, and before 0 and "" were refused: they load, 0 and ""
+         * meaning the default as they did then */
         in.name = strdup("w");
         in.image = TAKE_PTR(long_ref);
-        assert_ok(vm_spec_build(&in, /* limits= */ false, &s, NULL, NULL, NULL));
+        assert_ok(vm_spec_build(&in, /* request= */ false, &s, NULL, NULL, NULL));
         assert_int_equal(strlen(s.image), VM_REF_MAX + 1);
         assert_null(in.image); /* taken */
+        vm_spec_done(&s);
+        in = VM_SPEC_INPUT_NULL;
+        in.name = strdup("w");
+        in.network = strdup("");
+        in.hostname = strdup("");
+        in.cpus = in.memory_mib = in.disk_gib = 0;
+        assert_ok(vm_spec_build(&in, /* request= */ false, &s, NULL, NULL, NULL));
+        assert_int_equal(s.cpus, 2);
+        assert_int_equal(s.memory_mib, 2048);
+        assert_int_equal(s.disk_gib, 20);
+        assert_string_equal(s.network, "default");
+        assert_string_equal(s.hostname, "w");
 }
 
 static void test_limits_metadata(void **state) {
