@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cleanup.h"
 #include "string-util.h"
 
 #define ESC '\033'
@@ -81,4 +82,16 @@ char *strv_join(char *const *l, const char *sep) {
                 p = stpcpy(p, *i);
         }
         return s;
+}
+
+char **strv_copy(char *const *l) {
+        size_t n = strv_length(l);
+        char **c = calloc(n + 1, sizeof(char *));
+
+        if (!c)
+                return NULL;
+        for (size_t i = 0; i < n; i++)
+                if (!(c[i] = strdup(l[i])))
+                        return strv_free(c);
+        return c;
 }

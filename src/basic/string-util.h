@@ -17,3 +17,5 @@ uint32_t fnv1a_32(const char *s) _pure_;
 
 /* The strings of l joined with sep between them; "" for an empty or NULL l. A new string, NULL on OOM. */
 char *strv_join(char *const *l, const char *sep);
+/* A deep copy of l (NULL-terminated; NULL copies as empty), freed with strv_free(); NULL on OOM. */
+char **strv_copy(char *const *l);

@@ -17,6 +17,7 @@
 #include "parse-util.h"
 #include "storage.h"
 #include "string-table.h"
+#include "vm-process.h"
 #include "vm-unit.h"
 #include "vm.h"
 #include "worker.h"
@@ -37,6 +38,7 @@ struct Manager {
         VmNotify *notify;         /* the READY=1 listener on the kernel's vhost-vsock */
         VmReports *reports;       /* guest reports parsed and stored off the loop */
         Worker *exec_worker;      /* exec_vm's results parsed off the loop; made on first use */
+        VmSpawner *spawner;       /* the thread that clones plain children, their parent until we end */
         FileWriter *writer;       /* records and VM files, written and fsynced off the loop, in order */
         bool writer_on;           /* false during start-up: files are written at once */
         ManagerMetrics *metrics;
@@ -281,6 +283,11 @@ int manager_new(Manager **ret, sd_event *event, const ManagerConfig *cfg, ApiErr
         r = manager_launcher_new(m, cfg, reterr);
         if (r < 0)
                 return r;
+        /* after the host probe, which forks */
+        r = vm_spawner_new(event, &m->spawner);
+        if (r < 0)
+                return api_error_set(
+                        reterr, r, API_ERROR_INTERNAL, "starting the process spawner: %s", strerror(-r));
         m->detach_vms_on_exit = cfg->detach_vms_on_exit;
         m->loop_stats = cfg->loop_stats;
 
@@ -340,6 +347,8 @@ Manager *manager_free(Manager *m) {
         while (m->n_vms > 0)
                 manager_remove_vm(m, m->vms[m->n_vms - 1]);
         free(m->vms);
+        /* after the VMs, whose processes it made: its thread's end is their parent's death */
+        m->spawner = vm_spawner_free(m->spawner);
         for (size_t i = 0; i < m->n_quarantine; i++) {
                 free(m->quarantine[i].id);
                 free(m->quarantine[i].path);
@@ -417,6 +426,10 @@ VmNotify *manager_notify(Manager *m) {
 
 VmReports *manager_reports(Manager *m) {
         return m->reports;
+}
+
+VmSpawner *manager_spawner(Manager *m) {
+        return m->spawner;
 }
 
 int manager_exec_worker(Manager *m, Worker **ret) {

@@ -25,6 +25,7 @@ typedef struct AttestNonceStore AttestNonceStore;
 typedef struct ImageCatalog ImageCatalog;
 typedef struct NetSwitch NetSwitch;
 typedef struct Storage Storage;
+typedef struct VmSpawner VmSpawner;
 typedef struct VmUnitManager VmUnitManager;
 typedef struct Worker Worker;
 
@@ -114,6 +115,8 @@ AttestNonceStore *manager_nonces(Manager *m);
 VmUnitManager *manager_units(Manager *m); /* the systemd launcher's connection; NULL: plain children */
 VmNotify *manager_notify(Manager *m);
 VmReports *manager_reports(Manager *m);
+/* The thread that clones plain children (vm-process.h). */
+VmSpawner *manager_spawner(Manager *m);
 /* The pool that parses exec_vm's results off the loop (vm-exec.c), made on first use. Borrowed. */
 int manager_exec_worker(Manager *m, Worker **ret);
 FileWriter *manager_writer(Manager *m);

@@ -340,7 +340,7 @@ int vm_exec(Vm *v, char **command, usec_t timeout, VmDoneFunc done, void *userda
         r = self_exe < 0 ? -EBADF :
                            vm_process_spawn(
                                    &c->helper,
-                                   manager_event(m),
+                                   manager_spawner(m),
                                    &(VmProcessOptions){
                                            .argv = argv,
                                            .exec_fd = self_exe,

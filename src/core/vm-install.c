@@ -230,7 +230,7 @@ int vm_host_install_start(Vm *v, ApiError *reterr) {
                  * errno of exec() */
                 r = vm_launched_spawn(
                         &v->installer,
-                        manager_event(v->manager),
+                        manager_spawner(v->manager),
                         /* units= */ NULL, /* a plain child: it ends with the daemon */
                         NULL,
                         &(VmProcessOptions){

@@ -221,7 +221,8 @@ void vm_qmp_on_disconnect(QmpClient *c, void *userdata);
  * vm_launched_error()): the start chain fails (VM_MESSAGE_QEMU_SPAWN), a prestarted QEMU is dropped,
  * or the reattach fails (VM_EVENT_REATTACH_FAILED). */
 void vm_qemu_launch_failed(Vm *v, VmLaunched *p, int error);
-/* A unit's main process runs: its pid recorded (VmLaunchedStartedFunc of every process of a run). */
+/* A process runs (a unit's main process, or a plain child the spawner cloned): its pid recorded
+ * (VmLaunchedStartedFunc of every process of a run). */
 void vm_on_process_started(VmLaunched *l, void *userdata);
 /* The probing of the start chain ends: its timer, a swtpm probe under way. */
 void vm_probe_stop(Vm *v);

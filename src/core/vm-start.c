@@ -108,7 +108,7 @@ static int vm_spawn(Vm *v, char **argv, const char *log_name, const char *role, 
                 return -ENOMEM;
         r = vm_launched_spawn(
                 ret,
-                manager_event(v->manager),
+                manager_spawner(v->manager),
                 manager_units(v->manager),
                 unit,
                 &(VmProcessOptions){

@@ -18,6 +18,13 @@ static void on_proc_exit(VmProcess *p, int code, int status, void *userdata) {
                 l->on_exit(l, code, status, l->userdata);
 }
 
+static void on_proc_started(VmProcess *p, void *userdata) {
+        VmLaunched *l = userdata;
+
+        if (l->on_started)
+                l->on_started(l, l->userdata);
+}
+
 static void on_unit_started(VmUnit *u, void *userdata) {
         VmLaunched *l = userdata;
 
@@ -34,7 +41,7 @@ static void on_unit_exit(VmUnit *u, int code, int status, void *userdata) {
 
 int vm_launched_spawn(
         VmLaunched **ret,
-        sd_event *e,
+        VmSpawner *spawner,
         VmUnitManager *units,
         const char *unit_name,
         const VmProcessOptions *o,
@@ -43,7 +50,7 @@ int vm_launched_spawn(
         _cleanup_free_ VmLaunched *l = NULL;
         int r;
 
-        assert_return(ret && e && o, -EINVAL);
+        assert_return(ret && o && (units || spawner), -EINVAL);
         l = calloc(1, sizeof(VmLaunched));
         if (!l)
                 return -ENOMEM;
@@ -64,8 +71,11 @@ int vm_launched_spawn(
                         on_unit_started,
                         on_unit_exit,
                         l);
-        } else
-                r = vm_process_spawn(&l->proc, e, o, on_proc_exit, l);
+        } else {
+                r = vm_process_spawn(&l->proc, spawner, o, on_proc_exit, l);
+                if (r >= 0)
+                        vm_process_set_started(l->proc, on_proc_started);
+        }
         if (r < 0)
                 return r;
         *ret = TAKE_PTR(l);

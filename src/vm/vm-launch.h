@@ -18,19 +18,20 @@ typedef struct VmLaunched VmLaunched;
  * the status could not be learned). Also called, with code 0, when a unit could not be started or
  * attached to, or a plain child could not execute its program: vm_launched_error() says why. */
 typedef void (*VmLaunchedExitFunc)(VmLaunched *l, int code, int status, void *userdata);
-/* Called once a unit's main process runs and is watched (vm_launched_pid() is known from then on);
- * a plain child's pid is known when vm_launched_spawn() returns, and this is not called for it. */
+/* Called once the main process runs and is watched (vm_launched_pid() is known from then on): a unit's
+ * main process, or a plain child once the spawner has cloned it. */
 typedef void (*VmLaunchedStartedFunc)(VmLaunched *l, void *userdata);
 
-/* units NULL: a plain child, cloned when this returns (its pid known), whose exec() failing is
- * reported through on_exit (vm_process_spawn()); the loop never waits for it. Otherwise the transient
+/* units NULL: a plain child, cloned by spawner after this returns (vm_process_spawn(): its pid is 0
+ * until on_started), whose clone or exec() failing is reported through on_exit; the loop never waits
+ * for it. Otherwise the transient
  * unit unit_name under that manager, started asynchronously (vm_unit_start()), which runs a path on
  * its own stdio (-EOPNOTSUPP for options with exec_fd, stdin_fd or stdout_fd): its pid is 0 until
  * on_started, and a start that fails is reported through on_exit. The callbacks run from the event
  * loop only. */
 int vm_launched_spawn(
         VmLaunched **ret,
-        sd_event *e,
+        VmSpawner *spawner,
         VmUnitManager *units,
         const char *unit_name,
         const VmProcessOptions *o,

@@ -15,21 +15,36 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "string-util.h"
 #include "vm-process.h"
+#include "worker.h"
 
 #ifndef __NR_io_uring_setup
 #        define __NR_io_uring_setup 425
 #endif
 
+/* One thread that clones every child (a worker pool of one, at the daemon's nice value, which the
+ * children inherit). The clone suspends it, never the loop, until the child has exec()ed, and the pid
+ * comes back to the loop as the job's completion. The thread is the children's parent, so their
+ * PR_SET_PDEATHSIG fires when it ends: it lives as long as the spawner, which outlives its processes. */
+struct VmSpawner {
+        sd_event *event;
+        Worker *worker;
+};
+
 struct VmProcess {
-        sd_event_source *child;
+        sd_event *event;         /* borrowed: the spawner's */
+        sd_event_source *child;  /* once the pid is known */
         sd_event_source *report; /* the child's exec() report, until EOF (it runs) or its failure */
         char *name;              /* argv[0], for the debug log */
         pid_t pid;
         int error; /* what kept the child from its program: a negative errno, once known; 0 otherwise */
+        int pending_signal; /* vm_process_kill() before the pid was known: sent once it is */
+        bool spawning;      /* the spawner's job is out: no pid yet, and the job frees us if freed */
         bool exited;
         bool freed; /* vm_process_free() came first: the source lives on until the exit, and frees us */
         VmProcessExitFunc on_exit;
+        VmProcessStartedFunc on_started;
         void *userdata;
 };
 
@@ -150,10 +165,13 @@ _child_ static int child_main(void *userdata) {
         child_exec(a->o, a->log_fd, a->report_fd, a->parent);
 }
 
-/* fork() copies our page tables, which under the sanitizers map a large address space: on a busy
- * machine that took over 100 ms of the loop. The child shares our memory instead, and we are
- * suspended until it has exec()ed or exited (CLONE_VFORK): the kernel's cost, not a copy. Whether it
- * got to its program is still for the loop to hear, from the report pipe. */
+/* On the spawner's thread. fork() copies our page tables, which under the sanitizers map a large
+ * address space: on a busy machine that took over 100 ms. The child shares our memory instead, and
+ * the calling thread is suspended until the child has exec()ed or exited (CLONE_VFORK): on a loaded
+ * machine that is the child's wait for a CPU, tens of milliseconds or more, which is why the loop does
+ * not call this. The thread has every signal blocked (worker_new()), so no handler of ours runs in
+ * the child before it resets them. Whether the child got to its program is for the loop to hear, from
+ * the report pipe. */
 static pid_t spawn_child(const ChildArgs *a) {
         void *stack;
         pid_t pid;
@@ -224,71 +242,254 @@ static int on_child(sd_event_source *s, const siginfo_t *si, void *userdata) {
         return 0;
 }
 
-int vm_process_spawn(
-        VmProcess **ret, sd_event *e, const VmProcessOptions *o, VmProcessExitFunc on_exit, void *userdata) {
-        _cleanup_(vm_process_freep) VmProcess *p = NULL;
-        _cleanup_close_ int log_fd = -EBADF, report_r = -EBADF, report_w = -EBADF;
-        int report[2];
-        sigset_t all, old;
-        pid_t pid, self = getpid();
+/* What the spawner's thread needs for one child, all of it the job's own (the caller's options are
+ * its again when vm_process_spawn() returns): copies of the strings, duplicates of the descriptors. */
+typedef struct SpawnJob {
+        VmProcess *process; /* the loop's: the thread never looks at it */
+        VmProcessOptions o; /* argv, working_dir and the descriptors below are the job's */
+        char *working_dir;
+        int log_fd, report_fd;
+        pid_t parent;
+        pid_t pid; /* the thread's answer: the child, or a negative errno */
+} SpawnJob;
+
+static SpawnJob *spawn_job_free(SpawnJob *j) {
+        if (!j)
+                return NULL;
+        strv_free(j->o.argv);
+        free(j->working_dir);
+        if (j->o.exec_fd > 0)
+                safe_close(j->o.exec_fd);
+        if (j->o.stdin_fd > 0)
+                safe_close(j->o.stdin_fd);
+        if (j->o.stdout_fd > 0)
+                safe_close(j->o.stdout_fd);
+        safe_close(j->log_fd);
+        safe_close(j->report_fd);
+        free(j);
+        return NULL;
+}
+DEFINE_TRIVIAL_CLEANUP_FUNC(SpawnJob *, spawn_job_free);
+
+/* A copy of an option's descriptor, 0 for 0 ("not given"); close-on-exec like every other, the child
+ * dup2()s it where it belongs. */
+static int dup_option_fd(int fd, int *ret) {
+        int copy;
+
+        if (fd == 0) {
+                *ret = 0;
+                return 0;
+        }
+        copy = fcntl(fd, F_DUPFD_CLOEXEC, STDERR_FILENO + 1);
+        if (copy < 0)
+                return -errno;
+        *ret = copy;
+        return 0;
+}
+
+/* On the spawner's thread: touches the job only. */
+static void spawn_run(void *job) {
+        SpawnJob *j = job;
+
+        j->pid = spawn_child(&(ChildArgs){
+                .o = &j->o, .log_fd = j->log_fd, .report_fd = j->report_fd, .parent = j->parent });
+}
+
+/* Ends the process of p, which nobody waits for any more: SIGKILL, and the source floats on until
+ * the exit comes and is reaped from the loop (on_child()); it frees p with itself, and a loop that
+ * ends first frees both (the process, killed, is init's to reap once we are gone). false when that
+ * could not be arranged. */
+static bool process_abandon(VmProcess *p) {
+        if (!p->child || p->exited || sd_event_source_send_child_signal(p->child, SIGKILL, NULL, 0) < 0 ||
+            sd_event_source_set_child_process_own(p->child, false) < 0 ||
+            sd_event_source_set_floating(p->child, true) < 0)
+                return false;
+        (void) sd_event_source_set_destroy_callback(p->child, vm_process_destroy);
+        p->freed = true;
+        p->on_exit = NULL;
+        p->on_started = NULL;
+        sd_event_source_unref(p->child);
+        return true;
+}
+
+/* The child never got to exist, or cannot be watched: p ends here, as a child that could not exec()
+ * does (on_exit with code 0, vm_process_error() saying why), or is freed if its owner is gone. */
+static void spawn_failed(VmProcess *p, int error) {
+        p->report = sd_event_source_disable_unref(p->report);
+        if (p->freed) {
+                vm_process_destroy(p);
+                return;
+        }
+        log_debug_errno(error, "Child for %s could not be started: %m", p->name);
+        p->error = error;
+        p->exited = true;
+        if (p->on_exit)
+                p->on_exit(p, 0, 0, p->userdata); /* may free p */
+}
+
+/* On the loop: the spawner's answer. ran is false when the spawner was freed before its thread got
+ * to the job. */
+static void spawn_done(void *job, bool ran) {
+        SpawnJob *j = job;
+        VmProcess *p = j->process;
+        pid_t pid = ran ? j->pid : -ESHUTDOWN;
         int r;
 
-        assert_return(ret && e && o && o->argv && o->argv[0], -EINVAL);
+        /* our copies of the descriptors: the child has its own, or exec() closed them (the report
+         * pipe's EOF, which says the program runs, comes once this end is closed too) */
+        spawn_job_free(j);
+        p->spawning = false;
+        if (pid < 0) {
+                spawn_failed(p, pid);
+                return;
+        }
+        p->pid = pid;
+
+        /* SIGCHLD is blocked on the loop's thread (sd-event's requirement) and on every worker thread;
+         * waitid() and pidfds reach the children of any thread of ours */
+        r = sd_event_add_child(p->event, &p->child, pid, WEXITED, on_child, p);
+        if (r < 0) {
+                /* not watched, so reaped here: a child killed after its exec(), gone at once */
+                (void) kill(pid, SIGKILL);
+                (void) waitpid(pid, NULL, 0);
+                spawn_failed(p, r);
+                return;
+        }
+        (void) sd_event_source_set_child_process_own(p->child, true);
+        (void) sd_event_source_set_description(p->child, "vm-process");
+
+        if (p->freed) {
+                /* freed while the clone was under way: ended now that it exists */
+                if (!process_abandon(p)) {
+                        sd_event_source_disable_unref(p->child);
+                        vm_process_destroy(p);
+                }
+                return;
+        }
+        if (p->pending_signal > 0)
+                (void) sd_event_source_send_child_signal(p->child, p->pending_signal, NULL, 0);
+        if (p->on_started)
+                p->on_started(p, p->userdata);
+}
+
+int vm_spawner_new(sd_event *e, VmSpawner **ret) {
+        _cleanup_(vm_spawner_freep) VmSpawner *s = NULL;
+        int r;
+
+        assert_return(e && ret, -EINVAL);
+
+        s = calloc(1, sizeof(VmSpawner));
+        if (!s)
+                return -ENOMEM;
+        s->event = sd_event_ref(e);
+        /* one thread: spawns keep their order, and one child at a time waits for a CPU. nice 0: the
+         * children inherit the thread's */
+        r = worker_new(
+                e,
+                &(WorkerOptions){
+                        .name = "vmm-spawn",
+                        .threads = 1,
+                        .max_jobs = WORKER_JOBS_MAX,
+                        .nice = 0,
+                },
+                &s->worker);
+        if (r < 0)
+                return r;
+        *ret = TAKE_PTR(s);
+        return 0;
+}
+
+VmSpawner *vm_spawner_free(VmSpawner *s) {
+        if (!s)
+                return NULL;
+        /* spawns not yet made end as failed (-ESHUTDOWN); the thread's end sends its children still
+         * running their parent-death signal */
+        worker_free(s->worker);
+        sd_event_unref(s->event);
+        free(s);
+        return NULL;
+}
+
+int vm_process_spawn(
+        VmProcess **ret, VmSpawner *s, const VmProcessOptions *o, VmProcessExitFunc on_exit, void *userdata) {
+        _cleanup_(vm_process_freep) VmProcess *p = NULL;
+        _cleanup_(spawn_job_freep) SpawnJob *j = NULL;
+        _cleanup_close_ int report_r = -EBADF;
+        int report[2];
+        int r;
+
+        assert_return(ret && s && o && o->argv && o->argv[0], -EINVAL);
         assert_return(o->exec_fd >= 0 && o->stdin_fd >= 0 && o->stdout_fd >= 0, -EINVAL);
         assert_return(!(o->stdout_fd > 0 && o->log_file), -EINVAL);
 
         p = calloc(1, sizeof(VmProcess));
         if (!p)
                 return -ENOMEM;
+        p->event = s->event;
         p->on_exit = on_exit;
         p->userdata = userdata;
         p->name = strdup(o->argv[0]);
         if (!p->name)
                 return -ENOMEM;
 
+        j = calloc(1, sizeof(SpawnJob));
+        if (!j)
+                return -ENOMEM;
+        j->log_fd = j->report_fd = -EBADF;
+        j->process = p;
+        j->parent = getpid();
+        j->o.block_io_uring = o->block_io_uring;
+        j->o.argv = strv_copy(o->argv);
+        if (!j->o.argv)
+                return -ENOMEM;
+        if (o->working_dir) {
+                j->working_dir = strdup(o->working_dir);
+                if (!j->working_dir)
+                        return -ENOMEM;
+                j->o.working_dir = j->working_dir;
+        }
+        r = dup_option_fd(o->exec_fd, &j->o.exec_fd);
+        if (r >= 0)
+                r = dup_option_fd(o->stdin_fd, &j->o.stdin_fd);
+        if (r >= 0)
+                r = dup_option_fd(o->stdout_fd, &j->o.stdout_fd);
+        if (r < 0)
+                return r;
         if (o->log_file) {
-                log_fd = open(o->log_file, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOCTTY, 0600);
-                if (log_fd < 0)
+                j->log_fd = open(o->log_file, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOCTTY, 0600);
+                if (j->log_fd < 0)
                         return -errno;
         }
+
         if (pipe2(report, O_CLOEXEC) < 0)
                 return -errno;
         report_r = report[0];
-        report_w = report[1];
+        j->report_fd = report[1];
         /* the loop reads it when it has something, never before */
         if (fcntl(report_r, F_SETFL, O_NONBLOCK) < 0)
                 return -errno;
-        r = sd_event_add_io(e, &p->report, report_r, EPOLLIN, on_report, p);
+        r = sd_event_add_io(s->event, &p->report, report_r, EPOLLIN, on_report, p);
         if (r < 0)
                 return r;
         (void) sd_event_source_set_io_fd_own(p->report, true);
         TAKE_FD(report_r);
         (void) sd_event_source_set_description(p->report, "vm-process-report");
 
-        /* Signals stay blocked across the clone so no handler of ours runs in the child. */
-        sigfillset(&all);
-        if (sigprocmask(SIG_SETMASK, &all, &old) < 0)
-                return -errno;
-        pid = spawn_child(&(ChildArgs){ .o = o, .log_fd = log_fd, .report_fd = report_w, .parent = self });
-        r = pid < 0 ? pid : 0;
-        (void) sigprocmask(SIG_SETMASK, &old, NULL);
+        /* From here on the child is the spawner's to make: its pid (spawn_done()), and whether it
+         * gets to its program (on_report(), on_child()), are for the loop to hear, not to wait for. */
+        r = worker_submit(s->worker, j, spawn_run, spawn_done);
         if (r < 0)
                 return r;
-        /* From here on the child is on its way: whether it gets to its program is for the loop to
-         * hear (on_report(), on_child()), not for us to wait for. */
-        p->pid = pid;
-
-        r = sd_event_add_child(e, &p->child, pid, WEXITED, on_child, p);
-        if (r < 0) {
-                /* not watched, so reaped here: a child killed before or after its exec(), gone at once */
-                (void) kill(pid, SIGKILL);
-                (void) waitpid(pid, NULL, 0);
-                return r;
-        }
-        (void) sd_event_source_set_child_process_own(p->child, true);
+        TAKE_PTR(j);
+        p->spawning = true;
 
         *ret = TAKE_PTR(p);
         return 0;
+}
+
+void vm_process_set_started(VmProcess *p, VmProcessStartedFunc on_started) {
+        if (p)
+                p->on_started = on_started;
 }
 
 VmProcess *vm_process_free(VmProcess *p) {
@@ -297,19 +498,17 @@ VmProcess *vm_process_free(VmProcess *p) {
         /* Nothing we started outlives its owner: a process still running is killed with SIGKILL.
          * sd-event would then wait for it in waitid() (a freed source that owns its process reaps
          * it), on the loop: tens of milliseconds for a process that takes its time to die. Instead the
-         * source floats on until the exit comes and is reaped from the loop (on_child()); it frees p
-         * with itself, and a loop that ends first frees both (the process, killed, is init's to reap
-         * once we are gone). A child not yet at its program is killed the same way. */
+         * source floats on until the exit comes (process_abandon()). A child not yet at its program is
+         * killed the same way, and one the spawner has not cloned yet once it has (spawn_done()). */
         p->report = sd_event_source_disable_unref(p->report);
-        if (p->child && !p->exited && sd_event_source_send_child_signal(p->child, SIGKILL, NULL, 0) >= 0 &&
-            sd_event_source_set_child_process_own(p->child, false) >= 0 &&
-            sd_event_source_set_floating(p->child, true) >= 0) {
-                (void) sd_event_source_set_destroy_callback(p->child, vm_process_destroy);
+        if (p->spawning) {
                 p->freed = true;
                 p->on_exit = NULL;
-                sd_event_source_unref(p->child);
+                p->on_started = NULL;
                 return NULL;
         }
+        if (process_abandon(p))
+                return NULL;
         sd_event_source_disable_unref(p->child);
         vm_process_destroy(p);
         return NULL;
@@ -328,9 +527,15 @@ int vm_process_error(VmProcess *p) {
 }
 
 int vm_process_kill(VmProcess *p, int sig) {
-        assert_return(p, -EINVAL);
+        assert_return(p && sig > 0, -EINVAL);
         if (p->exited)
                 return -ESRCH;
+        if (!p->child) {
+                /* not cloned yet: sent once it is (spawn_done()); a SIGKILL stays one */
+                if (p->pending_signal != SIGKILL)
+                        p->pending_signal = sig;
+                return 0;
+        }
         return sd_event_source_send_child_signal(p->child, sig, NULL, 0);
 }
 
