@@ -60,8 +60,6 @@ LOOP_STRICT_ENV = "VM_MANAGER_LOOP_STRICT"
 LOOP_KNOWN = (
     ("spawn_child ", "the spawn's clone (CLONE_VFORK, as posix_spawn) holds the loop until the child has exec()ed, "
      "which on a loaded machine waits for a CPU (vm-process.c); the exec() report itself is an event"),
-    ("json_dumps_pretty ", "a large answer is rendered on the loop: exec_vm's output (1 MiB a stream, six times that "
-     "escaped when binary), parsed off the loop since, is still dumped into the response (http-server.c, json-util.c)"),
 )
 
 
