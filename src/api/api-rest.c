@@ -51,30 +51,71 @@ ApiRest *api_rest_free(ApiRest *a) {
         return NULL;
 }
 
+static void reply_error(HttpRequest *req, const ApiError *e);
+
+/* A cacheable operation's result being rendered (off the loop when large), at generation. */
+typedef struct CacheFill {
+        ApiRest *rest;
+        const Operation *op;
+        uint64_t generation;
+} CacheFill;
+
+static char *render_pretty(json_t *v, size_t *ret_size) {
+        return json_dumps_pretty(v, ret_size);
+}
+
+static void on_cache_rendered(HttpRequest *req, char *text, size_t size, const ApiError *error, void *userdata) {
+        _cleanup_free_ CacheFill *f = userdata;
+        _cleanup_free_ char *body = text;
+        size_t n;
+        CachedBody *c = &f->rest->cache[f->op - operation_table(&n)];
+
+        if (error) {
+                if (http_request_is_connected(req))
+                        reply_error(req, error);
+                return;
+        }
+        if (f->generation != manager_generation(f->rest->manager))
+                /* the records changed while it was rendered: the answer is what the operation saw,
+                 * the cache waits for the next request */
+                (void) http_request_reply_take(
+                        req, f->op->success_status, "application/json", TAKE_PTR(body), size);
+        else {
+                free(c->body);
+                c->body = TAKE_PTR(body);
+                c->size = size;
+                c->generation = f->generation;
+                (void) http_request_reply(req, f->op->success_status, "application/json", c->body, c->size);
+        }
+}
+
 /* Serves a cacheable operation from the body rendered at the current generation, rendering it
  * first when the records changed since. */
 static int reply_cached(ApiRest *a, const Operation *op, HttpRequest *req, json_t *args, ApiError *reterr) {
         size_t n;
         CachedBody *c = &a->cache[op - operation_table(&n)];
-        json_auto_t *result = NULL;
+        json_t *result = NULL;
+        CacheFill *f;
         int r;
 
-        if (!c->body || c->generation != manager_generation(a->manager)) {
-                char *body;
-                size_t size;
+        if (c->body && c->generation == manager_generation(a->manager))
+                return http_request_reply(req, op->success_status, "application/json", c->body, c->size);
 
-                r = operation_run(op, a->manager, http_request_caller(req), args, &result, reterr);
-                if (r < 0)
-                        return r;
-                body = json_dumps_pretty(result, &size);
-                if (!body)
-                        return -ENOMEM;
-                free(c->body);
-                c->body = body;
-                c->size = size;
-                c->generation = manager_generation(a->manager);
+        r = operation_run(op, a->manager, http_request_caller(req), args, &result, reterr);
+        if (r < 0)
+                return r;
+        f = calloc(1, sizeof(CacheFill));
+        if (!f) {
+                json_decref(result);
+                return -ENOMEM;
         }
-        return http_request_reply(req, op->success_status, "application/json", c->body, c->size);
+        *f = (CacheFill){ .rest = a, .op = op, .generation = manager_generation(a->manager) };
+        r = http_request_render_async(req, result, render_pretty, on_cache_rendered, f);
+        if (r < 0) {
+                free(f); /* done was not called */
+                return r;
+        }
+        return 0;
 }
 
 /* Matches path against a pattern such as "/networks/{name}", one segment per {param}. On success
@@ -104,10 +145,12 @@ static bool route_match(const char *pattern, const char *path, json_t *args) {
         }
 }
 
+/* v (borrowed) rendered off the loop when it is large: nothing may change it afterwards, and the
+ * results of operations are new documents, or share only values their records never change. */
 static int reply(HttpRequest *req, unsigned status, json_t *v) {
         if (status == 204 || !v)
                 return http_request_reply(req, 204, NULL, NULL, 0);
-        return http_request_reply_json(req, status, v);
+        return http_request_reply_json_async(req, status, json_incref(v));
 }
 
 static void reply_error(HttpRequest *req, const ApiError *e) {

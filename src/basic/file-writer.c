@@ -6,6 +6,7 @@
 
 #include "file-writer.h"
 #include "fs-util.h"
+#include "json-util.h"
 #include "worker.h"
 
 /* Jobs handed to the thread at a time; the rest wait in the writer's own list. */
@@ -13,6 +14,7 @@
 
 typedef enum FileJobType {
         FILE_JOB_WRITE,
+        FILE_JOB_WRITE_JSON,
         FILE_JOB_COPY,
         FILE_JOB_REMOVE,
         FILE_JOB_SYNC,
@@ -26,7 +28,8 @@ typedef struct FileJob {
         char *path;
         char *from; /* FILE_JOB_COPY */
         void *data;
-        size_t size; /* FILE_JOB_COPY: the most of from it reads */
+        json_t *value; /* FILE_JOB_WRITE_JSON: the thread's once handed over */
+        size_t size; /* FILE_JOB_COPY: the most of from it reads; FILE_JOB_WRITE_JSON: the most it writes */
         mode_t mode;
         FileWriterDoneFunc done;
         void *userdata;
@@ -49,6 +52,7 @@ static FileJob *file_job_free(FileJob *j) {
         if (j->data) /* it may be a key (a VM's ssh_key) */
                 explicit_bzero(j->data, j->size);
         free(j->data);
+        json_decref(j->value);
         free(j);
         return NULL;
 }
@@ -62,6 +66,22 @@ static void file_job_run(void *userdata) {
         case FILE_JOB_WRITE:
                 j->r = write_file_atomic(j->path, j->data, j->size, j->mode);
                 break;
+        case FILE_JOB_WRITE_JSON: {
+                size_t size = 0;
+                _cleanup_free_ char *text = json_dumps_pretty(j->value, &size);
+
+                /* the tree goes with the job: freeing it costs about what rendering it did */
+                json_decref(TAKE_PTR(j->value));
+                if (!text)
+                        j->r = -ENOMEM;
+                else if (size > j->size)
+                        j->r = -EFBIG;
+                else
+                        j->r = write_file_atomic(j->path, text, size, j->mode);
+                if (text)
+                        explicit_bzero(text, size);
+                break;
+        }
         case FILE_JOB_COPY: {
                 _cleanup_free_ char *data = NULL;
                 size_t size;
@@ -225,6 +245,23 @@ int file_writer_write(
         if (size > 0)
                 memcpy(j->data, data, size);
         j->size = size;
+        j->mode = mode;
+        return enqueue(w, TAKE_PTR(j));
+}
+
+int file_writer_write_json(
+        FileWriter *w, const char *path, json_t *v, size_t max, mode_t mode, FileWriterDoneFunc done, void *userdata) {
+        _cleanup_(file_job_freep) FileJob *j = NULL;
+        json_auto_t *value = v;
+        int r;
+
+        assert_return(w && path && v, -EINVAL);
+
+        r = file_job_new(FILE_JOB_WRITE_JSON, path, done, userdata, &j);
+        if (r < 0)
+                return r;
+        j->value = TAKE_PTR(value);
+        j->size = max;
         j->mode = mode;
         return enqueue(w, TAKE_PTR(j));
 }

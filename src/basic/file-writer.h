@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 #pragma once
 
+#include <jansson.h>
 #include <stddef.h>
 #include <sys/types.h>
 #include <systemd/sd-event.h>
@@ -41,6 +42,13 @@ int file_writer_write(
         mode_t mode,
         FileWriterDoneFunc done,
         void *userdata);
+/* Writes v (taken, whatever happens) rendered by json_dumps_pretty(), as file_writer_write() writes
+ * data; the rendering happens on the thread too, so a record of megabytes costs the loop nothing.
+ * A rendering over max bytes is -EFBIG, and not written. From the call on, nothing on the loop may
+ * change v or a value inside it (values shared with it may only be released: jansson counts
+ * references atomically). */
+int file_writer_write_json(
+        FileWriter *w, const char *path, json_t *v, size_t max, mode_t mode, FileWriterDoneFunc done, void *userdata);
 /* Copies from to a new file to (write_file_atomic_new(): an existing one is kept), reading at most
  * max bytes of from (-EFBIG beyond). */
 int file_writer_copy_new(

@@ -25,6 +25,73 @@ char *json_dumps_pretty(const json_t *v, size_t *ret_size) {
         return t;
 }
 
+/* A string as jansson escapes it, quotes included, counted up to max. */
+static size_t string_estimate(const char *s, size_t n, size_t max) {
+        size_t k = 2;
+
+        for (size_t i = 0; i < n && k < max; i++) {
+                unsigned char c = (unsigned char) s[i];
+
+                if (c < 0x20)
+                        k += 6; /* \u00XX, or a two-byte escape such as \n: the worst case */
+                else if (c == '"' || c == '\\')
+                        k += 2;
+                else
+                        k++;
+        }
+        return k;
+}
+
+static size_t estimate(const json_t *v, size_t max) {
+        size_t k = 0;
+
+        switch (json_typeof(v)) {
+        case JSON_OBJECT: {
+                const char *key;
+                json_t *m;
+
+                k = 2;
+                json_object_foreach((json_t *) v, key, m) {
+                        if (k >= max)
+                                break;
+                        k += 2 + string_estimate(key, strlen(key), max - k);
+                        if (k < max)
+                                k += estimate(m, max - k);
+                }
+                return k;
+        }
+        case JSON_ARRAY: {
+                size_t i;
+                json_t *m;
+
+                k = 2;
+                json_array_foreach(v, i, m) {
+                        if (k >= max)
+                                break;
+                        k += 1 + estimate(m, max - k);
+                }
+                return k;
+        }
+        case JSON_STRING:
+                return string_estimate(json_string_value(v), json_string_length(v), max);
+        case JSON_INTEGER:
+        case JSON_REAL:
+                return 8;
+        case JSON_TRUE:
+        case JSON_NULL:
+                return 4;
+        case JSON_FALSE:
+                return 5;
+        }
+        return 0;
+}
+
+size_t json_dumps_estimate(const json_t *v, size_t max) {
+        if (!v)
+                return 0;
+        return MIN(estimate(v, max), max);
+}
+
 int json_parse_body(const void *data, size_t size, json_t **ret, ApiError *reterr) {
         json_error_t err;
         json_t *v;

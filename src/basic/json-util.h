@@ -10,6 +10,13 @@
  * trailing newline. Returns a new string, or NULL on OOM. */
 char *json_dumps_pretty(const json_t *v, size_t *ret_size);
 
+/* About how many bytes json_dumps() writes for v, compactly, or max when that is more: strings count
+ * as escaped (a control character as 6 bytes), each value and member at least a few bytes of syntax.
+ * The walk stops once max is reached, so it looks at max bytes and values at most, whatever the size
+ * of v: a cheap way to tell a document that takes long to render (and belongs off the loop) from
+ * one that does not. */
+size_t json_dumps_estimate(const json_t *v, size_t max);
+
 /* A JSON string of n bytes that need not be UTF-8 (a path, a header, a stored upload): when they are
  * not, every byte >= 0x80 becomes '?'. NULL on OOM; json_string_lossy(NULL) is NULL. */
 json_t *json_stringn_lossy(const char *s, size_t n);

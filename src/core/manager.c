@@ -9,6 +9,7 @@
 #include "file-writer.h"
 #include "fs-util.h"
 #include "image-catalog.h"
+#include "json-util.h"
 #include "log.h"
 #include "manager.h"
 #include "metrics-guest.h"
@@ -465,6 +466,22 @@ int manager_write_file(Manager *m, const char *path, const void *data, size_t si
         if (!m->writer_on)
                 return write_file_atomic(path, data, size, mode);
         return file_writer_write(m->writer, path, data, size, mode, on_file_written, /* userdata= */ NULL);
+}
+
+int manager_write_json(Manager *m, const char *path, json_t *v, size_t max, mode_t mode) {
+        json_auto_t *value = v;
+        _cleanup_free_ char *text = NULL;
+        size_t size;
+
+        if (m->writer_on)
+                return file_writer_write_json(
+                        m->writer, path, TAKE_PTR(value), max, mode, on_file_written, /* userdata= */ NULL);
+        text = json_dumps_pretty(value, &size);
+        if (!text)
+                return -ENOMEM;
+        if (size > max)
+                return -EFBIG;
+        return write_file_atomic(path, text, size, mode);
 }
 
 int manager_remove_tree(Manager *m, const char *path) {

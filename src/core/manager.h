@@ -136,6 +136,9 @@ const char *manager_built(Manager *m);
  * is on disk (or failed and logged): an answer that reports a record waits for it. While
  * manager_new() runs (before the loop serves anything) files are written at once. */
 int manager_write_file(Manager *m, const char *path, const void *data, size_t size, mode_t mode);
+/* v (taken) rendered by json_dumps_pretty() and written as manager_write_file() writes, rendered on
+ * the writer's thread too (file_writer_write_json()): -EFBIG past max bytes. */
+int manager_write_json(Manager *m, const char *path, json_t *v, size_t max, mode_t mode);
 int manager_remove_tree(Manager *m, const char *path);
 int manager_sync(Manager *m, FileWriterDoneFunc done, void *userdata);
 

@@ -197,23 +197,21 @@ json_t *vm_to_json(Vm *v) {
 }
 
 int vm_save(Vm *v) {
-        _cleanup_free_ char *path = vm_path(v, "vm.json"), *text = NULL;
-        json_auto_t *j = vm_record_json(v, true);
-        size_t n;
+        _cleanup_free_ char *path = vm_path(v, "vm.json");
+        json_t *j = vm_record_json(v, true);
         int r;
 
-        if (!path || !j)
+        if (!path || !j) {
+                json_decref(j);
                 return -ENOMEM;
-        text = json_dumps_pretty(j, &n);
-        if (!text)
-                return -ENOMEM;
-        /* never a record the next start refuses to read (the request limits keep it far below) */
-        if (n > VM_RECORD_MAX)
-                r = -EFBIG;
-        else
-                /* queued: written and fsynced off the loop, after every earlier save (an answer
-                 * that reports the record waits for it, manager_sync()) */
-                r = manager_write_file(v->manager, path, text, n, 0600);
+        }
+        /* Queued: rendered, written and fsynced off the loop, after every earlier save (an answer
+         * that reports the record waits for it, manager_sync()); a record of 64 KiB of control
+         * characters in its metadata renders to 400 KB, and a shutdown saves every VM at once. The
+         * tree is new, and shares only values the record never changes (the spec's metadata,
+         * createdBy). Never a record the next start refuses to read (the request limits keep it
+         * far below VM_RECORD_MAX): a larger one fails, and is logged, on the thread. */
+        r = manager_write_json(v->manager, path, j, VM_RECORD_MAX, 0600);
         if (r < 0)
                 log_struct(
                         LOG_ERR, LOG_FIELDS({ "VM_ID", v->rec.id }), "Failed to save %s: %s", path, strerror(-r));

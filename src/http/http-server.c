@@ -38,7 +38,8 @@ struct HttpRequest {
         RequestState state;
         bool suspend_requested;
         bool body_too_large;
-        bool close; /* the answer ends the connection */
+        bool close;     /* the answer ends the connection */
+        bool rendering; /* its answer is being rendered on the worker (http_request_render_async()) */
 
         uint64_t id;
         usec_t start;
@@ -115,7 +116,9 @@ struct HttpServer {
         unsigned n_open;        /* not being closed */
         HttpPeer *peers;
         char *pending_tag; /* for the connection http_server_add_connection() is handing to MHD */
-        Worker *worker;    /* parses large bodies (http_request_body_json_async()); made on first use */
+        /* parses large bodies and renders large answers (http_request_body_json_async(),
+         * http_request_render_async()); made on first use */
+        Worker *worker;
 };
 
 #define HTTP_FREE_FLUSH_TIMEOUT (1 * USEC_PER_SEC)
@@ -274,6 +277,24 @@ static void body_parse_done(void *userdata, bool ran) {
         body_release(r->server, TAKE_PTR(j->value));
 }
 
+static int server_worker(HttpServer *s) {
+        if (s->worker)
+                return 0;
+        /* Every connection has one request at most, with two jobs at most at a time (a parse and a
+         * release, or an answer rendered and the body's release), so -EAGAIN only comes when the
+         * pipes could not be made that large. */
+        return worker_new(
+                s->event,
+                &(WorkerOptions){
+                        .name = "vmm-http",
+                        .threads = 1,
+                        .max_jobs = MIN(
+                                2 * (s->options.max_connections + HTTP_CONNECTION_SLACK), WORKER_JOBS_MAX),
+                        .nice = 10,
+                },
+                &s->worker);
+}
+
 int http_request_body_json_async(HttpRequest *r, HttpBodyJsonDone done, void *userdata) {
         _cleanup_(body_parse_freep) BodyParse *j = NULL;
         HttpServer *s;
@@ -292,23 +313,9 @@ int http_request_body_json_async(HttpRequest *r, HttpBodyJsonDone done, void *us
                 return 0;
         }
 
-        if (!s->worker) {
-                /* Every connection has one request at most: a parse and a release for each fit,
-                 * so -EAGAIN only comes when the pipes could not be made that large. */
-                k = worker_new(
-                        s->event,
-                        &(WorkerOptions){
-                                .name = "vmm-http",
-                                .threads = 1,
-                                .max_jobs = MIN(
-                                        2 * (s->options.max_connections + HTTP_CONNECTION_SLACK),
-                                        WORKER_JOBS_MAX),
-                                .nice = 10,
-                        },
-                        &s->worker);
-                if (k < 0)
-                        return k;
-        }
+        k = server_worker(s);
+        if (k < 0)
+                return k;
         j = calloc(1, sizeof(BodyParse));
         if (!j)
                 return -ENOMEM;
@@ -415,7 +422,7 @@ oom:
 
 static int request_can_reply(HttpRequest *r) {
         assert_return(r, -EINVAL);
-        if (r->response || r->state == REQUEST_DONE || r->state == REQUEST_RESUMING)
+        if (r->response || r->rendering || r->state == REQUEST_DONE || r->state == REQUEST_RESUMING)
                 return -EALREADY;
         if (!r->connection)
                 return -ECONNRESET;
@@ -432,6 +439,23 @@ int http_request_reply(HttpRequest *r, unsigned status, const char *content_type
         resp = MHD_create_response_from_buffer(size, (void *) (data ?: ""), MHD_RESPMEM_MUST_COPY);
         if (!resp)
                 return -ENOMEM;
+        return request_set_response(r, status, content_type, resp);
+}
+
+int http_request_reply_take(HttpRequest *r, unsigned status, const char *content_type, char *data, size_t size) {
+        _cleanup_free_ char *d = data;
+        struct MHD_Response *resp;
+        int k;
+
+        k = request_can_reply(r);
+        if (k < 0)
+                return k;
+        if (!d)
+                return http_request_reply(r, status, content_type, NULL, 0);
+        resp = MHD_create_response_from_buffer(size, d, MHD_RESPMEM_MUST_FREE);
+        if (!resp)
+                return -ENOMEM;
+        TAKE_PTR(d); /* MHD frees it with the response */
         return request_set_response(r, status, content_type, resp);
 }
 
@@ -529,6 +553,32 @@ int http_request_stream_end(HttpRequest *r) {
         return 0;
 }
 
+int http_request_stream_end_take(HttpRequest *r, char *data, size_t size) {
+        _cleanup_free_ char *d = data;
+
+        assert_return(r && r->streaming, -EINVAL);
+        if (r->stream_ended)
+                return -EPIPE;
+        if (!r->connection)
+                return -ECONNRESET;
+        if (r->stream_off == r->stream_len) {
+                /* nothing left to send: the buffer becomes the backlog, without a copy */
+                free(r->stream_buf);
+                r->stream_buf = TAKE_PTR(d);
+                r->stream_len = size;
+                r->stream_off = 0;
+        } else if (size > 0) {
+                char *b = realloc(r->stream_buf, r->stream_len + size);
+                if (!b)
+                        return -ENOMEM;
+                memcpy(b + r->stream_len, d, size);
+                r->stream_buf = b;
+                r->stream_len += size;
+        }
+        r->stream_last_write = now_usec(CLOCK_MONOTONIC);
+        return http_request_stream_end(r);
+}
+
 /* Fires interval after the last write (any write moves the deadline): writes the filler, or stops
  * for good when the stream cannot take it (ended, client gone, or not reading). */
 static int on_keepalive(sd_event_source *source, usec_t usec, void *userdata) {
@@ -620,6 +670,152 @@ static int reply_error_static(
                 return -ENOMEM;
         (void) api_error_set(&e, error, code, "%s", msg);
         return http_request_reply_error_status(r, status ?: api_error_http_status(&e), &e);
+}
+
+/* An answer rendered on the worker. The thread owns value (the request gave its reference) and
+ * fills text and size; everything else is the loop's. */
+typedef struct Render {
+        HttpRequest *request;
+        json_t *value;
+        HttpRenderFunc render;
+        char *text;
+        size_t size;
+        ApiError error;
+        HttpRenderDone done;
+        void *userdata;
+} Render;
+
+static Render *render_free(Render *j) {
+        if (!j)
+                return NULL;
+        json_decref(j->value);
+        free(j->text);
+        api_error_done(&j->error);
+        http_request_unref(j->request);
+        free(j);
+        return NULL;
+}
+
+DEFINE_TRIVIAL_CLEANUP_FUNC(Render *, render_free);
+
+/* On the worker's thread: nothing but the job. The tree goes with it: a large one costs about as
+ * much to free as to render. */
+static void render_run(void *userdata) {
+        Render *j = userdata;
+
+        j->text = j->render(j->value, &j->size);
+        json_decref(TAKE_PTR(j->value));
+}
+
+static void render_call(HttpRequest *r, void *userdata) {
+        Render *j = userdata;
+
+        j->done(r, TAKE_PTR(j->text), j->size, j->error.error < 0 ? &j->error : NULL, j->userdata);
+}
+
+static void render_done(void *userdata, bool ran) {
+        _cleanup_(render_freep) Render *j = userdata;
+        HttpRequest *r = j->request;
+
+        r->rendering = false;
+        if (!r->connection)
+                /* the client went away meanwhile: done hears of it, and what it answers is dropped */
+                (void) api_error_set(&j->error, -ECONNRESET, API_ERROR_INTERNAL, "the client went away");
+        else if (!ran)
+                /* the server is being freed: done answers as every suspended request is */
+                (void) api_error_set(&j->error, -ESHUTDOWN, API_ERROR_CONFLICT, "vm-manager is shutting down");
+        else if (!j->text)
+                (void) api_error_set(&j->error, -ENOMEM, API_ERROR_INTERNAL, "out of memory");
+        if (j->error.error < 0)
+                j->text = mfree(j->text);
+
+        if (r->connection && r->state == REQUEST_SUSPENDED)
+                http_request_continue(r, render_call, j);
+        else
+                render_call(r, j); /* a stream, or nobody to answer */
+}
+
+int http_request_render_async(
+        HttpRequest *r, json_t *v, HttpRenderFunc render, HttpRenderDone done, void *userdata) {
+        _cleanup_(api_error_done) ApiError e = API_ERROR_NULL;
+        _cleanup_(render_freep) Render *j = NULL;
+        json_auto_t *value = v;
+        _cleanup_free_ char *text = NULL;
+        size_t size = 0;
+        int k;
+
+        assert_return(r && render && done, -EINVAL);
+        if (r->rendering)
+                return -EALREADY;
+        if (!r->connection) {
+                (void) api_error_set(&e, -ECONNRESET, API_ERROR_INTERNAL, "the client went away");
+                done(r, /* text= */ NULL, 0, &e, userdata);
+                return 0;
+        }
+
+        if (json_dumps_estimate(value, HTTP_RENDER_INLINE_MAX) >= HTTP_RENDER_INLINE_MAX) {
+                k = server_worker(r->server);
+                if (k >= 0) {
+                        j = calloc(1, sizeof(Render));
+                        k = j ? 0 : -ENOMEM;
+                }
+                if (k >= 0) {
+                        *j = (Render){
+                                .request = http_request_ref(r),
+                                .value = TAKE_PTR(value),
+                                .render = render,
+                                .error = API_ERROR_NULL,
+                                .done = done,
+                                .userdata = userdata,
+                        };
+                        k = worker_submit(r->server->worker, j, render_run, render_done);
+                        if (k >= 0) {
+                                TAKE_PTR(j);
+                                r->rendering = true;
+                                if (r->state == REQUEST_DISPATCHED && !r->suspend_requested)
+                                        http_request_suspend(r);
+                                return 1;
+                        }
+                        value = TAKE_PTR(j->value);
+                }
+                log_debug_errno(k, "Rendering a large answer on the loop, as the worker cannot take it: %m");
+        }
+
+        text = render(value, &size);
+        json_decref(TAKE_PTR(value));
+        if (!text) {
+                (void) api_error_set(&e, -ENOMEM, API_ERROR_INTERNAL, "out of memory");
+                done(r, /* text= */ NULL, 0, &e, userdata);
+        } else
+                done(r, TAKE_PTR(text), size, /* error= */ NULL, userdata);
+        return 0;
+}
+
+static char *render_pretty(json_t *v, size_t *ret_size) {
+        return json_dumps_pretty(v, ret_size);
+}
+
+static void reply_rendered(HttpRequest *r, char *text, size_t size, const ApiError *error, void *userdata) {
+        unsigned status = (unsigned) (uintptr_t) userdata;
+
+        if (error)
+                (void) http_request_reply_error(r, error); /* dropped when the client went away */
+        else
+                (void) http_request_reply_take(r, status, "application/json", text, size);
+}
+
+int http_request_reply_json_async(HttpRequest *r, unsigned status, json_t *v) {
+        json_auto_t *value = v;
+        int k;
+
+        if (status == 204)
+                return http_request_reply(r, status, NULL, NULL, 0);
+        k = request_can_reply(r);
+        if (k < 0)
+                return k;
+        k = http_request_render_async(
+                r, TAKE_PTR(value), render_pretty, reply_rendered, (void *) (uintptr_t) status);
+        return k < 0 ? k : 0;
 }
 
 static enum MHD_Result count_host(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {

@@ -111,6 +111,35 @@ typedef void (*HttpBodyJsonDone)(HttpRequest *r, json_t *body, const ApiError *e
  * the handler still has to reply. */
 int http_request_body_json_async(HttpRequest *r, HttpBodyJsonDone done, void *userdata);
 
+/* Renders a document into the bytes of an answer: a new string (malloc()ed) and its size, NULL when
+ * out of memory. For a large document it runs on the server's worker thread: it touches v and
+ * nothing else (no Manager, no logging), and may change v, which is the job's. */
+typedef char *(*HttpRenderFunc)(json_t *v, size_t *ret_size);
+/* Documents estimated (json_dumps_estimate()) below this are rendered on the loop: a few
+ * milliseconds at most, even escaped and under the sanitizers. */
+#define HTTP_RENDER_INLINE_MAX ((size_t) 64 << 10)
+/* Called exactly once with the bytes (taken: the callee frees them) or with why not (error, then
+ * text is NULL): -ENOMEM, -ESHUTDOWN ("vm-manager is shutting down") when the server is freed before
+ * the render ran, -ECONNRESET when the client went away meanwhile (a reply is then dropped). It runs
+ * as a handler does: it replies, or suspends the request and replies later; on a stream it writes
+ * or ends it. */
+typedef void (*HttpRenderDone)(HttpRequest *r, char *text, size_t size, const ApiError *error, void *userdata);
+/* Renders v (taken, whatever happens) without the loop waiting on it: a document estimated below
+ * HTTP_RENDER_INLINE_MAX is rendered at once and done called before this returns (0); a larger one
+ * goes, with the reference, to the server's worker thread while the request waits suspended (a
+ * stream goes on streaming, keep-alives included) and everything else is served, and done is called
+ * from the loop later (1). Freeing the tree goes with it. From the thread's start on, nothing on the
+ * loop may change v or a value inside it: whatever else holds a reference may only drop it (jansson
+ * counts references atomically), and a value shared with a record must be one the record never
+ * changes (it replaces it). When the worker refuses the job (full, or cannot be started) the
+ * document is rendered at once. From a handler, from whatever completes a suspended request, or on
+ * a stream; one render at a time per request, and no other reply meanwhile (-EALREADY). */
+int http_request_render_async(
+        HttpRequest *r, json_t *v, HttpRenderFunc render, HttpRenderDone done, void *userdata);
+/* http_request_reply_json()'s answer, v taken and rendered by http_request_render_async(): a large
+ * one off the loop. A render that fails is answered with its error (500, or 409 when shutting down). */
+int http_request_reply_json_async(HttpRequest *r, unsigned status, json_t *v);
+
 /* Called once when the request is over: status is the one of the response delivered, 0 when the
  * connection ended first. Runs also for requests still open when the server is freed. */
 typedef void (*HttpRequestDone)(unsigned status, void *userdata);
@@ -133,6 +162,10 @@ bool http_request_is_connected(HttpRequest *r);
 int http_request_reply(HttpRequest *r, unsigned status, const char *content_type, const void *data, size_t size);
 /* Sends size bytes of a file; takes fd, whatever happens. */
 int http_request_reply_fd(HttpRequest *r, unsigned status, const char *content_type, int fd, uint64_t size);
+/* Like http_request_reply(), but takes data (malloc()ed), whatever happens, instead of copying it. */
+int http_request_reply_take(HttpRequest *r, unsigned status, const char *content_type, char *data, size_t size);
+/* v rendered by json_dumps_pretty() on the spot, whatever the size: for an answer that may be large,
+ * use http_request_reply_json_async(). */
 int http_request_reply_json(HttpRequest *r, unsigned status, const json_t *v);
 int http_request_reply_error(HttpRequest *r, const ApiError *e);
 /* The JSON error envelope of e with an HTTP status of its own (403, 414, 415…), for refusals that
@@ -147,6 +180,10 @@ int http_request_reply_text(HttpRequest *r, unsigned status, const char *text);
 int http_request_reply_stream(HttpRequest *r, unsigned status, const char *content_type);
 int http_request_stream_write(HttpRequest *r, const void *data, size_t size);
 int http_request_stream_end(HttpRequest *r);
+/* Writes data (malloc()ed, taken whatever happens) as the stream's last bytes and ends it. The
+ * backlog limit does not apply: the last event of a stream is an answer, bounded by its own limits
+ * (exec_vm's output), which the client gets whole. */
+int http_request_stream_end_take(HttpRequest *r, char *data, size_t size);
 /* Writes data (a NUL-terminated filler the client ignores, such as an SSE comment) whenever nothing
  * was written to the stream for interval, so that clients and proxies with an idle timeout keep
  * it. The timer is the request's: every write moves it, and it is gone once the stream ends or the

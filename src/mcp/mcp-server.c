@@ -219,29 +219,71 @@ static json_t *jsonrpc_result(json_t *id, json_t *result) {
         return json_pack("{s:s,s:O,s:o}", "jsonrpc", "2.0", "id", id, "result", result);
 }
 
-static void reply_jsonrpc(HttpRequest *req, unsigned status, json_t *msg) {
+/* A JSON-RPC message as it goes out, prefix, the message in one line, suffix: a tool result's text,
+ * left as [resource] by tool_result(), becomes the resource's indented rendering first. Runs on the
+ * HTTP server's worker for a large message (exec_vm's output, a long list): touches msg alone. */
+static char *message_render(json_t *msg, const char *prefix, const char *suffix, size_t *ret_size) {
+        json_t *content = json_object_get(json_object_get(msg, "result"), "content"), *item;
         _cleanup_free_ char *s = NULL;
+        char *out;
+        size_t i;
 
+        json_array_foreach(content, i, item) {
+                json_t *text = json_object_get(item, "text");
+                _cleanup_free_ char *t = NULL;
+
+                if (!json_is_array(text))
+                        continue;
+                t = json_dumps(json_array_get(text, 0), JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_ENCODE_ANY);
+                if (!t || json_object_set_new(item, "text", json_string(t)) < 0)
+                        return NULL;
+        }
+        s = json_dumps(msg, JSON_COMPACT | JSON_PRESERVE_ORDER);
+        if (!s)
+                return NULL;
+        if (asprintf(&out, "%s%s%s", prefix, s, suffix) < 0)
+                return NULL;
+        *ret_size = strlen(out);
+        return out;
+}
+
+/* one JSON-RPC message per line */
+static char *render_line(json_t *msg, size_t *ret_size) {
+        return message_render(msg, "", "\n", ret_size);
+}
+
+/* one server-sent event */
+static char *render_event(json_t *msg, size_t *ret_size) {
+        return message_render(msg, "event: message\ndata: ", "\n\n", ret_size);
+}
+
+static void on_reply_rendered(HttpRequest *req, char *text, size_t size, const ApiError *error, void *userdata) {
+        unsigned status = (unsigned) (uintptr_t) userdata;
+
+        if (error && error->error == -ENOMEM)
+                reply_text(req, 500, "out of memory\n");
+        else if (error) /* shutting down, as for any request still waiting; or dropped */
+                (void) http_request_reply_error(req, error);
+        else
+                (void) http_request_reply_take(req, status, "application/json", text, size);
+}
+
+/* Answers with msg (borrowed), rendered off the loop when it is large. */
+static void reply_jsonrpc(HttpRequest *req, unsigned status, json_t *msg) {
         if (!msg) {
                 reply_text(req, 500, "out of memory\n");
                 return;
         }
-        s = json_dumps(msg, JSON_COMPACT | JSON_PRESERVE_ORDER);
-        if (!s) {
-                reply_text(req, 500, "out of memory\n");
-                return;
-        }
-        /* one JSON-RPC message per line */
-        size_t n = strlen(s);
-        char *t = realloc(s, n + 2);
-        if (!t) {
-                reply_text(req, 500, "out of memory\n");
-                return;
-        }
-        s = t;
-        s[n] = '\n';
-        s[n + 1] = 0;
-        (void) http_request_reply(req, status, "application/json", s, n + 1);
+        (void) http_request_render_async(
+                req, json_incref(msg), render_line, on_reply_rendered, (void *) (uintptr_t) status);
+}
+
+/* The last event of a stream: the answer. Whatever went wrong, the stream ends. */
+static void on_event_rendered(HttpRequest *req, char *text, size_t size, const ApiError *error, void *userdata) {
+        if (error)
+                (void) http_request_stream_end(req);
+        else
+                (void) http_request_stream_end_take(req, text, size);
 }
 
 static json_t *handle_initialize(McpServer *s, json_t *params, McpSession **ret_session) {
@@ -311,15 +353,13 @@ static json_t *handle_tools_list(McpServer *s) {
         return json_pack("{s:O}", "tools", tools);
 }
 
-/* A tool result: the resource JSON as text and as structured content. */
+/* A tool result: the resource JSON as text and as structured content. The text is rendered with the
+ * message (message_render(), off the loop when large): until then it is [resource], an array where a
+ * text is a string. */
 static json_t *tool_result(const Operation *op, json_t *resource) {
-        _cleanup_free_ char *text = NULL;
         json_auto_t *structured = NULL;
 
         if (!resource)
-                return NULL;
-        text = json_dumps(resource, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_ENCODE_ANY);
-        if (!text)
                 return NULL;
         if (json_is_object(resource))
                 structured = json_incref(resource);
@@ -328,7 +368,7 @@ static json_t *tool_result(const Operation *op, json_t *resource) {
         if (!structured)
                 return NULL;
         return json_pack(
-                "{s:[{s:s,s:s}],s:O}", "content", "type", "text", "text", text, "structuredContent", structured);
+                "{s:[{s:s,s:[O]}],s:O}", "content", "type", "text", "text", resource, "structuredContent", structured);
 }
 
 static json_t *tool_error(const ApiError *e) {
@@ -503,8 +543,14 @@ static void tool_call_done(int r, json_t *resource, const ApiError *e, void *use
                 c->post_span = NULL;
                 if (c->streaming) {
                         if (msg)
-                                (void) stream_message(c->req, msg);
-                        (void) http_request_stream_end(c->req);
+                                (void) http_request_render_async(
+                                        c->req,
+                                        TAKE_PTR(msg),
+                                        render_event,
+                                        on_event_rendered,
+                                        /* userdata= */ NULL);
+                        else
+                                (void) http_request_stream_end(c->req);
                 } else
                         reply_jsonrpc(c->req, 200, msg);
                 http_request_unref(c->req);

@@ -44,8 +44,10 @@ typedef struct McpPost {
         Span *span;           /* the POST's span, parent of the request's; may be NULL. A deferred tools/call
                                * takes over the request's done callback, and ends it with the request. */
 
-        unsigned status;            /* set by mcp_server_process_post() */
-        json_t *reply;              /* the JSON-RPC answer, owned; NULL: an empty body */
+        unsigned status; /* set by mcp_server_process_post() */
+        /* The JSON-RPC answer, owned; NULL: an empty body. A tool result's text is still [resource]:
+         * it is rendered with the message, off the loop when large. */
+        json_t *reply;
         const char *new_session_id; /* borrowed; set by initialize */
         bool deferred;              /* a tool still runs: it answers through request */
 } McpPost;

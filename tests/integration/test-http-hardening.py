@@ -15,6 +15,9 @@ tests/integration/fakes first on PATH and --launcher process (as test-vm-errors.
   * bodies of 8 MiB (a million small JSON values, the costliest to parse) sent to REST and MCP at
     once: /healthz answers all the while, no event loop iteration parses or frees them, and the
     answers are what a small body gets (unknown field; a malformed body's parse error);
+  * answers of several MB (list_vms of VMs whose metadata is control characters, rendered as
+    exec_vm's binary output is) to REST and MCP at once: /healthz answers all the while, no event
+    loop iteration renders them, and the bytes are what they were (MCP's text is REST's body);
   * SIGTERM with such connections open exits within the promised 15 s.
 
 Standard library only; only loopback addresses are contacted.
@@ -586,6 +589,94 @@ def test_large_bodies(work):
     d.stop(signal.SIGTERM, timeout=30)
 
 
+# Metadata at its limit (64 KiB of keys and values) of control characters, six bytes each escaped, as
+# exec_vm's binary output is: a VM's record renders to about 380 KB, LARGE_VMS of them in list_vms to
+# a few MB (REST), twice that on MCP (the text, escaped again, and structuredContent).
+LARGE_VMS = 12
+LARGE_METADATA = {"m%d" % i: "\x01" * 16000 for i in range(4)}
+
+
+def test_large_answers(work):
+    d, port = start(work, "answers")
+    if not healthy(d, port, "answers"):
+        return
+    for i in range(LARGE_VMS):
+        status, _, data = http_request(port, "POST", "/api/v1/vms", timeout=120, body=json.dumps(
+            dict(CREATE, name="big-%d" % i, metadata=LARGE_METADATA)).encode())
+        if status != 201:
+            tap.result(False, "create_vm with 64 KiB of control characters in its metadata", "%r %r" % (status, data[:300]))
+            return
+    mcp = McpClient(port)
+    mcp.initialize()
+    answers = {}
+
+    def rest(name):
+        try:
+            answers[name] = http_request(port, "GET", "/api/v1/vms", timeout=120)
+        except OSError as e:
+            answers[name] = (repr(e), {}, b"")
+
+    def mcp_list(name):
+        msg = {"jsonrpc": "2.0", "id": name, "method": "tools/call", "params": {"name": "list_vms"}}
+        try:
+            st, headers, data = http_request(port, "POST", "/mcp", body=json.dumps(msg).encode(), timeout=120,
+                                             headers={"Content-Type": "application/json", "Mcp-Session-Id": mcp.session})
+            answers[name] = (st, headers, json.loads(data))
+        except (OSError, ValueError) as e:
+            answers[name] = (repr(e), {}, None)
+
+    # the first REST list renders the document (and caches it), every MCP list renders its own
+    senders = [threading.Thread(target=rest, args=("rest",))]
+    senders += [threading.Thread(target=mcp_list, args=("mcp-%d" % i,)) for i in range(3)]
+    started = time.monotonic()
+    for t in senders:
+        t.start()
+    probes = []
+    while any(t.is_alive() for t in senders) and time.monotonic() - started < 120:
+        t0 = time.monotonic()
+        try:
+            status = http_request(port, "GET", "/healthz", timeout=10)[0]
+        except OSError as e:
+            status = repr(e)
+        probes.append((status, time.monotonic() - t0))
+        time.sleep(0.01)
+    for t in senders:
+        t.join()
+    took = time.monotonic() - started
+    status, _, body = answers["rest"]
+    size = len(body) if isinstance(body, bytes) else 0
+    tap.result(len(probes) >= 5 and all(p[0] == 200 for p in probes),
+               "while list_vms of %d VMs (%.1f MB on REST, about twice that on MCP) is rendered four times, /healthz "
+               "answers: %d probes in %.1f s, the slowest %.0f ms"
+               % (LARGE_VMS, size / 1e6, len(probes), took, 1000 * max((p[1] for p in probes), default=0)),
+               repr([p for p in probes if p[0] != 200][:5]))
+
+    # the same bytes as ever: MCP's text is REST's body without its newline, structuredContent the list
+    texts = []
+    for i in range(3):
+        st, _, doc = answers["mcp-%d" % i]
+        try:
+            texts.append((st, doc["result"]["content"][0]["text"], doc["result"]["structuredContent"]))
+        except (TypeError, KeyError, IndexError):
+            texts.append((st, None, None))
+    listed = json.loads(body) if status == 200 else []
+    tap.result(status == 200 and len(listed) == LARGE_VMS
+               and all(v.get("metadata") == LARGE_METADATA for v in listed)
+               and all(st == 200 and text is not None and (text + "\n").encode() == body
+                       and sc == {"vms": listed} for st, text, sc in texts),
+               "the answers rendered off the loop are whole: REST's list has every VM's metadata, MCP's text is "
+               "REST's body byte for byte", "REST %r (%d bytes); MCP %r" % (status, size, [
+                   (st, len(text or ""), text[:100] if text else None) for st, text, _ in texts]))
+
+    # the loop rendered none of them: no slow iteration has jansson or our JSON helpers on its stack
+    time.sleep(0.5)
+    slow = [e for e in d.slow_loop_iterations()
+            if any("json" in frame for frame in e.get("stack") or []) or "json" in (e.get("where") or "")]
+    tap.result(not slow, "no event loop iteration over 50 ms rendered an answer",
+               "\n".join("%.1f ms at %s" % (e.get("usec", 0) / 1000, e.get("where")) for e in slow))
+    d.stop(signal.SIGTERM, timeout=30)
+
+
 def test_shutdown(work):
     d, port = start(work, "term")
     if not healthy(d, port, "term"):
@@ -611,5 +702,5 @@ def test_shutdown(work):
 
 if __name__ == "__main__":
     sys.exit(run([test_site_guard, test_content_type, test_listeners, test_requests, test_floods, test_large_bodies,
-                  test_shutdown],
+                  test_large_answers, test_shutdown],
                  GLOBAL_DEADLINE, "vmm-http-"))

@@ -9,6 +9,8 @@ boot sends READY=1 after $FAKE_READY_AFTER seconds over the vhost-user vsock soc
     text/event-stream: an event stream from about a second on, a keep-alive comment whenever
     nothing else was sent for a second, the result as its last event;
   * the same with a progressToken: the notifications, with keep-alives between them;
+  * the same for a VM whose answer is large (metadata of control characters, rendered off the loop):
+    the result whole as the last event;
   * a client that accepts only JSON (or refuses the stream with q=0) gets one JSON answer, as
     does a call that finishes at once;
   * the session's GET stream carries keep-alives;
@@ -36,6 +38,8 @@ STREAM_AFTER = 1.0  # MCP_STREAM_AFTER in src/mcp/mcp-server.c
 SLACK = 1.5  # a busy 2-core machine running the ASan build
 CREATE = {"memory_mib": 512, "disk_gib": 1, "require_attestation": False}
 BOTH = "application/json, text/event-stream"
+# 64 KiB of control characters: the answer renders to about 800 KB, on the HTTP server's worker
+LARGE_METADATA = {"m%d" % i: "\x01" * 16000 for i in range(4)}
 
 
 def start(work):
@@ -139,6 +143,7 @@ def test_streams(work):
     calls = {
         "sse": lambda: tools_call(port, session, 1, "create_vm", dict(CREATE, name="sse")),
         "progress": lambda: tools_call(port, session, 2, "create_vm", dict(CREATE, name="progress"), token="tok"),
+        "large": lambda: tools_call(port, session, 8, "create_vm", dict(CREATE, name="large", metadata=LARGE_METADATA)),
         "json": lambda: tools_call(port, session, 3, "create_vm", dict(CREATE, name="json"),
                                    accept="application/json"),
         "q0": lambda: tools_call(port, session, 4, "create_vm", dict(CREATE, name="q0"),
@@ -179,6 +184,17 @@ def test_streams(work):
         return ok, "%d notifications; %s" % (len(notes), x.summary())
 
     tap.check("... with a progressToken: notifications, keep-alives between them, the result last", sse_with_token)
+
+    def sse_large():
+        x = got["large"]
+        comments, messages = x.events()
+        vm = vm_of(messages[-1]) if messages else {}
+        ok = (x.status == 200 and x.ctype == "text/event-stream" and messages[-1].get("id") == 8
+              and vm.get("state") == "ready" and vm.get("metadata") == LARGE_METADATA
+              and messages[-1]["result"]["structuredContent"] == vm)
+        return ok, "%d bytes; %s" % (len(x.text), x.summary()[:400])
+
+    tap.check("... a large result (rendered off the loop): whole, as the last event", sse_large)
 
     for key, label in (("json", "Accept application/json only"), ("q0", "Accept text/event-stream;q=0"),
                        ("none", "no Accept header")):

@@ -58,8 +58,6 @@ LOOP_THRESHOLD_MS = 50
 # its line out, which re-arms the check for it.
 LOOP_STRICT_ENV = "VM_MANAGER_LOOP_STRICT"
 LOOP_KNOWN = (
-    ("json_dumps_pretty ", "a large answer is rendered on the loop: exec_vm's output (1 MiB a stream, six times that "
-     "escaped when binary), parsed off the loop since, is still dumped into the response (http-server.c, json-util.c)"),
 )
 
 

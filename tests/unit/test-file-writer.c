@@ -97,6 +97,36 @@ static void test_writes_keep_their_order(void **state) {
         assert_ok(rm_rf(dir));
 }
 
+/* A JSON write is rendered on the thread as json_dumps_pretty() renders it, in order with the plain
+ * writes; one over its maximum fails with EFBIG and leaves the file as it was. */
+static void test_write_json(void **state) {
+        _cleanup_(sd_event_unrefp) sd_event *e = NULL;
+        _cleanup_(file_writer_freep) FileWriter *w = NULL;
+        _cleanup_free_ char *dir = make_dir(), *path = join(dir, "vm.json"), *text = NULL;
+        static Tag tags[3];
+        static Seen seen;
+
+        assert_ok(sd_event_new(&e));
+        assert_ok(file_writer_new(e, "test-writer", &w));
+        seen = (Seen){ .event = e, .exit_after = 3 };
+        for (unsigned i = 0; i < 3; i++)
+                tags[i] = (Tag){ .seen = &seen, .index = i };
+        assert_ok(file_writer_write(w, path, "old\n", 4, 0600, on_done, &tags[0]));
+        assert_ok(file_writer_write_json(
+                w, path, json_pack("{s:s,s:[i]}", "id", "vm-1", "n", 1), 4096, 0600, on_done, &tags[1]));
+        assert_ok(file_writer_write_json(w, path, json_string("too long for 4"), 4, 0600, on_done, &tags[2]));
+        assert_ok(sd_event_loop(e));
+
+        assert_int_equal(seen.n, 3);
+        assert_int_equal(seen.r[0], 0);
+        assert_int_equal(seen.r[1], 0);
+        assert_int_equal(seen.r[2], -EFBIG);
+        assert_ok(read_full_file(path, 4096, &text, NULL));
+        assert_string_equal(text, "{\n  \"id\": \"vm-1\",\n  \"n\": [\n    1\n  ]\n}\n");
+        w = file_writer_free(w);
+        assert_ok(rm_rf(dir));
+}
+
 /* A removal of a directory waits for the writes into it asked for before; a copy_new keeps an
  * existing file; a write into a removed directory fails with ENOENT instead of re-creating it. */
 static void test_remove_after_writes(void **state) {
@@ -171,6 +201,7 @@ int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_writes_keep_their_order),
                 cmocka_unit_test(test_remove_after_writes),
+                cmocka_unit_test(test_write_json),
                 cmocka_unit_test(test_free_finishes_queued),
         };
 

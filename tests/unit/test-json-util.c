@@ -122,6 +122,48 @@ static void test_dumps_pretty_scalars(void **state) {
         }
 }
 
+/* The estimate is near the compact rendering, counts escapes, and stops at max. */
+static void test_dumps_estimate(void **state) {
+        static const char *const docs[] = {
+                "{}",
+                "[]",
+                "\"x\"",
+                "null",
+                "[1, 2.5, true, false, null]",
+                "{\"id\": \"vm-1\", \"tags\": [\"a\", \"b\"], \"spec\": {\"cpus\": 2}}",
+        };
+        _cleanup_json_ json_t *big = json_array(), *binary = NULL;
+        _cleanup_free_ char *raw = malloc(100000);
+
+        assert_int_equal(json_dumps_estimate(NULL, 100), 0);
+        for (size_t i = 0; i < ELEMENTSOF(docs); i++) {
+                _cleanup_json_ json_t *v = json_loads(docs[i], JSON_DECODE_ANY, NULL);
+                _cleanup_free_ char *s = NULL;
+                size_t est;
+
+                assert_non_null(v);
+                s = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+                assert_non_null(s);
+                est = json_dumps_estimate(v, SIZE_MAX);
+                assert_true(est >= strlen(s) / 2 && est <= strlen(s) * 3);
+                assert_int_equal(json_dumps_estimate(v, 1), 1);
+        }
+
+        /* control characters: six bytes each, as jansson's worst escape */
+        assert_non_null(raw);
+        memset(raw, 1, 100000);
+        binary = json_stringn(raw, 100000);
+        assert_non_null(binary);
+        assert_true(json_dumps_estimate(binary, SIZE_MAX) >= 600000);
+        assert_int_equal(json_dumps_estimate(binary, 65536), 65536);
+
+        /* a million small values: the walk stops at max */
+        for (int i = 0; i < 1000000; i++)
+                assert_ok(json_array_append_new(big, json_integer(i)));
+        assert_true(json_dumps_estimate(big, SIZE_MAX) >= 1000000);
+        assert_int_equal(json_dumps_estimate(big, 65536), 65536);
+}
+
 static void test_parse_body(void **state) {
         static const char body[] = "  {\"name\": \"vm-1\", \"tags\": [\"a\"]}\n";
         _cleanup_json_ json_t *v = NULL, *w = NULL;
@@ -539,6 +581,7 @@ int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_dumps_pretty),
                 cmocka_unit_test(test_dumps_pretty_scalars),
+                cmocka_unit_test(test_dumps_estimate),
                 cmocka_unit_test(test_parse_body),
                 cmocka_unit_test(test_parse_body_empty),
                 cmocka_unit_test(test_parse_body_malformed),
