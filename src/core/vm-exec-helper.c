@@ -107,6 +107,17 @@ static int check_host_key(ssh_session session, const ExecParams *p, json_t **ret
 }
 
 /* The whole session: *ret is the object for stdout either way (NULL on OOM); < 0 when it is an error. */
+
+/* libssh leaves its error empty when the peer did not answer within the session's timeout. */
+static const char *ssh_error_text(ssh_session session, long timeout) {
+        static char buf[96];
+        const char *e = ssh_get_error(session);
+
+        if (e && *e)
+                return e;
+        snprintf(buf, sizeof(buf), "the guest's sshd did not answer within %ld s (a busy guest?)", timeout);
+        return buf;
+}
 static int exec_session(const ExecParams *p, json_t **ret) {
         _cleanup_(ssh_freep) ssh_session session = NULL;
         _cleanup_(ssh_channel_freep) ssh_channel channel = NULL;
@@ -153,9 +164,9 @@ static int exec_session(const ExecParams *p, json_t **ret) {
 
         channel = ssh_channel_new(session);
         if (!channel || ssh_channel_open_session(channel) != SSH_OK)
-                return session_error(false, ret, "ssh session: %s", ssh_get_error(session));
+                return session_error(false, ret, "ssh session: %s", ssh_error_text(session, timeout));
         if (ssh_channel_request_exec(channel, p->command) != SSH_OK)
-                return session_error(false, ret, "ssh run: %s", ssh_get_error(session));
+                return session_error(false, ret, "ssh run: %s", ssh_error_text(session, timeout));
 
         for (;;) {
                 char buf[16384];
