@@ -139,8 +139,11 @@ def upload(sock_path, body):
     s.settimeout(120)
     try:
         s.connect(sock_path)
-        s.sendall(b"POST /giantswarm/v1/report HTTP/1.1\r\nHost: 169.254.169.254\r\nConnection: close\r\n"
-                  b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+        try:
+            s.sendall(b"POST /giantswarm/v1/report HTTP/1.1\r\nHost: 169.254.169.254\r\nConnection: close\r\n"
+                      b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+        except OSError:
+            pass  # refused on its headers (429) and closed before the body went out: the answer is there
         data = s.recv(4096)
         return int(data.split(b" ", 2)[1]) if data.startswith(b"HTTP/") else 0
     except (OSError, ValueError, IndexError):

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -249,6 +250,10 @@ static void report_done(void *userdata, bool ran) {
         }
         if (j->done)
                 j->done(r, r < 0 ? &e : NULL, j->userdata);
+        /* The upload's copy and whatever its parse left freed go back to the system (a report
+         * replaced frees its predecessor's tree here too): not kept for the next upload. */
+        report_job_free(TAKE_PTR(j));
+        (void) malloc_trim(0);
 }
 
 static int report_submit(Manager *m, ReportJob *j) {
@@ -280,13 +285,10 @@ static unsigned uploads_in_flight(Manager *m) {
         return n;
 }
 
-int vm_report_upload(Vm *v, const void *body, size_t size, VmReportDone done, void *userdata, ApiError *reterr) {
-        _cleanup_(report_job_freep) ReportJob *j = NULL;
+int vm_report_upload_check(Vm *v, uint64_t size, ApiError *reterr) {
         Manager *m = vm_manager(v);
         VmGuest *g = &v->guest;
-        int r;
 
-        assert_return(body || size == 0, -EINVAL);
         if (size > GUEST_REPORT_SIZE_MAX)
                 return report_error(-EMSGSIZE, reterr);
         if (g->uploading)
@@ -299,6 +301,19 @@ int vm_report_upload(Vm *v, const void *body, size_t size, VmReportDone done, vo
         if (uploads_in_flight(m) >= VM_REPORT_UPLOADS_MAX)
                 return api_error_set(
                         reterr, -EAGAIN, API_ERROR_CONFLICT, "%u reports are being stored", VM_REPORT_UPLOADS_MAX);
+        return 0;
+}
+
+int vm_report_upload(Vm *v, const void *body, size_t size, VmReportDone done, void *userdata, ApiError *reterr) {
+        _cleanup_(report_job_freep) ReportJob *j = NULL;
+        Manager *m = vm_manager(v);
+        VmGuest *g = &v->guest;
+        int r;
+
+        assert_return(body || size == 0, -EINVAL);
+        r = vm_report_upload_check(v, size, reterr);
+        if (r < 0)
+                return r;
 
         r = report_job_new(v, /* load= */ false, &j);
         if (r < 0)

@@ -135,6 +135,9 @@ typedef void (*VmReportDone)(int r, const ApiError *e, void *userdata);
  * after this returned 0. Refused at once, without done, as conflicts: -EBUSY while an upload of this
  * VM is in flight, -EAGAIN while VM_REPORT_UPLOADS_MAX of all VMs are. */
 int vm_report_upload(Vm *v, const void *body, size_t size, VmReportDone done, void *userdata, ApiError *reterr);
+/* Whether vm_report_upload() would refuse an upload of size bytes now, with its errors: lets the
+ * caller refuse before receiving the body. 0 when it would take it (as far as can be told before). */
+int vm_report_upload_check(Vm *v, uint64_t size, ApiError *reterr);
 #define VM_REPORT_UPLOADS_MAX 4U
 /* At start-up: the upload a previous daemon stored, mapped again off the loop (its file time is the
  * receive time). An upload that arrives first wins. */

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 #include <arpa/inet.h>
+#include <malloc.h>
 #include <microhttpd.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -122,6 +123,10 @@ struct HttpServer {
 };
 
 #define HTTP_FREE_FLUSH_TIMEOUT (1 * USEC_PER_SEC)
+/* A request that took this much for its body gives the memory back to the system when it ends:
+ * glibc keeps freed heap memory for later, and after one such body the daemon would keep megabytes
+ * it only needed once. */
+#define HTTP_TRIM_BODY_MIN ((size_t) 1 << 20)
 /* Connections MHD may hold beyond max_connections while those we shut down wait to be reaped. */
 #define HTTP_CONNECTION_SLACK 64U
 
@@ -151,6 +156,7 @@ HttpRequest *http_request_unref(HttpRequest *r) {
         assert(r->n_ref > 0);
         if (--r->n_ref > 0)
                 return NULL;
+        bool trim = r->body_alloc >= HTTP_TRIM_BODY_MIN;
         if (r->response)
                 MHD_destroy_response(r->response);
         strv_free(r->headers);
@@ -161,6 +167,8 @@ HttpRequest *http_request_unref(HttpRequest *r) {
         free(r->path);
         free(r->method);
         free(r);
+        if (trim)
+                (void) malloc_trim(0);
         return NULL;
 }
 
@@ -968,6 +976,16 @@ static enum MHD_Result on_access(
                 r->state = REQUEST_DISPATCHED;
                 if (request_refuse(r, version))
                         return request_queue(r);
+                if (s->options.early) {
+                        /* A refusal here is answered before the body, which is then never read:
+                         * the connection cannot carry another request. */
+                        r->close = true;
+                        s->options.early(r, s->options.userdata);
+                        assert(!r->suspend_requested);
+                        if (r->response)
+                                return request_queue(r);
+                        r->close = false;
+                }
                 r->state = REQUEST_RECEIVING;
                 return MHD_YES;
         }

@@ -44,6 +44,12 @@ typedef struct HttpServerOptions {
          * such deadline. */
         usec_t request_timeout;
         HttpHandler handler;
+        /* Optional: called with each request as soon as its headers are in, before a byte of its
+         * body is read. It may refuse the request by replying (a limit the headers already show
+         * exceeded): that answer goes out at once, the body is never read and the connection
+         * closes. Or it returns without a reply and handler gets the request once the body is in.
+         * It must not suspend. Gets userdata, as handler does. */
+        HttpHandler early;
         void *userdata;
 } HttpServerOptions;
 

@@ -123,6 +123,19 @@ static void on_report_done(int r, const ApiError *e, void *userdata) {
         http_request_unref(req);
 }
 
+/* An upload refused because others are in flight: 429 while this VM's is, 503 while the daemon-wide
+ * number is. Returns whether r was one of those. */
+static bool reply_report_busy(HttpRequest *req, int r) {
+        if (r != -EBUSY && r != -EAGAIN)
+                return false;
+        (void) http_request_add_header(req, "Retry-After", IMDS_REPORT_RETRY_AFTER);
+        if (r == -EBUSY)
+                reply_text(req, 429, IMDS_REPORT_BUSY);
+        else
+                reply_text(req, 503, IMDS_REPORTS_BUSY);
+        return true;
+}
+
 /* Parsing and storing run off the loop: the request waits for them, suspended, while this VM's other
  * requests and every other VM's go on. One upload per VM at a time, VM_REPORT_UPLOADS_MAX in all. */
 static void serve_report(HttpRequest *req, Vm *v) {
@@ -133,12 +146,7 @@ static void serve_report(HttpRequest *req, Vm *v) {
 
         body = http_request_body(req, &size);
         r = vm_report_upload(v, body, size, on_report_done, http_request_ref(req), &e);
-        if (r == -EBUSY || r == -EAGAIN) {
-                (void) http_request_add_header(req, "Retry-After", IMDS_REPORT_RETRY_AFTER);
-                if (r == -EBUSY)
-                        reply_text(req, 429, IMDS_REPORT_BUSY);
-                else
-                        reply_text(req, 503, IMDS_REPORTS_BUSY);
+        if (reply_report_busy(req, r)) {
                 http_request_unref(req);
                 return;
         }
@@ -324,6 +332,27 @@ method:
         reply_text(req, 405, "Method Not Allowed\n");
 }
 
+/* An upload that would be refused as busy is answered before its body is read: a guest that ignores
+ * Retry-After then costs the loop a request's headers, not 8 MiB of body per attempt. The limits are
+ * checked again once the body is in (another upload may have started meanwhile). */
+static void imds_early(HttpRequest *req, void *userdata) {
+        ImdsServer *s = userdata;
+        const char *tag = http_request_connection_tag(req), *cl;
+        uint64_t size = 0;
+        Vm *v;
+
+        if (!streq(http_request_method(req), "POST") ||
+            !streq(http_request_path(req), IMDS_BASE_PATH "/report"))
+                return;
+        v = tag ? manager_find_vm(s->manager, tag) : NULL;
+        if (!v || vm_state(v) == VM_STATE_DELETING)
+                return; /* imds_handle() answers */
+        cl = http_request_header(req, "Content-Length");
+        if (cl && safe_atou64(cl, &size) < 0)
+                size = 0; /* the HTTP layer judges the header */
+        (void) reply_report_busy(req, vm_report_upload_check(v, size, /* reterr= */ NULL));
+}
+
 /* A VM's connections are the VM's peer in the server: past IMDS_VM_CONNECTIONS_MAX the newcomer
  * closes that VM's idlest one, so what one guest holds never fills the server for the others. */
 static void on_accept(void *userdata, Vm *v, int fd) {
@@ -355,6 +384,7 @@ int imds_server_new(Manager *m, ImdsServer **ret) {
                         .idle_timeout = IMDS_IDLE_TIMEOUT,
                         .request_timeout = IMDS_REQUEST_TIMEOUT,
                         .handler = imds_handle,
+                        .early = imds_early,
                         .userdata = s,
                 },
                 &e);

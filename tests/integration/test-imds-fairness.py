@@ -4,8 +4,8 @@ IMDS listeners (<vm>/imds.sock, as the gateway delivers a guest's connections) o
 
   * while an 8 MiB report upload is parsed and stored, /healthz, another VM's IMDS and the
     uploading VM's other IMDS requests are answered, all before the upload's own answer;
-  * a second upload of a VM whose first is still in flight gets 429 with Retry-After, and an
-    upload beyond the daemon-wide number in flight 503 with Retry-After;
+  * a second upload of a VM whose first is still in flight gets 429 with Retry-After, before its
+    body is read (one that never sends its body is answered all the same), and an upload beyond the daemon-wide number in flight 503 with Retry-After;
   * a VM deleted while its upload is processed leaves no directory behind;
   * GET /vms/{id}/report sends the stored upload as it is;
   * after a restart the daemon answers while the stored reports are mapped again;
@@ -168,6 +168,23 @@ def test_uploads(work):
     probes_done = time.monotonic()
     # a second upload of the same VM, the first still in flight
     second = Upload(a, json.dumps({"metrics": []}).encode())
+    # a third announces 8 MiB and sends none of it: refused on its headers, without the body
+    early = socket.socket(socket.AF_UNIX)
+    early.settimeout(10)
+    early.connect(a)
+    early.sendall(b"POST /giantswarm/v1/report HTTP/1.1\r\nHost: 169.254.169.254\r\n"
+                  b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body))
+    t0, got = time.monotonic(), b""
+    try:
+        while True:
+            chunk = early.recv(65536)
+            if not chunk:
+                break
+            got += chunk
+    except OSError as e:
+        got += repr(e).encode()
+    took = time.monotonic() - t0
+    early.close()
     second.wait()
     up.wait()
     bad = [p for p in probes if p[1] != p[2]]
@@ -180,6 +197,9 @@ def test_uploads(work):
                and second.answered_at < up.answered_at,
                "a second upload of VM A while the first is in flight: 429 with Retry-After: 1, at once",
                "%r %r" % (second.status, second.headers))
+    tap.result(got.startswith(b"HTTP/1.1 429") and b"\r\nRetry-After: 1\r\n" in got and took < 5,
+               "... and one whose body is not sent at all: 429 on its headers, the connection closed, in %.2f s"
+               % took, repr(got[:300]))
     status, m = api(port, "GET", "/vms/%s/metrics" % vms["up-a"][0])
     g = (m or {}).get("guest") or {}
     tap.result(status == 200 and g.get("series") == 32000 and g.get("series_exported") == 1000,
