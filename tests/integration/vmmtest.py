@@ -374,11 +374,12 @@ def loop_known(entry):
 
 
 # The system calls in which a sampled loop is waiting for something (the watchdog's names): an iteration
-# that spent over the threshold off the CPU in one of these waited, and that is the loop's doing.
+# that spent over the threshold off the CPU in one of these waited, and that is the loop's doing. The
+# socket calls (accept4, connect, send/recv) are left out: the daemon's sockets are non-blocking, so a
+# loop caught in one was descheduled there, not waiting.
 LOOP_WAITING_SYSCALLS = frozenset((
-    "read", "write", "poll", "select", "nanosleep", "connect", "accept", "sendto", "recvfrom", "sendmsg",
-    "recvmsg", "wait4", "flock", "fsync", "fdatasync", "rename", "futex", "clock_nanosleep", "waitid", "openat",
-    "renameat", "pselect6", "ppoll", "accept4", "renameat2"))
+    "read", "write", "poll", "select", "nanosleep", "wait4", "flock", "fsync", "fdatasync", "rename", "futex",
+    "clock_nanosleep", "waitid", "openat", "renameat", "pselect6", "ppoll", "renameat2"))
 
 
 def loop_own_doing(entry):
