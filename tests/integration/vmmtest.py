@@ -385,10 +385,15 @@ LOOP_WAITING_SYSCALLS = frozenset((
 def loop_own_doing(entry):
     """Whether a slow iteration is the loop's doing: over the threshold on a CPU, or off it waiting in a
     system call. An iteration whose time went to neither (the thread neither ran nor waited for a CPU,
-    and was not caught in a wait: the host took the CPU away, as a hypervisor's steal does; or the
-    report has no CPU time) is not: it is shown, and fails only under $VM_MANAGER_LOOP_STRICT."""
+    and was not caught in a wait: the host took the CPU away, as a hypervisor's steal does), or that
+    was caught in the sanitizer runtime's own allocator work, is not: it is shown, and fails only
+    under $VM_MANAGER_LOOP_STRICT. A report without CPU time counts as the loop's doing."""
     if "cpuUsec" not in entry or "usec" not in entry:
         return True
+    # The sanitizers' allocator recycling its quarantine (ASan frees a batch of old chunks inside
+    # some free() of ours) is the runtime's work, absent from the product's builds.
+    if any("__sanitizer::Quarantine" in f or "__asan::" in f for f in (entry.get("stack") or [])[:3]):
+        return False
     threshold = LOOP_THRESHOLD_MS * 1000
     blocked = entry["usec"] - entry.get("waitUsec", 0) - entry["cpuUsec"]
     return entry["cpuUsec"] > threshold or (blocked > threshold and entry.get("syscall") in LOOP_WAITING_SYSCALLS)
@@ -433,8 +438,9 @@ def check_loop_reports(daemons, t=None):
     if host and not strict and isinstance(t, Tap):
         # Under the sanitizers on a shared machine an iteration now and then passes 50 ms although the
         # loop neither ran nor waited for it: shown, not fatal unless $VM_MANAGER_LOOP_STRICT is set.
-        t.result(False, "no iteration over %d ms that the host took from the loop" % LOOP_THRESHOLD_MS,
-                 "\n".join(host), todo="the loop neither ran nor waited; VM_MANAGER_LOOP_STRICT=1 fails on it")
+        t.result(False, "no iteration over %d ms that the host or the sanitizers took from the loop" % LOOP_THRESHOLD_MS,
+                 "\n".join(host), todo="the loop neither ran nor waited, or ASan recycled its quarantine; "
+                 "VM_MANAGER_LOOP_STRICT=1 fails on it")
     if known and isinstance(t, Tap):
         t.result(False, "known: " + name, "\n".join(known), todo="; ".join(reasons))
     elif known:
