@@ -16,13 +16,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <openssl/evp.h>
 
 #include "cleanup.h"
 #include "fs-util.h"
 #include "host-probe.h"
 #include "log.h"
-#include "openssl-util.h"
 #include "parse-util.h"
 #include "string-table.h"
 #include "time-util.h"
@@ -573,60 +571,31 @@ static int probe_firmware_package(HostProbe *p, const char *path) {
         return 0;
 }
 
-/* The SHA-256 of fd, in hex, computed by a child process: OpenSSL's digest machinery would leave a
- * couple of MiB of libcrypto resident in the idle daemon, which needs it only for this. */
-static int sha256_fd_in_child(int fd, char hex[static 65]) {
-        _cleanup_close_ int rfd = -EBADF, wfd = -EBADF;
-        int pipefd[2], status;
-        size_t got = 0;
-        pid_t pid;
+/* The SHA-256 of the file at path, in hex, from coreutils' sha256sum: OpenSSL's digest machinery
+ * would leave a couple of MiB of libcrypto resident in the idle daemon, which needs it only for
+ * this. The child execs at once (posix_spawn): a forked copy of the daemon running OpenSSL hung when
+ * another thread (libcurl's CA store, built at start-up) held a lock at the fork. */
+static int sha256_file(const HostProbe *p, const char *path, char hex[static 65]) {
+        _cleanup_(spawn_result_done) SpawnResult res = {};
+        _cleanup_free_ char *exe = NULL;
+        const char *argv[] = { "sha256sum", "--", path, NULL };
+        int r;
 
-        if (pipe2(pipefd, O_CLOEXEC) < 0)
-                return -errno;
-        rfd = pipefd[0];
-        wfd = pipefd[1];
-        pid = fork();
-        if (pid < 0)
-                return -errno;
-        if (pid == 0) {
-                EVP_MD_CTX *ctx = EVP_MD_CTX_new();
-                unsigned char md[EVP_MAX_MD_SIZE], buf[64 * 1024];
-                unsigned md_len = 0;
-                char out[2 * EVP_MAX_MD_SIZE + 1];
-
-                if (!ctx || EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) != 1)
-                        _exit(1);
-                for (;;) {
-                        ssize_t k = read(fd, buf, sizeof(buf));
-                        if (k < 0 && errno == EINTR)
-                                continue;
-                        if (k < 0)
-                                _exit(1);
-                        if (k == 0)
-                                break;
-                        if (EVP_DigestUpdate(ctx, buf, (size_t) k) != 1)
-                                _exit(1);
-                }
-                if (EVP_DigestFinal_ex(ctx, md, &md_len) != 1 || md_len != 32)
-                        _exit(1);
-                for (unsigned i = 0; i < md_len; i++)
-                        (void) snprintf(out + 2 * i, 3, "%02x", md[i]);
-                _exit(loop_write(wfd, out, 64) < 0 ? 1 : 0);
-        }
-        wfd = safe_close(wfd);
-        while (got < 64) {
-                ssize_t k = read(rfd, hex + got, 64 - got);
-                if (k < 0 && errno == EINTR)
-                        continue;
-                if (k <= 0)
-                        break;
-                got += (size_t) k;
-        }
-        hex[got] = 0;
-        while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
-                ;
-        if (got != 64 || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        r = find_executable(p->path, "sha256sum", &exe);
+        if (r == -ENOMEM)
+                return r;
+        if (r < 0 && !(exe = strdup("/usr/bin/sha256sum")))
+                return -ENOMEM;
+        r = spawn_capture(exe, (char *const *) argv, HOST_PROBE_TOOL_TIMEOUT_USEC, &res);
+        if (r < 0)
+                return r;
+        if (res.timed_out)
+                return -ETIMEDOUT;
+        if (!WIFEXITED(res.status) || WEXITSTATUS(res.status) != 0 || !res.output ||
+            strspn(res.output, "0123456789abcdef") != 64)
                 return -EIO;
+        memcpy(hex, res.output, 64);
+        hex[64] = 0;
         return 0;
 }
 
@@ -651,7 +620,7 @@ static int probe_firmware(HostProbe *p) {
                 return 0;
         }
 
-        r = sha256_fd_in_child(fd, hex);
+        r = sha256_file(p, p->ovmf_code, hex);
         if (r < 0) {
                 (void) log_debug_errno(r, "Host probe: hashing %s: %m", p->ovmf_code_text);
                 return r == -ENOMEM ? r : 0;
