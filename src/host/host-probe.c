@@ -16,7 +16,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-
 #include "cleanup.h"
 #include "fs-util.h"
 #include "host-probe.h"
