@@ -17,6 +17,7 @@ typedef enum FileJobType {
         FILE_JOB_WRITE_JSON,
         FILE_JOB_COPY,
         FILE_JOB_REMOVE,
+        FILE_JOB_UNLINK,
         FILE_JOB_SYNC,
 } FileJobType;
 
@@ -93,6 +94,10 @@ static void file_job_run(void *userdata) {
         }
         case FILE_JOB_REMOVE:
                 j->r = rm_rf(j->path);
+                break;
+        case FILE_JOB_UNLINK:
+                /* a directory fails with -EISDIR: this removes one file, never a tree */
+                j->r = unlink(j->path) < 0 && errno != ENOENT ? -errno : 0;
                 break;
         case FILE_JOB_SYNC:
                 /* one thread, in order: every job before this one has ended */
@@ -297,6 +302,18 @@ int file_writer_remove(FileWriter *w, const char *path, FileWriterDoneFunc done,
         assert_return(w && path, -EINVAL);
 
         r = file_job_new(FILE_JOB_REMOVE, path, done, userdata, &j);
+        if (r < 0)
+                return r;
+        return enqueue(w, TAKE_PTR(j));
+}
+
+int file_writer_unlink(FileWriter *w, const char *path, FileWriterDoneFunc done, void *userdata) {
+        _cleanup_(file_job_freep) FileJob *j = NULL;
+        int r;
+
+        assert_return(w && path, -EINVAL);
+
+        r = file_job_new(FILE_JOB_UNLINK, path, done, userdata, &j);
         if (r < 0)
                 return r;
         return enqueue(w, TAKE_PTR(j));

@@ -61,6 +61,10 @@ int file_writer_copy_new(
         void *userdata);
 /* rm_rf(path) on the thread, after every job asked for before. */
 int file_writer_remove(FileWriter *w, const char *path, FileWriterDoneFunc done, void *userdata);
+/* unlink(path) on the thread, after every job asked for before: a missing file is no error, a
+ * directory is (-EISDIR). Unlinking a large written file frees its blocks, which takes the file
+ * system hundreds of milliseconds for a 10 GiB disk. */
+int file_writer_unlink(FileWriter *w, const char *path, FileWriterDoneFunc done, void *userdata);
 /* done(0, NULL, userdata) once every job asked for before has finished. */
 int file_writer_sync(FileWriter *w, FileWriterDoneFunc done, void *userdata);
 

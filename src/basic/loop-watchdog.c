@@ -119,18 +119,23 @@ static const char *syscall_name(long nr) {
                 { 73, "flock" },
                 { 74, "fsync" },
                 { 75, "fdatasync" },
+                { 76, "truncate" },
+                { 77, "ftruncate" },
                 { 82, "rename" },
+                { 87, "unlink" },
                 { 202, "futex" },
                 { 230, "clock_nanosleep" },
                 { 232, "epoll_wait" },
                 { 247, "waitid" },
                 { 257, "openat" },
+                { 263, "unlinkat" },
                 { 264, "renameat" },
                 { 270, "pselect6" },
                 { 271, "ppoll" },
                 { 288, "accept4" },
                 { 316, "renameat2" },
                 { 281, "epoll_pwait" },
+                { 285, "fallocate" },
 #endif
         };
 

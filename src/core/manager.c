@@ -459,7 +459,7 @@ FileWriter *manager_writer(Manager *m) {
 
 static void on_file_written(int r, const char *path, void *userdata) {
         if (r < 0)
-                log_error_errno(r, "Failed to write '%s': %m", path);
+                log_error_errno(r, "Failed to write or remove '%s': %m", path);
 }
 
 int manager_write_file(Manager *m, const char *path, const void *data, size_t size, mode_t mode) {
@@ -488,6 +488,12 @@ int manager_remove_tree(Manager *m, const char *path) {
         if (!m->writer_on)
                 return rm_rf(path);
         return file_writer_remove(m->writer, path, on_file_written, /* userdata= */ NULL);
+}
+
+int manager_unlink_file(Manager *m, const char *path) {
+        if (!m->writer_on)
+                return unlink(path) < 0 && errno != ENOENT ? -errno : 0;
+        return file_writer_unlink(m->writer, path, on_file_written, /* userdata= */ NULL);
 }
 
 int manager_sync(Manager *m, FileWriterDoneFunc done, void *userdata) {

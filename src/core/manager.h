@@ -132,6 +132,7 @@ const char *manager_built(Manager *m);
 /* Files are written off the loop, by one thread, in the order asked for (file-writer.h): a later
  * write of a path never overtakes an earlier one, and a removal comes after the writes before it.
  * manager_write_file() queues write_file_atomic(path, …); manager_remove_tree() queues rm_rf(path);
+ * manager_unlink_file() queues unlink(path) (a VM's disk: freeing its blocks takes time);
  * a failure is logged when it happens. manager_sync() calls done once everything asked for before
  * is on disk (or failed and logged): an answer that reports a record waits for it. While
  * manager_new() runs (before the loop serves anything) files are written at once. */
@@ -140,6 +141,7 @@ int manager_write_file(Manager *m, const char *path, const void *data, size_t si
  * the writer's thread too (file_writer_write_json()): -EFBIG past max bytes. */
 int manager_write_json(Manager *m, const char *path, json_t *v, size_t max, mode_t mode);
 int manager_remove_tree(Manager *m, const char *path);
+int manager_unlink_file(Manager *m, const char *path);
 int manager_sync(Manager *m, FileWriterDoneFunc done, void *userdata);
 
 /* Bumped on every change to a record, so that surfaces can cache what they rendered. */

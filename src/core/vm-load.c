@@ -290,7 +290,7 @@ int vm_delete_quarantined(Manager *m, const char *id, json_t **ret, ApiError *re
                 return api_error_set(reterr, -ENOENT, API_ERROR_NOT_FOUND, "vm \"%s\"", id);
         vm_release_leases_of(m, id);
         vm_delete_volume(m, id);
-        (void) rm_rf(q->path);
+        (void) manager_remove_tree(m, q->path);
         log_struct(LOG_INFO, LOG_FIELDS({ "VM_ID", id }), "Quarantined VM record %s deleted.", q->path);
         manager_quarantine_remove(m, id);
         manager_touch(m);

@@ -107,10 +107,12 @@ int vm_acquire_volume(Vm *v, VolumeCreate mode, ApiError *reterr) {
 }
 
 void vm_delete_volume(Manager *m, const char *id) {
-        _cleanup_free_ char *name = NULL;
+        _cleanup_free_ char *name = NULL, *path = NULL;
 
-        if (asprintf(&name, "vm-%s", id) >= 0)
-                (void) storage_delete(manager_storage(m), name, NULL);
+        if (asprintf(&name, "vm-%s", id) < 0)
+                return;
+        if (storage_delete_path(manager_storage(m), name, &path, NULL) >= 0 && path)
+                (void) manager_unlink_file(m, path); /* after the writes queued before; a failure is logged */
 }
 
 void vm_release(Vm *v) {

@@ -779,18 +779,13 @@ static int files_acquire(
         return 0;
 }
 
-static int files_delete(Storage *s, const char *name, ApiError *reterr) {
-        _cleanup_free_ char *path = volume_path(s->dir, name);
+static int files_delete_path(Storage *s, const char *name, char **ret_path, ApiError *reterr) {
+        char *path = volume_path(s->dir, name);
 
         if (!path)
                 return api_error_set(reterr, -ENOMEM, API_ERROR_INTERNAL, "out of memory");
-        if (unlink(path) < 0) {
-                if (errno == ENOENT)
-                        return 0;
-                return api_error_set(
-                        reterr, -errno, API_ERROR_INTERNAL, "cannot delete volume %s: %s", name, strerror(errno));
-        }
-        return 1;
+        *ret_path = path;
+        return 0;
 }
 
 /* ---- systemd storage provider ---- */
@@ -1011,7 +1006,7 @@ static int provider_acquire_finish(
         return 0;
 }
 
-static int provider_delete(Storage *s, const char *name, ApiError *reterr) {
+static int provider_delete_path(Storage *s, const char *name, char **ret_path, ApiError *reterr) {
         _cleanup_free_ char *path = NULL;
         struct stat st;
 
@@ -1039,13 +1034,8 @@ static int provider_delete(Storage *s, const char *name, ApiError *reterr) {
                         API_ERROR_UNSUPPORTED,
                         "%s is a directory volume, which vm-manager does not manage",
                         name);
-        if (unlink(path) < 0) {
-                if (errno == ENOENT)
-                        return 0;
-                return api_error_set(
-                        reterr, -errno, API_ERROR_INTERNAL, "cannot delete volume %s: %s", name, strerror(errno));
-        }
-        return 1;
+        *ret_path = TAKE_PTR(path);
+        return 0;
 }
 
 /* ---- dispatch ---- */
@@ -1284,14 +1274,31 @@ int storage_acquire(
         return 0;
 }
 
-int storage_delete(Storage *s, const char *name, ApiError *reterr) {
-        assert_return(s, -EINVAL);
+int storage_delete_path(Storage *s, const char *name, char **ret_path, ApiError *reterr) {
+        assert_return(s && ret_path, -EINVAL);
 
+        *ret_path = NULL;
         if (!volume_name_is_valid(name))
                 return api_error_set(
                         reterr, -EINVAL, API_ERROR_INVALID_REQUEST, "invalid volume name '%s'", strempty(name));
 
         if (s->kind == STORAGE_PROVIDER)
-                return provider_delete(s, name, reterr);
-        return files_delete(s, name, reterr);
+                return provider_delete_path(s, name, ret_path, reterr);
+        return files_delete_path(s, name, ret_path, reterr);
+}
+
+int storage_delete(Storage *s, const char *name, ApiError *reterr) {
+        _cleanup_free_ char *path = NULL;
+        int r;
+
+        r = storage_delete_path(s, name, &path, reterr);
+        if (r < 0 || !path)
+                return r;
+        if (unlink(path) < 0) {
+                if (errno == ENOENT)
+                        return 0;
+                return api_error_set(
+                        reterr, -errno, API_ERROR_INTERNAL, "cannot delete volume %s: %s", name, strerror(errno));
+        }
+        return 1;
 }

@@ -160,6 +160,10 @@ int storage_acquire(Storage *s, const char *name, uint64_t size, VolumeCreate mo
  * directory there is a directory volume, which vm-manager does not manage (-EOPNOTSUPP unsupported);
  * without a known volume directory the volume cannot be found (-EOPNOTSUPP unsupported). */
 int storage_delete(Storage *s, const char *name, ApiError *reterr);
+/* What storage_delete() checks, without the unlink: *ret_path is the file to unlink (owned by the
+ * caller), or NULL when the provider's volume is already gone. The daemon unlinks it on its file
+ * writer's thread: freeing a written disk's blocks takes the file system hundreds of milliseconds. */
+int storage_delete_path(Storage *s, const char *name, char **ret_path, ApiError *reterr);
 
 /* The varlink wire format, exposed for the fuzzer and the tests. */
 

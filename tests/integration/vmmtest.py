@@ -379,7 +379,8 @@ def loop_known(entry):
 # loop caught in one was descheduled there, not waiting.
 LOOP_WAITING_SYSCALLS = frozenset((
     "read", "write", "poll", "select", "nanosleep", "wait4", "flock", "fsync", "fdatasync", "rename", "futex",
-    "clock_nanosleep", "waitid", "openat", "renameat", "pselect6", "ppoll", "renameat2"))
+    "clock_nanosleep", "waitid", "openat", "renameat", "pselect6", "ppoll", "renameat2", "truncate", "ftruncate",
+    "unlink", "unlinkat", "fallocate"))
 
 
 def loop_own_doing(entry):

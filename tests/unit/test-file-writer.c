@@ -169,6 +169,42 @@ static void test_remove_after_writes(void **state) {
         assert_ok(rm_rf(dir));
 }
 
+/* An unlink removes one file after the writes to it, is content with a file already gone, and
+ * refuses a directory rather than removing a tree (a provider's directory volume is not ours). */
+static void test_unlink(void **state) {
+        _cleanup_(sd_event_unrefp) sd_event *e = NULL;
+        _cleanup_(file_writer_freep) FileWriter *w = NULL;
+        _cleanup_free_ char *dir = make_dir(), *disk = join(dir, "vm-1.volume"),
+                            *sub = join(dir, "vm-2.volume"), *inner = join(sub, "keep");
+        static Tag tags[4];
+        static Seen seen;
+        struct stat st;
+
+        assert_ok(sd_event_new(&e));
+        assert_ok(file_writer_new(e, NULL, &w));
+        assert_ok(mkdir_p(sub, 0700));
+        assert_ok(write_file_atomic(inner, "x", 1, 0600));
+        seen = (Seen){ .event = e, .exit_after = 4 };
+        for (unsigned i = 0; i < ELEMENTSOF(tags); i++)
+                tags[i] = (Tag){ .seen = &seen, .index = i };
+
+        assert_ok(file_writer_write(w, disk, "disk", 4, 0600, on_done, &tags[0]));
+        assert_ok(file_writer_unlink(w, disk, on_done, &tags[1]));
+        assert_ok(file_writer_unlink(w, disk, on_done, &tags[2]));
+        assert_ok(file_writer_unlink(w, sub, on_done, &tags[3]));
+        assert_ok(sd_event_loop(e));
+
+        assert_int_equal(seen.n, 4);
+        assert_int_equal(seen.r[0], 0);
+        assert_int_equal(seen.r[1], 0);
+        assert_int_equal(seen.r[2], 0);
+        assert_int_equal(seen.r[3], -EISDIR);
+        assert_int_equal(stat(disk, &st), -1);
+        assert_ok(stat(inner, &st));
+        w = file_writer_free(w);
+        assert_ok(rm_rf(dir));
+}
+
 /* Freed with jobs queued (the loop never ran): every one is written, in order, and done() hears. */
 static void test_free_finishes_queued(void **state) {
         _cleanup_(sd_event_unrefp) sd_event *e = NULL;
@@ -201,6 +237,7 @@ int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_writes_keep_their_order),
                 cmocka_unit_test(test_remove_after_writes),
+                cmocka_unit_test(test_unlink),
                 cmocka_unit_test(test_write_json),
                 cmocka_unit_test(test_free_finishes_queued),
         };
