@@ -233,6 +233,34 @@ def measured(d, sock_b, sock_a):
     return r
 
 
+def private_kib(pid):
+    """The process's private memory (Private_Clean + Private_Dirty of smaps_rollup), in KiB."""
+    total = 0
+    with open("/proc/%d/smaps_rollup" % pid) as f:
+        for line in f:
+            if line.startswith(("Private_Clean:", "Private_Dirty:")):
+                total += int(line.split()[1])
+    return total
+
+
+def settled_private_kib(pid):
+    """private_kib() once the daemon is idle again (the request's memory is handed back when it ends)."""
+    time.sleep(1.0)
+    return private_kib(pid)
+
+
+def post_raw(port, body):
+    """POST /api/v1/vms with body; the status, or what went wrong (a refusal may close before the end)."""
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    try:
+        c.request("POST", "/api/v1/vms", body=body, headers={"Content-Type": "application/json"})
+        return c.getresponse().status
+    except OSError as e:
+        return type(e).__name__
+    finally:
+        c.close()
+
+
 def stats(samples):
     ok = sorted(x for x in samples if x is not None)
     failed = len(samples) - len(ok)
@@ -261,9 +289,17 @@ def main():
         r = measured(d, sock_b, sock_a)
         rows.append(("idle", r, ""))
 
+        # what a refused body leaves behind: the daemon's private memory, idle, before and after
+        mem = [("idle, two VMs booted", private_kib(d.proc.pid))]
+        big = b"{" + b" " * (9 << 20) + b"}"
+        for i in range(5):
+            mem.append(("after a 9 MiB REST body refused (round %d: %s)" % (i + 1, post_raw(d.port, big)),
+                        settled_private_kib(d.proc.pid)))
+
         # uploads: one at a time, then four connections that ignore Retry-After
         results = multiprocessing.Queue()
         for conns, what in ((1, "VM A uploads 8 MiB reports back to back"),
+                            (2, "VM A uploads 8 MiB reports on 2 connections that ignore Retry-After"),
                             (4, "VM A floods 8 MiB uploads on 4 connections")):
             stop_at = time.monotonic() + DURATION + 1
             floods = [multiprocessing.Process(target=flooder, args=(sock_a, body, stop_at, results))
@@ -330,6 +366,11 @@ def main():
     for name, r, extra in rows:
         print("| %s | %s | %s | %s | %s | %s |" % (name, stats(r["healthz"]), stats(r["b"]), stats(r["a"]),
                                                  extra or "—", r["cpu"]))
+    print()
+    print("| Daemon's private memory (smaps_rollup) | KiB |")
+    print("|---|---|")
+    for name, kib in mem:
+        print("| %s | %d |" % (name, kib))
     print()
     print("| Restart with %d VMs, an 8 MiB report stored for each | |" % STORED)
     print("|---|---|")
