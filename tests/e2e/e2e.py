@@ -446,7 +446,7 @@ def t_restart(work):
     d2 = restarted_daemon(work, "learn-2", port, "process")
     ctx["restart"] = d2
     status, v = api(port, "GET", "/vms/" + vid)
-    # the process launcher: SIGTERM powered the VM down with the daemon (README, Launchers)
+    # the process launcher: SIGTERM powered the VM down with the daemon (docs/operations.md, Launchers)
     tap.result(isinstance(v, dict) and v.get("state") == "stopped",
                "process launcher: the VM was powered down with the daemon and is stopped", repr(v)[:600])
     if not service_manager():
