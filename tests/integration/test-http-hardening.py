@@ -80,7 +80,7 @@ def raw(port, data, timeout=5, host=HOST, family=socket.AF_INET, source=None):
     try:
         if source:
             s.bind((source, 0))
-        s.connect((host, port))
+        s.connect(host if family == socket.AF_UNIX else (host, port))
         try:
             s.sendall(data)
         except OSError:
@@ -439,6 +439,30 @@ def test_nul_bytes(work):
     tap.check("bare LF line ends and blanks around a value: 200",
               lambda: served(b"GET /api/v1/networks HTTP/1.1\nHost: \t127.0.0.1\nX-A:\t b \nConnection: close\n\n",
                              [200]))
+
+    # A VM's IMDS listener: connections the daemon accepts itself and hands to the same server.
+    status, _, data = http_request(port, "POST", "/api/v1/vms", body=json.dumps(dict(CREATE, name="nulvm")).encode())
+    vm = json.loads(data) if status == 201 else {"id": "nope"}
+    sock = os.path.join(work, "s-nul", "vms", vm["id"], "imds.sock")
+    deadline = time.monotonic() + 30
+    while not os.path.exists(sock) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    tap.result(os.path.exists(sock), "a VM's IMDS listener stands", "%r %r" % (status, data[:200]))
+
+    def imds(extra):
+        head = b"GET /giantswarm/v1/hostname HTTP/1.1\r\nHost: 169.254.169.254%s\r\nConnection: close\r\n\r\n"
+        return raw(0, head % extra, family=socket.AF_UNIX, host=sock)
+
+    tap.check("IMDS: GET /hostname: 200 nulvm",
+              lambda: (lambda r: (status_of(r[0]) == 200 and r[0].endswith(b"nulvm"), r[0][:300]))(imds(b"")))
+
+    def imds_nul():
+        resp, closed = imds(b"\0.evil.example")
+        err = (body_json(resp) or {}).get("error", {})
+        return (status_of(resp) == 400 and closed and err.get("code") == "invalid_request"
+                and err.get("message") == "invalid request: header Host contains a NUL byte"), resp[:300]
+
+    tap.check("IMDS: a NUL byte in Host: 400 invalid_request naming it, closed", imds_nul)
     d.stop(signal.SIGTERM, timeout=30)
 
 
