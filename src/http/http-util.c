@@ -179,7 +179,7 @@ int http_head_check(const HttpHead *h, size_t *reterr_field) {
                 size_t prev = i > 0 ? i - 1 : HTTP_HEAD_REQUEST_LINE;
 
                 /* Each field in place, after the one before it, its value after its name. */
-                if (!f->name || !f->value || f->name <= p || f->name >= end || f->name_len == 0 ||
+                if (!f->name || !f->value || f->name <= p || f->name >= end ||
                     f->name_len >= (size_t) (end - f->name) || f->value <= f->name + f->name_len ||
                     f->value > end || f->value_len > (size_t) (end - f->value))
                         return head_fail(-EPROTO, i, reterr_field);

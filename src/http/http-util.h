@@ -62,6 +62,6 @@ typedef struct HttpHead {
  * Returns 0 when so; -EBADMSG when a line holds more than was reported, which only a NUL byte the
  * client sent produces; -EPROTO when a field does not sit where the head says it should, as a
  * folded line (obs-fold) leaves it. On failure *reterr_field is the index of the field at fault,
- * or HTTP_HEAD_REQUEST_LINE. A NUL sent just before a bare LF reads as a CRLF and passes: it
- * hides nothing. */
+ * or HTTP_HEAD_REQUEST_LINE. A NUL that stands only among line end bytes ("\0\n", or "\0\r\n\n"
+ * at the end of the head) reads as a line end and may pass: it hides nothing. */
 int http_head_check(const HttpHead *h, size_t *reterr_field);
