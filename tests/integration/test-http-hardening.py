@@ -8,6 +8,9 @@ tests/integration/fakes first on PATH and --launcher process (as test-vm-errors.
   * REST writes with a body need Content-Type application/json (415 otherwise); DELETE and
     start/stop without a body need none;
   * HTTP/1.1 without Host is 400;
+  * a NUL byte in the request head (Host, Origin, MCP-Protocol-Version, any header, the target, a
+    keep-alive connection's second request, an IMDS request) is 400 invalid_request naming the
+    header, and closed; so is a folded header line;
   * every oversized request (query arguments, target, headers, body) is answered and closed;
   * get_vm_console's lines outside 1..10000 is invalid_request, on REST and MCP;
   * 1,100 idle connections from one address, or 300 from each of six, leave /healthz, REST and
