@@ -91,6 +91,8 @@ struct HttpConnection {
         usec_t since;   /* start of the current wait: for a request, or for a response to go out */
         HttpRequest *request;
         unsigned refused_target;               /* 414 when on_uri() refused the request target */
+        const char *target;                    /* on_uri()'s: the target in MHD's read buffer, undecoded */
+        size_t target_len;                     /* its length then, for request_check_head() */
         bool closing;                          /* shut down by us, MHD has yet to notice */
         HttpConnection *peer_prev, *peer_next; /* the peer's connections, by since */
         bool served;                           /* a request of it was answered */
@@ -832,6 +834,92 @@ static enum MHD_Result count_host(void *cls, enum MHD_ValueKind kind, const char
         return MHD_YES;
 }
 
+typedef struct HeadFields {
+        HttpHeadField *fields;
+        size_t n, n_alloc;
+} HeadFields;
+
+static enum MHD_Result collect_field(
+        void *cls, enum MHD_ValueKind kind, const char *key, size_t key_size, const char *value, size_t value_size) {
+        HeadFields *h = cls;
+
+        if (h->fields) {
+                if (h->n >= h->n_alloc)
+                        return MHD_NO;
+                h->fields[h->n] = (HttpHeadField){
+                        .name = key, .name_len = key_size, .value = value, .value_len = value_size
+                };
+        }
+        h->n++;
+        return MHD_YES;
+}
+
+/* libmicrohttpd 0.9.75 reads every header line up to its first NUL byte and drops the rest of the
+ * line without a word, so "Host: 127.0.0.1\0evil.example" would reach the site guard as loopback.
+ * It has no option that refuses such lines (MHD_OPTION_STRICT_FOR_CLIENT checks spaces only), but
+ * it leaves the head it parsed in place in its read buffer, from the method on, for as long as the
+ * request lasts: compare that with the fields it reported. This runs for every request of a
+ * connection, each with its own head. Replies and returns true when the request is refused; such
+ * answers close the connection. */
+static bool request_refuse_head(HttpRequest *r, const char *method, const char *version) {
+        const union MHD_ConnectionInfo *info = MHD_get_connection_info(
+                r->connection, MHD_CONNECTION_INFO_REQUEST_HEADER_SIZE);
+        _cleanup_free_ HttpHeadField *fields = NULL;
+        HeadFields collected = {};
+        size_t at = HTTP_HEAD_REQUEST_LINE;
+        HttpHead head;
+        int k;
+
+        r->close = true;
+        if (!info) {
+                (void) reply_error_static(r, 0, -EIO, API_ERROR_INTERNAL, "internal error: no request head");
+                return true;
+        }
+        (void) MHD_get_connection_values_n(r->connection, MHD_HEADER_KIND, collect_field, &collected);
+        if (collected.n > 0) {
+                fields = calloc(collected.n, sizeof(HttpHeadField));
+                if (!fields) {
+                        (void) reply_error_static(r, 0, -ENOMEM, API_ERROR_INTERNAL, "out of memory");
+                        return true;
+                }
+                collected = (HeadFields){ .fields = fields, .n_alloc = collected.n };
+                (void) MHD_get_connection_values_n(r->connection, MHD_HEADER_KIND, collect_field, &collected);
+        }
+        head = (HttpHead){
+                .start = method,
+                .size = info->header_size,
+                .target = r->conn ? r->conn->target : NULL,
+                .target_len = r->conn ? r->conn->target_len : 0,
+                .version = version,
+                .fields = fields,
+                .n_fields = MIN(collected.n, collected.n_alloc),
+        };
+        k = http_head_check(&head, &at);
+        if (k >= 0) {
+                r->close = false;
+                return false;
+        }
+        if (at == HTTP_HEAD_REQUEST_LINE)
+                (void) reply_error_static(
+                        r,
+                        0,
+                        -EBADMSG,
+                        API_ERROR_INVALID_REQUEST,
+                        k == -EBADMSG ? "request line contains a NUL byte" :
+                                        "request head: not as libmicrohttpd reported it");
+        else
+                (void) reply_error_static(
+                        r,
+                        0,
+                        -EBADMSG,
+                        API_ERROR_INVALID_REQUEST,
+                        k == -EBADMSG ? "header %.*s contains a NUL byte" :
+                                        "header %.*s: folded over several lines (obs-fold)",
+                        (int) MIN(fields[at].name_len, (size_t) 100),
+                        fields[at].name);
+        return true;
+}
+
 /* What HTTP itself refuses before any handler sees the request: a target on_uri() found too
  * large, a body announced too large, an HTTP/1.1 request without exactly one Host (RFC 9112 §3.2).
  * Replies and returns true when the request is refused; such answers close the connection. */
@@ -972,8 +1060,11 @@ static enum MHD_Result on_access(
                         if (errno != 0 || *end != 0 || n > s->options.max_body)
                                 r->body_too_large = true;
                 }
-                /* Whatever HTTP refuses is answered now, before the body. */
+                /* Whatever HTTP refuses is answered now, before the body. The head is checked
+                 * here only: the body may be read into the buffer that holds it. */
                 r->state = REQUEST_DISPATCHED;
+                if (request_refuse_head(r, method, version))
+                        return r->response ? request_queue(r) : MHD_NO;
                 if (request_refuse(r, version))
                         return request_queue(r);
                 if (s->options.early) {
@@ -1143,6 +1234,11 @@ static void *on_uri(void *cls, const char *uri, struct MHD_Connection *mc) {
         char *q = strchr(uri, '?');
         unsigned n_args = 0;
         bool refuse;
+
+        if (c) {
+                c->target = uri;
+                c->target_len = strlen(uri);
+        }
 
         if (q)
                 for (const char *p = q; p; p = strchr(p + 1, '&'))

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 #include <arpa/inet.h>
+#include <errno.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <string.h>
@@ -135,4 +136,69 @@ bool http_sockaddr_peer(const struct sockaddr *sa, socklen_t len, char ret[stati
                 return true;
         }
         return false;
+}
+
+/* The NUL bytes libmicrohttpd wrote over a line end at p ("\r\n" or "\n"), and what else is there:
+ * returns the first byte that is not NUL, or end. */
+static const char *skip_nul(const char *p, const char *end) {
+        while (p < end && *p == 0)
+                p++;
+        return p;
+}
+
+static int head_fail(int error, size_t field, size_t *reterr_field) {
+        if (reterr_field)
+                *reterr_field = field;
+        return error;
+}
+
+int http_head_check(const HttpHead *h, size_t *reterr_field) {
+        const char *end, *p, *q;
+
+        if (!h || !h->start || !h->version)
+                return head_fail(-EPROTO, HTTP_HEAD_REQUEST_LINE, reterr_field);
+        end = h->start + h->size;
+        if (h->version <= h->start || (size_t) (end - h->version) < strlen("HTTP/1.1"))
+                return head_fail(-EPROTO, HTTP_HEAD_REQUEST_LINE, reterr_field);
+
+        /* The request line: method, NUL (its first space), more spaces, target, NUL, version. */
+        p = h->start + strnlen(h->start, (size_t) (h->version - h->start));
+        if (h->target) {
+                if (h->target <= p || h->target >= h->version)
+                        return head_fail(-EPROTO, HTTP_HEAD_REQUEST_LINE, reterr_field);
+                for (q = p + 1; q < h->target; q++)
+                        if (*q != ' ')
+                                return head_fail(-EBADMSG, HTTP_HEAD_REQUEST_LINE, reterr_field);
+                if (h->target_len != (size_t) (h->version - h->target) - 1)
+                        return head_fail(-EBADMSG, HTTP_HEAD_REQUEST_LINE, reterr_field);
+        }
+        p = h->version + strnlen(h->version, (size_t) (end - h->version));
+
+        for (size_t i = 0; i < h->n_fields; i++) {
+                const HttpHeadField *f = &h->fields[i];
+                size_t prev = i > 0 ? i - 1 : HTTP_HEAD_REQUEST_LINE;
+
+                /* Each field in place, after the one before it, its value after its name. */
+                if (!f->name || !f->value || f->name <= p || f->name >= end ||
+                    f->name_len >= (size_t) (end - f->name) || f->value <= f->name + f->name_len ||
+                    f->value > end || f->value_len > (size_t) (end - f->value))
+                        return head_fail(-EPROTO, i, reterr_field);
+                /* Between the previous line's last byte and this name: that line's end, nothing else. */
+                q = skip_nul(p, f->name);
+                if (q != f->name || q - p > 2)
+                        return head_fail(-EBADMSG, prev, reterr_field);
+                if (f->name[f->name_len] != 0)
+                        return head_fail(-EPROTO, i, reterr_field);
+                for (q = f->name + f->name_len + 1; q < f->value; q++)
+                        if (*q != ' ' && *q != '\t')
+                                return head_fail(-EBADMSG, i, reterr_field);
+                p = f->value + f->value_len;
+        }
+
+        /* The last line's end and the empty line's, then the end of the head. */
+        q = skip_nul(p, end);
+        if (q != end || q - p < 2 || q - p > 4)
+                return head_fail(
+                        -EBADMSG, h->n_fields > 0 ? h->n_fields - 1 : HTTP_HEAD_REQUEST_LINE, reterr_field);
+        return 0;
 }

@@ -3,6 +3,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/socket.h>
 
 /* Pure helpers of the HTTP layer: what a header names, what a socket address is. No I/O. */
@@ -29,3 +30,38 @@ bool http_sockaddr_is_loopback(const struct sockaddr *sa, socklen_t len);
  * HTTP_PEER_MAX bytes including the NUL; returns false for other families. */
 #define HTTP_PEER_MAX 64
 bool http_sockaddr_peer(const struct sockaddr *sa, socklen_t len, char ret[static HTTP_PEER_MAX]);
+
+/* One header field of a request, as libmicrohttpd reported it: pointers into the request head. */
+typedef struct HttpHeadField {
+        const char *name;
+        size_t name_len;
+        const char *value;
+        size_t value_len;
+} HttpHeadField;
+
+/* A request head as libmicrohttpd 0.9.75 leaves it in its read buffer once parsed. It splits the
+ * head in place: the first space of the request line, the space before the version, every colon
+ * and every line end (CRLF or a bare LF) become NUL bytes, and every string it reports ends at the
+ * first NUL. A NUL the client sent therefore cuts a value short, and what followed it on the line
+ * is silently dropped ("Host: 127.0.0.1\0evil.example"). */
+typedef struct HttpHead {
+        const char *start; /* the method, where the head begins */
+        size_t size;       /* up to and including the empty line (MHD_CONNECTION_INFO_REQUEST_HEADER_SIZE) */
+        const char *target;  /* the request target when the URI callback saw it, still undecoded, or NULL */
+        size_t target_len;   /* its strlen() then */
+        const char *version; /* "HTTP/1.1", inside the head */
+        const HttpHeadField *fields; /* the header fields in the order they arrived */
+        size_t n_fields;
+} HttpHead;
+
+#define HTTP_HEAD_REQUEST_LINE SIZE_MAX
+
+/* Whether every byte of the head is accounted for by what libmicrohttpd reported: between the
+ * pieces there may be only the separators it overwrote (one NUL and spaces after the method, a
+ * colon's NUL and blanks before a value, one or two NULs for a line end, two to four at the end).
+ * Returns 0 when so; -EBADMSG when a line holds more than was reported, which only a NUL byte the
+ * client sent produces; -EPROTO when a field does not sit where the head says it should, as a
+ * folded line (obs-fold) leaves it. On failure *reterr_field is the index of the field at fault,
+ * or HTTP_HEAD_REQUEST_LINE. A NUL that stands only among line end bytes ("\0\n", or "\0\r\n\n"
+ * at the end of the head) reads as a line end and may pass: it hides nothing. */
+int http_head_check(const HttpHead *h, size_t *reterr_field);

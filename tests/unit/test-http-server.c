@@ -271,6 +271,7 @@ static int teardown(void **state) {
 typedef struct Exchange {
         uint16_t port;
         char request[160000]; /* room for a body the server parses off the loop */
+        size_t request_len;   /* when the request holds NUL bytes; 0: up to the first */
         char response[8192];
         unsigned status;
         int close_early; /* disconnect after sending, without reading */
@@ -311,6 +312,17 @@ static void client_send(int fd, const char *req) {
         size_t n = strlen(req), off = 0;
         while (off < n) {
                 ssize_t k = write(fd, req + off, n - off);
+                if (k <= 0)
+                        return;
+                off += (size_t) k;
+        }
+}
+
+static void exchange_send(int fd, const Exchange *x) {
+        size_t n = x->request_len ?: strlen(x->request), off = 0;
+
+        while (off < n) {
+                ssize_t k = write(fd, x->request + off, n - off);
                 if (k <= 0)
                         return;
                 off += (size_t) k;
@@ -367,7 +379,7 @@ static void *client_thread(void *p) {
                 for (size_t i = 0; i < job->n; i++) {
                         Exchange *x = &job->exchanges[i];
                         int fd = client_connect(x->port);
-                        client_send(fd, x->request);
+                        exchange_send(fd, x);
                         if (x->close_early) {
                                 usleep(50 * 1000);
                                 close(fd);
@@ -856,6 +868,61 @@ static void test_host_required(void **state) {
         assert_int_equal(f->fast_answered_at, 1);
 }
 
+/* Like set_request(), for bytes that may hold NULs. */
+static void set_request_bytes(Exchange *x, uint16_t port, const char *data, size_t len) {
+        memset(x, 0, sizeof(*x));
+        assert_true(len < sizeof(x->request));
+        x->port = port;
+        memcpy(x->request, data, len);
+        x->request_len = len;
+}
+
+#define SET_BYTES(x, port, literal) set_request_bytes(x, port, literal, sizeof(literal) - 1)
+
+/* libmicrohttpd 0.9.75 reads a header up to a NUL byte in it and drops the rest of the line: such
+ * a request is refused whole, before any handler, also as the second request of a connection. */
+static void test_nul_in_head(void **state) {
+        Fixture *f = *state;
+        Exchange x[7];
+        ClientJob job = { .exchanges = x, .n = 7 };
+
+        SET_BYTES(
+                &x[0],
+                f->port,
+                "GET /fast HTTP/1.1\r\nHost: 127.0.0.1\0evil.example\r\nConnection: close\r\n\r\n");
+        SET_BYTES(&x[1], f->port, "GET /fast HTTP/1.1\r\nHost: t\r\nX-A: \0\r\nConnection: close\r\n\r\n");
+        SET_BYTES(
+                &x[2],
+                f->port,
+                "GET /fast HTTP/1.1\r\nHost: t\r\n\r\n"
+                "GET /fast HTTP/1.1\r\nHost: t\r\nX-B: 1\0\r\nConnection: close\r\n\r\n");
+        SET_BYTES(&x[3], f->port, "GET /fast\0x HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
+        SET_BYTES(&x[4], f->port, "GET /fast HTTP/1.1\r\nHost: t\r\nX-C: a\r\n b\r\nConnection: close\r\n\r\n");
+        /* blanks around values, bare LF, empty values, a query, spaces before the version */
+        SET_BYTES(&x[5], f->port, "GET /fast?a=1&b=%41  HTTP/1.1\nHost:\t t \nX-E:\r\nConnection: close\n\n");
+        /* a NUL just before a bare LF reads as a CRLF: nothing after it is lost, so it passes */
+        SET_BYTES(&x[6], f->port, "GET /fast HTTP/1.1\r\nHost: t\0\nConnection: close\r\n\r\n");
+        run_clients(f, &job);
+
+        assert_int_equal(x[0].status, 400);
+        assert_non_null(strstr(body_of(&x[0]), "header Host contains a NUL byte"));
+        assert_non_null(strstr(x[0].response, "Connection: close"));
+        assert_int_equal(x[1].status, 400);
+        assert_non_null(strstr(body_of(&x[1]), "header X-A contains a NUL byte"));
+        /* the first request of the connection is served, the second refused */
+        assert_non_null(strstr(x[2].response, "HTTP/1.1 200 "));
+        assert_non_null(strstr(x[2].response, "HTTP/1.1 400 "));
+        assert_non_null(strstr(x[2].response, "header X-B contains a NUL byte"));
+        assert_int_equal(x[3].status, 400);
+        assert_non_null(strstr(body_of(&x[3]), "request line contains a NUL byte"));
+        assert_int_equal(x[4].status, 400);
+        assert_non_null(strstr(body_of(&x[4]), "folded"));
+        assert_int_equal(x[5].status, 200);
+        assert_int_equal(x[6].status, 200);
+        /* the handler saw x[2]'s first request, x[5] and x[6] only */
+        assert_int_equal(f->fast_answered_at, 3);
+}
+
 static void target_with_args(Exchange *x, uint16_t port, unsigned n_args, size_t pad) {
         char *p;
 
@@ -1141,6 +1208,7 @@ int main(void) {
                 cmocka_unit_test_setup_teardown(test_site_guard, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_site_guard_off_elsewhere, setup_any_address, teardown),
                 cmocka_unit_test_setup_teardown(test_host_required, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_nul_in_head, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_target_limits, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_per_peer_evicts_idle, setup_limits, teardown),
                 cmocka_unit_test_setup_teardown(test_per_peer_spares_served, setup_limits, teardown),
