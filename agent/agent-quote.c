@@ -122,9 +122,11 @@ int agent_quote_build(
 
         if (!nonce[0])
                 return api_error_set(reterr, -EINVAL, API_ERROR_INTERNAL, "empty nonce");
-        r = hex_decode(nonce, &qualifying, &qualifying_size);
-        if (r == -ENOMEM)
-                return api_error_set(reterr, r, API_ERROR_INTERNAL, "out of memory");
+        qualifying_size = strlen(nonce) / 2;
+        qualifying = malloc(MAX(qualifying_size, (size_t) 1));
+        if (!qualifying)
+                return api_error_set(reterr, -ENOMEM, API_ERROR_INTERNAL, "out of memory");
+        r = hex_decode(nonce, strlen(nonce), /* lower_only= */ false, qualifying, /* reterr_offset= */ NULL);
         if (r < 0)
                 return api_error_set(reterr, r, API_ERROR_INTERNAL, "nonce is not hex");
 

@@ -7,7 +7,6 @@
 
 #include "agent-util.h"
 #include "cleanup.h"
-#include "hex-util.h"
 
 static int agent_log_max_level = LOG_INFO;
 
@@ -32,32 +31,6 @@ void agent_log_internal(int level, const char *format, ...) {
         (void) vsnprintf(msg, sizeof(msg), format, ap);
         va_end(ap);
         (void) fprintf(stderr, "vm-agent: %s%s\n", prefix, msg);
-}
-
-int hex_decode(const char *s, uint8_t **ret, size_t *ret_size) {
-        _cleanup_free_ uint8_t *buf = NULL;
-        size_t n;
-
-        assert_return(s, -EINVAL);
-        assert_return(ret, -EINVAL);
-        assert_return(ret_size, -EINVAL);
-
-        n = strlen(s);
-        if (n % 2 != 0)
-                return -EINVAL;
-        buf = malloc(MAX(n / 2, (size_t) 1));
-        if (!buf)
-                return -ENOMEM;
-        for (size_t i = 0; i < n / 2; i++) {
-                int hi = unhexchar(s[2 * i]), lo = unhexchar(s[2 * i + 1]);
-
-                if (hi < 0 || lo < 0)
-                        return -EINVAL;
-                buf[i] = (uint8_t) (hi << 4 | lo);
-        }
-        *ret = TAKE_PTR(buf);
-        *ret_size = n / 2;
-        return 0;
 }
 
 int read_file_capped(const char *path, size_t max, uint8_t **ret, size_t *ret_size) {

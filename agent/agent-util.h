@@ -25,10 +25,6 @@ void agent_log_internal(int level, const char *format, ...) _printf_(2, 3);
 #define agent_info(...) agent_log(LOG_INFO, __VA_ARGS__)
 #define agent_warning(...) agent_log(LOG_WARNING, __VA_ARGS__)
 
-/* Decodes hex (either case, even length, no separators) into a new buffer. -EINVAL when s is not
- * hex, -ENOMEM on OOM. */
-int hex_decode(const char *s, uint8_t **ret, size_t *ret_size);
-
 /* Reads a whole file of at most max bytes (also files whose st_size is 0, as in securityfs).
  * -ENOENT when it does not exist, -EFBIG when it is larger than max. */
 int read_file_capped(const char *path, size_t max, uint8_t **ret, size_t *ret_size);

@@ -51,32 +51,24 @@ static char *go_invalid_byte(uint8_t b) {
 
 int attest_hex_decode(const char *s, size_t len, uint8_t **ret, size_t *ret_size, char **reterr_go) {
         _cleanup_free_ uint8_t *buf = NULL;
-        size_t i, j;
+        size_t at = 0;
+        int r;
 
         assert_return(s || len == 0, -EINVAL);
         assert_return(ret && ret_size, -EINVAL);
 
-        /* Go's order: pairs left to right, then the odd last character, then the odd length. */
         if (len >= 2) {
                 buf = malloc(len / 2);
                 if (!buf)
                         return -ENOMEM;
         }
-        for (i = 0, j = 1; j < len; j += 2, i++) {
-                int a = unhexchar(s[j - 1]), b = unhexchar(s[j]);
-
-                if (a < 0 || b < 0) {
-                        if (reterr_go)
-                                *reterr_go = go_invalid_byte((uint8_t) s[a < 0 ? j - 1 : j]);
-                        return -EINVAL;
-                }
-                buf[i] = (uint8_t) (a << 4 | b);
-        }
-        if (len % 2 == 1) {
+        /* hex_decode() finds the error Go reports: the first bad byte, else the odd length */
+        r = hex_decode(s, len, /* lower_only= */ false, buf, &at);
+        if (r < 0) {
                 if (reterr_go)
-                        *reterr_go = unhexchar(s[j - 1]) < 0 ? go_invalid_byte((uint8_t) s[j - 1]) :
-                                                               strdup("encoding/hex: odd length hex string");
-                return -EINVAL;
+                        *reterr_go = at < len ? go_invalid_byte((uint8_t) s[at]) :
+                                                strdup("encoding/hex: odd length hex string");
+                return r;
         }
         *ret = TAKE_PTR(buf);
         *ret_size = len / 2;

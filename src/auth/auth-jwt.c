@@ -6,6 +6,7 @@
 #include <strings.h>
 
 #include "auth-jwt.h"
+#include "cjose-util.h"
 #include "hex-util.h"
 #include "log.h"
 #include "string-table.h"
@@ -94,7 +95,7 @@ static int keyset_add(AuthKeySet *s, json_t *jwk) {
         const char *use = json_string_value(json_object_get(jwk, "use"));
         const char *kid = json_string_value(json_object_get(jwk, "kid"));
         json_t *alg = json_object_get(jwk, "alg");
-        cjose_jwk_t *k;
+        _cleanup_(cjose_jwk_releasep) cjose_jwk_t *k = NULL;
         cjose_err err;
         AuthKeyType type;
 
@@ -127,15 +128,12 @@ static int keyset_add(AuthKeySet *s, json_t *jwk) {
                 log_debug("Skipping a JWK that does not import: %s", err.message ?: "unknown error");
                 return 0;
         }
-        if (type == AUTH_KEY_RSA && cjose_jwk_get_keysize(k, &err) < AUTH_RSA_BITS_MIN) {
-                cjose_jwk_release(k);
+        if (type == AUTH_KEY_RSA && cjose_jwk_get_keysize(k, &err) < AUTH_RSA_BITS_MIN)
                 return 0;
-        }
-        s->keys[s->n] = (AuthKey){ .type = type, .jwk = k };
-        if (kid && !(s->keys[s->n].kid = strdup(kid))) {
-                cjose_jwk_release(k);
+        s->keys[s->n] = (AuthKey){ .type = type };
+        if (kid && !(s->keys[s->n].kid = strdup(kid)))
                 return -ENOMEM;
-        }
+        s->keys[s->n].jwk = TAKE_PTR(k);
         s->n++;
         return 1;
 }
@@ -296,7 +294,6 @@ const char *auth_token_claim_string(const AuthToken *t, const char *name) {
 
 int auth_token_verify(const AuthToken *t, const AuthKeySet *keys, const char **ret_reason) {
         AuthKeyType type = alg_key_type(t->alg);
-        cjose_jws_t *jws;
         cjose_err err;
         bool tried = false, ok = false;
 
@@ -310,7 +307,7 @@ int auth_token_verify(const AuthToken *t, const AuthKeySet *keys, const char **r
                 if (k->type != type)
                         continue;
                 /* cjose keeps the verification state in the JWS: a fresh import for each key */
-                jws = cjose_jws_import(t->compact, t->size, &err);
+                _cleanup_(cjose_jws_releasep) cjose_jws_t *jws = cjose_jws_import(t->compact, t->size, &err);
                 if (!jws) {
                         if (ret_reason)
                                 *ret_reason = "libcjose cannot import the token";
@@ -318,7 +315,6 @@ int auth_token_verify(const AuthToken *t, const AuthKeySet *keys, const char **r
                 }
                 tried = true;
                 ok = cjose_jws_verify(jws, k->jwk, &err);
-                cjose_jws_release(jws);
         }
         if (ok)
                 return 0;
@@ -460,8 +456,8 @@ int auth_token_caller(const AuthToken *t, CallerSource source, Caller **ret) {
 
 int auth_jwt_sign(const json_t *claims, const cjose_jwk_t *key, const char *kid, const char *typ, char **ret) {
         _cleanup_free_ char *payload = NULL;
-        cjose_header_t *h;
-        cjose_jws_t *jws;
+        _cleanup_(cjose_header_releasep) cjose_header_t *h = NULL;
+        _cleanup_(cjose_jws_releasep) cjose_jws_t *jws = NULL;
         const char *compact = NULL;
         cjose_err err;
         char *s;
@@ -470,27 +466,19 @@ int auth_jwt_sign(const json_t *claims, const cjose_jwk_t *key, const char *kid,
 
         payload = json_dumps(claims, JSON_COMPACT);
         h = cjose_header_new(&err);
-        if (!payload || !h) {
-                cjose_header_release(h);
+        if (!payload || !h)
                 return -ENOMEM;
-        }
         if (!cjose_header_set(h, CJOSE_HDR_ALG, CJOSE_HDR_ALG_ES256, &err) ||
-            !cjose_header_set(h, CJOSE_HDR_KID, kid, &err) || !cjose_header_set(h, "typ", typ, &err)) {
-                cjose_header_release(h);
+            !cjose_header_set(h, CJOSE_HDR_KID, kid, &err) || !cjose_header_set(h, "typ", typ, &err))
                 return -ENOMEM;
-        }
         jws = cjose_jws_sign(key, h, (const uint8_t *) payload, strlen(payload), &err);
-        cjose_header_release(h);
         if (!jws) {
                 log_debug("Signing a token failed: %s", err.message ?: "unknown error");
                 return -EIO;
         }
-        if (!cjose_jws_export(jws, &compact, &err) || !compact) {
-                cjose_jws_release(jws);
+        if (!cjose_jws_export(jws, &compact, &err) || !compact)
                 return -EIO;
-        }
         s = strdup(compact);
-        cjose_jws_release(jws);
         if (!s)
                 return -ENOMEM;
         *ret = s;

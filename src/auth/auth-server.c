@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 
 #include "auth-internal.h"
+#include "cjose-util.h"
 #include "fs-util.h"
 #include "hex-util.h"
 #include "log.h"
@@ -286,7 +287,7 @@ static int state_load(Auth *a) {
 /* Our signing key: read, or made and saved on first start. */
 static int signing_key_load(Auth *a) {
         _cleanup_free_ char *path = NULL, *text = NULL, *kid = NULL;
-        cjose_jwk_t *k = NULL;
+        _cleanup_(cjose_jwk_releasep) cjose_jwk_t *k = NULL;
         cjose_err err;
         size_t size;
         int r;
@@ -298,7 +299,6 @@ static int signing_key_load(Auth *a) {
         if (r >= 0) {
                 k = cjose_jwk_import(text, size, &err);
                 if (!k || cjose_jwk_get_kty(k, &err) != CJOSE_JWK_KTY_EC || !cjose_jwk_get_kid(k, &err)) {
-                        cjose_jwk_release(k);
                         log_error("'%s' is not an EC signing key with a kid.", path);
                         return -EBADMSG;
                 }
@@ -310,31 +310,27 @@ static int signing_key_load(Auth *a) {
                 if (!k)
                         return -ENOMEM;
                 if (getrandom(b, sizeof(b), 0) != sizeof(b) || !(kid = base64url_encode(b, sizeof(b))) ||
-                    !cjose_jwk_set_kid(k, kid, strlen(kid), &err)) {
-                        cjose_jwk_release(k);
+                    !cjose_jwk_set_kid(k, kid, strlen(kid), &err))
                         return -EIO;
-                }
                 jwk = cjose_jwk_to_json(k, true, &err);
-                if (!jwk) {
-                        cjose_jwk_release(k);
+                if (!jwk)
                         return -ENOMEM;
-                }
                 r = write_file_atomic(path, jwk, strlen(jwk), 0600);
                 explicit_bzero(jwk, strlen(jwk));
                 free(jwk);
-                if (r < 0) {
-                        cjose_jwk_release(k);
+                if (r < 0)
                         return log_error_errno(r, "Failed to save the OAuth signing key to '%s': %m", path);
-                }
                 log_info("Created the OAuth signing key %s in '%s'.", kid, path);
         } else
                 return log_error_errno(r, "Failed to read '%s': %m", path);
         if (text)
                 explicit_bzero(text, size);
 
-        a->signing_key = k;
         a->signing_kid = strdup(cjose_jwk_get_kid(k, &err));
-        return a->signing_kid ? 0 : -ENOMEM;
+        if (!a->signing_kid)
+                return -ENOMEM;
+        a->signing_key = TAKE_PTR(k);
+        return 0;
 }
 
 static int own_jwks_build(Auth *a) {

@@ -16,6 +16,25 @@ int unhexchar(char c) {
         return -1;
 }
 
+int hex_decode(const char *s, size_t len, bool lower_only, uint8_t *out, size_t *reterr_offset) {
+        /* Every character is checked before anything is written, so that out is only changed on
+         * success, and an odd last character is judged as a digit first. */
+        for (size_t i = 0; i < len; i++)
+                if (unhexchar(s[i]) < 0 || (lower_only && s[i] >= 'A' && s[i] <= 'F')) {
+                        if (reterr_offset)
+                                *reterr_offset = i;
+                        return -EINVAL;
+                }
+        if (len % 2 == 1) {
+                if (reterr_offset)
+                        *reterr_offset = len;
+                return -EINVAL;
+        }
+        for (size_t i = 0; i < len / 2; i++)
+                out[i] = (uint8_t) (unhexchar(s[2 * i]) << 4 | unhexchar(s[2 * i + 1]));
+        return 0;
+}
+
 char *hex_format(const void *data, size_t size, char *out) {
         static const char digits[] = "0123456789abcdef";
         const uint8_t *p = data;

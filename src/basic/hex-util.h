@@ -10,6 +10,13 @@
 /* The value of one hexadecimal digit (either case), or -1. */
 int unhexchar(char c);
 
+/* Decodes the len characters of s into len / 2 bytes at out. Digits of either case, or only lower
+ * case when lower_only is set (formats such as W3C trace context refuse upper case). -EINVAL when a
+ * character is not a digit, or when len is odd; *reterr_offset (optional) is then the offset of the
+ * first character that is not a digit, scanning left to right, or len for an odd length made only
+ * of digits. This is the order Go's encoding/hex reports errors in. */
+int hex_decode(const char *s, size_t len, bool lower_only, uint8_t *out, size_t *reterr_offset);
+
 /* size bytes of data as lower-case hex into out (2 * size + 1 bytes, NUL-terminated); returns out. */
 char *hex_format(const void *data, size_t size, char *out);
 

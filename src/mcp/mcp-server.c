@@ -703,8 +703,7 @@ int mcp_server_process_post(McpServer *s, McpPost *p) {
         int code = 0;
         const char *message = NULL;
 
-        if (!ctype || strncasecmp(ctype, "application/json", strlen("application/json")) != 0 ||
-            (ctype[16] != 0 && ctype[16] != ';' && ctype[16] != ' ')) {
+        if (!http_content_type_is_json(ctype)) {
                 post_reply(
                         p,
                         415,

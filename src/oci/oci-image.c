@@ -666,29 +666,29 @@ static int file_sink(const void *p, size_t n, void *userdata, ApiError *reterr) 
         return 0;
 }
 
+/* A tree layer downloads into an unnamed file while its tar is gunzipped for the tar digest; only
+ * once the blob's digest held is it unpacked (by libarchive, from that file). */
 typedef struct TreeSink {
+        FileSink file;
         OciGunzip *gz;
-        OciTarReader *tar;
-        OciTarExtract x;
         OciDigester tar_digest;
 } TreeSink;
 
 static void tree_sink_done(TreeSink *s) {
+        s->file.fd = safe_close(s->file.fd);
         s->gz = oci_gunzip_free(s->gz);
-        s->tar = oci_tar_reader_free(s->tar);
-        oci_tar_extract_done(&s->x);
         oci_digester_done(&s->tar_digest);
 }
 
 static int tar_sink(const void *p, size_t n, void *userdata, ApiError *reterr) {
         TreeSink *s = userdata;
-        int r = oci_digester_update(&s->tar_digest, p, n);
-        return r < 0 ? r : oci_tar_reader_feed(s->tar, p, n, reterr);
+        return oci_digester_update(&s->tar_digest, p, n);
 }
 
 static int gz_sink(const void *p, size_t n, void *userdata, ApiError *reterr) {
         TreeSink *s = userdata;
-        return oci_gunzip_feed(s->gz, p, n, reterr);
+        int r = file_sink(p, n, &s->file, reterr);
+        return r < 0 ? r : oci_gunzip_feed(s->gz, p, n, reterr);
 }
 
 static int fetch_layer(OciClient *c, int stagefd, PullLayer *l, uint64_t *tree_budget, ApiError *reterr) {
@@ -712,39 +712,40 @@ static int fetch_layer(OciClient *c, int stagefd, PullLayer *l, uint64_t *tree_b
                 return 0;
         }
 
-        _cleanup_(tree_sink_done) TreeSink s = {};
+        _cleanup_(tree_sink_done) TreeSink s = { .file.fd = -EBADF };
         char got[OCI_DIGEST_SHA256_LEN + 1];
+        OciTarExtract x;
 
-        oci_tar_extract_init(&s.x, stagefd, l->title, *tree_budget);
-        if ((r = oci_digester_init(&s.tar_digest)) < 0 || (r = oci_gunzip_new(&s.gz, tar_sink, &s)) < 0 ||
-            (r = oci_tar_reader_new(&s.tar, &oci_tar_extract_callbacks, &s.x)) < 0)
+        s.file.fd = openat(stagefd, ".", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+        if (s.file.fd < 0)
+                return api_error_set(
+                        reterr, -errno, API_ERROR_INTERNAL, "cannot create a file for %s: %m", l->title);
+        if ((r = oci_digester_init(&s.tar_digest)) < 0 || (r = oci_gunzip_new(&s.gz, tar_sink, &s)) < 0)
                 return r;
         r = oci_client_blob_fetch(c, l->d, l->title, gz_sink, &s, reterr);
         if (r >= 0)
                 r = oci_gunzip_finish(s.gz, reterr);
         if (r >= 0)
-                r = oci_tar_reader_finish(s.tar, reterr);
+                r = oci_digester_final(&s.tar_digest, got);
+        if (r >= 0 && l->tar_digest && !streq(got, l->tar_digest))
+                r = api_error_set(
+                        reterr,
+                        -EBADMSG,
+                        API_ERROR_INTERNAL,
+                        "the unpacked tar hashes to %s, not to the %s its io.deis.oras.content.digest says",
+                        got,
+                        l->tar_digest);
+        /* the file was written sparse: its trailing zeros, if any, are made by the truncate */
+        if (r >= 0 && (ftruncate(s.file.fd, (off_t) s.file.offset) < 0 || lseek(s.file.fd, 0, SEEK_SET) < 0))
+                r = api_error_set(reterr, -errno, API_ERROR_INTERNAL, "cannot read back %s: %m", l->title);
+        oci_tar_extract_init(&x, stagefd, l->title, *tree_budget);
         if (r >= 0)
-                r = oci_tar_extract_finish(&s.x, reterr);
+                r = oci_tar_extract(&x, s.file.fd, /* gzip= */ true, oci_gunzip_total_out(s.gz), reterr);
         if (r < 0) {
                 (void) api_error_prefix(reterr, "layer %s (%s)", l->title, l->d->digest);
                 return r;
         }
-        r = oci_digester_final(&s.tar_digest, got);
-        if (r < 0)
-                return r;
-        if (l->tar_digest && !streq(got, l->tar_digest))
-                return api_error_set(
-                        reterr,
-                        -EBADMSG,
-                        API_ERROR_INTERNAL,
-                        "layer %s (%s): the unpacked tar hashes to %s, not to the %s its "
-                        "io.deis.oras.content.digest says",
-                        l->title,
-                        l->d->digest,
-                        got,
-                        l->tar_digest);
-        *tree_budget -= s.x.bytes;
+        *tree_budget -= x.bytes;
         return 0;
 }
 

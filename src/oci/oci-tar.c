@@ -1,14 +1,17 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
+#include <archive.h>
+#include <archive_entry.h>
 #include <dirent.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <stdarg.h>
+#include <locale.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 
+#include "archive-util.h"
 #include "fs-util.h"
 #include "oci-digest.h"
 #include "oci-tar.h"
@@ -50,39 +53,6 @@ static unsigned header_checksum(const unsigned char *b) {
         for (size_t i = 0; i < BLOCK; i++)
                 sum += (i >= 148 && i < 156) ? ' ' : b[i];
         return sum;
-}
-
-/* A numeric field: octal digits (leading spaces allowed, ended by NUL or space), or GNU's base-256
- * with the high bit of the first byte set. Negative base-256 values are refused. */
-static int parse_number(const char *f, size_t n, uint64_t *ret) {
-        uint64_t v = 0;
-        size_t i = 0;
-
-        if ((unsigned char) f[0] & 0x80) {
-                if ((unsigned char) f[0] != 0x80)
-                        return -EINVAL;
-                for (i = 1; i < n; i++) {
-                        if (v >> 56)
-                                return -ERANGE;
-                        v = (v << 8) | (unsigned char) f[i];
-                }
-                *ret = v;
-                return 0;
-        }
-        while (i < n && f[i] == ' ')
-                i++;
-        if (i == n || f[i] < '0' || f[i] > '7')
-                return -EINVAL;
-        for (; i < n && f[i] >= '0' && f[i] <= '7'; i++) {
-                if (v >> 60)
-                        return -ERANGE;
-                v = v * 8 + (uint64_t) (f[i] - '0');
-        }
-        for (; i < n; i++)
-                if (f[i] != ' ' && f[i] != 0)
-                        return -EINVAL;
-        *ret = v;
-        return 0;
 }
 
 static void format_octal(char *f, size_t n, uint64_t v) {
@@ -413,415 +383,6 @@ int oci_tar_gz_pack(
         return oci_digester_final(&g.tar_digest, ret_tar_digest);
 }
 
-/* ---- reading ---- */
-
-typedef enum ReaderState {
-        STATE_HEADER, /* collecting a header block */
-        STATE_DATA,   /* a file's data */
-        STATE_SKIP,   /* data nobody wants (a directory's, a global pax header's) */
-        STATE_META,   /* collecting a pax or GNU long-name header's data */
-        STATE_PAD,    /* padding to the next block */
-        STATE_END,    /* two zero blocks seen; the rest is ignored */
-} ReaderState;
-
-struct OciTarReader {
-        const OciTarCallbacks *cb;
-        void *userdata;
-        ReaderState state;
-        int error;
-        unsigned char block[BLOCK];
-        size_t fill;
-        uint64_t left; /* of DATA, SKIP, META or PAD */
-        unsigned zero_blocks;
-        uint64_t entries;
-
-        /* META: what is being collected */
-        char meta_type;
-        char *meta;
-        size_t meta_len;
-        uint64_t meta_pad;
-
-        /* what the pax and GNU headers said about the next entry */
-        char *next_path;
-        bool next_has_size, next_has_mtime;
-        uint64_t next_size;
-        int64_t next_mtime;
-};
-
-int oci_tar_reader_new(OciTarReader **ret, const OciTarCallbacks *cb, void *userdata) {
-        OciTarReader *r;
-
-        assert_return(ret, -EINVAL);
-        assert_return(cb && cb->entry && cb->data && cb->entry_end, -EINVAL);
-
-        r = calloc(1, sizeof(*r));
-        if (!r)
-                return -ENOMEM;
-        r->cb = cb;
-        r->userdata = userdata;
-        *ret = r;
-        return 0;
-}
-
-OciTarReader *oci_tar_reader_free(OciTarReader *r) {
-        if (!r)
-                return NULL;
-        free(r->meta);
-        free(r->next_path);
-        return mfree(r);
-}
-
-_printf_(4, 5) static int fail(OciTarReader *r, int error, ApiError *reterr, const char *format, ...) {
-        _cleanup_free_ char *msg = NULL;
-        va_list ap;
-
-        va_start(ap, format);
-        if (vasprintf(&msg, format, ap) < 0)
-                msg = NULL;
-        va_end(ap);
-        r->error = error;
-        return api_error_set(reterr, error, API_ERROR_INTERNAL, "%s", msg ?: "the archive is malformed");
-}
-
-/* Applies the records of a pax header ("<len> <key>=<value>\n"…) to the next entry. Global
- * headers ('g') are checked the same way and then forgotten. */
-static int apply_pax(OciTarReader *r, bool global, ApiError *reterr) {
-        const char *p = r->meta, *end = r->meta + r->meta_len;
-
-        while (p < end) {
-                const char *sp, *eq, *rec_end;
-                uint64_t len = 0;
-
-                for (sp = p; sp < end && *sp >= '0' && *sp <= '9'; sp++) {
-                        len = len * 10 + (uint64_t) (*sp - '0');
-                        if (len > r->meta_len)
-                                return fail(
-                                        r, -EBADMSG, reterr, "a pax header record is longer than the header");
-                }
-                if (sp == p || sp >= end || *sp != ' ' || len > (uint64_t) (end - p) ||
-                    len < (uint64_t) (sp - p) + 3)
-                        return fail(r, -EBADMSG, reterr, "a pax header record is malformed");
-                rec_end = p + len;
-                if (rec_end[-1] != '\n')
-                        return fail(r, -EBADMSG, reterr, "a pax header record does not end with a newline");
-                eq = memchr(sp + 1, '=', (size_t) (rec_end - sp - 1));
-                if (!eq || eq == sp + 1)
-                        return fail(r, -EBADMSG, reterr, "a pax header record has no key");
-
-                if (!global) {
-                        size_t klen = (size_t) (eq - sp - 1), vlen = (size_t) (rec_end - 1 - eq - 1);
-                        const char *v = eq + 1;
-
-                        if (klen == 4 && strneq(sp + 1, "path", 4)) {
-                                if (vlen == 0 || memchr(v, 0, vlen) || vlen > OCI_TAR_PATH_MAX)
-                                        return fail(
-                                                r,
-                                                -EBADMSG,
-                                                reterr,
-                                                "a pax path is empty, too long or has a NUL");
-                                free(r->next_path);
-                                r->next_path = strndup(v, vlen);
-                                if (!r->next_path)
-                                        return -ENOMEM;
-                        } else if (klen == 4 && strneq(sp + 1, "size", 4)) {
-                                uint64_t s = 0;
-                                if (vlen == 0 || vlen > 19)
-                                        return fail(r, -EBADMSG, reterr, "a pax size is not a number");
-                                for (size_t i = 0; i < vlen; i++) {
-                                        if (v[i] < '0' || v[i] > '9')
-                                                return fail(r, -EBADMSG, reterr, "a pax size is not a number");
-                                        s = s * 10 + (uint64_t) (v[i] - '0');
-                                }
-                                r->next_size = s;
-                                r->next_has_size = true;
-                        } else if (klen == 5 && strneq(sp + 1, "mtime", 5)) {
-                                /* seconds, with an optional sign and fraction (dropped) */
-                                int64_t s = 0;
-                                size_t i = 0;
-                                bool neg = vlen > 0 && v[0] == '-';
-
-                                for (i = neg ? 1 : 0; i < vlen && v[i] >= '0' && v[i] <= '9' && i < 19; i++)
-                                        s = s * 10 + (v[i] - '0');
-                                if (i == (neg ? 1U : 0U) || (i < vlen && v[i] != '.'))
-                                        return fail(r, -EBADMSG, reterr, "a pax mtime is not a number");
-                                r->next_mtime = neg ? -s : s;
-                                r->next_has_mtime = true;
-                        }
-                }
-                p = rec_end;
-        }
-        return 0;
-}
-
-static void forget_next(OciTarReader *r) {
-        r->next_path = mfree(r->next_path);
-        r->next_has_size = r->next_has_mtime = false;
-}
-
-static bool block_is_zero(const unsigned char *b) {
-        for (size_t i = 0; i < BLOCK; i++)
-                if (b[i])
-                        return false;
-        return true;
-}
-
-static int process_header(OciTarReader *r, ApiError *reterr) {
-        const TarHeader *h = (const TarHeader *) r->block;
-        _cleanup_free_ char *path = NULL;
-        uint64_t chk, size, mtime, mode;
-        bool posix, gnu;
-        int k;
-
-        if (block_is_zero(r->block)) {
-                if (++r->zero_blocks == 2)
-                        r->state = STATE_END;
-                return 0;
-        }
-        if (r->zero_blocks > 0)
-                return fail(r, -EBADMSG, reterr, "the archive goes on after a lone zero block");
-
-        posix = memcmp(h->magic, "ustar\0", 6) == 0 && memcmp(h->version, "00", 2) == 0;
-        gnu = memcmp(h->magic, "ustar ", 6) == 0 && memcmp(h->version, " \0", 2) == 0;
-        if (!posix && !gnu)
-                return fail(r, -EBADMSG, reterr, "not a ustar archive (a header without the ustar magic)");
-        if (parse_number(h->chksum, sizeof(h->chksum), &chk) < 0 || chk != header_checksum(r->block))
-                return fail(r, -EBADMSG, reterr, "a header's checksum does not match");
-        if (parse_number(h->size, sizeof(h->size), &size) < 0 ||
-            parse_number(h->mtime, sizeof(h->mtime), &mtime) < 0 ||
-            parse_number(h->mode, sizeof(h->mode), &mode) < 0)
-                return fail(r, -EBADMSG, reterr, "a header has a malformed number");
-
-        switch (h->typeflag) {
-        case 'x':
-        case 'g':
-        case 'L':
-        case 'K':
-                if (size > OCI_TAR_PAX_MAX)
-                        return fail(r, -EBADMSG, reterr, "an extended header is larger than 64 KiB");
-                r->meta_type = h->typeflag;
-                r->meta = mfree(r->meta);
-                r->meta = malloc(size + 1);
-                if (!r->meta)
-                        return -ENOMEM;
-                r->meta_len = 0;
-                r->left = size;
-                r->meta_pad = (BLOCK - size % BLOCK) % BLOCK;
-                r->state = size > 0 ? STATE_META : STATE_HEADER;
-                if (size == 0) {
-                        r->meta[0] = 0;
-                        /* an empty extended header changes nothing */
-                }
-                return 0;
-        default:
-                break;
-        }
-
-        if (r->next_path)
-                path = TAKE_PTR(r->next_path);
-        else if (posix && h->prefix[0]) {
-                if (asprintf(
-                            &path,
-                            "%.*s/%.*s",
-                            (int) strnlen(h->prefix, sizeof(h->prefix)),
-                            h->prefix,
-                            (int) strnlen(h->name, sizeof(h->name)),
-                            h->name) < 0)
-                        return -ENOMEM;
-        } else {
-                path = strndup(h->name, sizeof(h->name));
-                if (!path)
-                        return -ENOMEM;
-        }
-        if (r->next_has_size)
-                size = r->next_size;
-        if (r->next_has_mtime)
-                mtime = (uint64_t) r->next_mtime;
-        forget_next(r);
-
-        if (++r->entries > OCI_TAR_ENTRIES_MAX)
-                return fail(r, -E2BIG, reterr, "the archive has more than 100000 entries");
-
-        switch (h->typeflag) {
-        case '0':
-        case '\0':
-        case '7':
-        case '5': {
-                OciTarEntry e = {
-                        .path = path,
-                        .type = h->typeflag == '5' ? OCI_TAR_DIRECTORY : OCI_TAR_FILE,
-                        .size = h->typeflag == '5' ? 0 : size,
-                        .mode = (uint32_t) (mode & 07777),
-                        .mtime = (int64_t) mtime,
-                };
-                if (h->typeflag == '5' && path[0] && path[strlen(path) - 1] == '/')
-                        path[strlen(path) - 1] = 0;
-                k = r->cb->entry(&e, r->userdata, reterr);
-                if (k < 0) {
-                        r->error = k;
-                        return k;
-                }
-                r->left = size;
-                r->meta_pad = (BLOCK - size % BLOCK) % BLOCK;
-                if (h->typeflag == '5')
-                        r->state = size > 0 ? STATE_SKIP : STATE_HEADER;
-                else if (size > 0)
-                        r->state = STATE_DATA;
-                else {
-                        k = r->cb->entry_end(r->userdata, reterr);
-                        if (k < 0) {
-                                r->error = k;
-                                return k;
-                        }
-                        r->state = STATE_HEADER;
-                }
-                return 0;
-        }
-        case '1':
-                return fail(
-                        r,
-                        -EMEDIUMTYPE,
-                        reterr,
-                        "'%.300s' is a hard link: only files and directories are accepted",
-                        path);
-        case '2':
-                return fail(
-                        r,
-                        -EMEDIUMTYPE,
-                        reterr,
-                        "'%.300s' is a symlink: only files and directories are accepted",
-                        path);
-        case '3':
-        case '4':
-        case '6':
-                return fail(
-                        r,
-                        -EMEDIUMTYPE,
-                        reterr,
-                        "'%.300s' is a device or FIFO: only files and directories are accepted",
-                        path);
-        default:
-                return fail(r, -EMEDIUMTYPE, reterr, "'%.300s' has an entry type that is not accepted", path);
-        }
-}
-
-static int meta_done(OciTarReader *r, ApiError *reterr) {
-        r->meta[r->meta_len] = 0;
-        switch (r->meta_type) {
-        case 'x':
-                return apply_pax(r, false, reterr);
-        case 'g':
-                return apply_pax(r, true, reterr);
-        case 'L': {
-                size_t n = strnlen(r->meta, r->meta_len);
-                if (n == 0 || n > OCI_TAR_PATH_MAX)
-                        return fail(r, -EBADMSG, reterr, "a GNU long name is empty or too long");
-                free(r->next_path);
-                r->next_path = strndup(r->meta, n);
-                return r->next_path ? 0 : -ENOMEM;
-        }
-        default: /* 'K': the long target of a link, which is refused when it comes */
-                return 0;
-        }
-}
-
-int oci_tar_reader_feed(OciTarReader *r, const void *p, size_t n, ApiError *reterr) {
-        const unsigned char *c = p;
-        int k;
-
-        assert_return(r, -EINVAL);
-        assert_return(p || n == 0, -EINVAL);
-
-        if (r->error < 0)
-                return api_error_set(reterr, r->error, API_ERROR_INTERNAL, "the archive was already refused");
-
-        while (n > 0) {
-                size_t take;
-
-                switch (r->state) {
-                case STATE_HEADER:
-                        take = MIN(n, (size_t) BLOCK - r->fill);
-                        memcpy(r->block + r->fill, c, take);
-                        r->fill += take;
-                        if (r->fill == BLOCK) {
-                                r->fill = 0;
-                                k = process_header(r, reterr);
-                                if (k < 0) {
-                                        r->error = k;
-                                        return k;
-                                }
-                        }
-                        break;
-                case STATE_DATA:
-                        take = (size_t) MIN((uint64_t) n, r->left);
-                        k = r->cb->data(c, take, r->userdata, reterr);
-                        if (k < 0) {
-                                r->error = k;
-                                return k;
-                        }
-                        r->left -= take;
-                        if (r->left == 0) {
-                                k = r->cb->entry_end(r->userdata, reterr);
-                                if (k < 0) {
-                                        r->error = k;
-                                        return k;
-                                }
-                                r->left = r->meta_pad;
-                                r->state = r->left > 0 ? STATE_PAD : STATE_HEADER;
-                        }
-                        break;
-                case STATE_SKIP:
-                case STATE_PAD:
-                        take = (size_t) MIN((uint64_t) n, r->left);
-                        r->left -= take;
-                        if (r->left == 0) {
-                                if (r->state == STATE_SKIP && r->meta_pad > 0) {
-                                        r->left = r->meta_pad;
-                                        r->meta_pad = 0;
-                                        r->state = STATE_PAD;
-                                } else
-                                        r->state = STATE_HEADER;
-                        }
-                        break;
-                case STATE_META:
-                        take = (size_t) MIN((uint64_t) n, r->left);
-                        memcpy(r->meta + r->meta_len, c, take);
-                        r->meta_len += take;
-                        r->left -= take;
-                        if (r->left == 0) {
-                                k = meta_done(r, reterr);
-                                if (k < 0) {
-                                        r->error = k;
-                                        return k;
-                                }
-                                r->left = r->meta_pad;
-                                r->meta_pad = 0;
-                                r->state = r->left > 0 ? STATE_PAD : STATE_HEADER;
-                        }
-                        break;
-                case STATE_END:
-                default:
-                        take = n;
-                        break;
-                }
-                c += take;
-                n -= take;
-        }
-        return 0;
-}
-
-int oci_tar_reader_finish(OciTarReader *r, ApiError *reterr) {
-        assert_return(r, -EINVAL);
-
-        if (r->error < 0)
-                return api_error_set(reterr, r->error, API_ERROR_INTERNAL, "the archive was already refused");
-        /* one zero block at the very end is what some writers leave; treat it as the end too */
-        if (r->state == STATE_END || (r->state == STATE_HEADER && r->fill == 0 && r->zero_blocks == 1))
-                return 0;
-        r->error = -EBADMSG;
-        return api_error_set(
-                reterr, -EBADMSG, API_ERROR_INTERNAL, "the archive is cut short (no end-of-archive marker)");
-}
-
 /* ---- gunzip ---- */
 
 struct OciGunzip {
@@ -1001,14 +562,7 @@ int oci_sparse_write(int fd, const void *buf, size_t n, uint64_t *offset) {
 /* ---- extraction ---- */
 
 void oci_tar_extract_init(OciTarExtract *x, int rootfd, const char *prefix, uint64_t max_bytes) {
-        *x = (OciTarExtract){ .rootfd = rootfd, .prefix = prefix, .max_bytes = max_bytes, .fd = -EBADF };
-}
-
-void oci_tar_extract_done(OciTarExtract *x) {
-        if (!x)
-                return;
-        x->fd = safe_close(x->fd);
-        x->path = mfree(x->path);
+        *x = (OciTarExtract){ .rootfd = rootfd, .prefix = prefix, .max_bytes = max_bytes };
 }
 
 /* Opens (creating what is missing, as 0755 directories) the directory that holds the last
@@ -1040,21 +594,99 @@ static int open_parent(int rootfd, char *path, const char **ret_last) {
         return TAKE_FD(fd);
 }
 
-static int extract_entry(const OciTarEntry *e, void *userdata, ApiError *reterr) {
-        OciTarExtract *x = userdata;
+/* What libarchive reports when it stops, in our words, with libarchive's for the detail. Its reader
+ * cannot tell a first header without the ustar magic from one with a bad checksum: both are "not a
+ * tar archive" to its format detection. Warnings count as errors: on untrusted input a record
+ * libarchive chose to ignore is a record nobody checked. */
+static int archive_refused(struct archive *a, ApiError *reterr) {
+        static const struct {
+                const char *libarchive, *ours;
+        } table[] = {
+                { "Truncated", "the archive is cut short" },
+                { "Unrecognized archive format",
+                  "not a ustar archive: the first header has no ustar magic or a checksum that does not match" },
+                { "Damaged tar archive", "a header is damaged: its checksum does not match" },
+                { "malformed pax", "a pax header record is malformed" },
+        };
+        const char *why = archive_error_string(a) ?: "unknown error", *ours = "the archive is malformed";
+
+        for (size_t i = 0; i < ELEMENTSOF(table); i++)
+                if (strstr(why, table[i].libarchive)) {
+                        ours = table[i].ours;
+                        break;
+                }
+        return api_error_set(reterr, -EBADMSG, API_ERROR_INTERNAL, "%s (libarchive: %s)", ours, why);
+}
+
+/* Only regular files and directories are unpacked; what else an entry may be is refused with its
+ * name. libarchive reads GNU sparse files as regular files with a map: those are refused too. */
+static int entry_type_check(struct archive_entry *e, const char *name, ApiError *reterr) {
+        mode_t type = archive_entry_filetype(e);
+        const char *what;
+
+        /* libarchive gives a hard link of size 0 no file type at all, and no link name when the
+         * header has none */
+        if (archive_entry_hardlink(e) || type == 0)
+                what = "is a hard link: only files and directories are accepted";
+        else if (type == AE_IFLNK)
+                what = "is a symlink: only files and directories are accepted";
+        else if (IN_SET(type, AE_IFCHR, AE_IFBLK, AE_IFIFO))
+                what = "is a device or FIFO: only files and directories are accepted";
+        else if ((type == AE_IFREG && archive_entry_sparse_count(e) == 0) || type == AE_IFDIR)
+                return 0;
+        else
+                what = "has an entry type that is not accepted";
+        return api_error_set(reterr, -EMEDIUMTYPE, API_ERROR_INTERNAL, "'%.300s' %s", name, what);
+}
+
+static int extract_file_data(struct archive *a, int fd, const char *path, ApiError *reterr) {
+        for (;;) {
+                const void *buf;
+                size_t n;
+                la_int64_t offset;
+                uint64_t at;
+                int r;
+
+                r = archive_read_data_block(a, &buf, &n, &offset);
+                if (r == ARCHIVE_EOF)
+                        return 0;
+                if (r != ARCHIVE_OK)
+                        return archive_refused(a, reterr);
+                if (offset < 0)
+                        return api_error_set(
+                                reterr,
+                                -EBADMSG,
+                                API_ERROR_INTERNAL,
+                                "the archive has data of '%s' at a negative offset",
+                                path);
+                at = (uint64_t) offset;
+                r = oci_sparse_write(fd, buf, n, &at);
+                if (r < 0)
+                        return api_error_set(reterr, r, API_ERROR_INTERNAL, "cannot write '%s': %m", path);
+        }
+}
+
+static int extract_entry(OciTarExtract *x, struct archive *a, struct archive_entry *e, ApiError *reterr) {
+        const char *name = archive_entry_pathname(e) ?: "";
         _cleanup_free_ char *path = NULL;
-        _cleanup_close_ int dfd = -EBADF;
+        _cleanup_close_ int dfd = -EBADF, fd = -EBADF;
+        struct timespec ts[2];
         const char *last, *below;
+        la_int64_t size = archive_entry_size(e);
+        bool dir = archive_entry_filetype(e) == AE_IFDIR;
         int r;
 
-        r = oci_tar_path_normalize(e->path, &path);
+        r = entry_type_check(e, name, reterr);
+        if (r < 0)
+                return r;
+        r = oci_tar_path_normalize(name, &path);
         if (r < 0)
                 return api_error_set(
                         reterr,
                         -EINVAL,
                         API_ERROR_INTERNAL,
                         "the archive entry '%.300s' is not a safe relative path",
-                        e->path);
+                        name);
         below = startswith(path, x->prefix);
         if (!below || (*below != 0 && *below != '/'))
                 return api_error_set(
@@ -1064,21 +696,20 @@ static int extract_entry(const OciTarEntry *e, void *userdata, ApiError *reterr)
                         "the archive entry '%.300s' is outside '%s'",
                         path,
                         x->prefix);
-        if (*below == 0 && e->type != OCI_TAR_DIRECTORY)
+        if (*below == 0 && !dir)
                 return api_error_set(
                         reterr,
                         -EINVAL,
                         API_ERROR_INTERNAL,
                         "the archive entry '%s' is a file, but the layer is a directory",
                         path);
-        x->entries++;
 
         dfd = open_parent(x->rootfd, path, &last);
         if (dfd < 0)
                 return api_error_set(
                         reterr, dfd, API_ERROR_INTERNAL, "cannot create the directories of '%s': %m", path);
 
-        if (e->type == OCI_TAR_DIRECTORY) {
+        if (dir) {
                 struct stat st;
 
                 if (mkdirat(dfd, last, 0755) < 0) {
@@ -1096,73 +727,42 @@ static int extract_entry(const OciTarEntry *e, void *userdata, ApiError *reterr)
                 return 0;
         }
 
-        if (x->bytes + e->size > x->max_bytes || x->bytes + e->size < x->bytes)
+        if (size < 0 || x->bytes + (uint64_t) size > x->max_bytes || x->bytes + (uint64_t) size < x->bytes)
                 return api_error_set(
                         reterr,
                         -EFBIG,
                         API_ERROR_INTERNAL,
                         "the archive unpacks to more than %" PRIu64 " bytes",
                         x->max_bytes);
-        x->fd = openat(
-                dfd, last, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, (e->mode & 0111) ? 0755 : 0644);
-        if (x->fd < 0)
+        fd = openat(
+                dfd,
+                last,
+                O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+                (archive_entry_perm(e) & 0111) ? 0755 : 0644);
+        if (fd < 0)
                 return api_error_set(
                         reterr,
                         -errno,
                         API_ERROR_INTERNAL,
                         errno == EEXIST ? "the archive has '%s' twice" : "cannot create '%s': %m",
                         path);
-        x->path = TAKE_PTR(path);
-        x->offset = 0;
-        x->size = e->size;
-        x->mtime = e->mtime;
-        x->bytes += e->size;
-        return 0;
-}
-
-static int extract_data(const void *p, size_t n, void *userdata, ApiError *reterr) {
-        OciTarExtract *x = userdata;
-        int r;
-
-        if (x->fd < 0)
-                return -EBADF;
-        r = oci_sparse_write(x->fd, p, n, &x->offset);
+        x->bytes += (uint64_t) size;
+        r = extract_file_data(a, fd, path, reterr);
         if (r < 0)
-                return api_error_set(reterr, r, API_ERROR_INTERNAL, "cannot write '%s': %m", x->path);
+                return r;
+        if (ftruncate(fd, (off_t) size) < 0)
+                return api_error_set(reterr, -errno, API_ERROR_INTERNAL, "cannot write '%s': %m", path);
+        ts[0] = ts[1] = (struct timespec){ .tv_sec = archive_entry_mtime(e) };
+        (void) futimens(fd, ts);
         return 0;
 }
 
-static int extract_entry_end(void *userdata, ApiError *reterr) {
-        OciTarExtract *x = userdata;
-        struct timespec ts[2];
-
-        if (x->fd < 0)
-                return -EBADF;
-        if (ftruncate(x->fd, (off_t) x->size) < 0)
-                return api_error_set(reterr, -errno, API_ERROR_INTERNAL, "cannot write '%s': %m", x->path);
-        ts[0] = ts[1] = (struct timespec){ .tv_sec = x->mtime };
-        (void) futimens(x->fd, ts);
-        x->fd = safe_close(x->fd);
-        x->path = mfree(x->path);
-        return 0;
-}
-
-const OciTarCallbacks oci_tar_extract_callbacks = {
-        .entry = extract_entry,
-        .data = extract_data,
-        .entry_end = extract_entry_end,
-};
-
-int oci_tar_extract_finish(OciTarExtract *x, ApiError *reterr) {
+/* After the entries: the prefix directory exists (made when the archive had no entry for it). */
+static int extract_prefix(OciTarExtract *x, ApiError *reterr) {
         _cleanup_free_ char *copy = NULL;
         _cleanup_close_ int dfd = -EBADF;
         const char *last;
 
-        assert_return(x, -EINVAL);
-
-        if (x->fd >= 0)
-                return api_error_set(
-                        reterr, -EBADMSG, API_ERROR_INTERNAL, "the archive ends inside '%s'", x->path);
         copy = strdup(x->prefix);
         if (!copy)
                 return -ENOMEM;
@@ -1170,4 +770,88 @@ int oci_tar_extract_finish(OciTarExtract *x, ApiError *reterr) {
         if (dfd < 0 || (mkdirat(dfd, last, 0755) < 0 && errno != EEXIST))
                 return api_error_set(reterr, -errno, API_ERROR_INTERNAL, "cannot create '%s': %m", x->prefix);
         return 0;
+}
+
+static int extract_archive(OciTarExtract *x, int fd, bool gzip, uint64_t tar_size, ApiError *reterr) {
+        _cleanup_(archive_read_freep) struct archive *a = NULL;
+        struct archive_entry *e;
+        uint64_t entries_end = 0, end;
+        int r;
+
+        a = archive_read_new();
+        if (!a)
+                return -ENOMEM;
+        /* tar alone (ustar, pax and GNU; the old magic-less form is refused below), and gzip only
+         * when asked: a plain tar that happens to look compressed is not decompressed */
+        if (archive_read_support_format_tar(a) != ARCHIVE_OK ||
+            (gzip ? archive_read_support_filter_gzip(a) : archive_read_support_filter_none(a)) != ARCHIVE_OK)
+                return api_error_set(
+                        reterr,
+                        -ENOMEM,
+                        API_ERROR_INTERNAL,
+                        "cannot set up libarchive: %s",
+                        archive_error_string(a));
+        if (archive_read_open_fd(a, fd, 64 << 10) != ARCHIVE_OK)
+                return archive_refused(a, reterr);
+
+        for (;;) {
+                r = archive_read_next_header(a, &e);
+                if (r == ARCHIVE_EOF)
+                        break;
+                if (r != ARCHIVE_OK)
+                        return archive_refused(a, reterr);
+                if (archive_format(a) == ARCHIVE_FORMAT_TAR)
+                        return api_error_set(
+                                reterr,
+                                -EBADMSG,
+                                API_ERROR_INTERNAL,
+                                "not a ustar archive (a header without the ustar magic)");
+                if (++x->entries > OCI_TAR_ENTRIES_MAX)
+                        return api_error_set(
+                                reterr, -E2BIG, API_ERROR_INTERNAL, "the archive has more than 100000 entries");
+                r = extract_entry(x, a, e, reterr);
+                if (r < 0)
+                        return r;
+                /* the rest of a directory's data, and the padding of a file's */
+                if (archive_read_data_skip(a) != ARCHIVE_OK)
+                        return archive_refused(a, reterr);
+                entries_end = (uint64_t) archive_filter_bytes(a, 0);
+        }
+
+        /* libarchive takes the end of the input for the end of the archive, and a single zero block
+         * followed by anything for the end-of-archive marker. We want the marker, and after one zero
+         * block nothing more (past two, the rest is padding that writers leave and is ignored). */
+        end = (uint64_t) archive_filter_bytes(a, 0);
+        if (end <= entries_end)
+                return api_error_set(
+                        reterr,
+                        -EBADMSG,
+                        API_ERROR_INTERNAL,
+                        "the archive is cut short (no end-of-archive marker)");
+        if (end - entries_end < 2 * BLOCK && end < tar_size)
+                return api_error_set(
+                        reterr, -EBADMSG, API_ERROR_INTERNAL, "the archive goes on after a lone zero block");
+        return extract_prefix(x, reterr);
+}
+
+int oci_tar_extract(OciTarExtract *x, int fd, bool gzip, uint64_t tar_size, ApiError *reterr) {
+        locale_t utf8, old = (locale_t) 0;
+        int r;
+
+        assert_return(x, -EINVAL);
+        assert_return(fd >= 0, -EINVAL);
+
+        /* libarchive converts a pax path (UTF-8 by definition) to the charset of the current
+         * locale, and in the C locale a program starts in, every non-ASCII name fails to convert.
+         * Names are bytes to us: this thread reads the archive in C.UTF-8, where the conversion is
+         * none, and the process's locale stays as it is. */
+        utf8 = newlocale(LC_CTYPE_MASK, "C.UTF-8", (locale_t) 0);
+        if (utf8)
+                old = uselocale(utf8);
+        r = extract_archive(x, fd, gzip, tar_size, reterr);
+        if (utf8) {
+                (void) uselocale(old);
+                freelocale(utf8);
+        }
+        return r;
 }

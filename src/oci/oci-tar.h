@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 #pragma once
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -15,14 +16,15 @@
  * Writing is deterministic (names sorted, uid/gid 0, no user or group names, the files' own modes
  * and mtimes, a gzip header without time stamp), so a tree packs to the same digest every time.
  *
- * Reading is a push parser over untrusted bytes: ustar with POSIX pax ('x', 'g') and GNU long-name
- * ('L', 'K') headers, base-256 numbers; regular files and directories only. Links, devices, FIFOs
- * and sparse entries are refused, as is anything after a lone zero block. The extractor below
- * writes what it reads under a directory without ever following a symlink or leaving it. */
+ * Reading is libarchive's (its tar reader: ustar with POSIX pax and GNU long-name headers, base-256
+ * numbers), over a file: the layer is downloaded and its digest checked before a byte of it is
+ * parsed. What libarchive reads, our extractor writes: regular files and directories only (links,
+ * devices, FIFOs, sparse files and magic-less old tar entries are refused), under a directory
+ * without ever following a symlink or leaving it. An archive needs its end-of-archive marker, and
+ * after a lone zero block nothing may follow. */
 
 #define OCI_TAR_ENTRIES_MAX 100000U
 #define OCI_TAR_PATH_MAX 4096U
-#define OCI_TAR_PAX_MAX ((size_t) 1 << 16)
 
 /* Where bytes go: 0, or a negative errno that stops the writer. */
 typedef int (*OciSinkFunc)(const void *p, size_t n, void *userdata);
@@ -39,38 +41,9 @@ int oci_tar_gz_pack(
         char ret_tar_digest[static OCI_DIGEST_SHA256_LEN + 1],
         ApiError *reterr);
 
-typedef enum OciTarType {
-        OCI_TAR_FILE,
-        OCI_TAR_DIRECTORY,
-} OciTarType;
-
-typedef struct OciTarEntry {
-        const char *path; /* as the archive names it (pax path, GNU long name or prefix/name) */
-        OciTarType type;
-        uint64_t size;
-        uint32_t mode;
-        int64_t mtime;
-} OciTarEntry;
-
-typedef struct OciTarCallbacks {
-        /* an entry starts; a file's data follows in data() calls, then entry_end() */
-        int (*entry)(const OciTarEntry *e, void *userdata, ApiError *reterr);
-        int (*data)(const void *p, size_t n, void *userdata, ApiError *reterr);
-        int (*entry_end)(void *userdata, ApiError *reterr);
-} OciTarCallbacks;
-
-typedef struct OciTarReader OciTarReader;
-
-int oci_tar_reader_new(OciTarReader **ret, const OciTarCallbacks *cb, void *userdata);
-OciTarReader *oci_tar_reader_free(OciTarReader *r);
-DEFINE_TRIVIAL_CLEANUP_FUNC(OciTarReader *, oci_tar_reader_free);
-/* Parses more of the archive. Errors are sticky: once a call failed, every later one fails. */
-int oci_tar_reader_feed(OciTarReader *r, const void *p, size_t n, ApiError *reterr);
-/* The archive ended: -EBADMSG unless its end-of-archive marker was seen. */
-int oci_tar_reader_finish(OciTarReader *r, ApiError *reterr);
-
-/* gzip decompression in front of a tar reader (or anything that takes bytes). The stream may have
- * several members; bytes after the last one are refused. */
+/* gzip decompression as a push stream, for the digest of a layer's tar while it downloads (the
+ * extractor decompresses again, through libarchive). The stream may have several members; bytes
+ * after the last one are refused. */
 typedef struct OciGunzip OciGunzip;
 typedef int (*OciGunzipSink)(const void *p, size_t n, void *userdata, ApiError *reterr);
 int oci_gunzip_new(OciGunzip **ret, OciGunzipSink sink, void *userdata);
@@ -90,23 +63,23 @@ int oci_tar_path_normalize(const char *path, char **ret);
  * ftruncate()d to its full size at the end), and advances *offset. */
 int oci_sparse_write(int fd, const void *buf, size_t n, uint64_t *offset);
 
-/* The extractor: tar callbacks that create the entries below rootfd. Every entry must be prefix
- * itself (a directory) or below it. Files are created new (O_EXCL: a second entry of the same name
- * is refused), with mode 0755 when the archive gives any execute bit and 0644 otherwise, and their
+/* The extractor: creates the entries of an archive below rootfd. Every entry must be prefix itself
+ * (a directory) or below it. Files are created new (O_EXCL: a second entry of the same name is
+ * refused), with mode 0755 when the archive gives any execute bit and 0644 otherwise, and their
  * mtimes; directories 0755. At most max_bytes of file data in all. */
 typedef struct OciTarExtract {
         int rootfd;
         const char *prefix;
         uint64_t max_bytes;
-        /* state */
-        int fd;
-        char *path;
-        uint64_t offset, size, bytes, entries;
-        int64_t mtime;
+        /* what was unpacked so far */
+        uint64_t bytes, entries;
 } OciTarExtract;
 
-extern const OciTarCallbacks oci_tar_extract_callbacks;
 void oci_tar_extract_init(OciTarExtract *x, int rootfd, const char *prefix, uint64_t max_bytes);
-void oci_tar_extract_done(OciTarExtract *x);
-/* After the archive ended: the prefix directory exists (made when the archive had no entry for it). */
-int oci_tar_extract_finish(OciTarExtract *x, ApiError *reterr);
+/* Unpacks the archive that fd holds from its current offset, gzip-compressed when gzip is set.
+ * tar_size is the size of the (uncompressed) archive, so that what follows its end is seen. At the
+ * end, the prefix directory exists (made when the archive had no entry for it). Errors: -EBADMSG
+ * (malformed, cut short), -EINVAL (an unsafe or outside path), -EMEDIUMTYPE (an entry that is not
+ * a file or directory), -EEXIST (a name twice), -EFBIG (over max_bytes), -E2BIG (too many
+ * entries), or what creating the files gave. */
+int oci_tar_extract(OciTarExtract *x, int fd, bool gzip, uint64_t tar_size, ApiError *reterr);

@@ -7,6 +7,7 @@
 
 #include "gpt.h"
 #include "hex-util.h"
+#include "macro.h"
 
 #define HEADER_SIZE 92U
 static const char signature[8] = { 'E', 'F', 'I', ' ', 'P', 'A', 'R', 'T' };
@@ -52,25 +53,24 @@ bool gpt_guid_is_null(const GptGuid g) {
 static const uint8_t order[16] = { 3, 2, 1, 0, 5, 4, 7, 6, 8, 9, 10, 11, 12, 13, 14, 15 };
 
 int gpt_guid_from_string(const char *s, GptGuid ret) {
-        GptGuid g;
-        size_t at = 0;
+        /* the text form is groups of 8-4-4-4-12 digits separated by dashes */
+        static const uint8_t group[] = { 8, 4, 4, 4, 12 };
+        uint8_t text[16];
+        size_t at = 0, n = 0;
 
         if (!s || strlen(s) != 36)
                 return -EINVAL;
-        for (unsigned i = 0; i < 16; i++) {
-                int hi, lo;
-                hi = unhexchar(s[at++]);
-                lo = unhexchar(s[at++]);
-                if (hi < 0 || lo < 0)
+        for (size_t k = 0; k < ELEMENTSOF(group); k++) {
+                if (k > 0 && s[at++] != '-')
                         return -EINVAL;
-                g[order[i]] = (uint8_t) (hi << 4 | lo);
-                if (at < 36 && (at == 8 || at == 13 || at == 18 || at == 23)) {
-                        if (s[at] != '-')
-                                return -EINVAL;
-                        at++;
-                }
+                if (hex_decode(s + at, group[k], /* lower_only= */ false, text + n, /* reterr_offset= */ NULL) <
+                    0)
+                        return -EINVAL;
+                at += group[k];
+                n += group[k] / 2;
         }
-        memcpy(ret, g, 16);
+        for (unsigned i = 0; i < 16; i++)
+                ret[order[i]] = text[i];
         return 0;
 }
 

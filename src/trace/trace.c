@@ -463,16 +463,6 @@ static int random_id(uint8_t *p, size_t n) {
         return 0;
 }
 
-/* Lower-case hex only: the W3C format refuses upper case. */
-static int hex_decode_lower(const char *s, size_t n_bytes, uint8_t *out) {
-        for (size_t i = 0; i < 2 * n_bytes; i++)
-                if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
-                        return -EINVAL;
-        for (size_t i = 0; i < n_bytes; i++)
-                out[i] = (uint8_t) (unhexchar(s[2 * i]) << 4 | unhexchar(s[2 * i + 1]));
-        return 0;
-}
-
 int trace_parse_traceparent(
         const char *s, uint8_t ret_trace_id[static 16], uint8_t ret_span_id[static 8], uint8_t *ret_flags) {
         uint8_t version, trace_id[16], span_id[8], flags;
@@ -489,12 +479,15 @@ int trace_parse_traceparent(
         /* version "-" trace-id "-" parent-id "-" flags; a later version may append "-" fields */
         if (n < 55 || s[2] != '-' || s[35] != '-' || s[52] != '-')
                 return -EINVAL;
-        if (hex_decode_lower(s, 1, &version) < 0 || version == 0xff)
+        if (hex_decode(s, 2, /* lower_only= */ true, &version, /* reterr_offset= */ NULL) < 0 ||
+            version == 0xff)
                 return -EINVAL;
         if (version == 0 ? n != 55 : (n > 55 && s[55] != '-'))
                 return -EINVAL;
-        if (hex_decode_lower(s + 3, 16, trace_id) < 0 || hex_decode_lower(s + 36, 8, span_id) < 0 ||
-            hex_decode_lower(s + 53, 1, &flags) < 0)
+        /* lower-case hex only: the W3C format refuses upper case */
+        if (hex_decode(s + 3, 32, /* lower_only= */ true, trace_id, /* reterr_offset= */ NULL) < 0 ||
+            hex_decode(s + 36, 16, /* lower_only= */ true, span_id, /* reterr_offset= */ NULL) < 0 ||
+            hex_decode(s + 53, 2, /* lower_only= */ true, &flags, /* reterr_offset= */ NULL) < 0)
                 return -EINVAL;
         if (all_zero(trace_id, 16) || all_zero(span_id, 8))
                 return -EINVAL;

@@ -17,6 +17,32 @@ static void test_hex(void **state) {
         assert_int_equal(unhexchar('g'), -1);
 }
 
+static void test_hex_decode(void **state) {
+        uint8_t b[4] = { 0x55, 0x55, 0x55, 0x55 };
+        size_t at = 99;
+
+        assert_ok(hex_decode("00aBfF", 6, /* lower_only= */ false, b, &at));
+        assert_memory_equal(b, "\x00\xab\xff\x55", 4);
+        assert_int_equal(at, 99);
+        assert_ok(hex_decode("", 0, /* lower_only= */ true, b, NULL));
+
+        /* upper case only where allowed */
+        assert_errno(hex_decode("0A", 2, /* lower_only= */ true, b, &at), -EINVAL);
+        assert_int_equal(at, 1);
+        /* the first bad character, left to right, and it wins over an odd length */
+        assert_errno(hex_decode("12x4g", 5, /* lower_only= */ false, b, &at), -EINVAL);
+        assert_int_equal(at, 2);
+        assert_errno(hex_decode("123g", 4, /* lower_only= */ false, b, &at), -EINVAL);
+        assert_int_equal(at, 3);
+        assert_errno(hex_decode("12g", 3, /* lower_only= */ false, b, &at), -EINVAL);
+        assert_int_equal(at, 2);
+        /* an odd length of digits: the offset is the length */
+        assert_errno(hex_decode("123", 3, /* lower_only= */ false, b, &at), -EINVAL);
+        assert_int_equal(at, 3);
+        /* a failed decode leaves out as it was */
+        assert_memory_equal(b, "\x00\xab\xff\x55", 4);
+}
+
 /* RFC 4648 §10's test vectors, both alphabets */
 static const struct {
         const char *in, *std, *url;
@@ -90,6 +116,7 @@ static void test_ether_addr_format(void **state) {
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_hex),
+                cmocka_unit_test(test_hex_decode),
                 cmocka_unit_test(test_base64_encode),
                 cmocka_unit_test(test_base64_decode),
                 cmocka_unit_test(test_base64_decode_bad),
