@@ -83,8 +83,9 @@ int qmp_client_connect(
         QmpDisconnectFunc on_disconnect,
         void *userdata);
 
-/* Like qmp_client_connect(), but a missing or refusing socket is retried every 20 ms (QEMU creates its
- * socket a moment after exec) until the handshake completes or timeout (usec; 0 = 10 s) passes.
+/* Like qmp_client_connect(), but a missing or refusing socket is retried every
+ * QMP_CONNECT_RETRY_INTERVAL (QEMU creates its socket a moment after exec) until the handshake
+ * completes or timeout (usec; 0 = 10 s) passes.
  * on_ready (mandatory) is called exactly once. Returns a new reference. */
 int qmp_client_connect_retry(
         QmpClient **ret,
