@@ -19,6 +19,9 @@ build=(meson ninja-build pkgconf gcc libc6-dev
        libcjose-dev libarchive-dev)
 # tests: exec_vm against sshd in a network namespace, swtpm and tpm2-tools for quotes
 check=(libcmocka-dev clang-format-14 curl python3 procps iproute2 openssh-server openssh-client tpm2-tools swtpm-tools)
+# the style suite's gates (issue 35): complexity (tools/check-complexity.sh), static analysis
+# (tools/check-cppcheck.sh), copies (tools/check-duplicates.sh: sim_c)
+check+=(pmccabe cppcheck similarity-tester)
 # tests/integration/test-oauth.py: a private CA for its https Dex
 check+=(openssl)
 # tests/net/test-net-wire.sh: a namespace on a tap, busybox's udhcpc as the DHCP client, tshark to

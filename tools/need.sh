@@ -48,6 +48,7 @@ pkg_of() {
         time) echo time ;;
         xz) echo xz-utils ;;
         git) echo git ;;
+        sim_c) echo similarity-tester ;;
         *) echo "$1" ;;
         esac
 }

@@ -33,7 +33,8 @@ void attest_result_done(AttestResult *r) {
         *r = (AttestResult){};
 }
 
-/* The verdict's message; a rejection unless the result is marked verified afterwards. */
+/* The verdict's message; a rejection unless the result is marked verified afterwards. Returns 1, so
+ * that the steps of verify() below can tell "stop here, the message says why" from "go on" (0). */
 _printf_(2, 3) static int set_message(AttestResult *res, const char *format, ...) {
         char *m = NULL;
         va_list ap;
@@ -46,7 +47,7 @@ _printf_(2, 3) static int set_message(AttestResult *res, const char *format, ...
                 return -ENOMEM;
         free(res->message);
         res->message = m;
-        return 0;
+        return 1;
 }
 
 /* "0,1,2" for a mask of indexes, ascending. */
@@ -78,19 +79,18 @@ static void decoded_done(Decoded *d) {
                 free(d->bytes[i]);
 }
 
-static int verify(
-        AttestNonceStore *nonces, const AttestQuoteRequest *req, const AttestVerifyParams *p, AttestResult *res) {
+/* The steps of verify() below each return a negative errno, 1 when they rejected the quote (the
+ * result's message says why) or 0 to go on. */
 
-        _cleanup_(api_error_done) ApiError err = API_ERROR_NULL;
-        _cleanup_(decoded_done) Decoded d = {};
-        _cleanup_(attest_text_done) AttestText mismatched = {}, unknown = {}, learned = {};
-        _cleanup_free_ AttestQuote *q = NULL;
-        _cleanup_free_ char *log_message = NULL;
-        const char *phase, *want, *matched_kubernetes = NULL;
-        char list[3 * ATTEST_PCR_SLOTS], list2[3 * ATTEST_PCR_SLOTS];
+/* The nonce is spent first, whatever else is wrong, so that a rejected quote cannot be replayed. */
+static int check_request(
+        AttestNonceStore *nonces,
+        const AttestQuoteRequest *req,
+        const AttestVerifyParams *p,
+        AttestResult *res,
+        AttestStage *ret_stage) {
+
         AttestStage stage;
-        uint32_t missing;
-        int r;
 
         if (!attest_nonce_consume(nonces, p->vm_id, req->nonce, p->now)) {
                 res->retryable = true; /* the guest asks for a new nonce and quotes again */
@@ -104,14 +104,18 @@ static int verify(
                         return -ENOMEM;
                 return set_message(res, "unknown stage %s", quoted);
         }
-        phase = attest_stage_phase(stage);
 
         if (!p->policy)
                 return set_message(res, "%s", p->no_policy_message ?: "no attestation policy");
+        *ret_stage = stage;
+        return 0;
+}
 
-        q = malloc(sizeof(*q));
-        if (!q)
-                return -ENOMEM;
+/* The quote's structure, its signature by the AK it carries, its nonce and its bank. */
+static int check_quote(const AttestQuoteRequest *req, AttestResult *res, AttestQuote *q) {
+        _cleanup_(api_error_done) ApiError err = API_ERROR_NULL;
+        int r;
+
         r = attest_quote_parse(
                 req->quote,
                 req->quote_size,
@@ -140,6 +144,18 @@ static int verify(
 
         if (q->bank_alg != TPM2_ALG_SHA256)
                 return set_message(res, "quote selects pcr bank %s, want sha256", q->bank);
+        return 0;
+}
+
+/* The PCR values the guest sent: decoded into d, checked against the quote's digest, kept in the
+ * result as hex, and complete for the stage. */
+static int check_pcrs(
+        const AttestQuoteRequest *req, const AttestQuote *q, AttestStage stage, Decoded *d, AttestResult *res) {
+
+        _cleanup_(api_error_done) ApiError err = API_ERROR_NULL;
+        char list[3 * ATTEST_PCR_SLOTS], list2[3 * ATTEST_PCR_SLOTS];
+        uint32_t missing;
+        int r;
 
         for (unsigned i = 0; i < ATTEST_PCR_SLOTS; i++) {
                 const char *s = req->pcrs_sha256[i];
@@ -148,23 +164,23 @@ static int verify(
                         continue;
                 if (!s)
                         return set_message(res, "pcrs.sha256 lacks index %u which the quote covers", i);
-                r = attest_hex_decode(s, strlen(s), &d.bytes[i], &d.values[i].size, /* reterr_go= */ NULL);
+                r = attest_hex_decode(s, strlen(s), &d->bytes[i], &d->values[i].size, /* reterr_go= */ NULL);
                 if (r == -ENOMEM)
                         return r;
                 if (r < 0)
                         return set_message(res, "pcrs.sha256[%u] is not hex", i);
-                d.values[i].set = true;
-                d.values[i].data = d.bytes[i];
+                d->values[i].set = true;
+                d->values[i].data = d->bytes[i];
         }
 
-        r = attest_quote_verify_pcrs(q, d.values, &err);
+        r = attest_quote_verify_pcrs(q, d->values, &err);
         if (r == -ENOMEM)
                 return r;
         if (r < 0)
                 return set_message(res, "pcr digest: %s", err.message ?: "pcr digest mismatch");
         for (unsigned i = 0; i < ATTEST_PCR_SLOTS; i++)
                 if (q->pcr_mask & (1U << i)) {
-                        res->pcrs[i] = hex_encode(d.values[i].data, d.values[i].size);
+                        res->pcrs[i] = hex_encode(d->values[i].data, d->values[i].size);
                         if (!res->pcrs[i])
                                 return -ENOMEM;
                 }
@@ -177,6 +193,101 @@ static int verify(
                         index_list(q->pcr_mask, list),
                         attest_stage_to_string(stage),
                         index_list(missing, list2));
+        return 0;
+}
+
+/* PCR 11 against the policy's phase, then each golden PCR (and 13 at the ready stage): a value the
+ * policy lacks is learned where allowed, listed as unknown otherwise. */
+static int check_golden(
+        const AttestVerifyParams *p,
+        AttestStage stage,
+        const char *phase,
+        AttestResult *res,
+        AttestText *learned,
+        const char **ret_kubernetes) {
+
+        _cleanup_(attest_text_done) AttestText mismatched = {}, unknown = {};
+        const char *want, *matched_kubernetes = NULL;
+
+        want = attest_policy_pcr11(p->policy, phase);
+        if (!want || !streq(want, res->pcrs[11]))
+                return set_message(
+                        res,
+                        "pcr 11 mismatch for phase %s: expected %s, got %s",
+                        phase,
+                        want ?: "",
+                        res->pcrs[11]);
+
+        for (size_t k = 0; k < ELEMENTSOF(golden_pcrs) + (stage == ATTEST_STAGE_READY); k++) {
+                unsigned i = k < ELEMENTSOF(golden_pcrs) ? golden_pcrs[k] : 13;
+                const char *got = res->pcrs[i], *kubernetes = NULL;
+
+                want = attest_policy_expected(p->policy, i, p->kubernetes_version, &kubernetes);
+                if (!want && (p->learn_golden || i == 13)) {
+                        res->learned[res->n_learned++] = i;
+                        attest_text_add(learned, "%s%u=%s", learned->n ? " " : "", i, got);
+                } else if (!want)
+                        attest_text_add(&unknown, "%s%u", unknown.n ? "," : "", i);
+                else if (!streq(want, got)) {
+                        if (kubernetes)
+                                attest_text_add(
+                                        &mismatched,
+                                        "%spcr %u expected %s for kubernetes %s, got %s",
+                                        mismatched.n ? "; " : "",
+                                        i,
+                                        want,
+                                        kubernetes,
+                                        got);
+                        else
+                                attest_text_add(
+                                        &mismatched,
+                                        "%spcr %u expected %s, got %s",
+                                        mismatched.n ? "; " : "",
+                                        i,
+                                        want,
+                                        got);
+                } else if (kubernetes)
+                        matched_kubernetes = kubernetes;
+        }
+        if (mismatched.oom || unknown.oom || learned->oom)
+                return -ENOMEM;
+        if (mismatched.n > 0)
+                return set_message(res, "golden mismatch: %s", mismatched.s);
+        if (unknown.n > 0)
+                return set_message(
+                        res,
+                        "no golden value for pcr %s in the image policy: record one with `vm-manager image "
+                        "golden` or run with --attestation-learn-golden",
+                        unknown.s);
+        *ret_kubernetes = matched_kubernetes;
+        return 0;
+}
+
+static int verify(
+        AttestNonceStore *nonces, const AttestQuoteRequest *req, const AttestVerifyParams *p, AttestResult *res) {
+
+        _cleanup_(decoded_done) Decoded d = {};
+        _cleanup_(attest_text_done) AttestText learned = {};
+        _cleanup_free_ AttestQuote *q = NULL;
+        _cleanup_free_ char *log_message = NULL;
+        const char *phase, *matched_kubernetes = NULL;
+        AttestStage stage = _ATTEST_STAGE_INVALID;
+        int r;
+
+        r = check_request(nonces, req, p, res, &stage);
+        if (r != 0)
+                return r;
+        phase = attest_stage_phase(stage);
+
+        q = malloc(sizeof(*q));
+        if (!q)
+                return -ENOMEM;
+        r = check_quote(req, res, q);
+        if (r != 0)
+                return r;
+        r = check_pcrs(req, q, stage, &d, res);
+        if (r != 0)
+                return r;
 
         if (p->pinned_ak && !streq(p->pinned_ak, q->ak_fingerprint))
                 return set_message(
@@ -202,56 +313,9 @@ static int verify(
         if (log_message)
                 return set_message(res, "%s", log_message);
 
-        want = attest_policy_pcr11(p->policy, phase);
-        if (!want || !streq(want, res->pcrs[11]))
-                return set_message(
-                        res,
-                        "pcr 11 mismatch for phase %s: expected %s, got %s",
-                        phase,
-                        want ?: "",
-                        res->pcrs[11]);
-
-        for (size_t k = 0; k < ELEMENTSOF(golden_pcrs) + (stage == ATTEST_STAGE_READY); k++) {
-                unsigned i = k < ELEMENTSOF(golden_pcrs) ? golden_pcrs[k] : 13;
-                const char *got = res->pcrs[i], *kubernetes = NULL;
-
-                want = attest_policy_expected(p->policy, i, p->kubernetes_version, &kubernetes);
-                if (!want && (p->learn_golden || i == 13)) {
-                        res->learned[res->n_learned++] = i;
-                        attest_text_add(&learned, "%s%u=%s", learned.n ? " " : "", i, got);
-                } else if (!want)
-                        attest_text_add(&unknown, "%s%u", unknown.n ? "," : "", i);
-                else if (!streq(want, got)) {
-                        if (kubernetes)
-                                attest_text_add(
-                                        &mismatched,
-                                        "%spcr %u expected %s for kubernetes %s, got %s",
-                                        mismatched.n ? "; " : "",
-                                        i,
-                                        want,
-                                        kubernetes,
-                                        got);
-                        else
-                                attest_text_add(
-                                        &mismatched,
-                                        "%spcr %u expected %s, got %s",
-                                        mismatched.n ? "; " : "",
-                                        i,
-                                        want,
-                                        got);
-                } else if (kubernetes)
-                        matched_kubernetes = kubernetes;
-        }
-        if (mismatched.oom || unknown.oom || learned.oom)
-                return -ENOMEM;
-        if (mismatched.n > 0)
-                return set_message(res, "golden mismatch: %s", mismatched.s);
-        if (unknown.n > 0)
-                return set_message(
-                        res,
-                        "no golden value for pcr %s in the image policy: record one with `vm-manager image "
-                        "golden` or run with --attestation-learn-golden",
-                        unknown.s);
+        r = check_golden(p, stage, phase, res, &learned, &matched_kubernetes);
+        if (r != 0)
+                return r;
 
         r = set_message(
                 res,

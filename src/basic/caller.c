@@ -14,9 +14,10 @@ DEFINE_STRING_TABLE_LOOKUP(caller_source, CallerSource);
 
 Caller *caller_dup(const Caller *c) {
         _cleanup_(caller_freep) Caller *d = NULL;
-        size_t n = strv_length(c->groups);
+        size_t n;
 
         assert(c && c->subject);
+        n = strv_length(c->groups);
 
         d = calloc(1, sizeof(Caller));
         if (!d)

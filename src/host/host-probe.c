@@ -985,14 +985,10 @@ static int usable_cpus(void) {
         return n > 0 ? (int) MIN(n, (long) INT32_MAX) : 1;
 }
 
-static int build_json(HostProbe *p, json_t *o) {
+/* What the host has: its name and kernel, CPUs and memory, devices, tools, firmware, storage. */
+static int put_facts(HostProbe *p, json_t *o, const DeviceState *kvm, const DeviceState *vsock) {
         _cleanup_free_ char *kernel = NULL;
         struct utsname u = {};
-        int r;
-
-        DeviceState kvm = probe_device(p, HOST_FILE_KVM);
-        DeviceState vsock = probe_device(p, HOST_FILE_VSOCK);
-        AccelDecision accel = decide_accel(p, &kvm);
 
         (void) uname(&u);
         if (read_full_file(p->files[HOST_FILE_OSRELEASE], 4096, &kernel, NULL) < 0) {
@@ -1005,8 +1001,8 @@ static int build_json(HostProbe *p, json_t *o) {
             put_string_sanitized(o, "kernel", strip_whitespace(kernel, NULL)) < 0 ||
             put(o, "cpus", json_integer(usable_cpus())) < 0 ||
             put(o, "memoryBytes", json_integer((json_int_t) MIN(read_mem_total(p), (uint64_t) INT64_MAX))) < 0 ||
-            put(o, "kvm", device_to_json(host_files[HOST_FILE_KVM], &kvm)) < 0 ||
-            put(o, "vhostVsock", device_to_json(host_files[HOST_FILE_VSOCK], &vsock)) < 0)
+            put(o, "kvm", device_to_json(host_files[HOST_FILE_KVM], kvm)) < 0 ||
+            put(o, "vhostVsock", device_to_json(host_files[HOST_FILE_VSOCK], vsock)) < 0)
                 return -ENOMEM;
         for (HostTool t = 0; t < _HOST_TOOL_MAX; t++)
                 if (put(o, host_tools[t].key, tool_to_json(&p->tools[t])) < 0)
@@ -1017,46 +1013,52 @@ static int build_json(HostProbe *p, json_t *o) {
                 return -ENOMEM;
         if (put(o, "storageProviders", storage_providers_to_json(p)) < 0)
                 return -ENOMEM;
+        return 0;
+}
 
-        json_auto_t *acc = json_object();
-        if (!acc || put(acc, "selected", json_string(host_accel_to_string(accel.selected))) < 0 ||
+/* The two decisions the probe makes: the accelerator and the notify transport, each with why. */
+static int put_decisions(HostProbe *p, json_t *o, const AccelDecision *accel, const NotifyDecision *notify) {
+        json_auto_t *acc = json_object(), *n = NULL;
+
+        if (!acc || put(acc, "selected", json_string(host_accel_to_string(accel->selected))) < 0 ||
             put(acc, "requested", json_string(host_accel_to_string(p->accel))) < 0 ||
-            put(acc, "reason", json_string(accel.reason)) < 0 || put(o, "accelerator", json_incref(acc)) < 0)
+            put(acc, "reason", json_string(accel->reason)) < 0 || put(o, "accelerator", json_incref(acc)) < 0)
                 return -ENOMEM;
 
-        NotifyDecision notify;
-        r = decide_notify(p, &vsock, &notify);
-        if (r < 0)
-                return r;
-        {
-                json_auto_t *n = json_pack(
-                        "{s:s,s:s,s:s}",
-                        "transport",
-                        host_notify_transport_name(notify.selected),
-                        "requested",
-                        host_notify_to_string(p->notify),
-                        "reason",
-                        notify.reason);
-                if (!n || put(o, "notify", json_incref(n)) < 0)
-                        return -ENOMEM;
-        }
-
-        json_auto_t *missing = json_array();
-        if (!missing)
+        n = json_pack(
+                "{s:s,s:s,s:s}",
+                "transport",
+                host_notify_transport_name(notify->selected),
+                "requested",
+                host_notify_to_string(p->notify),
+                "reason",
+                notify->reason);
+        if (!n || put(o, "notify", json_incref(n)) < 0)
                 return -ENOMEM;
-        if (accel.selected == HOST_ACCEL_KVM && !kvm.accessible &&
+        return 0;
+}
+
+/* What VMs need and the host lacks, in the order a user should fix it; empty when ready. */
+static int list_missing(
+        HostProbe *p,
+        const DeviceState *kvm,
+        const AccelDecision *accel,
+        const NotifyDecision *notify,
+        json_t *missing) {
+
+        if (accel->selected == HOST_ACCEL_KVM && !kvm->accessible &&
             add_missing(missing, HOST_PROBE_MISSING_KVM) < 0)
                 return -ENOMEM;
-        if (accel.pvm_fallback && add_missing(missing, HOST_PROBE_MISSING_KVM_PVM) < 0)
+        if (accel->pvm_fallback && add_missing(missing, HOST_PROBE_MISSING_KVM_PVM) < 0)
                 return -ENOMEM;
         /* With vhost-device-vsock, VMs get vsock through vhost-user instead (DESIGN §2). */
-        if (p->notify == HOST_NOTIFY_AUTO && !notify.have_device && !notify.have_helper &&
+        if (p->notify == HOST_NOTIFY_AUTO && !notify->have_device && !notify->have_helper &&
             add_missing(missing, HOST_PROBE_MISSING_VSOCK) < 0)
                 return -ENOMEM;
-        if (p->notify == HOST_NOTIFY_VHOST && !notify.have_device &&
+        if (p->notify == HOST_NOTIFY_VHOST && !notify->have_device &&
             add_missing(missing, HOST_PROBE_MISSING_VHOST_VSOCK) < 0)
                 return -ENOMEM;
-        if (p->notify == HOST_NOTIFY_VHOST_USER && !notify.have_helper &&
+        if (p->notify == HOST_NOTIFY_VHOST_USER && !notify->have_helper &&
             add_missing(missing, HOST_PROBE_MISSING_VSOCK_HELPER) < 0)
                 return -ENOMEM;
         if (!p->tools[HOST_TOOL_QEMU].found && add_missing(missing, host_tools[HOST_TOOL_QEMU].binary) < 0)
@@ -1069,7 +1071,34 @@ static int build_json(HostProbe *p, json_t *o) {
                     add_missing(missing, s) < 0)
                         return -ENOMEM;
         }
+        return 0;
+}
 
+static int build_json(HostProbe *p, json_t *o) {
+        json_auto_t *missing = NULL;
+        NotifyDecision notify;
+        int r;
+
+        DeviceState kvm = probe_device(p, HOST_FILE_KVM);
+        DeviceState vsock = probe_device(p, HOST_FILE_VSOCK);
+        AccelDecision accel = decide_accel(p, &kvm);
+
+        r = put_facts(p, o, &kvm, &vsock);
+        if (r < 0)
+                return r;
+        r = decide_notify(p, &vsock, &notify);
+        if (r < 0)
+                return r;
+        r = put_decisions(p, o, &accel, &notify);
+        if (r < 0)
+                return r;
+
+        missing = json_array();
+        if (!missing)
+                return -ENOMEM;
+        r = list_missing(p, &kvm, &accel, &notify, missing);
+        if (r < 0)
+                return r;
         if (put(o, "ready", json_boolean(json_array_size(missing) == 0)) < 0)
                 return -ENOMEM;
         if (json_array_size(missing) > 0 && put(o, "missing", json_incref(missing)) < 0)

@@ -1178,28 +1178,12 @@ static void remove_stale_stages(int dirfd, const char *image_dir) {
                 }
 }
 
-int oci_image_pull(
-        OciClient *c,
-        const OciRef *ref,
-        const char *image_dir,
-        const OciPullOptions *o,
-        OciPullResult *ret,
-        ApiError *reterr) {
-        _cleanup_free_ char *top = NULL, *data = NULL, *ctype = NULL, *mdigest = NULL, *stage = NULL,
-                            *found = NULL, *policy_dest = NULL;
-        _cleanup_(oci_manifest_freep) OciManifest *m = NULL;
-        _cleanup_(plan_done) Plan plan = {};
-        _cleanup_close_ int dirfd = -EBADF, stagefd = -EBADF;
-        OciDocumentKind kind;
-        struct statvfs sv;
-        uint64_t budget;
-        bool created = false, kept = false;
-        size_t size = 0;
+/* Makes image_dir if need be, opens it and takes its lock: one pull at a time per directory. */
+static int pull_lock_dir(const char *image_dir, bool *ret_created, int *ret_dirfd, ApiError *reterr) {
+        _cleanup_close_ int dirfd = -EBADF;
+        bool created = false;
         int r;
 
-        assert_return(c && ref && image_dir && o && ret, -EINVAL);
-
-        budget = o->tree_bytes_max ?: TREE_BYTES_MAX_DEFAULT;
         if (access(image_dir, F_OK) < 0) {
                 r = mkdir_p(image_dir, 0755);
                 if (r < 0)
@@ -1217,178 +1201,265 @@ int oci_image_pull(
                         "another pull into %s is running",
                         image_dir);
         remove_stale_stages(dirfd, image_dir);
+        *ret_created = created;
+        *ret_dirfd = TAKE_FD(dirfd);
+        return 0;
+}
 
-        /* what the reference names now; when a record shows it installed, nothing more is fetched */
-        if (ref->digest)
-                top = strdup(ref->digest);
-        else if (oci_client_manifest_head(c, ref->tag, &top, /* reterr= */ NULL) < 0)
-                /* a HEAD has no body to explain a failure: the GET below says what is wrong */
-                top = NULL;
-        if (ref->digest && !top) {
-                r = -ENOMEM;
-                goto fail;
-        }
-        if (top && (r = record_find(dirfd, top, &found)) > 0)
-                goto up_to_date;
+/* An index fetched in *data: replaced by the manifest it points at for our artifact type, whose
+ * digest goes to *ret_digest. */
+static int pull_follow_index(OciClient *c, char **data, size_t *size, char **ret_digest, ApiError *reterr) {
+        _cleanup_(oci_index_freep) OciIndex *idx = NULL;
+        _cleanup_free_ char *d2 = NULL, *ct2 = NULL, *digest = NULL;
+        const OciDescriptor *pick;
+        OciDocumentKind kind;
+        size_t s2 = 0;
+        int r;
 
-        r = oci_client_manifest_get(c, top ?: ref->tag, &data, &size, &ctype, &mdigest, reterr);
+        r = oci_index_parse(*data, *size, &idx, reterr);
         if (r < 0)
-                goto fail;
-        if (!top) {
-                top = TAKE_PTR(mdigest);
-                if ((r = record_find(dirfd, top, &found)) > 0)
-                        goto up_to_date;
+                return r;
+        r = oci_index_select(idx, OCI_IMAGE_ARTIFACT_TYPE, &pick, reterr);
+        if (r < 0)
+                return r;
+        r = oci_client_manifest_get(c, pick->digest, &d2, &s2, &ct2, &digest, reterr);
+        if (r < 0)
+                return r;
+        r = oci_document_kind(d2, s2, ct2, &kind, reterr);
+        if (r < 0)
+                return r;
+        if (kind != OCI_DOCUMENT_MANIFEST)
+                return api_error_set(
+                        reterr,
+                        -EMEDIUMTYPE,
+                        API_ERROR_INTERNAL,
+                        "the index points at another index: not followed");
+        free(*data);
+        *data = TAKE_PTR(d2);
+        *size = s2;
+        *ret_digest = TAKE_PTR(digest);
+        return 0;
+}
+
+/* What the reference names now, in *top (the digest of the index or manifest it points at). Returns
+ * 1 with *ret_found when a record shows it installed, so that nothing more is fetched; 0 with the
+ * image's manifest otherwise. */
+static int pull_resolve(
+        OciClient *c,
+        const OciRef *ref,
+        int dirfd,
+        char **top,
+        char **ret_found,
+        OciManifest **ret_manifest,
+        char **ret_manifest_digest,
+        ApiError *reterr) {
+
+        _cleanup_free_ char *data = NULL, *ctype = NULL, *mdigest = NULL;
+        OciDocumentKind kind;
+        size_t size = 0;
+        int r;
+
+        if (ref->digest) {
+                *top = strdup(ref->digest);
+                if (!*top)
+                        return -ENOMEM;
+        } else if (oci_client_manifest_head(c, ref->tag, top, /* reterr= */ NULL) < 0)
+                /* a HEAD has no body to explain a failure: the GET below says what is wrong */
+                *top = NULL;
+        if (*top && (r = record_find(dirfd, *top, ret_found)) > 0)
+                return 1;
+
+        r = oci_client_manifest_get(c, *top ?: ref->tag, &data, &size, &ctype, &mdigest, reterr);
+        if (r < 0)
+                return r;
+        if (!*top) {
+                *top = TAKE_PTR(mdigest);
+                if ((r = record_find(dirfd, *top, ret_found)) > 0)
+                        return 1;
         }
         mdigest = mfree(mdigest);
         r = oci_document_kind(data, size, ctype, &kind, reterr);
         if (r < 0)
-                goto fail;
-        if (kind == OCI_DOCUMENT_INDEX) {
-                _cleanup_(oci_index_freep) OciIndex *idx = NULL;
-                const OciDescriptor *pick;
-                _cleanup_free_ char *d2 = NULL, *ct2 = NULL;
-                size_t s2 = 0;
-
-                r = oci_index_parse(data, size, &idx, reterr);
-                if (r >= 0)
-                        r = oci_index_select(idx, OCI_IMAGE_ARTIFACT_TYPE, &pick, reterr);
-                if (r >= 0)
-                        r = oci_client_manifest_get(c, pick->digest, &d2, &s2, &ct2, &mdigest, reterr);
-                if (r >= 0)
-                        r = oci_document_kind(d2, s2, ct2, &kind, reterr);
-                if (r >= 0 && kind != OCI_DOCUMENT_MANIFEST)
-                        r = api_error_set(
-                                reterr,
-                                -EMEDIUMTYPE,
-                                API_ERROR_INTERNAL,
-                                "the index points at another index: not followed");
-                if (r < 0)
-                        goto fail;
-                free(data);
-                data = TAKE_PTR(d2);
-                size = s2;
-        } else {
-                mdigest = strdup(top);
-                if (!mdigest) {
-                        r = -ENOMEM;
-                        goto fail;
-                }
-        }
-        r = oci_manifest_parse(data, size, &m, reterr);
+                return r;
+        if (kind == OCI_DOCUMENT_INDEX)
+                r = pull_follow_index(c, &data, &size, &mdigest, reterr);
+        else
+                r = (mdigest = strdup(*top)) ? 0 : -ENOMEM;
+        if (r < 0)
+                return r;
+        r = oci_manifest_parse(data, size, ret_manifest, reterr);
         if (r < 0) {
                 (void) api_error_prefix(reterr, "manifest %s", mdigest);
-                goto fail;
+                return r;
         }
-        r = plan_layers(m, &plan, reterr);
-        if (r < 0)
-                goto fail;
+        *ret_manifest_digest = TAKE_PTR(mdigest);
+        return 0;
+}
 
-        if (fstatvfs(dirfd, &sv) >= 0 && (uint64_t) sv.f_bavail * sv.f_frsize < plan.size) {
-                r = api_error_set(
+/* A staging directory beside the target, on its file system, once there is room for the plan. */
+static int pull_make_stage(
+        int dirfd, const char *image_dir, const Plan *plan, char **ret_stage, int *ret_stagefd, ApiError *reterr) {
+
+        _cleanup_free_ char *stage = NULL;
+        _cleanup_close_ int stagefd = -EBADF;
+        struct statvfs sv;
+        int r;
+
+        if (fstatvfs(dirfd, &sv) >= 0 && (uint64_t) sv.f_bavail * sv.f_frsize < plan->size)
+                return api_error_set(
                         reterr,
                         -ENOSPC,
                         API_ERROR_INTERNAL,
                         "the image needs at least %" PRIu64 " bytes in %s, and only %" PRIu64 " are free",
-                        plan.size,
+                        plan->size,
                         image_dir,
                         (uint64_t) sv.f_bavail * sv.f_frsize);
-                goto fail;
-        }
 
-        /* everything is staged beside the target, on its file system */
         if (asprintf(&stage, "%s/" STAGE_PREFIX "XXXXXX", image_dir) < 0) {
                 stage = NULL;
-                r = -ENOMEM;
-                goto fail;
+                return -ENOMEM;
         }
-        if (!mkdtemp(stage)) {
-                r = api_error_set(
+        if (!mkdtemp(stage))
+                return api_error_set(
                         reterr,
                         -errno,
                         API_ERROR_INTERNAL,
                         "cannot create a staging directory in %s: %m",
                         image_dir);
-                goto fail;
-        }
         stagefd = open(stage, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         if (stagefd < 0) {
                 r = -errno;
-                goto fail;
+                (void) rm_rf(stage);
+                return r;
         }
+        *ret_stage = TAKE_PTR(stage);
+        *ret_stagefd = TAKE_FD(stagefd);
+        return 0;
+}
+
+/* Where each fetched layer goes in image_dir; the policy's name goes to *ret_policy_dest. */
+static int pull_destinations(
+        int dirfd,
+        int stagefd,
+        Plan *plan,
+        const OciPullOptions *o,
+        bool *ret_kept,
+        char **ret_policy_dest,
+        ApiError *reterr) {
+
+        int r = 0;
+
+        for (size_t i = 0; i < plan->n; i++) {
+                PullLayer *l = &plan->layers[i];
+
+                if (l->kind == LAYER_POLICY) {
+                        r = prepare_policy(dirfd, stagefd, l, plan->image, o->policy, ret_kept, reterr);
+                        if (r < 0)
+                                return r;
+                        free(*ret_policy_dest);
+                        *ret_policy_dest = strdup(l->dest);
+                        if (!*ret_policy_dest)
+                                return -ENOMEM;
+                } else if (l->kind == LAYER_MANIFEST)
+                        r = companion_dest(
+                                dirfd, plan->image, BUILD_MANIFEST_FILE, build_manifest_is_for, &l->dest);
+                else if (l->kind != LAYER_TREE)
+                        r = (l->dest = strdup(l->title)) ? 0 : -ENOMEM;
+                if (r < 0)
+                        return r;
+        }
+        return 0;
+}
+
+/* Moves the staged layers into place; the UKI is installed by oci_image_install() itself. */
+static int pull_install(int dirfd, int stagefd, const Plan *plan, ApiError *reterr) {
+        _cleanup_free_ char *layout = NULL;
+        OciStaged items[OCI_LAYERS_MAX + 1];
+        bool has_layout = false;
+        size_t k = 0;
+
+        for (size_t i = 0; i < plan->n; i++) {
+                if (plan->layers[i].kind == LAYER_LAYOUT)
+                        has_layout = true;
+                if (plan->layers[i].kind != LAYER_UKI)
+                        items[k++] = (OciStaged){
+                                .kind = plan->layers[i].kind == LAYER_TREE ? OCI_STAGED_TREE : OCI_STAGED_FILE,
+                                .name = plan->layers[i].title,
+                                .dest = plan->layers[i].dest,
+                        };
+        }
+        /* a layout of an earlier build would lay the new disk out by the old one's partitions */
+        if (!has_layout) {
+                if (asprintf(&layout, "%s.layout.json", plan->image) < 0) {
+                        layout = NULL;
+                        return -ENOMEM;
+                }
+                items[k++] = (OciStaged){ .kind = OCI_STAGED_GONE, .dest = layout };
+        }
+        return oci_image_install(dirfd, stagefd, plan->image, items, k, reterr);
+}
+
+int oci_image_pull(
+        OciClient *c,
+        const OciRef *ref,
+        const char *image_dir,
+        const OciPullOptions *o,
+        OciPullResult *ret,
+        ApiError *reterr) {
+        _cleanup_free_ char *top = NULL, *mdigest = NULL, *stage = NULL, *found = NULL, *policy_dest = NULL;
+        _cleanup_(oci_manifest_freep) OciManifest *m = NULL;
+        _cleanup_(plan_done) Plan plan = {};
+        _cleanup_close_ int dirfd = -EBADF, stagefd = -EBADF;
+        uint64_t budget;
+        bool created = false, kept = false;
+        int r;
+
+        assert_return(c && ref && image_dir && o && ret, -EINVAL);
+
+        budget = o->tree_bytes_max ?: TREE_BYTES_MAX_DEFAULT;
+        r = pull_lock_dir(image_dir, &created, &dirfd, reterr);
+        if (r < 0)
+                return r;
+
+        r = pull_resolve(c, ref, dirfd, &top, &found, &m, &mdigest, reterr);
+        if (r < 0)
+                goto fail;
+        if (r > 0) {
+                *ret = (OciPullResult){ .up_to_date = true };
+                ret->image = TAKE_PTR(found);
+                ret->digest = TAKE_PTR(top);
+                return 0;
+        }
+        r = plan_layers(m, &plan, reterr);
+        if (r < 0)
+                goto fail;
+
+        r = pull_make_stage(dirfd, image_dir, &plan, &stage, &stagefd, reterr);
+        if (r < 0)
+                goto fail;
         for (size_t i = 0; i < plan.n; i++) {
                 r = fetch_layer(c, stagefd, &plan.layers[i], &budget, reterr);
                 if (r < 0)
                         goto fail;
         }
-        for (size_t i = 0; i < plan.n; i++) {
-                PullLayer *l = &plan.layers[i];
-
-                if (l->kind == LAYER_POLICY) {
-                        r = prepare_policy(dirfd, stagefd, l, plan.image, o->policy, &kept, reterr);
-                        if (r < 0)
-                                goto fail;
-                        policy_dest = strdup(l->dest);
-                        if (!policy_dest) {
-                                r = -ENOMEM;
-                                goto fail;
-                        }
-                } else if (l->kind == LAYER_MANIFEST)
-                        r = companion_dest(
-                                dirfd, plan.image, BUILD_MANIFEST_FILE, build_manifest_is_for, &l->dest);
-                else if (l->kind != LAYER_TREE)
-                        r = (l->dest = strdup(l->title)) ? 0 : -ENOMEM;
-                if (r < 0)
-                        goto fail;
-        }
+        r = pull_destinations(dirfd, stagefd, &plan, o, &kept, &policy_dest, reterr);
+        if (r < 0)
+                goto fail;
         if (syncfs(stagefd) < 0) {
                 r = api_error_set(reterr, -errno, API_ERROR_INTERNAL, "cannot sync %s: %m", image_dir);
                 goto fail;
         }
-        {
-                _cleanup_free_ char *layout = NULL;
-                OciStaged items[OCI_LAYERS_MAX + 1];
-                bool has_layout = false;
-                size_t k = 0;
-
-                for (size_t i = 0; i < plan.n; i++) {
-                        if (plan.layers[i].kind == LAYER_LAYOUT)
-                                has_layout = true;
-                        if (plan.layers[i].kind != LAYER_UKI)
-                                items[k++] = (OciStaged){
-                                        .kind = plan.layers[i].kind == LAYER_TREE ? OCI_STAGED_TREE :
-                                                                                    OCI_STAGED_FILE,
-                                        .name = plan.layers[i].title,
-                                        .dest = plan.layers[i].dest,
-                                };
-                }
-                /* a layout of an earlier build would lay the new disk out by the old one's partitions */
-                if (!has_layout) {
-                        if (asprintf(&layout, "%s.layout.json", plan.image) < 0) {
-                                r = -ENOMEM;
-                                goto fail;
-                        }
-                        items[k++] = (OciStaged){ .kind = OCI_STAGED_GONE, .dest = layout };
-                }
-                r = oci_image_install(dirfd, stagefd, plan.image, items, k, reterr);
-        }
+        r = pull_install(dirfd, stagefd, &plan, reterr);
         if (r < 0)
                 goto fail;
-        r = record_write(image_dir, ref, top, mdigest, &plan);
-        if (r < 0)
-                /* the image is in; only the next pull's shortcut is lost */
-                r = 0;
+        /* a failed record loses only the next pull's shortcut: the image is in */
+        (void) record_write(image_dir, ref, top, mdigest, &plan);
         (void) rm_rf(stage);
 
         *ret = (OciPullResult){ .kept_golden = kept, .n_layers = plan.n, .size = plan.size };
         ret->image = TAKE_PTR(plan.image);
         ret->digest = TAKE_PTR(top);
         ret->policy_file = TAKE_PTR(policy_dest);
-        return 0;
-
-up_to_date:
-        *ret = (OciPullResult){ .up_to_date = true };
-        ret->image = TAKE_PTR(found);
-        ret->digest = TAKE_PTR(top);
         return 0;
 
 fail:

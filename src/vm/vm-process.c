@@ -552,11 +552,11 @@ char *vm_exit_status_to_string(int code, int status) {
                                                                 name      ?:
                                                                             "unknown");
                 char lower[64];
-                size_t i;
+                size_t n = strnlen(desc, sizeof(lower) - 1);
 
-                for (i = 0; desc[i] && i < sizeof(lower) - 1; i++)
+                for (size_t i = 0; i < n; i++)
                         lower[i] = (char) (desc[i] >= 'A' && desc[i] <= 'Z' ? desc[i] + 32 : desc[i]);
-                lower[i] = 0;
+                lower[n] = 0;
                 asprintf_or_null(&s, "signal: %s%s", lower, code == CLD_DUMPED ? " (core dumped)" : "");
         } else
                 asprintf_or_null(&s, "exit status unknown: si_code %d", code);
