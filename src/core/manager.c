@@ -64,7 +64,6 @@ struct Manager {
         bool shutting_down;
         bool detaching; /* shutting down with VMs left running */
         uint64_t generation;
-        const Caller *caller;
 };
 
 static const char *const vm_launcher_table[_VM_LAUNCHER_MAX] = {
@@ -526,14 +525,6 @@ void manager_touch(Manager *m) {
 
 uint64_t manager_generation(Manager *m) {
         return m->generation;
-}
-
-const Caller *manager_caller(Manager *m) {
-        return m->caller;
-}
-
-void manager_set_caller(Manager *m, const Caller *caller) {
-        m->caller = caller;
 }
 
 /* ---- VMs ---- */

@@ -148,12 +148,6 @@ int manager_sync(Manager *m, FileWriterDoneFunc done, void *userdata);
 void manager_touch(Manager *m);
 uint64_t manager_generation(Manager *m);
 
-/* Who asked for the operation running now (borrowed): set by operation_run() and
- * operation_run_async() for the handler's duration; NULL when anonymous (no --enable-oauth).
- * create_vm records it as the VM's createdBy. */
-const Caller *manager_caller(Manager *m);
-void manager_set_caller(Manager *m, const Caller *caller);
-
 #define MANAGER_VMS_MAX 1024U
 
 /* VMs, oldest first. */

@@ -1,7 +1,10 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 #pragma once
 
+#include <inttypes.h>
 #include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
 
 #include "api-error.h"
 #include "manager.h"
@@ -37,6 +40,9 @@ typedef enum ParamFlags {
         PARAM_REQUIRED = 1 << 0,
         PARAM_IN_PATH = 1 << 1,  /* REST: a {segment} of the path */
         PARAM_IN_QUERY = 1 << 2, /* REST: a query argument */
+        PARAM_NOT_EMPTY = 1 << 3, /* a string: "" is refused; absent or null is how one asks for the default */
+        PARAM_BOUNDS_APART = 1 << 4, /* an integer's refusal states the bound it missed ("at least 256")
+                                      * rather than the range (a range as wide as 256..16777216 reads badly) */
 } ParamFlags;
 
 typedef struct OperationParam {
@@ -46,14 +52,41 @@ typedef struct OperationParam {
         const char *description;
         const char *const *enum_values; /* NULL-terminated, or NULL */
         size_t max_length;              /* bytes of a string; 0: PARAM_STRING_MAX */
+
+        /* An integer's accepted range, both ends included; min == max == 0 declares none. Refusals
+         * say "<name> must be <min>..<max>" and are collected with the other problems of a request. */
+        int64_t min, max;
+        /* A string's rule beyond its length: refused with "<name> <invalid_text>". */
+        bool (*valid)(const char *s);
+        const char *invalid_text;
+
+        /* Decoding, for an operation with an args_size: where the value goes in its arguments struct,
+         * and what an absent (or null) parameter becomes. A string is a char * (a copy; default_string
+         * or NULL), an integer an int64_t (default_integer), a boolean an int (default_integer, 0 or 1),
+         * a string array a char ** (NULL when absent), a string map a json_t * (a new reference, NULL
+         * when absent). */
+        size_t offset;
+        const char *default_string;
+        int64_t default_integer;
 } OperationParam;
 
 /* The longest string a parameter takes unless it says otherwise; array elements and map values too. */
 #define PARAM_STRING_MAX ((size_t) 65536)
 
-/* Runs the operation. args is an object holding exactly the declared parameters, already checked
- * for type and presence. *ret is the resource JSON (a new reference); NULL for "no content". */
-typedef int (*OperationHandler)(Manager *m, json_t *args, json_t **ret, ApiError *reterr);
+/* One call of an operation as its handler sees it. */
+typedef struct Operation Operation;
+
+typedef struct OperationRequest {
+        const Operation *op;
+        json_t *args;         /* exactly the declared parameters, checked for type and presence */
+        void *decoded;        /* the operation's arguments struct, decoded and checked (operation_decode());
+                               * NULL when the operation declares none. The handler may take what it owns
+                               * out of it (leaving NULL behind) */
+        const Caller *caller; /* who asked (borrowed); NULL: anonymous */
+} OperationRequest;
+
+/* Runs the operation. *ret is the resource JSON (a new reference); NULL for "no content". */
+typedef int (*OperationHandler)(Manager *m, const OperationRequest *req, json_t **ret, ApiError *reterr);
 
 /* Completion of an asynchronous operation: r < 0 with e set, or the resource (borrowed). */
 typedef void (*OperationDone)(int r, json_t *result, const ApiError *e, void *userdata);
@@ -62,9 +95,14 @@ typedef void (*OperationDone)(int r, json_t *result, const ApiError *e, void *us
  * and calls done exactly once, possibly before returning. args are checked as for handler. */
 typedef void (*OperationProgress)(const char *message, void *userdata);
 typedef int (*OperationAsyncHandler)(
-        Manager *m, json_t *args, OperationDone done, OperationProgress progress, void *userdata, ApiError *reterr);
+        Manager *m,
+        const OperationRequest *req,
+        OperationDone done,
+        OperationProgress progress,
+        void *userdata,
+        ApiError *reterr);
 
-typedef struct Operation {
+struct Operation {
         const char *name; /* the MCP tool name */
         const char *description;
         OperationHints hints;
@@ -77,7 +115,15 @@ typedef struct Operation {
         const OperationParam *params; /* terminated by a NULL name */
         OperationHandler handler;
         OperationAsyncHandler async_handler; /* instead of handler */
-} Operation;
+
+        /* The decoded arguments (optional): a struct of args_size bytes that every parameter's offset
+         * points into, freed with args_done (its contents only). args_check holds the rules that relate
+         * parameters to each other; it appends its problems with operation_problem() and may rewrite
+         * what it checked. */
+        size_t args_size;
+        void (*args_done)(void *args);
+        int (*args_check)(void *args, char **problems);
+};
 
 const Operation *operation_table(size_t *ret_n);
 const Operation *operation_find(const char *name);
@@ -86,14 +132,29 @@ const Operation *operation_find(const char *name);
  * types right. Errors are invalid_request and name the field. */
 int operation_check_args(const Operation *op, json_t *args, ApiError *reterr);
 
-/* operation_check_args(), then the handler; caller (borrowed, NULL: anonymous) is manager_caller()
- * meanwhile. */
+/* operation_check_args(), then, for an operation with an args_size, the decoding into ret (args_size
+ * bytes, overwritten): every parameter or its default, then each one's limits (empty, range, valid),
+ * then the operation's args_check. Those problems are collected into one invalid_request message,
+ * "; "-separated. On failure ret holds nothing that needs freeing. */
+int operation_decode(const Operation *op, json_t *args, void *ret, ApiError *reterr);
+
+const OperationParam *operation_param_find(const Operation *op, const char *name);
+
+/* Appends the problem a value of the parameter has with its declared range, if any; a record's loader
+ * checks what it reads against the same declaration. */
+void operation_param_check_integer(const OperationParam *p, int64_t v, char **problems);
+
+/* Appends a "; "-separated problem to *problems; out of memory, the problem is dropped. */
+void operation_problem(char **problems, const char *fmt, ...) _printf_(2, 3);
+
+/* operation_check_args() and operation_decode(), then the handler, which gets caller (borrowed, NULL:
+ * anonymous) in its OperationRequest; create_vm records it as the VM's createdBy. */
 int operation_run(
         const Operation *op, Manager *m, const Caller *caller, json_t *args, json_t **ret, ApiError *reterr);
 
-/* operation_check_args(), then the asynchronous handler, or the handler of an operation that is not
- * read-only. done hears the outcome once the records written so far are on disk (manager_sync()):
- * an answer never reports a change that a crash could still take back. */
+/* operation_check_args() and operation_decode(), then the asynchronous handler, or the handler of an
+ * operation that is not read-only. done hears the outcome once the records written so far are on disk
+ * (manager_sync()): an answer never reports a change that a crash could still take back. */
 /* progress (optional) hears the state changes while the operation runs. */
 int operation_run_async(
         const Operation *op,

@@ -1,4 +1,6 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -7,8 +9,9 @@
 #include "json-util.h"
 #include "network.h"
 #include "operation.h"
+#include "parse-util.h"
 
-static int op_get_info(Manager *m, json_t *args, json_t **ret, ApiError *reterr) {
+static int op_get_info(Manager *m, const OperationRequest *req, json_t **ret, ApiError *reterr) {
         json_auto_t *tools = json_array(), *info = NULL;
         size_t n;
         const Operation *table = operation_table(&n);
@@ -34,7 +37,7 @@ static int op_get_info(Manager *m, json_t *args, json_t **ret, ApiError *reterr)
         return 0;
 }
 
-static int op_get_host(Manager *m, json_t *args, json_t **ret, ApiError *reterr) {
+static int op_get_host(Manager *m, const OperationRequest *req, json_t **ret, ApiError *reterr) {
         json_auto_t *h = host_probe_to_json(manager_host(m));
         const ManagerSettings *st = manager_settings(m);
         json_t *a;
@@ -61,7 +64,7 @@ static int op_get_host(Manager *m, json_t *args, json_t **ret, ApiError *reterr)
         return 0;
 }
 
-static int op_list_images(Manager *m, json_t *args, json_t **ret, ApiError *reterr) {
+static int op_list_images(Manager *m, const OperationRequest *req, json_t **ret, ApiError *reterr) {
         json_t *l = image_catalog_to_json(manager_images(m));
 
         if (!l)
@@ -70,12 +73,12 @@ static int op_list_images(Manager *m, json_t *args, json_t **ret, ApiError *rete
         return 0;
 }
 
-static int op_get_image(Manager *m, json_t *args, json_t **ret, ApiError *reterr) {
+static int op_get_image(Manager *m, const OperationRequest *req, json_t **ret, ApiError *reterr) {
         return image_catalog_get_json(
-                manager_images(m), json_string_value(json_object_get(args, "ref")), ret, reterr);
+                manager_images(m), json_string_value(json_object_get(req->args, "ref")), ret, reterr);
 }
 
-static int op_list_networks(Manager *m, json_t *args, json_t **ret, ApiError *reterr) {
+static int op_list_networks(Manager *m, const OperationRequest *req, json_t **ret, ApiError *reterr) {
         json_t *l = network_registry_to_json(manager_networks(m));
 
         if (!l)
@@ -94,30 +97,30 @@ static int lookup_network(Manager *m, json_t *args, Network **ret, ApiError *ret
         return 0;
 }
 
-static int op_get_network(Manager *m, json_t *args, json_t **ret, ApiError *reterr) {
+static int op_get_network(Manager *m, const OperationRequest *req, json_t **ret, ApiError *reterr) {
         Network *n = NULL;
         int r;
 
-        r = lookup_network(m, args, &n, reterr);
+        r = lookup_network(m, req->args, &n, reterr);
         if (r < 0)
                 return r;
         *ret = network_to_json(n);
         return *ret ? 0 : -ENOMEM;
 }
 
-static int op_create_network(Manager *m, json_t *args, json_t **ret, ApiError *reterr) {
+static int op_create_network(Manager *m, const OperationRequest *req, json_t **ret, ApiError *reterr) {
         Network *n = NULL;
         int r;
 
-        r = manager_create_network(m, args, &n, reterr);
+        r = manager_create_network(m, req->args, &n, reterr);
         if (r < 0)
                 return r;
         *ret = network_to_json(n);
         return *ret ? 0 : -ENOMEM;
 }
 
-static int op_delete_network(Manager *m, json_t *args, json_t **ret, ApiError *reterr) {
-        const char *name = json_string_value(json_object_get(args, "name"));
+static int op_delete_network(Manager *m, const OperationRequest *req, json_t **ret, ApiError *reterr) {
+        const char *name = json_string_value(json_object_get(req->args, "name"));
         int r;
 
         r = manager_delete_network(m, name, reterr);
@@ -138,28 +141,28 @@ static int lookup_vm(Manager *m, json_t *args, Vm **ret, ApiError *reterr) {
         return 0;
 }
 
-static int op_get_vm_attestation(Manager *m, json_t *args, json_t **ret, ApiError *reterr) {
+static int op_get_vm_attestation(Manager *m, const OperationRequest *req, json_t **ret, ApiError *reterr) {
         Vm *v = NULL;
         int r;
 
-        r = lookup_vm(m, args, &v, reterr);
+        r = lookup_vm(m, req->args, &v, reterr);
         if (r < 0)
                 return r;
         *ret = vm_attestation_to_json(v);
         return *ret ? 0 : -ENOMEM;
 }
 
-static int op_get_vm_metrics(Manager *m, json_t *args, json_t **ret, ApiError *reterr) {
+static int op_get_vm_metrics(Manager *m, const OperationRequest *req, json_t **ret, ApiError *reterr) {
         Vm *v = NULL;
         int r;
 
-        r = lookup_vm(m, args, &v, reterr);
+        r = lookup_vm(m, req->args, &v, reterr);
         if (r < 0)
                 return r;
         return vm_metrics_json(v, ret, reterr);
 }
 
-static int op_list_vms(Manager *m, json_t *args, json_t **ret, ApiError *reterr) {
+static int op_list_vms(Manager *m, const OperationRequest *req, json_t **ret, ApiError *reterr) {
         json_auto_t *l = json_array();
 
         if (!l)
@@ -171,9 +174,9 @@ static int op_list_vms(Manager *m, json_t *args, json_t **ret, ApiError *reterr)
         return 0;
 }
 
-static int op_get_vm(Manager *m, json_t *args, json_t **ret, ApiError *reterr) {
+static int op_get_vm(Manager *m, const OperationRequest *req, json_t **ret, ApiError *reterr) {
         Vm *v = NULL;
-        int r = lookup_vm(m, args, &v, reterr);
+        int r = lookup_vm(m, req->args, &v, reterr);
 
         if (r < 0)
                 return r;
@@ -181,8 +184,8 @@ static int op_get_vm(Manager *m, json_t *args, json_t **ret, ApiError *reterr) {
         return *ret ? 0 : -ENOMEM;
 }
 
-static int op_get_vm_console(Manager *m, json_t *args, json_t **ret, ApiError *reterr) {
-        json_t *lines = json_object_get(args, "lines");
+static int op_get_vm_console(Manager *m, const OperationRequest *req, json_t **ret, ApiError *reterr) {
+        json_t *lines = json_object_get(req->args, "lines");
         Vm *v = NULL;
         int r;
 
@@ -195,15 +198,24 @@ static int op_get_vm_console(Manager *m, json_t *args, json_t **ret, ApiError *r
                         "lines: %" JSON_INTEGER_FORMAT " is out of range (1..%d)",
                         json_integer_value(lines),
                         VM_CONSOLE_LINES_MAX);
-        r = lookup_vm(m, args, &v, reterr);
+        r = lookup_vm(m, req->args, &v, reterr);
         if (r < 0)
                 return r;
         return vm_console_json(v, lines ? (int64_t) json_integer_value(lines) : 0, ret, reterr);
 }
 
 static int op_create_vm(
-        Manager *m, json_t *args, OperationDone done, OperationProgress progress, void *userdata, ApiError *reterr) {
-        return vm_create(m, args, done, progress, userdata, reterr);
+        Manager *m,
+        const OperationRequest *req,
+        OperationDone done,
+        OperationProgress progress,
+        void *userdata,
+        ApiError *reterr) {
+        return vm_create(m, req->decoded, req->caller, done, progress, userdata, reterr);
+}
+
+static void create_vm_args_done(void *args) {
+        vm_spec_input_done(args);
 }
 
 /* The VM operations that wait: look the VM up (404 first), report its state changes to progress while
@@ -230,23 +242,43 @@ static int run_on_vm(
 }
 
 static int op_start_vm(
-        Manager *m, json_t *args, OperationDone done, OperationProgress progress, void *userdata, ApiError *reterr) {
-        return run_on_vm(vm_start, m, args, done, progress, userdata, reterr);
+        Manager *m,
+        const OperationRequest *req,
+        OperationDone done,
+        OperationProgress progress,
+        void *userdata,
+        ApiError *reterr) {
+        return run_on_vm(vm_start, m, req->args, done, progress, userdata, reterr);
 }
 
 static int op_stop_vm(
-        Manager *m, json_t *args, OperationDone done, OperationProgress progress, void *userdata, ApiError *reterr) {
-        return run_on_vm(vm_stop, m, args, done, progress, userdata, reterr);
+        Manager *m,
+        const OperationRequest *req,
+        OperationDone done,
+        OperationProgress progress,
+        void *userdata,
+        ApiError *reterr) {
+        return run_on_vm(vm_stop, m, req->args, done, progress, userdata, reterr);
 }
 
 static int op_reboot_vm(
-        Manager *m, json_t *args, OperationDone done, OperationProgress progress, void *userdata, ApiError *reterr) {
-        return run_on_vm(vm_reboot, m, args, done, progress, userdata, reterr);
+        Manager *m,
+        const OperationRequest *req,
+        OperationDone done,
+        OperationProgress progress,
+        void *userdata,
+        ApiError *reterr) {
+        return run_on_vm(vm_reboot, m, req->args, done, progress, userdata, reterr);
 }
 
 static int op_delete_vm(
-        Manager *m, json_t *args, OperationDone done, OperationProgress progress, void *userdata, ApiError *reterr) {
-        const char *id = json_string_value(json_object_get(args, "id"));
+        Manager *m,
+        const OperationRequest *req,
+        OperationDone done,
+        OperationProgress progress,
+        void *userdata,
+        ApiError *reterr) {
+        const char *id = json_string_value(json_object_get(req->args, "id"));
 
         /* a record that did not load at start-up goes with its disk and lease (get_host lists them) */
         if (!manager_find_vm(m, id) && manager_find_quarantined(m, id)) {
@@ -257,13 +289,19 @@ static int op_delete_vm(
                 done(0, gone, NULL, userdata);
                 return 0;
         }
-        return run_on_vm(vm_delete, m, args, done, progress, userdata, reterr);
+        return run_on_vm(vm_delete, m, req->args, done, progress, userdata, reterr);
 }
 
 /* exec checks the command, forward the port, before looking the VM up */
 static int op_exec_vm(
-        Manager *m, json_t *args, OperationDone done, OperationProgress progress, void *userdata, ApiError *reterr) {
-        json_t *cmd = json_object_get(args, "command"), *t = json_object_get(args, "timeout_seconds");
+        Manager *m,
+        const OperationRequest *req,
+        OperationDone done,
+        OperationProgress progress,
+        void *userdata,
+        ApiError *reterr) {
+        json_t *cmd = json_object_get(req->args, "command"),
+               *t = json_object_get(req->args, "timeout_seconds");
         _cleanup_free_ char **argv = NULL;
         usec_t timeout = VM_EXEC_TIMEOUT_DEFAULT;
         size_t i;
@@ -289,14 +327,14 @@ static int op_exec_vm(
         if (!argv)
                 return -ENOMEM;
         json_array_foreach(cmd, i, w) argv[i] = (char *) json_string_value(w);
-        r = lookup_vm(m, args, &v, reterr);
+        r = lookup_vm(m, req->args, &v, reterr);
         if (r < 0)
                 return r;
         return vm_exec(v, argv, timeout, done, userdata, reterr);
 }
 
-static int op_forward_port(Manager *m, json_t *args, json_t **ret, ApiError *reterr) {
-        json_int_t port = json_integer_value(json_object_get(args, "port"));
+static int op_forward_port(Manager *m, const OperationRequest *req, json_t **ret, ApiError *reterr) {
+        json_int_t port = json_integer_value(json_object_get(req->args, "port"));
         Vm *v = NULL;
         int r;
 
@@ -307,7 +345,7 @@ static int op_forward_port(Manager *m, json_t *args, json_t **ret, ApiError *ret
                         API_ERROR_INVALID_REQUEST,
                         "port %" JSON_INTEGER_FORMAT " out of range",
                         port);
-        r = lookup_vm(m, args, &v, reterr);
+        r = lookup_vm(m, req->args, &v, reterr);
         if (r < 0)
                 return r;
         return vm_forward_port(v, port, ret, reterr);
@@ -411,55 +449,97 @@ static const OperationParam forward_port_params[] = {
 static const char *const wait_for_values[] = { "none", "installed", "attested", "ready", NULL };
 static const char *const install_mode_values[] = { "host", "boot", NULL };
 
+/* create_vm decodes into a VmSpecInput: each parameter's declaration here is all it takes to add
+ * one (its type, limits and default), and vm_spec_check_request() has the rules between them. */
 static const OperationParam create_vm_params[] = {
         { .name = "name",
           .type = PARAM_STRING,
           .flags = PARAM_REQUIRED,
-          .description = "VM name: a DNS label (lowercase letters, digits, dashes), unique on this host" },
+          .description = "VM name: a DNS label (lowercase letters, digits, dashes), unique on this host",
+          .valid = dns_label_is_valid,
+          .invalid_text = "must be a DNS label (lowercase letters, digits, dashes)",
+          .offset = offsetof(VmSpecInput, name) },
         { .name = "image",
           .type = PARAM_STRING,
-          .description =
-                  "Image reference from list_images (\"<id>_<version>\" or a bare id); default the newest image" },
+          .flags = PARAM_NOT_EMPTY,
+          .max_length = VM_REF_MAX,
+          .description = "Image reference from list_images (\"<id>_<version>\" or a bare id); default the newest image",
+          .offset = offsetof(VmSpecInput, image) },
         { .name = "kubernetes_version",
           .type = PARAM_STRING,
-          .description = "Kubernetes version among the image's kubernetesVersions; default the newest it offers" },
-        { .name = "cpus", .type = PARAM_INTEGER, .description = "Virtual CPUs, default 2, 1 to 256" },
+          .flags = PARAM_NOT_EMPTY,
+          .max_length = VM_REF_MAX,
+          .description = "Kubernetes version among the image's kubernetesVersions; default the newest it offers",
+          .offset = offsetof(VmSpecInput, kubernetes_version) },
+        { .name = "cpus",
+          .type = PARAM_INTEGER,
+          .description = "Virtual CPUs, default 2, 1 to 256",
+          .min = 1,
+          .max = 256,
+          .default_integer = VM_CPUS_DEFAULT,
+          .offset = offsetof(VmSpecInput, cpus) },
         { .name = "memory_mib",
           .type = PARAM_INTEGER,
-          .description = "Memory in MiB, default 2048, 256 to 16777216" },
-        { .name = "disk_gib", .type = PARAM_INTEGER, .description = "Disk size in GiB, default 20, 1 to 4096" },
-        { .name = "network", .type = PARAM_STRING, .description = "Network to attach to, default \"default\"" },
+          .flags = PARAM_BOUNDS_APART,
+          .description = "Memory in MiB, default 2048, 256 to 16777216",
+          .min = 256,
+          .max = VM_MEMORY_MIB_MAX,
+          .default_integer = VM_MEMORY_MIB_DEFAULT,
+          .offset = offsetof(VmSpecInput, memory_mib) },
+        { .name = "disk_gib",
+          .type = PARAM_INTEGER,
+          .description = "Disk size in GiB, default 20, 1 to 4096",
+          .min = 1,
+          .max = 4096,
+          .default_integer = VM_DISK_GIB_DEFAULT,
+          .offset = offsetof(VmSpecInput, disk_gib) },
+        { .name = "network",
+          .type = PARAM_STRING,
+          .flags = PARAM_NOT_EMPTY,
+          .max_length = VM_REF_MAX,
+          .description = "Network to attach to, default \"default\"",
+          .default_string = VM_NETWORK_DEFAULT,
+          .offset = offsetof(VmSpecInput, network) },
         { .name = "user_data",
           .type = PARAM_STRING,
           .max_length = VM_USER_DATA_MAX,
-          .description =
-                  "Ignition JSON as a string (Cluster API's bootstrap data, spec 2.x as its kubeadm provider writes it, or 3.x), at most 1 MiB; the metadata service releases it only after attestation. A kubeadm.service in it runs once the Kubernetes extension and its runtime are up, and ready waits for it" },
+          .description = "Ignition JSON as a string (Cluster API's bootstrap data, spec 2.x as its kubeadm provider writes it, or 3.x), at most 1 MiB; the metadata service releases it only after attestation. A kubeadm.service in it runs once the Kubernetes extension and its runtime are up, and ready waits for it",
+          .offset = offsetof(VmSpecInput, user_data) },
         { .name = "ssh_authorized_keys",
           .type = PARAM_STRING_ARRAY,
           .max_length = VM_SSH_KEY_MAX,
-          .description =
-                  "SSH public keys for root, one line each: at most 32 keys of at most 4096 bytes, 32 KiB together" },
+          .description = "SSH public keys for root, one line each: at most 32 keys of at most 4096 bytes, 32 KiB together",
+          .offset = offsetof(VmSpecInput, ssh_authorized_keys) },
         { .name = "hostname",
           .type = PARAM_STRING,
-          .description = "Guest hostname, a DNS label; default the name" },
+          .flags = PARAM_NOT_EMPTY,
+          .description = "Guest hostname, a DNS label; default the name",
+          .valid = dns_label_is_valid,
+          .invalid_text = "must be a DNS label",
+          .offset = offsetof(VmSpecInput, hostname) },
         { .name = "metadata",
           .type = PARAM_STRING_MAP,
           .max_length = VM_METADATA_VALUE_MAX,
-          .description =
-                  "Free-form string labels; keys without slashes or spaces: at most 64 entries, keys of 128 and values of 16384 bytes, 64 KiB together" },
+          .description = "Free-form string labels; keys without slashes or spaces: at most 64 entries, keys of 128 and values of 16384 bytes, 64 KiB together",
+          .offset = offsetof(VmSpecInput, metadata) },
         { .name = "require_attestation",
           .type = PARAM_BOOLEAN,
-          .description =
-                  "Release user_data only after a verified TPM quote, and report ready only after a verified ready-stage quote; default true. Refused when the image has no golden PCR values (unless the server learns them); false releases user_data as soon as the installed boot starts" },
+          .description = "Release user_data only after a verified TPM quote, and report ready only after a verified ready-stage quote; default true. Refused when the image has no golden PCR values (unless the server learns them); false releases user_data as soon as the installed boot starts",
+          .default_integer = true,
+          .offset = offsetof(VmSpecInput, require_attestation) },
         { .name = "wait_for",
           .type = PARAM_STRING,
+          .flags = PARAM_NOT_EMPTY,
           .enum_values = wait_for_values,
-          .description = "Milestone to block on: none, installed, attested or ready (default)" },
+          .description = "Milestone to block on: none, installed, attested or ready (default)",
+          .default_string = "ready",
+          .offset = offsetof(VmSpecInput, wait_for) },
         { .name = "install_mode",
           .type = PARAM_STRING,
+          .flags = PARAM_NOT_EMPTY,
           .enum_values = install_mode_values,
-          .description =
-                  "How the disk is written: host (laid out by the server from the image's layout file, then the first boot is the installed one; unsupported for an image without one) or boot (an installer boot of the image); default the server's --install-mode" },
+          .description = "How the disk is written: host (laid out by the server from the image's layout file, then the first boot is the installed one; unsupported for an image without one) or boot (an installer boot of the image); default the server's --install-mode",
+          .offset = offsetof(VmSpecInput, install_mode) },
         { .name = NULL },
 };
 
@@ -648,6 +728,9 @@ static const Operation operations[] = {
                 .rest_body = true,
                 .params = create_vm_params,
                 .async_handler = op_create_vm,
+                .args_size = sizeof(VmSpecInput),
+                .args_done = create_vm_args_done,
+                .args_check = vm_spec_check_request,
         },
         {
                 .name = "start_vm",
@@ -892,6 +975,184 @@ int operation_check_args(const Operation *op, json_t *args, ApiError *reterr) {
         return 0;
 }
 
+const OperationParam *operation_param_find(const Operation *op, const char *name) {
+        if (!op || !name)
+                return NULL;
+        for (const OperationParam *p = op->params; p->name; p++)
+                if (streq(p->name, name))
+                        return p;
+        return NULL;
+}
+
+void operation_problem(char **problems, const char *fmt, ...) {
+        _cleanup_free_ char *p = NULL;
+        char *n = NULL;
+        va_list ap;
+
+        va_start(ap, fmt);
+        if (vasprintf(&p, fmt, ap) < 0)
+                p = NULL;
+        va_end(ap);
+        if (!p)
+                return;
+        if (asprintf(&n, "%s%s%s", *problems ?: "", *problems ? "; " : "", p) < 0)
+                return;
+        free(*problems);
+        *problems = n;
+}
+
+void operation_param_check_integer(const OperationParam *p, int64_t v, char **problems) {
+        if (p->min == 0 && p->max == 0)
+                return;
+        if (v >= p->min && v <= p->max)
+                return;
+        if (!(p->flags & PARAM_BOUNDS_APART))
+                operation_problem(problems, "%s must be %" PRIi64 "..%" PRIi64, p->name, p->min, p->max);
+        else if (v < p->min)
+                operation_problem(problems, "%s must be at least %" PRIi64, p->name, p->min);
+        else
+                operation_problem(problems, "%s must be at most %" PRIi64, p->name, p->max);
+}
+
+/* One parameter into its place in the arguments struct: the value, or its default when absent or
+ * null. The shape was checked by operation_check_args(). */
+static int decode_param(const OperationParam *p, json_t *v, uint8_t *args) {
+        void *dest = args + p->offset;
+
+        if (json_is_null(v))
+                v = NULL;
+        switch (p->type) {
+        case PARAM_STRING: {
+                const char *s = v ? json_string_value(v) : p->default_string;
+                if (s && !(*(char **) dest = strdup(s)))
+                        return -ENOMEM;
+                return 0;
+        }
+        case PARAM_INTEGER:
+                *(int64_t *) dest = v ? (int64_t) json_integer_value(v) : p->default_integer;
+                return 0;
+        case PARAM_BOOLEAN:
+                *(int *) dest = v ? json_is_true(v) : p->default_integer != 0;
+                return 0;
+        case PARAM_STRING_ARRAY: {
+                _cleanup_strv_free_ char **l = NULL;
+                size_t n = json_array_size(v);
+
+                if (!v)
+                        return 0;
+                l = calloc(n + 1, sizeof(char *));
+                if (!l)
+                        return -ENOMEM;
+                for (size_t i = 0; i < n; i++)
+                        if (!(l[i] = strdup(json_string_value(json_array_get(v, i)))))
+                                return -ENOMEM;
+                *(char ***) dest = TAKE_PTR(l);
+                return 0;
+        }
+        case PARAM_STRING_MAP:
+                *(json_t **) dest = json_incref(v);
+                return 0;
+        default:
+                return -EINVAL;
+        }
+}
+
+/* A decoded parameter's own limits: not empty, in range, valid. */
+static void check_param(const OperationParam *p, const uint8_t *args, char **problems) {
+        const void *src = args + p->offset;
+
+        if (p->type == PARAM_INTEGER)
+                operation_param_check_integer(p, *(const int64_t *) src, problems);
+        if (p->type == PARAM_STRING) {
+                const char *s = *(char *const *) src;
+
+                if (!s)
+                        return;
+                if (!*s && (p->flags & PARAM_NOT_EMPTY))
+                        return; /* said first, by operation_decode() */
+                if (p->valid && !p->valid(s))
+                        operation_problem(problems, "%s %s", p->name, p->invalid_text);
+        }
+}
+
+int operation_decode(const Operation *op, json_t *args, void *ret, ApiError *reterr) {
+        _cleanup_free_ char *problems = NULL;
+        uint8_t *a = ret;
+        int r;
+
+        assert_return(op && op->args_size > 0 && ret, -EINVAL);
+
+        r = operation_check_args(op, args, reterr);
+        if (r < 0)
+                return r;
+
+        memset(a, 0, op->args_size);
+        for (const OperationParam *p = op->params; p->name; p++) {
+                r = decode_param(p, json_object_get(args, p->name), a);
+                if (r < 0)
+                        goto fail;
+        }
+        /* the empty strings first: "leave it out" is the answer whatever else is wrong */
+        for (const OperationParam *p = op->params; p->name; p++)
+                if (p->type == PARAM_STRING && (p->flags & PARAM_NOT_EMPTY)) {
+                        const char *s = *(char **) (a + p->offset);
+                        if (s && !*s)
+                                operation_problem(
+                                        &problems,
+                                        "%s must not be empty (leave it out for the default)",
+                                        p->name);
+                }
+        for (const OperationParam *p = op->params; p->name; p++)
+                check_param(p, a, &problems);
+        if (op->args_check) {
+                r = op->args_check(a, &problems);
+                if (r < 0)
+                        goto fail;
+        }
+        if (problems) {
+                r = api_error_set(reterr, -EINVAL, API_ERROR_INVALID_REQUEST, "%s", problems);
+                goto fail;
+        }
+        return 0;
+
+fail:
+        if (op->args_done)
+                op->args_done(a);
+        memset(a, 0, op->args_size);
+        return r;
+}
+
+/* The request a handler gets: the arguments checked and, for an operation that declares them,
+ * decoded; released by operation_request_done() once the handler returned. */
+static int operation_request_begin(
+        const Operation *op, json_t *args, const Caller *caller, OperationRequest *req, ApiError *reterr) {
+        _cleanup_free_ void *decoded = NULL;
+        int r;
+
+        if (op->args_size == 0) {
+                r = operation_check_args(op, args, reterr);
+                if (r < 0)
+                        return r;
+        } else {
+                decoded = malloc(op->args_size);
+                if (!decoded)
+                        return -ENOMEM;
+                r = operation_decode(op, args, decoded, reterr);
+                if (r < 0)
+                        return r;
+        }
+        req->args = args;
+        req->decoded = TAKE_PTR(decoded);
+        req->caller = caller;
+        return 0;
+}
+
+static void operation_request_done(OperationRequest *req) {
+        if (req->decoded && req->op->args_done)
+                req->op->args_done(req->decoded);
+        req->decoded = mfree(req->decoded);
+}
+
 /* An answer that reports a change waits until the records written for it (and before it) are on
  * disk: the operation's result is held until a barrier of the manager's writer comes back. */
 typedef struct SyncedCall {
@@ -971,6 +1232,7 @@ int operation_run_async(
         ApiError *reterr) {
         _cleanup_(synced_call_freep) SyncedCall *c = NULL;
         _cleanup_free_ AsyncCall *a = NULL;
+        _cleanup_(operation_request_done) OperationRequest req = { .op = op };
         int r;
 
         assert_return(op->async_handler || !(op->hints & OP_READ_ONLY), -EINVAL);
@@ -990,16 +1252,14 @@ int operation_run_async(
                 return 0;
         }
 
-        r = operation_check_args(op, args, reterr);
+        r = operation_request_begin(op, args, caller, &req, reterr);
         if (r < 0)
                 return r;
         a = calloc(1, sizeof(AsyncCall));
         if (!a)
                 return -ENOMEM;
         *a = (AsyncCall){ .manager = m, .synced = c, .progress = progress };
-        manager_set_caller(m, caller);
-        r = op->async_handler(m, args, async_done, progress ? async_progress : NULL, a, reterr);
-        manager_set_caller(m, NULL);
+        r = op->async_handler(m, &req, async_done, progress ? async_progress : NULL, a, reterr);
         if (r < 0) {
                 api_error_from_errno(reterr, r, op->name);
                 return r;
@@ -1013,15 +1273,14 @@ int operation_run_async(
 
 int operation_run(
         const Operation *op, Manager *m, const Caller *caller, json_t *args, json_t **ret, ApiError *reterr) {
+        _cleanup_(operation_request_done) OperationRequest req = { .op = op };
         json_auto_t *result = NULL;
         int r;
 
-        r = operation_check_args(op, args, reterr);
+        r = operation_request_begin(op, args, caller, &req, reterr);
         if (r < 0)
                 return r;
-        manager_set_caller(m, caller);
-        r = op->handler(m, args, &result, reterr);
-        manager_set_caller(m, NULL);
+        r = op->handler(m, &req, &result, reterr);
         if (r < 0) {
                 api_error_from_errno(reterr, r, op->name);
                 return r;
@@ -1070,6 +1329,30 @@ json_t *operation_tool_json(const Operation *op) {
                         for (const char *const *i = p->enum_values; *i; i++)
                                 json_array_append_new(e, json_string(*i));
                         if (json_object_set_new(s, "enum", e) < 0)
+                                return NULL;
+                }
+                /* the limits and defaults the decoder applies, as JSON Schema says them */
+                if (p->min != 0 || p->max != 0) {
+                        if (json_object_set_new(s, "minimum", json_integer(p->min)) < 0 ||
+                            json_object_set_new(s, "maximum", json_integer(p->max)) < 0)
+                                return NULL;
+                }
+                if (p->type == PARAM_STRING && p->max_length > 0 &&
+                    json_object_set_new(s, "maxLength", json_integer((json_int_t) p->max_length)) < 0)
+                        return NULL;
+                if (p->type == PARAM_STRING && (p->flags & PARAM_NOT_EMPTY) &&
+                    json_object_set_new(s, "minLength", json_integer(1)) < 0)
+                        return NULL;
+                if (op->args_size > 0) {
+                        json_t *d = NULL;
+
+                        if (p->type == PARAM_STRING && p->default_string)
+                                d = json_string(p->default_string);
+                        else if (p->type == PARAM_INTEGER)
+                                d = json_integer(p->default_integer);
+                        else if (p->type == PARAM_BOOLEAN)
+                                d = json_boolean(p->default_integer != 0);
+                        if (d && json_object_set_new(s, "default", d) < 0)
                                 return NULL;
                 }
                 if (json_object_set(props, p->name, s) < 0)

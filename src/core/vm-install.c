@@ -190,7 +190,7 @@ static int kubernetes_seed(Vm *v, char **ret_source, char **ret_path) {
 }
 
 int vm_host_install_start(Vm *v, ApiError *reterr) {
-        const Image *img = image_catalog_resolve(manager_images(v->manager), v->rec.spec.image);
+        const Image *img = vm_image(v);
         _cleanup_free_ char *log = vm_path(v, "install.log"), *text = NULL;
         int self_exe = manager_settings(v->manager)->self_exe_fd;
         char size[32];
@@ -198,7 +198,7 @@ int vm_host_install_start(Vm *v, ApiError *reterr) {
 
         if (!log)
                 return -ENOMEM;
-        if (!img || !streq(img->ref, v->rec.spec.image) || !img->layout)
+        if (!img || !img->layout)
                 r = -ENOENT;
         else if (self_exe < 0)
                 r = -EBADF;

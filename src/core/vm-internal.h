@@ -42,6 +42,8 @@ struct Vm {
 
         VmRecord rec; /* what vm.json keeps (vm-record.c) */
         char *dir;    /* <state>/vms/<id> */
+        Image *image; /* rec.spec.image, a reference: resolved once by create_vm, or by the first
+                       * vm_image() of a VM loaded from its record; NULL until then */
 
         /* the lifecycle beyond the record (vm.c) */
         VmSubState sub;
@@ -148,6 +150,10 @@ void vm_console_watch_stop(Vm *v);
 
 /* Whether the image's layout fits a disk of disk_gib (invalid_request when not); a layout that does
  * not parse passes here and fails the VM in the helper. */
+/* The VM's image (borrowed from v): the one create_vm resolved, or for a VM loaded from its record the
+ * catalog's image of exactly rec.spec.image, looked up once and kept. NULL when the catalog has none. */
+const Image *vm_image(Vm *v);
+
 int vm_host_install_check(Manager *m, const Image *img, uint64_t disk_gib, ApiError *reterr);
 /* VM_ACTION_HOST_INSTALL: the helper started and watched, the install timeout armed; its end is an
  * event. */

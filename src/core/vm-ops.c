@@ -31,8 +31,10 @@ static int check_name_free(Manager *m, const char *name, ApiError *reterr) {
         return 0;
 }
 
-static int create_resolve(Manager *m, VmSpec *spec, Network **ret_net, ApiError *reterr) {
-        const Image *img;
+/* The image is looked up here, once for the request: *ret_image is a new reference, which the VM
+ * keeps. */
+static int create_resolve(Manager *m, VmSpec *spec, Image **ret_image, Network **ret_net, ApiError *reterr) {
+        _cleanup_(image_unrefp) Image *img = NULL;
         Network *net;
         char **kv;
         uint64_t host_mib = host_probe_memory(manager_host(m)) / (1024 * 1024);
@@ -50,7 +52,7 @@ static int create_resolve(Manager *m, VmSpec *spec, Network **ret_net, ApiError 
                         host_mib);
 
         /* image and Kubernetes version: 400, not 404, since they are arguments */
-        img = image_catalog_resolve(manager_images(m), spec->image);
+        img = image_catalog_acquire(manager_images(m), spec->image);
         if (!img) {
                 if (!spec->image || !*spec->image)
                         return api_error_set(
@@ -124,13 +126,14 @@ static int create_resolve(Manager *m, VmSpec *spec, Network **ret_net, ApiError 
         if (r < 0)
                 return r;
 
+        *ret_image = TAKE_PTR(img);
         *ret_net = net;
         return 0;
 }
 
 /* A VM of the spec, not yet anywhere: its id, machine ID, the region (this host) and zone (its
  * network), who asked for it. */
-static int create_new(Manager *m, VmSpec *spec, Vm **ret) {
+static int create_new(Manager *m, VmSpec *spec, const Caller *caller, Vm **ret) {
         _cleanup_(vm_unrefp) Vm *v = vm_new(m);
         int r;
 
@@ -157,7 +160,7 @@ static int create_new(Manager *m, VmSpec *spec, Vm **ret) {
         v->rec.spec.zone = strdup(v->rec.spec.network);
         v->rec.state = VM_STATE_CREATING;
         v->rec.created_at = now_usec(CLOCK_REALTIME);
-        if (manager_caller(m) && !(v->rec.created_by = caller_created_by_json(manager_caller(m))))
+        if (caller && !(v->rec.created_by = caller_created_by_json(caller)))
                 return -ENOMEM;
         v->rec.att.required = v->rec.spec.require_attestation;
         if (asprintf(&v->dir, "%s/vms/%s", manager_state_dir(m), v->rec.id) < 0)
@@ -204,8 +207,8 @@ DEFINE_TRIVIAL_CLEANUP_FUNC(CreateCall *, create_call_free);
 /* How the disk is written: create_vm's install_mode, else --install-mode. Host needs the image's
  * layout file: asked for explicitly, an image without one is unsupported; by default it falls back
  * to the installer boot. Decided before anything is allocated. */
-static int create_install_mode(Manager *m, const VmSpec *spec, VmInstallMode *ret, ApiError *reterr) {
-        const Image *img = image_catalog_resolve(manager_images(m), spec->image);
+static int create_install_mode(
+        Manager *m, const VmSpec *spec, const Image *img, VmInstallMode *ret, ApiError *reterr) {
         VmInstallMode mode = spec->install_mode >= 0 ? spec->install_mode : manager_settings(m)->install_mode;
 
         if (mode == VM_INSTALL_HOST && img && !img->layout) {
@@ -375,8 +378,15 @@ static void create_disk_acquired(Vm *v, int r, ApiError *e, void *userdata) {
 }
 
 int vm_create(
-        Manager *m, json_t *request, VmDoneFunc done, VmProgressFunc progress, void *userdata, ApiError *reterr) {
+        Manager *m,
+        VmSpecInput *in,
+        const Caller *caller,
+        VmDoneFunc done,
+        VmProgressFunc progress,
+        void *userdata,
+        ApiError *reterr) {
         _cleanup_(vm_spec_done) VmSpec spec = {};
+        _cleanup_(image_unrefp) Image *img = NULL;
         _cleanup_free_ char *user_data = NULL;
         _cleanup_(vm_unrefp) Vm *v = NULL;
         _cleanup_(create_call_freep) CreateCall *call = NULL;
@@ -386,21 +396,22 @@ int vm_create(
         int r;
 
         /* the spec */
-        r = vm_spec_from_request(request, &spec, &user_data, &wait_for, reterr);
+        r = vm_spec_build(in, /* request= */ true, &spec, &user_data, &wait_for, reterr);
         if (r < 0)
                 return r;
-        r = create_resolve(m, &spec, &net, reterr);
+        r = create_resolve(m, &spec, &img, &net, reterr);
         if (r < 0)
                 return r;
-        r = create_install_mode(m, &spec, &mode, reterr);
+        r = create_install_mode(m, &spec, img, &mode, reterr);
         if (r < 0)
                 return r;
 
         /* a new VM, its directory and its disk: from here on a failure undoes them all */
-        r = create_new(m, &spec, &v);
+        r = create_new(m, &spec, caller, &v);
         if (r < 0)
                 return r;
         v->rec.install_mode = mode;
+        v->image = TAKE_PTR(img);
         call = calloc(1, sizeof(CreateCall));
         if (!call)
                 return -ENOMEM;

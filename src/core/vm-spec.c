@@ -6,6 +6,7 @@
 
 #include "cleanup.h"
 #include "json-util.h"
+#include "operation.h"
 #include "parse-util.h"
 #include "vm-ignition.h"
 #include "vm-spec.h"
@@ -37,208 +38,154 @@ void vm_spec_input_done(VmSpecInput *c) {
         *c = VM_SPEC_INPUT_NULL;
 }
 
-static int dispatch_tristate(const char *name, json_t *v, void *dest, ApiError *reterr) {
-        if (!json_is_boolean(v))
-                return api_error_set(
-                        reterr,
-                        -EINVAL,
-                        API_ERROR_INVALID_REQUEST,
-                        "field \"%s\": expected a boolean, got %s",
-                        name,
-                        json_type_name(v));
-        *(int *) dest = json_is_true(v);
-        return 0;
-}
-
-/* An integer; the one that spells VM_SPEC_UNSET is out of every range as its neighbour is, not absent. */
-static int dispatch_count(const char *name, json_t *v, void *dest, ApiError *reterr) {
-        int r = json_dispatch_int64(name, v, dest, reterr);
-
-        if (r >= 0 && *(int64_t *) dest == VM_SPEC_UNSET)
-                *(int64_t *) dest = VM_SPEC_UNSET + 1;
-        return r;
-}
-
-/* Appends "; "-separated problems. */
-static void problem(char **acc, const char *fmt, ...) _printf_(2, 3);
-static void problem(char **acc, const char *fmt, ...) {
-        _cleanup_free_ char *p = NULL;
-        char *n = NULL;
-        va_list ap;
-
-        va_start(ap, fmt);
-        if (vasprintf(&p, fmt, ap) < 0)
-                p = NULL;
-        va_end(ap);
-        if (!p)
-                return;
-        if (asprintf(&n, "%s%s%s", *acc ?: "", *acc ? "; " : "", p) < 0)
-                return;
-        free(*acc);
-        *acc = n;
-}
-
-/* The size limits of a request (vm-spec.h). Records written before they existed still load, so a
- * record is checked for its shape only. */
-static void check_limits(const VmSpecInput *c, char **problems) {
+/* The rules of a spec that no single field's declaration says: a hostname defaults to the name (so a
+ * bad name is a bad hostname too), metadata keys, key lines. request adds the limits on counts and
+ * totals, which records written before them skip. */
+static void check_rules(const VmSpecInput *c, bool request, char **problems) {
         size_t total = 0, n = 0;
         const char *key;
         json_t *val;
 
-        if (c->image && strlen(c->image) > VM_REF_MAX)
-                problem(problems, "image must be at most %u bytes", VM_REF_MAX);
-        if (c->kubernetes_version && strlen(c->kubernetes_version) > VM_REF_MAX)
-                problem(problems, "kubernetes_version must be at most %u bytes", VM_REF_MAX);
-        if (c->network && strlen(c->network) > VM_REF_MAX)
-                problem(problems, "network must be at most %u bytes", VM_REF_MAX);
-        for (char **k = c->ssh_authorized_keys; k && *k; k++, n++) {
-                if (strlen(*k) > VM_SSH_KEY_MAX) {
-                        problem(problems, "ssh authorized keys must be at most %u bytes each", VM_SSH_KEY_MAX);
+        if (!c->hostname && !dns_label_is_valid(c->name))
+                operation_problem(problems, "hostname must be a DNS label");
+        if (c->metadata)
+                json_object_foreach(c->metadata, key, val) {
+                        if (!*key || strpbrk(key, "/ \t\n\r"))
+                                operation_problem(
+                                        problems,
+                                        "metadata key \"%s\" must not be empty or contain slashes or spaces",
+                                        key);
+                        else if (!json_is_string(val))
+                                operation_problem(problems, "metadata value of \"%s\" must be a string", key);
+                }
+        for (char **k = c->ssh_authorized_keys; k && *k; k++)
+                if (strpbrk(*k, "\r\n")) {
+                        operation_problem(problems, "ssh authorized keys must be single lines");
                         break;
                 }
+        if (!request)
+                return;
+
+        for (char **k = c->ssh_authorized_keys; k && *k; k++, n++)
                 total += strlen(*k) + 1;
-        }
         if (n > VM_SSH_KEYS_MAX)
-                problem(problems, "at most %u ssh authorized keys", VM_SSH_KEYS_MAX);
+                operation_problem(problems, "at most %u ssh authorized keys", VM_SSH_KEYS_MAX);
         else if (total > VM_SSH_KEYS_TOTAL_MAX)
-                problem(problems,
+                operation_problem(
+                        problems,
                         "ssh authorized keys must be at most %u bytes together",
                         VM_SSH_KEYS_TOTAL_MAX);
         if (c->metadata) {
                 total = 0;
                 if (json_object_size(c->metadata) > VM_METADATA_MAX)
-                        problem(problems, "metadata must have at most %u entries", VM_METADATA_MAX);
+                        operation_problem(problems, "metadata must have at most %u entries", VM_METADATA_MAX);
                 json_object_foreach(c->metadata, key, val) {
                         if (strlen(key) > VM_METADATA_KEY_MAX) {
-                                problem(problems, "metadata keys must be at most %u bytes", VM_METADATA_KEY_MAX);
-                                break;
-                        }
-                        if (json_string_length(val) > VM_METADATA_VALUE_MAX) {
-                                problem(problems,
-                                        "metadata value of \"%s\" must be at most %u bytes",
-                                        key,
-                                        VM_METADATA_VALUE_MAX);
+                                operation_problem(
+                                        problems, "metadata keys must be at most %u bytes", VM_METADATA_KEY_MAX);
                                 break;
                         }
                         total += strlen(key) + json_string_length(val);
                 }
                 if (total > VM_METADATA_TOTAL_MAX)
-                        problem(problems, "metadata must be at most %u bytes together", VM_METADATA_TOTAL_MAX);
+                        operation_problem(
+                                problems, "metadata must be at most %u bytes together", VM_METADATA_TOTAL_MAX);
         }
-        if (c->user_data && strlen(c->user_data) > VM_USER_DATA_MAX)
-                problem(problems, "user_data must be at most %u bytes", VM_USER_DATA_MAX);
 }
 
-/* A count absent, or in a record written before 0 was refused: the default. */
-static bool count_unset(int64_t v, bool request) {
-        return v == VM_SPEC_UNSET || (!request && v == 0);
+/* Cluster API's Ignition output is spec 2.3; the guest's Ignition reads 3.x (vm-ignition.h). Only a
+ * request that passed everything else is translated. */
+static int translate_user_data(VmSpecInput *c, char **problems) {
+        _cleanup_free_ char *translated = NULL, *why = NULL;
+        int r;
+
+        if (!c->user_data || *problems)
+                return 0;
+        r = vm_ignition_translate(c->user_data, strlen(c->user_data), &translated, &why);
+        if (r == -ENOMEM)
+                return -ENOMEM;
+        if (r < 0)
+                operation_problem(
+                        problems, "user_data is an Ignition 2.x config that has no 3.x equivalent: %s", why);
+        else if (r > 0) {
+                free(c->user_data);
+                c->user_data = TAKE_PTR(translated);
+        }
+        return 0;
 }
 
-/* A request's "" is refused (absent or null asks for the default); a record's means the default. */
-static bool string_unset(const char *s, bool request) {
-        return !s || (!request && !*s);
+int vm_spec_check_request(void *args, char **problems) {
+        VmSpecInput *c = args;
+
+        check_rules(c, /* request= */ true, problems);
+        return translate_user_data(c, problems);
+}
+
+/* A record's field checked against the declaration of create_vm's parameter of that name: the same
+ * range and rule a request meets. */
+static void check_record_field(const char *name, int64_t v, const char *s, char **problems) {
+        const OperationParam *p = operation_param_find(operation_find("create_vm"), name);
+
+        assert(p);
+        if (p->type == PARAM_INTEGER)
+                operation_param_check_integer(p, v, problems);
+        else if (p->valid && !p->valid(s))
+                operation_problem(problems, "%s %s", name, p->invalid_text);
+}
+
+/* A count or string absent from a record, or one written before 0 and "" were refused: the default. */
+static bool count_unset(int64_t v) {
+        return v == VM_SPEC_UNSET || v == 0;
+}
+
+static bool string_unset(const char *s) {
+        return !s || !*s;
 }
 
 int vm_spec_build(
         VmSpecInput *in, bool request, VmSpec *ret, char **ret_user_data, VmWaitFor *ret_wait_for, ApiError *reterr) {
         _cleanup_(vm_spec_input_done) VmSpecInput c = TAKE_GENERIC(*in, VmSpecInput, VM_SPEC_INPUT_NULL);
         _cleanup_free_ char *problems = NULL;
-        VmWaitFor w;
-        const char *key;
-        json_t *val;
+        VmWaitFor w = VM_WAIT_READY;
 
-        if (request) {
-                static const struct {
-                        const char *name;
-                        size_t offset;
-                } strings[] = {
-                        { "image", offsetof(VmSpecInput, image) },
-                        { "kubernetes_version", offsetof(VmSpecInput, kubernetes_version) },
-                        { "network", offsetof(VmSpecInput, network) },
-                        { "hostname", offsetof(VmSpecInput, hostname) },
-                        { "wait_for", offsetof(VmSpecInput, wait_for) },
-                        { "install_mode", offsetof(VmSpecInput, install_mode) },
-                };
-
-                for (size_t i = 0; i < ELEMENTSOF(strings); i++) {
-                        const char *s = *(char **) ((uint8_t *) &c + strings[i].offset);
-
-                        if (s && !*s)
-                                problem(&problems,
-                                        "%s must not be empty (leave it out for the default)",
-                                        strings[i].name);
+        if (!request) {
+                /* A record: what a request's decoding did (defaults, each field's declared limits)
+                 * is done here from the same declarations, without the limits that came later. */
+                if (count_unset(c.cpus))
+                        c.cpus = VM_CPUS_DEFAULT;
+                if (count_unset(c.memory_mib))
+                        c.memory_mib = VM_MEMORY_MIB_DEFAULT;
+                if (count_unset(c.disk_gib))
+                        c.disk_gib = VM_DISK_GIB_DEFAULT;
+                if (string_unset(c.network)) {
+                        free(c.network);
+                        c.network = strdup(VM_NETWORK_DEFAULT);
+                        if (!c.network)
+                                return -ENOMEM;
                 }
+                if (string_unset(c.hostname))
+                        c.hostname = mfree(c.hostname);
+                if (c.require_attestation < 0)
+                        c.require_attestation = 1;
+                check_record_field("name", 0, c.name, &problems);
+                if (c.hostname)
+                        check_record_field("hostname", 0, c.hostname, &problems);
+                check_record_field("cpus", c.cpus, NULL, &problems);
+                check_record_field("memory_mib", c.memory_mib, NULL, &problems);
+                check_record_field("disk_gib", c.disk_gib, NULL, &problems);
+                if (c.install_mode && *c.install_mode && vm_install_mode_from_string(c.install_mode) < 0)
+                        operation_problem(&problems, "install_mode must be host or boot");
+                check_rules(&c, /* request= */ false, &problems);
+                if (problems)
+                        return api_error_set(reterr, -EINVAL, API_ERROR_INVALID_REQUEST, "%s", problems);
         }
 
-        /* defaults for what is absent; what is given is checked below as it is */
-        if (count_unset(c.cpus, request))
-                c.cpus = VM_CPUS_DEFAULT;
-        if (count_unset(c.memory_mib, request))
-                c.memory_mib = VM_MEMORY_MIB_DEFAULT;
-        if (count_unset(c.disk_gib, request))
-                c.disk_gib = VM_DISK_GIB_DEFAULT;
-        if (string_unset(c.network, request)) {
-                free(c.network);
-                c.network = strdup(VM_NETWORK_DEFAULT);
-        }
-        if (string_unset(c.hostname, request) && c.name) {
-                free(c.hostname);
-                c.hostname = strdup(c.name);
-        }
-        if (!c.network || (c.name && !c.hostname))
+        /* a request's fields were decoded and checked by the operation table (operation_decode()) */
+        if (!c.hostname && c.name && !(c.hostname = strdup(c.name)))
                 return -ENOMEM;
-
-        if (!dns_label_is_valid(c.name))
-                problem(&problems, "name must be a DNS label (lowercase letters, digits, dashes)");
-        if (!(c.hostname && !*c.hostname) && !dns_label_is_valid(c.hostname)) /* "": said above */
-                problem(&problems, "hostname must be a DNS label");
-        if (c.cpus < 1 || c.cpus > 256)
-                problem(&problems, "cpus must be 1..256");
-        if (c.memory_mib < 256)
-                problem(&problems, "memory_mib must be at least 256");
-        else if (c.memory_mib > VM_MEMORY_MIB_MAX)
-                problem(&problems, "memory_mib must be at most %d", VM_MEMORY_MIB_MAX);
-        if (c.disk_gib < 1 || c.disk_gib > 4096)
-                problem(&problems, "disk_gib must be 1..4096");
-        w = c.wait_for && *c.wait_for ? vm_wait_for_from_string(c.wait_for) : VM_WAIT_READY;
-        if (w < 0)
-                problem(&problems, "wait_for must be none, installed, attested or ready");
-        if (c.install_mode && *c.install_mode && vm_install_mode_from_string(c.install_mode) < 0)
-                problem(&problems, "install_mode must be host or boot");
-        if (c.metadata)
-                json_object_foreach(c.metadata, key, val) {
-                        if (!*key || strpbrk(key, "/ \t\n\r"))
-                                problem(&problems,
-                                        "metadata key \"%s\" must not be empty or contain slashes or spaces",
-                                        key);
-                        else if (!json_is_string(val))
-                                problem(&problems, "metadata value of \"%s\" must be a string", key);
-                }
-        for (char **k = c.ssh_authorized_keys; k && *k; k++)
-                if (strpbrk(*k, "\r\n")) {
-                        problem(&problems, "ssh authorized keys must be single lines");
-                        break;
-                }
-        if (request)
-                check_limits(&c, &problems);
-        /* Cluster API's Ignition output is spec 2.3; the guest's Ignition reads 3.x (vm-ignition.h) */
-        if (c.user_data && !problems) {
-                _cleanup_free_ char *translated = NULL, *why = NULL;
-                int r = vm_ignition_translate(c.user_data, strlen(c.user_data), &translated, &why);
-
-                if (r == -ENOMEM)
-                        return -ENOMEM;
-                if (r < 0)
-                        problem(&problems,
-                                "user_data is an Ignition 2.x config that has no 3.x equivalent: %s",
-                                why);
-                else if (r > 0) {
-                        free(c.user_data);
-                        c.user_data = TAKE_PTR(translated);
-                }
-        }
-        if (problems)
-                return api_error_set(reterr, -EINVAL, API_ERROR_INVALID_REQUEST, "%s", problems);
+        if (c.wait_for)
+                w = vm_wait_for_from_string(c.wait_for);
+        assert(w >= 0 || !request);
 
         *ret = (VmSpec){
                 .name = TAKE_PTR(c.name),
@@ -265,36 +212,10 @@ int vm_spec_build(
 
 int vm_spec_from_request(
         json_t *request, VmSpec *ret, char **ret_user_data, VmWaitFor *ret_wait_for, ApiError *reterr) {
-        static const JsonDispatch table[] = {
-                { "name", json_dispatch_string, offsetof(VmSpecInput, name), JSON_NULLABLE },
-                { "image", json_dispatch_string, offsetof(VmSpecInput, image), JSON_NULLABLE },
-                { "kubernetes_version",
-                  json_dispatch_string,
-                  offsetof(VmSpecInput, kubernetes_version),
-                  JSON_NULLABLE },
-                { "cpus", dispatch_count, offsetof(VmSpecInput, cpus), JSON_NULLABLE },
-                { "memory_mib", dispatch_count, offsetof(VmSpecInput, memory_mib), JSON_NULLABLE },
-                { "disk_gib", dispatch_count, offsetof(VmSpecInput, disk_gib), JSON_NULLABLE },
-                { "network", json_dispatch_string, offsetof(VmSpecInput, network), JSON_NULLABLE },
-                { "user_data", json_dispatch_string, offsetof(VmSpecInput, user_data), JSON_NULLABLE },
-                { "ssh_authorized_keys",
-                  json_dispatch_strv,
-                  offsetof(VmSpecInput, ssh_authorized_keys),
-                  JSON_NULLABLE },
-                { "hostname", json_dispatch_string, offsetof(VmSpecInput, hostname), JSON_NULLABLE },
-                { "metadata", json_dispatch_object, offsetof(VmSpecInput, metadata), JSON_NULLABLE },
-                { "require_attestation",
-                  dispatch_tristate,
-                  offsetof(VmSpecInput, require_attestation),
-                  JSON_NULLABLE },
-                { "wait_for", json_dispatch_string, offsetof(VmSpecInput, wait_for), JSON_NULLABLE },
-                { "install_mode", json_dispatch_string, offsetof(VmSpecInput, install_mode), JSON_NULLABLE },
-                {},
-        };
         _cleanup_(vm_spec_input_done) VmSpecInput c = VM_SPEC_INPUT_NULL;
         int r;
 
-        r = json_dispatch(request, table, &c, reterr);
+        r = operation_decode(operation_find("create_vm"), request, &c, reterr);
         if (r < 0)
                 return r;
         return vm_spec_build(&c, /* request= */ true, ret, ret_user_data, ret_wait_for, reterr);

@@ -54,8 +54,9 @@ void vm_spec_done(VmSpec *s);
 #define VM_DISK_GIB_DEFAULT 20
 #define VM_NETWORK_DEFAULT "default"
 
-/* The fields as they come, before defaults: NULL, VM_SPEC_UNSET or -1 (require_attestation) when
- * absent (or null). */
+/* The fields as they come. From a record, before defaults: NULL, VM_SPEC_UNSET or -1
+ * (require_attestation) when absent (or null). From a request, as create_vm's operation table decoded
+ * them (its parameters' offsets point here), with its defaults; hostname NULL when absent. */
 #define VM_SPEC_UNSET INT64_MIN
 
 typedef struct VmSpecInput {
@@ -74,17 +75,24 @@ typedef struct VmSpecInput {
 
 void vm_spec_input_done(VmSpecInput *in);
 
-/* Applies the defaults to what is absent (cpus 2, memory 2048 MiB, disk 20 GiB, network "default",
- * hostname the name, wait_for ready, require_attestation true), then checks every field; every
- * problem is collected into one invalid_request message, which names the request's fields.
- * request: a request's rules too, the size limits above and no 0 or "" for a field that has a
- * default (absent or null is how a request asks for it); a record written before those rules loads
- * with 0 and "" meaning the default, as they did then. Takes the strings out of in. */
+/* create_vm's args_check (operation.h): the rules its parameters' declarations cannot say, each
+ * relating fields or entries to each other (a hostname defaults to the name; counts and totals of keys
+ * and metadata; metadata key names; single-line keys), then user_data translated from Ignition 2.x
+ * when all else passed. args is a VmSpecInput the table decoded. */
+int vm_spec_check_request(void *args, char **problems);
+
+/* The spec of a VmSpecInput; takes the strings out of in. request: in was decoded and checked by
+ * create_vm's operation table (operation_decode()), defaults included, and only the hostname (the
+ * name) is filled in. A record (!request) gets here what a request's decoding does, from the same
+ * declarations: the defaults (0 and "" meaning the default, as they did when the record was written)
+ * and each field's range and rule, and the rules of vm_spec_check_request() except the limits on
+ * counts and totals that came later. Every problem is collected into one invalid_request message. */
 int vm_spec_build(
         VmSpecInput *in, bool request, VmSpec *ret, char **ret_user_data, VmWaitFor *ret_wait_for, ApiError *reterr);
 
-/* Decodes and validates a create_vm request (its snake_case keys; an unknown one is refused).
- * ret_user_data and ret_wait_for (optional) are the parts that never enter the record. */
+/* Decodes and validates a create_vm request as the operation table does (operation_decode()), then
+ * builds the spec. ret_user_data and ret_wait_for (optional) are the parts that never enter the
+ * record. */
 int vm_spec_from_request(
         json_t *request, VmSpec *ret, char **ret_user_data, VmWaitFor *ret_wait_for, ApiError *reterr);
 

@@ -392,7 +392,7 @@ static int spawn_qemu(Vm *v, bool paused) {
                             *vhost = vm_path(v, "vhost-vsock.sock"), *tpm = vm_path(v, "tpm/swtpm.sock"),
                             *qmp = vm_path(v, "qmp.sock"), *keys = NULL, *notify = NULL;
         _cleanup_strv_free_ char **argv = NULL;
-        const Image *img = image_catalog_resolve(manager_images(v->manager), v->rec.spec.image);
+        const Image *img = vm_image(v);
         const Network *net_rec = network_registry_get(manager_networks(v->manager), v->rec.spec.network);
         /* a QEMU started beside the host install is the first boot's, paused */
         VmPhase phase = paused ? VM_PHASE_BOOT : v->rec.phase;
@@ -402,7 +402,7 @@ static int spawn_qemu(Vm *v, bool paused) {
 
         if (!vars || !net || !vhost || !tpm || !qmp)
                 return -ENOMEM;
-        if (phase == VM_PHASE_INSTALL && (!img || !streq(img->ref, v->rec.spec.image)))
+        if (phase == VM_PHASE_INSTALL && !img)
                 return -ENOENT;
 
         /* the per-VM key first, then the caller's, one per line */

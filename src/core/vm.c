@@ -51,6 +51,7 @@ static Vm *vm_free(Vm *v) {
         vm_observers_free(v);
         vm_waiters_free(v);
         vm_record_done(&v->rec);
+        image_unref(v->image);
         free(v->fail_reason);
         free(v->dir);
         safe_close(v->volume_fd);
@@ -61,6 +62,18 @@ static Vm *vm_free(Vm *v) {
         vm_vars_copy_forget(v);
         free(v);
         return NULL;
+}
+
+const Image *vm_image(Vm *v) {
+        if (!v->image && v->rec.spec.image) {
+                _cleanup_(image_unrefp)
+                        Image *i = image_catalog_acquire(manager_images(v->manager), v->rec.spec.image);
+
+                /* a bare id resolves to its newest version: only the very image the VM was made of */
+                if (i && streq(i->ref, v->rec.spec.image))
+                        v->image = TAKE_PTR(i);
+        }
+        return v->image;
 }
 
 Vm *vm_ref(Vm *v) {

@@ -10,6 +10,7 @@
 #include <sys/types.h>
 
 #include "api-error.h"
+#include "caller.h"
 #include "cleanup.h"
 #include "core-forward.h"
 #include "metrics-guest.h"
@@ -62,10 +63,18 @@ int vm_console_json(Vm *v, int64_t lines, json_t **ret, ApiError *reterr);
 
 /* ---- the operations (vm-ops.c) ---- */
 
-/* create_vm: decodes the request, allocates and provisions, starts the installer, and calls done at
- * the milestone. progress (optional) hears every state change until then. */
+/* create_vm: from the request decoded and checked by the operation table (its strings are taken out
+ * of in), resolves the image once, allocates and provisions, starts the installer, and calls done at
+ * the milestone. caller (borrowed, NULL: anonymous) is recorded as createdBy. progress (optional)
+ * hears every state change until then. */
 int vm_create(
-        Manager *m, json_t *request, VmDoneFunc done, VmProgressFunc progress, void *userdata, ApiError *reterr);
+        Manager *m,
+        VmSpecInput *in,
+        const Caller *caller,
+        VmDoneFunc done,
+        VmProgressFunc progress,
+        void *userdata,
+        ApiError *reterr);
 int vm_start(Vm *v, VmDoneFunc done, void *userdata, ApiError *reterr);
 int vm_stop(Vm *v, VmDoneFunc done, void *userdata, ApiError *reterr);
 int vm_reboot(Vm *v, VmDoneFunc done, void *userdata, ApiError *reterr);

@@ -34,7 +34,7 @@
 
 /* What one scan of the directory found. */
 typedef struct ScanResult {
-        Image *images;
+        Image **images; /* each a reference of the catalog's */
         size_t n_images;
         char **kubernetes_versions;  /* NULL when none: the versions a VM may ask for */
         json_t *kubernetes_unusable; /* [{version, reason}] of SHA256SUMS that cannot run a node, or NULL */
@@ -73,9 +73,28 @@ static void image_done(Image *i) {
         *i = (Image){};
 }
 
+Image *image_ref(Image *i) {
+        if (i) {
+                assert(i->n_ref > 0);
+                i->n_ref++;
+        }
+        return i;
+}
+
+Image *image_unref(Image *i) {
+        if (!i)
+                return NULL;
+        assert(i->n_ref > 0);
+        if (--i->n_ref > 0)
+                return NULL;
+        image_done(i);
+        free(i);
+        return NULL;
+}
+
 static void scan_result_done(ScanResult *s) {
         for (size_t i = 0; i < s->n_images; i++)
-                image_done(&s->images[i]);
+                image_unref(s->images[i]);
         free(s->images);
         strv_free(s->kubernetes_versions);
         json_decref(s->kubernetes_unusable);
@@ -254,7 +273,7 @@ int image_version_compare(const char *a, const char *b) {
 }
 
 static int image_compare(const void *x, const void *y) {
-        const Image *a = x, *b = y;
+        const Image *a = *(Image *const *) x, *b = *(Image *const *) y;
         int r;
 
         r = strcmp(a->id, b->id);
@@ -515,6 +534,18 @@ static int split_node_versions(int dirfd, const char *dir, ScanResult *s) {
         return 0;
 }
 
+/* A catalog's reference to what scan_one() found; takes its contents. */
+static Image *new_image(Image *found) {
+        Image *i = malloc(sizeof(Image));
+
+        if (!i)
+                return NULL;
+        *i = *found;
+        *found = (Image){};
+        i->n_ref = 1;
+        return i;
+}
+
 /* Fills img for the UKI called name (which ends in UKI_SUFFIX). Returns 0 and leaves img empty when the
  * entry is not an image, -ENOMEM on OOM. */
 static int scan_one(int dirfd, const char *dir, const char *name, json_t *shared_policy, Image *img) {
@@ -629,22 +660,27 @@ static int catalog_scan(const char *dir, ScanResult *ret) {
                 }
                 if (s.n_images >= alloc) {
                         size_t a = alloc == 0 ? 16 : MIN(alloc * 2, (size_t) IMAGE_CATALOG_MAX);
-                        Image *n = reallocarray(s.images, a, sizeof(Image));
+                        Image **n = reallocarray(s.images, a, sizeof(Image *));
                         if (!n)
                                 return -ENOMEM;
                         s.images = n;
                         alloc = a;
                 }
 
-                r = scan_one(fd, dir, de->d_name, shared_policy, &s.images[s.n_images]);
+                _cleanup_(image_done) Image one = {};
+                r = scan_one(fd, dir, de->d_name, shared_policy, &one);
                 if (r < 0)
                         return r;
-                if (r > 0)
-                        s.n_images++;
+                if (r > 0) {
+                        Image *i = new_image(&one);
+                        if (!i)
+                                return -ENOMEM;
+                        s.images[s.n_images++] = i;
+                }
         }
 
         if (s.n_images > 0)
-                qsort(s.images, s.n_images, sizeof(Image), image_compare);
+                qsort(s.images, s.n_images, sizeof(Image *), image_compare);
 
         *ret = s;
         s = (ScanResult){};
@@ -676,7 +712,7 @@ static bool scan_result_equal(const ScanResult *a, const ScanResult *b) {
                 return false;
 
         for (size_t k = 0; k < a->n_images; k++) {
-                const Image *x = &a->images[k], *y = &b->images[k];
+                const Image *x = a->images[k], *y = b->images[k];
 
                 if (!streq(x->id, y->id) || !streq(x->version, y->version) || !streq(x->uki, y->uki) ||
                     !streq(x->disk, y->disk) || !!x->layout != !!y->layout ||
@@ -986,7 +1022,7 @@ const Image *image_catalog_at(ImageCatalog *c, size_t i) {
 
         if (i >= c->current.n_images)
                 return NULL;
-        return &c->current.images[i];
+        return c->current.images[i];
 }
 
 const Image *image_catalog_resolve(ImageCatalog *c, const char *ref) {
@@ -996,7 +1032,7 @@ const Image *image_catalog_resolve(ImageCatalog *c, const char *ref) {
 
         if (!ref || !*ref) {
                 for (size_t k = 0; k < c->current.n_images; k++) {
-                        const Image *i = &c->current.images[k];
+                        const Image *i = c->current.images[k];
 
                         if (!best || image_version_compare(i->version, best->version) > 0)
                                 best = i;
@@ -1005,7 +1041,7 @@ const Image *image_catalog_resolve(ImageCatalog *c, const char *ref) {
         }
 
         for (size_t k = 0; k < c->current.n_images; k++) {
-                const Image *i = &c->current.images[k];
+                const Image *i = c->current.images[k];
 
                 if (streq(i->ref, ref) || streq(i->id, ref))
                         return i;
@@ -1089,7 +1125,7 @@ json_t *image_catalog_to_json(ImageCatalog *c) {
         if (!a)
                 return NULL;
         for (size_t k = 0; k < c->current.n_images; k++)
-                if (json_array_append_new(a, image_to_json(c, &c->current.images[k])) < 0)
+                if (json_array_append_new(a, image_to_json(c, c->current.images[k])) < 0)
                         return NULL;
         return TAKE_PTR(a);
 }
@@ -1113,4 +1149,9 @@ int image_catalog_get_json(ImageCatalog *c, const char *ref, json_t **ret, ApiEr
                 return api_error_set(reterr, -ENOMEM, API_ERROR_INTERNAL, "out of memory");
         *ret = v;
         return 0;
+}
+
+Image *image_catalog_acquire(ImageCatalog *c, const char *ref) {
+        /* the catalog's images are its own references, only handed out const */
+        return image_ref((Image *) image_catalog_resolve(c, ref));
 }

@@ -28,11 +28,20 @@
 #define IMAGE_SUMS_SIZE_MAX ((size_t) 1 << 20)
 
 typedef struct Image {
+        unsigned n_ref;
         char *id, *version, *ref; /* ref = "<id>_<version>" */
         char *uki, *disk;         /* absolute paths */
         char *layout;             /* absolute path of the layout file, NULL when none */
         json_t *policy;           /* owned; NULL when none */
 } Image;
+
+/* An image of the catalog is reference-counted: a rescan drops the catalog's reference, and one a
+ * user took (a VM's, from the request that created it) keeps the image's paths and policy as they
+ * were found, whatever the directory holds since. Both accept NULL and return their argument
+ * (image_unref(): NULL). */
+Image *image_ref(Image *i);
+Image *image_unref(Image *i);
+DEFINE_TRIVIAL_CLEANUP_FUNC(Image *, image_unref);
 
 typedef struct ImageCatalog ImageCatalog;
 
@@ -65,8 +74,10 @@ const Image *image_catalog_at(ImageCatalog *c, size_t i);
 
 /* The first image in list order whose "<id>_<version>" equals ref or whose id equals it, so a bare id
  * selects its newest version. NULL or "" selects the default image: the highest version across all
- * ids (ties: the first in list order). NULL when nothing matches or the catalog is empty. */
+ * ids (ties: the first in list order). NULL when nothing matches or the catalog is empty. Borrowed;
+ * image_catalog_acquire() returns the same image as a new reference. */
 const Image *image_catalog_resolve(ImageCatalog *c, const char *ref);
+Image *image_catalog_acquire(ImageCatalog *c, const char *ref);
 
 /* The Kubernetes versions of <dir>/sysupdate/kubernetes/SHA256SUMS, newest first; the same for every
  * image. NULL when there are none. */

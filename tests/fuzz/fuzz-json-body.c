@@ -1,4 +1,5 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
+#include <stdlib.h>
 #include <string.h>
 
 #include "fuzz.h"
@@ -7,7 +8,8 @@
 #include "operation.h"
 
 /* A request body, as REST receives it: parsed, then checked against every operation's
- * parameters, and its string fields through the network validators. */
+ * parameters (and decoded by the operations that decode theirs), and its string fields through the
+ * network validators. */
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
         return 0;
 }
@@ -27,6 +29,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         for (size_t i = 0; i < n; i++) {
                 api_error_done(&e);
                 (void) operation_check_args(&table[i], v, &e);
+                if (table[i].args_size > 0) {
+                        _cleanup_free_ void *decoded = calloc(1, table[i].args_size);
+
+                        api_error_done(&e);
+                        if (decoded && operation_decode(&table[i], v, decoded, &e) >= 0 && table[i].args_done)
+                                table[i].args_done(decoded);
+                }
         }
 
         if (!json_is_object(v))

@@ -186,12 +186,176 @@ static void test_tool_json(void **state) {
         assert_true(json_is_false(json_object_get(ann, "openWorldHint")));
 }
 
+/* The limits create_vm's decoder enforces are the ones api/openapi.yaml states: each integer's
+ * minimum, maximum and default, each string's maxLength where both say one. The schema keeps one
+ * layout: "        <field>: { type: ..., minimum: N, ... }" below "    CreateVMRequest:". */
+static bool schema_number(const char *line, const char *key, long long *ret) {
+        _cleanup_free_ char *k = NULL;
+        const char *at;
+
+        assert_true(asprintf(&k, "%s: ", key) > 0);
+        at = strstr(line, k);
+        return at && sscanf(at + strlen(k), "%lld", ret) == 1;
+}
+
+static void test_openapi_limits_match_table(void **state) {
+        const Operation *op = operation_find("create_vm");
+        _cleanup_free_ char *text = NULL;
+        bool in_schema = false;
+        size_t checked = 0;
+
+        assert_ok(read_full_file(openapi_path, 1 << 20, &text, NULL));
+        for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+                const OperationParam *p;
+                char name[64];
+                long long v;
+
+                if (strneq(line, "    ", 4) && line[4] != ' ') {
+                        in_schema = streq(line, "    CreateVMRequest:");
+                        continue;
+                }
+                if (!in_schema || !strneq(line, "        ", 8) || line[8] == ' ' ||
+                    sscanf(line + 8, "%63[a-z_]: {", name) != 1 || !strstr(line, "{"))
+                        continue;
+                p = operation_param_find(op, name);
+                if (!p)
+                        fail_msg("openapi.yaml's CreateVMRequest has %s, create_vm has not", name);
+                if (p->type == PARAM_INTEGER) {
+                        assert_true(schema_number(line, "minimum", &v));
+                        assert_int_equal(v, p->min);
+                        assert_true(schema_number(line, "maximum", &v));
+                        assert_int_equal(v, p->max);
+                        assert_true(schema_number(line, "default", &v));
+                        assert_int_equal(v, p->default_integer);
+                        checked++;
+                }
+                if (p->type == PARAM_STRING && p->max_length > 0 && schema_number(line, "maxLength", &v)) {
+                        assert_int_equal(v, p->max_length);
+                        checked++;
+                }
+        }
+        /* cpus, memory_mib, disk_gib; image, kubernetes_version, network, user_data */
+        assert_int_equal(checked, 7);
+}
+
+/* A parameter is added to an operation by declaring it, and nothing else: here "gpus" is the one
+ * line added to a test operation's table. The decoder fills it in (or its default), refuses it below
+ * and above its range naming it, and tools/list's schema shows its limits. */
+typedef struct TestArgs {
+        char *name;
+        int64_t cpus;
+        int64_t gpus;
+} TestArgs;
+
+static void test_args_done(void *p) {
+        TestArgs *a = p;
+
+        free(a->name);
+}
+
+static const OperationParam test_params[] = {
+        { .name = "name",
+          .type = PARAM_STRING,
+          .flags = PARAM_REQUIRED | PARAM_NOT_EMPTY,
+          .description = "n",
+          .offset = offsetof(TestArgs, name) },
+        { .name = "cpus",
+          .type = PARAM_INTEGER,
+          .description = "c",
+          .min = 1,
+          .max = 256,
+          .default_integer = 2,
+          .offset = offsetof(TestArgs, cpus) },
+        /* the new parameter */
+        { .name = "gpus",
+          .type = PARAM_INTEGER,
+          .description = "g",
+          .min = 0,
+          .max = 8,
+          .default_integer = 0,
+          .offset = offsetof(TestArgs, gpus) },
+        { .name = NULL },
+};
+
+static int test_handler(Manager *m, const OperationRequest *req, json_t **ret, ApiError *reterr) {
+        const TestArgs *a = req->decoded;
+
+        *ret = json_pack(
+                "{s:s,s:I,s:I}", "name", a->name, "cpus", (json_int_t) a->cpus, "gpus", (json_int_t) a->gpus);
+        return *ret ? 0 : -ENOMEM;
+}
+
+static const Operation test_op = {
+        .name = "test_op",
+        .description = "Read-only. A test.",
+        .hints = OP_HINTS_READ,
+        .params = test_params,
+        .handler = test_handler,
+        .args_size = sizeof(TestArgs),
+        .args_done = test_args_done,
+};
+
+static int decode(const char *text, TestArgs *ret, ApiError *e) {
+        json_auto_t *j = json_loads(text, 0, NULL);
+
+        assert_non_null(j);
+        return operation_decode(&test_op, j, ret, e);
+}
+
+static void test_decode_new_param(void **state) {
+        _cleanup_(api_error_done) ApiError e = API_ERROR_NULL;
+        json_auto_t *result = NULL, *tool = NULL, *args = NULL;
+        TestArgs a;
+        json_t *g;
+
+        /* absent: its default; given: its value, the other fields as before */
+        assert_ok(decode("{\"name\":\"x\"}", &a, &e));
+        assert_string_equal(a.name, "x");
+        assert_int_equal(a.cpus, 2);
+        assert_int_equal(a.gpus, 0);
+        test_args_done(&a);
+        assert_ok(decode("{\"name\":\"x\",\"gpus\":8,\"cpus\":null}", &a, &e));
+        assert_int_equal(a.gpus, 8);
+        assert_int_equal(a.cpus, 2);
+        test_args_done(&a);
+
+        /* its limits, its type and its neighbours' problems, in one message naming each field */
+        assert_errno(decode("{\"name\":\"x\",\"gpus\":9}", &a, &e), -EINVAL);
+        assert_int_equal(e.code, API_ERROR_INVALID_REQUEST);
+        assert_string_equal(e.message, "invalid request: gpus must be 0..8");
+        assert_null(a.name); /* nothing to free on failure */
+        assert_errno(decode("{\"name\":\"x\",\"gpus\":-1}", &a, &e), -EINVAL);
+        assert_string_equal(e.message, "invalid request: gpus must be 0..8");
+        assert_errno(decode("{\"name\":\"x\",\"gpus\":\"2\"}", &a, &e), -EINVAL);
+        assert_string_equal(e.message, "invalid request: field \"gpus\": expected an integer, got string");
+        assert_errno(decode("{\"name\":\"\",\"cpus\":0,\"gpus\":100}", &a, &e), -EINVAL);
+        assert_string_equal(
+                e.message,
+                "invalid request: name must not be empty (leave it out for the default); cpus must be 1..256; "
+                "gpus must be 0..8");
+
+        /* the handler gets the decoded struct */
+        args = json_pack("{s:s,s:i}", "name", "y", "gpus", 4);
+        assert_ok(operation_run(&test_op, /* m= */ NULL, /* caller= */ NULL, args, &result, &e));
+        assert_int_equal(json_integer_value(json_object_get(result, "gpus")), 4);
+        assert_int_equal(json_integer_value(json_object_get(result, "cpus")), 2);
+
+        /* and MCP's inputSchema shows what the decoder enforces */
+        tool = operation_tool_json(&test_op);
+        g = json_object_get(json_object_get(json_object_get(tool, "inputSchema"), "properties"), "gpus");
+        assert_int_equal(json_integer_value(json_object_get(g, "minimum")), 0);
+        assert_int_equal(json_integer_value(json_object_get(g, "maximum")), 8);
+        assert_int_equal(json_integer_value(json_object_get(g, "default")), 0);
+}
+
 int main(int argc, char **argv) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_openapi_matches_table),
                 cmocka_unit_test(test_descriptions_and_hints),
                 cmocka_unit_test(test_check_args),
                 cmocka_unit_test(test_tool_json),
+                cmocka_unit_test(test_openapi_limits_match_table),
+                cmocka_unit_test(test_decode_new_param),
         };
 
         openapi_path = getenv("VM_MANAGER_OPENAPI") ?: "api/openapi.yaml";
