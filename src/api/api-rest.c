@@ -154,7 +154,7 @@ static int reply(HttpRequest *req, unsigned status, json_t *v) {
 }
 
 static void reply_error(HttpRequest *req, const ApiError *e) {
-        unsigned status = api_error_http_status(e);
+        unsigned status = http_status_from_error(e);
 
         if (status >= 500)
                 log_struct(
