@@ -149,9 +149,9 @@ typedef struct VmGuest {
 
 const VmGuest *vm_guest(Vm *v);
 void vm_guest_done(VmGuest *g);
-/* Called on the loop once an upload is stored and mapped (r >= 0) or refused: 400-class problems (not
- * JSON, too deep, too large) are invalid_request errors and change nothing; valid JSON that is not a
- * report is stored and not exported. e is borrowed. */
+/* Called on the loop once an upload is stored and mapped (r >= 0) or refused: problems of the upload
+ * itself (not JSON, too deep, too large) are invalid_request errors and change nothing; valid JSON that is
+ * not a report is stored and not exported. e is borrowed. */
 typedef void (*VmReportDone)(int r, const ApiError *e, void *userdata);
 /* Takes a copy of an upload, parsed, stored and mapped off the loop; done follows exactly once, always
  * after this returned 0. Refused at once, without done, as conflicts: -EBUSY while an upload of this
