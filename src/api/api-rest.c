@@ -60,6 +60,18 @@ typedef struct CacheFill {
         uint64_t generation;
 } CacheFill;
 
+/* The operation table says what a success is; only the REST layer turns that into a status. */
+static unsigned success_status(const Operation *op) {
+        static const unsigned status[_OPERATION_SUCCESS_MAX] = {
+                [OPERATION_SUCCESS_RESULT] = 200,
+                [OPERATION_SUCCESS_CREATED] = 201,
+                [OPERATION_SUCCESS_EMPTY] = 204,
+        };
+
+        assert(op->success >= 0 && op->success < _OPERATION_SUCCESS_MAX);
+        return status[op->success];
+}
+
 static char *render_pretty(json_t *v, size_t *ret_size) {
         return json_dumps_pretty(v, ret_size);
 }
@@ -79,13 +91,13 @@ static void on_cache_rendered(HttpRequest *req, char *text, size_t size, const A
                 /* the records changed while it was rendered: the answer is what the operation saw,
                  * the cache waits for the next request */
                 (void) http_request_reply_take(
-                        req, f->op->success_status, "application/json", TAKE_PTR(body), size);
+                        req, success_status(f->op), "application/json", TAKE_PTR(body), size);
         else {
                 free(c->body);
                 c->body = TAKE_PTR(body);
                 c->size = size;
                 c->generation = f->generation;
-                (void) http_request_reply(req, f->op->success_status, "application/json", c->body, c->size);
+                (void) http_request_reply(req, success_status(f->op), "application/json", c->body, c->size);
         }
 }
 
@@ -99,7 +111,7 @@ static int reply_cached(ApiRest *a, const Operation *op, HttpRequest *req, json_
         int r;
 
         if (c->body && c->generation == manager_generation(a->manager))
-                return http_request_reply(req, op->success_status, "application/json", c->body, c->size);
+                return http_request_reply(req, success_status(op), "application/json", c->body, c->size);
 
         r = operation_run(op, a->manager, http_request_caller(req), args, &result, reterr);
         if (r < 0)
@@ -154,7 +166,7 @@ static int reply(HttpRequest *req, unsigned status, json_t *v) {
 }
 
 static void reply_error(HttpRequest *req, const ApiError *e) {
-        unsigned status = api_error_http_status(e);
+        unsigned status = http_status_from_error(e);
 
         if (status >= 500)
                 log_struct(
@@ -257,7 +269,7 @@ static void rest_done(int r, json_t *result, const ApiError *e, void *userdata) 
         if (r < 0)
                 reply_error(c->req, e);
         else
-                (void) reply(c->req, c->op->success_status, result);
+                (void) reply(c->req, success_status(c->op), result);
 }
 
 /* The body's fields join the path's parameters in args; a body must be an object and may not name
@@ -335,7 +347,7 @@ static void rest_run(ApiRest *a, HttpRequest *req, const Operation *op, json_t *
                 reply_error(req, &e);
                 return;
         }
-        (void) reply(req, op->success_status, result);
+        (void) reply(req, success_status(op), result);
 }
 
 static void on_body(HttpRequest *req, json_t *body, const ApiError *error, void *userdata) {

@@ -6,19 +6,20 @@
 #include "api-error.h"
 #include "cleanup.h"
 
+/* Each code's name on the wire and the sentinel its messages start with. How a transport answers
+ * a code (an HTTP status, for one) is the transport's business: see http_status_from_error(). */
 static const struct {
         const char *name;
         const char *sentinel;
-        unsigned status;
 } codes[_API_ERROR_CODE_MAX] = {
-        [API_ERROR_INTERNAL] = { "internal_error", NULL, 500 },
-        [API_ERROR_NOT_FOUND] = { "not_found", "not found", 404 },
-        [API_ERROR_INVALID_REQUEST] = { "invalid_request", "invalid request", 400 },
-        [API_ERROR_CONFLICT] = { "conflict", "conflict", 409 },
-        [API_ERROR_UNSUPPORTED] = { "unsupported", "unsupported", 501 },
-        [API_ERROR_TIMEOUT] = { "timeout", "timeout", 504 },
-        [API_ERROR_VM_FAILED] = { "vm_failed", "vm failed", 500 },
-        [API_ERROR_UNAUTHORIZED] = { "unauthorized", "unauthorized", 401 },
+        [API_ERROR_INTERNAL] = { "internal_error", NULL },
+        [API_ERROR_NOT_FOUND] = { "not_found", "not found" },
+        [API_ERROR_INVALID_REQUEST] = { "invalid_request", "invalid request" },
+        [API_ERROR_CONFLICT] = { "conflict", "conflict" },
+        [API_ERROR_UNSUPPORTED] = { "unsupported", "unsupported" },
+        [API_ERROR_TIMEOUT] = { "timeout", "timeout" },
+        [API_ERROR_VM_FAILED] = { "vm_failed", "vm failed" },
+        [API_ERROR_UNAUTHORIZED] = { "unauthorized", "unauthorized" },
 };
 
 const char *api_error_code_to_string(ApiErrorCode c) {
@@ -103,16 +104,6 @@ void api_error_done(ApiError *e) {
         e->message = NULL;
         json_decref(e->details);
         e->details = NULL;
-}
-
-unsigned api_error_http_status(const ApiError *e) {
-        assert(e);
-        /* A body over the limit is still an invalid request, but HTTP has a precise status for it. */
-        if (e->code == API_ERROR_INVALID_REQUEST && (e->error == -EFBIG || e->error == -E2BIG))
-                return 413;
-        if (e->code < 0 || e->code >= _API_ERROR_CODE_MAX)
-                return 500;
-        return codes[e->code].status;
 }
 
 /* Copies s with every byte that does not start a valid UTF-8 sequence replaced by U+FFFD. */

@@ -14,7 +14,7 @@ typedef enum ApiErrorCode {
         API_ERROR_UNSUPPORTED,
         API_ERROR_TIMEOUT,
         API_ERROR_VM_FAILED,
-        API_ERROR_UNAUTHORIZED, /* 401: no valid bearer token (only with --enable-oauth) */
+        API_ERROR_UNAUTHORIZED, /* no valid bearer token (only with --enable-oauth) */
         _API_ERROR_CODE_MAX,
         _API_ERROR_CODE_INVALID = -EINVAL,
 } ApiErrorCode;
@@ -46,9 +46,6 @@ void api_error_done(ApiError *e);
 static inline bool api_error_is_set(const ApiError *e) {
         return e && e->message;
 }
-
-/* The HTTP status the REST surface answers with. */
-unsigned api_error_http_status(const ApiError *e) _pure_;
 
 /* {"error":{"code":…,"message":…}}; returns a new reference or NULL on OOM. */
 json_t *api_error_to_json(const ApiError *e);

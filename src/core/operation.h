@@ -102,13 +102,24 @@ typedef int (*OperationAsyncHandler)(
         void *userdata,
         ApiError *reterr);
 
+/* What a success is on REST: the result itself, a resource the operation created (the result is
+ * its record), or nothing to show (the result is for MCP alone, as a deleted record is). The REST
+ * layer alone turns these into HTTP statuses. */
+typedef enum OperationSuccess {
+        OPERATION_SUCCESS_RESULT,
+        OPERATION_SUCCESS_CREATED,
+        OPERATION_SUCCESS_EMPTY,
+        _OPERATION_SUCCESS_MAX,
+        _OPERATION_SUCCESS_INVALID = -EINVAL,
+} OperationSuccess;
+
 struct Operation {
         const char *name; /* the MCP tool name */
         const char *description;
         OperationHints hints;
         const char *method;           /* REST method, NULL: MCP only */
         const char *path;             /* REST path below /api/v1, with {param} segments */
-        unsigned success_status;      /* REST status on success: 200, 201 or 204 */
+        OperationSuccess success;     /* what REST answers a success with */
         bool rest_body;               /* REST: the body is a JSON object holding the non-path params */
         const char *list_key;         /* MCP: structuredContent key wrapping an array result */
         bool cacheable;               /* the result depends only on the records (manager_generation()) */

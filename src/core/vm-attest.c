@@ -15,10 +15,13 @@
 #include "json-util.h"
 #include "log.h"
 #include "parse-util.h"
+#include "string-table.h"
 #include "vm-internal.h"
 
 #define NOOP_VERIFIED "nonce matched; quote not verified (noop attestor)"
 #define NOOP_UNKNOWN "unknown or expired nonce"
+/* The message of a quote that could not be judged: the guest learns no more than that it may retry. */
+#define QUOTE_NOT_PROCESSED "quote not processed"
 
 json_t *vm_attestation_to_json(Vm *v) {
         return vm_attestation_to_json_full(&v->rec.att, /* for_disk= */ false);
@@ -141,7 +144,9 @@ static void store_logs(Vm *v, const char *stage, const AttestQuoteRequest *req) 
                         r = -ENOMEM;
                 else if (logs[k].size > 0)
                         r = manager_write_file(v->manager, path, logs[k].data, logs[k].size, 0600);
-                else /* in order with the writes of the same path still queued */
+                else
+                        /* The removal is queued behind the writes of the same path that are still
+                         * pending, so an older quote's log cannot reappear after it. */
                         r = manager_remove_tree(v->manager, path);
                 if (r < 0)
                         log_warning_errno(
@@ -159,9 +164,10 @@ static void remove_logs(Vm *v) {
                 for (size_t k = 0; k < ELEMENTSOF(log_kinds); k++) {
                         _cleanup_free_ char *path = log_path(v, attest_stage_to_string(s), log_kinds[k]);
 
+                        /* The removal is queued behind the writes of the same path that are still
+                         * pending, so the last boot's logs cannot land after it. */
                         int r = path ? manager_remove_tree(vm_manager(v), path) : -ENOMEM;
 
-                        /* queued after the writes of it still waiting */
                         if (r < 0)
                                 log_warning_errno(r, "VM %s: cannot remove %s, ignoring: %m", vm_id(v), path);
                 }
@@ -242,25 +248,51 @@ static void verdict_event(Vm *v, AttestStage stage) {
                 v, e, &(VmEventArgs){ .stage = attest_stage_to_string(stage), .detail = r->message ?: "" }, NULL);
 }
 
-int vm_attest_quote(Vm *v, const void *body, size_t size, unsigned *ret_status, json_t **ret, char **ret_text) {
+static const char *const vm_quote_verdict_table[_VM_QUOTE_VERDICT_MAX] = {
+        [VM_QUOTE_VERIFIED] = "verified",
+        [VM_QUOTE_REJECTED] = "rejected",
+};
+DEFINE_STRING_TABLE_LOOKUP(vm_quote_verdict, VmQuoteVerdict);
+
+/* Keeps the verdict as its stage's, where the VM's record and the gate read it: a verified initrd
+ * quote opens the gate. A quote of no known stage never decodes, so it is only logged. Takes res. */
+static void record_verdict(Vm *v, AttestStage stage, AttestResult *res) {
+        VmAttestation *a = &v->rec.att;
+
+        if (stage == ATTEST_STAGE_INITRD) {
+                attest_result_done(&a->initrd);
+                a->initrd = *res;
+                a->has_initrd = true;
+                if (res->verified)
+                        a->released = true;
+        } else if (stage == ATTEST_STAGE_READY) {
+                attest_result_done(&a->ready);
+                a->ready = *res;
+                a->has_ready = true;
+        } else
+                attest_result_done(res);
+        /* The result's strings belong to the record now, so the caller must not free them again. */
+        *res = (AttestResult){};
+}
+
+int vm_attest_quote(Vm *v, const void *body, size_t size, json_t **ret, ApiError *reterr) {
         _cleanup_(attest_quote_request_done) AttestQuoteRequest req = {};
         _cleanup_(attest_result_done) AttestResult res = {};
         _cleanup_(attest_policy_freep) AttestPolicy *policy = NULL;
-        _cleanup_(api_error_done) ApiError e = API_ERROR_NULL;
         _cleanup_free_ char *why = NULL, *note = NULL;
+        json_auto_t *result = NULL;
         Manager *m = vm_manager(v);
         VmAttestation *a = &v->rec.att;
+        VmQuoteVerdict verdict;
         AttestStage stage;
         int r;
 
-        *ret = NULL;
-        *ret_text = NULL;
-        r = attest_quote_request_decode(body, size, &req, &e);
-        if (r < 0) {
-                *ret_status = 400;
-                *ret_text = strdup(e.message ?: "malformed quote");
-                return *ret_text ? 0 : -ENOMEM;
-        }
+        assert(ret);
+
+        /* The decoder's message is the guest's whole answer, so it is passed on as it is. */
+        r = attest_quote_request_decode(body, size, &req, reterr);
+        if (r < 0)
+                return r;
         stage = attest_stage_from_string(req.stage);
 
         if (manager_settings(m)->attestation == ATTEST_MODE_NOOP) {
@@ -270,7 +302,7 @@ int vm_attest_quote(Vm *v, const void *body, size_t size, unsigned *ret_status, 
                 res.message = strdup(ok ? NOOP_VERIFIED : NOOP_UNKNOWN);
                 res.at = now_usec(CLOCK_REALTIME);
                 if (!res.message)
-                        return -ENOMEM;
+                        return api_error_set(reterr, -ENOMEM, API_ERROR_INTERNAL, QUOTE_NOT_PROCESSED);
         } else {
                 policy = policy_for(v, &why);
                 r = attest_verify_quote(
@@ -287,11 +319,8 @@ int vm_attest_quote(Vm *v, const void *body, size_t size, unsigned *ret_status, 
                                 .learn_golden = manager_settings(m)->learn_golden,
                         },
                         &res);
-                if (r < 0) {
-                        *ret_status = 500;
-                        *ret_text = strdup("quote not processed");
-                        return *ret_text ? 0 : -ENOMEM;
-                }
+                if (r < 0)
+                        return api_error_set(reterr, r, API_ERROR_INTERNAL, QUOTE_NOT_PROCESSED);
                 if (!res.verified && res.message && strstr(res.message, "golden mismatch") &&
                     (note = firmware_note(v, policy))) {
                         char *longer = NULL;
@@ -304,9 +333,10 @@ int vm_attest_quote(Vm *v, const void *body, size_t size, unsigned *ret_status, 
                 if (res.verified && res.enroll && res.ak_fingerprint && !a->ak_pin) {
                         a->ak_pin = strdup(res.ak_fingerprint);
                         if (!a->ak_pin)
-                                return -ENOMEM;
+                                return api_error_set(reterr, -ENOMEM, API_ERROR_INTERNAL, QUOTE_NOT_PROCESSED);
                 }
         }
+        verdict = res.verified ? VM_QUOTE_VERIFIED : VM_QUOTE_REJECTED;
 
         log_struct(
                 res.verified ? LOG_INFO : LOG_WARNING,
@@ -314,32 +344,19 @@ int vm_attest_quote(Vm *v, const void *body, size_t size, unsigned *ret_status, 
                 "VM %s: %s quote %s: %s",
                 vm_id(v),
                 attest_stage_to_string(stage) ?: "?",
-                res.verified ? "verified" : "rejected",
+                vm_quote_verdict_to_string(verdict),
                 res.message ?: "");
 
-        *ret = attest_quote_result_to_json(req.stage, res.verified, res.message);
-        if (!*ret)
-                return -ENOMEM;
-        *ret_status = res.verified ? 200 : 403;
+        result = attest_quote_result_to_json(req.stage, res.verified, res.message);
+        if (!result)
+                return api_error_set(reterr, -ENOMEM, API_ERROR_INTERNAL, QUOTE_NOT_PROCESSED);
 
         if (stage >= 0)
                 store_logs(v, attest_stage_to_string(stage), &req);
-
-        /* the verdict is kept per stage; a verified initrd quote opens the gate */
-        if (stage == ATTEST_STAGE_INITRD) {
-                attest_result_done(&a->initrd);
-                a->initrd = res;
-                a->has_initrd = true;
-                if (res.verified)
-                        a->released = true;
-        } else if (stage == ATTEST_STAGE_READY) {
-                attest_result_done(&a->ready);
-                a->ready = res;
-                a->has_ready = true;
-        }
-        res = (AttestResult){}; /* moved */
+        record_verdict(v, stage, &res);
         verdict_event(v, stage);
-        return 0;
+        *ret = TAKE_PTR(result);
+        return verdict;
 }
 
 /* The attestation as one word: disabled, released, failed or pending (in that order). */

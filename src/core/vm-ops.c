@@ -17,7 +17,7 @@
 
 /* The arguments that name other records: the image (and its newest version), the Kubernetes
  * version, the network, the attestation policy; then whether a VM may be created at all. They are
- * arguments, so 400 and not 404. */
+ * arguments, so an unknown one is an invalid_request and not a not_found. */
 /* create_vm's refusals that may change while it waits for its disk: asked before and after. */
 static int check_name_free(Manager *m, const char *name, ApiError *reterr) {
         Vm *other;
@@ -51,7 +51,8 @@ static int create_resolve(Manager *m, VmSpec *spec, Image **ret_image, Network *
                         spec->memory_mib,
                         host_mib);
 
-        /* image and Kubernetes version: 400, not 404, since they are arguments */
+        /* An unknown image or Kubernetes version is an invalid_request, not a not_found, since both
+         * are arguments of the request and not the resource it names. */
         img = image_catalog_acquire(manager_images(m), spec->image);
         if (!img) {
                 if (!spec->image || !*spec->image)

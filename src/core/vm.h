@@ -96,9 +96,22 @@ const char *vm_attestation_word(Vm *v);
 /* GET /attest/nonce of the IMDS: a fresh nonce for the guest (64 hex). The first of a boot is recorded
  * and moves a VM that must attest from booting to attesting. */
 int vm_attest_nonce(Vm *v, char ret[static 65]);
-/* POST /attest/quote of the IMDS: *ret_status is 200 (verified), 403 (rejected, *ret the QuoteResult)
- * or 400 (*ret_text says why); 500 with *ret_text when the verdict cannot be stored. */
-int vm_attest_quote(Vm *v, const void *body, size_t size, unsigned *ret_status, json_t **ret, char **ret_text);
+/* The verdict on a quote the guest posted. */
+typedef enum VmQuoteVerdict {
+        VM_QUOTE_VERIFIED,
+        VM_QUOTE_REJECTED,
+        _VM_QUOTE_VERDICT_MAX,
+        _VM_QUOTE_VERDICT_INVALID = -EINVAL,
+} VmQuoteVerdict;
+const char *vm_quote_verdict_to_string(VmQuoteVerdict v) _const_;
+VmQuoteVerdict vm_quote_verdict_from_string(const char *s) _pure_;
+/* A quote the guest posted to the IMDS (body: the bytes it sent), decoded, judged against the policy
+ * of the VM's image and recorded as its stage's verdict. Returns the verdict, with *ret the
+ * QuoteResult to give the guest either way. Fails without recording a verdict: with invalid_request
+ * when the body does not decode (reterr's message, "malformed quote: …" or "invalid request: …", is
+ * the text the guest is told), otherwise with internal_error when the quote cannot be judged (only
+ * "quote not processed" is the guest's to know). */
+int vm_attest_quote(Vm *v, const void *body, size_t size, json_t **ret, ApiError *reterr);
 /* POST /bootstrap/failed of the IMDS: a unit of the user-data's bootstrap (kubeadm.service) failed
  * before the VM was ready; the body is the unit's last journal lines. The boot fails with them in
  * lastError (printable text, at most VM_BOOTSTRAP_REPORT_MAX bytes of the body). -ESTALE when the VM
@@ -136,9 +149,9 @@ typedef struct VmGuest {
 
 const VmGuest *vm_guest(Vm *v);
 void vm_guest_done(VmGuest *g);
-/* Called on the loop once an upload is stored and mapped (r >= 0) or refused: 400-class problems (not
- * JSON, too deep, too large) are invalid_request errors and change nothing; valid JSON that is not a
- * report is stored and not exported. e is borrowed. */
+/* Called on the loop once an upload is stored and mapped (r >= 0) or refused: problems of the upload
+ * itself (not JSON, too deep, too large) are invalid_request errors and change nothing; valid JSON that is
+ * not a report is stored and not exported. e is borrowed. */
 typedef void (*VmReportDone)(int r, const ApiError *e, void *userdata);
 /* Takes a copy of an upload, parsed, stored and mapped off the loop; done follows exactly once, always
  * after this returned 0. Refused at once, without done, as conflicts: -EBUSY while an upload of this

@@ -657,7 +657,7 @@ int http_request_reply_error_status(HttpRequest *r, unsigned status, const ApiEr
 }
 
 int http_request_reply_error(HttpRequest *r, const ApiError *e) {
-        return http_request_reply_error_status(r, api_error_http_status(e), e);
+        return http_request_reply_error_status(r, http_status_from_error(e), e);
 }
 
 int http_request_reply_text(HttpRequest *r, unsigned status, const char *text) {
@@ -679,7 +679,7 @@ static int reply_error_static(
         if (k < 0)
                 return -ENOMEM;
         (void) api_error_set(&e, error, code, "%s", msg);
-        return http_request_reply_error_status(r, status ?: api_error_http_status(&e), &e);
+        return http_request_reply_error_status(r, status ?: http_status_from_error(&e), &e);
 }
 
 /* An answer rendered on the worker. The thread owns value (the request gave its reference) and

@@ -9,6 +9,24 @@
 #include "http-util.h"
 #include "macro.h"
 
+/* The core classifies a failure by its stable code; only here does a code become a status, so the
+ * layers below the HTTP surfaces never speak HTTP. */
+static const unsigned error_status[_API_ERROR_CODE_MAX] = {
+        [API_ERROR_INTERNAL] = 500,  [API_ERROR_NOT_FOUND] = 404,    [API_ERROR_INVALID_REQUEST] = 400,
+        [API_ERROR_CONFLICT] = 409,  [API_ERROR_UNSUPPORTED] = 501,  [API_ERROR_TIMEOUT] = 504,
+        [API_ERROR_VM_FAILED] = 500, [API_ERROR_UNAUTHORIZED] = 401,
+};
+
+unsigned http_status_from_error(const ApiError *e) {
+        assert(e);
+        /* A body over its limit is still an invalid request, but HTTP has a precise status for it. */
+        if (e->code == API_ERROR_INVALID_REQUEST && (e->error == -EFBIG || e->error == -E2BIG))
+                return 413;
+        if (e->code < 0 || e->code >= _API_ERROR_CODE_MAX)
+                return 500;
+        return error_status[e->code];
+}
+
 /* ":port" or nothing. */
 static bool port_suffix_ok(const char *s, size_t len) {
         if (len == 0)

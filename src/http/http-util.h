@@ -6,7 +6,16 @@
 #include <stdint.h>
 #include <sys/socket.h>
 
-/* Pure helpers of the HTTP layer: what a header names, what a socket address is. No I/O. */
+#include "api-error.h"
+
+/* Pure helpers of the HTTP layer: what a header names, what a socket address is, which status an
+ * error is answered with. No I/O. */
+
+/* The status REST, MCP's transport and the metadata service answer an error with, from its stable
+ * code (api-contract §3): not_found 404, invalid_request 400 (413 when the error is -EFBIG or
+ * -E2BIG, a body over its limit), conflict 409, unsupported 501, timeout 504, unauthorized 401, and
+ * 500 for internal_error, vm_failed and any code outside the table. */
+unsigned http_status_from_error(const ApiError *e) _pure_;
 
 /* Whether host, the value of a Host header or the authority of an Origin ("name", "name:port",
  * "[v6]" or "[v6]:port"), names this machine's loopback: "localhost" (any case), an IPv4 address in

@@ -50,7 +50,8 @@ static void serve_public_keys(HttpRequest *req, Vm *v, const char *rest) {
         uint32_t i;
 
         if (rest[0] == 0) {
-                /* the indexes, one per line, no trailing newline */
+                /* The bare path lists the valid indexes, one per line and without a trailing
+                 * newline, so that the guest can fetch each key by its index. */
                 _cleanup_free_ char *buf = NULL;
                 size_t size = 0;
                 FILE *f = open_memstream(&buf, &size);
@@ -103,7 +104,7 @@ static void serve_user_data(HttpRequest *req, Vm *v) {
 /* The answer to an upload, once the report worker is done with it; userdata is the request. */
 static void on_report_done(int r, const ApiError *e, void *userdata) {
         HttpRequest *req = userdata;
-        /* the guest reads plain text: the message without the API's "invalid request: " */
+        /* The guest reads plain text, so the API's "invalid request: " sentinel is cut off. */
         const char *m = e && e->message ? (startswith(e->message, "invalid request: ") ?: e->message) : NULL;
 
         if (r >= 0)
@@ -151,7 +152,8 @@ static void serve_report(HttpRequest *req, Vm *v) {
                 return;
         }
         if (r < 0) {
-                on_report_done(r, &e, req); /* takes the reference */
+                /* on_report_done() drops the reference serve_report() took for the worker. */
+                on_report_done(r, &e, req);
                 return;
         }
         http_request_suspend(req);
@@ -180,22 +182,28 @@ static void serve_nonce(HttpRequest *req, Vm *v) {
         reply_text(req, 200, nonce);
 }
 
+/* A verdict is answered with the QuoteResult: 200 when the quote verified, 403 when it was rejected.
+ * A body that does not decode is a 400 with the decoder's text, a field over its limit included
+ * (the original answers 400 there, not 413); a quote that could not be judged is a 500. */
+static unsigned quote_verdict_status(VmQuoteVerdict verdict) {
+        return verdict == VM_QUOTE_VERIFIED ? 200 : 403;
+}
+
 static void serve_quote(HttpRequest *req, Vm *v) {
+        _cleanup_(api_error_done) ApiError e = API_ERROR_NULL;
         json_auto_t *result = NULL;
-        _cleanup_free_ char *text = NULL;
-        unsigned status = 500;
         const void *body;
         size_t size;
+        int r;
 
         body = http_request_body(req, &size);
-        if (vm_attest_quote(v, body ?: "", size, &status, &result, &text) < 0) {
-                reply_text(req, 500, "quote not processed");
-                return;
-        }
-        if (result)
-                (void) http_request_reply_json(req, status, result);
+        r = vm_attest_quote(v, body ?: "", size, &result, &e);
+        if (r >= 0)
+                (void) http_request_reply_json(req, quote_verdict_status(r), result);
+        else if (e.code == API_ERROR_INVALID_REQUEST)
+                reply_text(req, 400, e.message ?: "malformed quote");
         else
-                reply_text(req, status, text ?: "quote not processed");
+                reply_text(req, 500, "quote not processed");
 }
 
 static void serve_sysupdate(HttpRequest *req, Manager *m, const char *rest) {
@@ -248,7 +256,8 @@ void imds_handle(HttpRequest *req, void *userdata) {
         bool get = streq(method, "GET") || streq(method, "HEAD"), post = streq(method, "POST");
         Vm *v;
 
-        /* identity before routing: every path, known or not */
+        /* The caller's identity is checked before routing, so that a stranger learns nothing,
+         * not even which paths exist. */
         v = tag ? manager_find_vm(m, tag) : NULL;
         if (!v || vm_state(v) == VM_STATE_DELETING) {
                 reply_text(req, 403, IMDS_FORBIDDEN);
@@ -279,7 +288,8 @@ void imds_handle(HttpRequest *req, void *userdata) {
                 if (!json_is_string(value))
                         reply_no_key(req);
                 else
-                        reply_text(req, 200, json_string_value(value)); /* an empty value is a 200 */
+                        /* An empty value is a key that exists, so it is a 200 and not a 404. */
+                        reply_text(req, 200, json_string_value(value));
                 return;
         }
         if (streq(path, "/hostname")) {
@@ -346,10 +356,10 @@ static void imds_early(HttpRequest *req, void *userdata) {
                 return;
         v = tag ? manager_find_vm(s->manager, tag) : NULL;
         if (!v || vm_state(v) == VM_STATE_DELETING)
-                return; /* imds_handle() answers */
+                return; /* A stranger gets imds_handle()'s 403, as on any other path. */
         cl = http_request_header(req, "Content-Length");
         if (cl && safe_atou64(cl, &size) < 0)
-                size = 0; /* the HTTP layer judges the header */
+                size = 0; /* A bad Content-Length is the HTTP layer's to refuse, not ours. */
         (void) reply_report_busy(req, vm_report_upload_check(v, size, /* reterr= */ NULL));
 }
 
@@ -380,7 +390,9 @@ int imds_server_new(Manager *m, ImdsServer **ret) {
                         .no_listen = true,
                         .max_body = IMDS_REPORT_MAX,
                         .max_connections = IMDS_CONNECTIONS_MAX,
-                        .max_connections_per_peer = IMDS_VM_CONNECTIONS_MAX, /* the peer is the VM */
+                        /* Each VM's connections are tagged with its id, which the server counts
+                         * as their peer. */
+                        .max_connections_per_peer = IMDS_VM_CONNECTIONS_MAX,
                         .idle_timeout = IMDS_IDLE_TIMEOUT,
                         .request_timeout = IMDS_REQUEST_TIMEOUT,
                         .handler = imds_handle,

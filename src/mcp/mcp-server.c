@@ -520,7 +520,7 @@ static void tool_call_done(int r, json_t *resource, const ApiError *e, void *use
         json_t *result;
 
         if (r < 0) {
-                if (e && api_error_http_status(e) >= 500)
+                if (e && http_status_from_error(e) >= 500)
                         log_struct(LOG_ERR, LOG_FIELDS({ "TOOL", c->op->name }), "%s", e->message);
                 result = e ? tool_error(e) : NULL;
                 span_set_error(c->tool_span, e ? e->message : NULL);
@@ -673,7 +673,7 @@ static json_t *handle_tools_call(
         r = operation_run(op, s->manager, caller, args, &resource, &e);
         if (r < 0) {
                 span_set_error(tool_span, e.message);
-                if (api_error_http_status(&e) >= 500)
+                if (http_status_from_error(&e) >= 500)
                         log_struct(LOG_ERR, LOG_FIELDS({ "TOOL", op->name }), "%s", e.message);
                 return tool_error(&e);
         }

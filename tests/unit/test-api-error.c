@@ -101,47 +101,6 @@ static void test_prefix_unset(void **state) {
         assert_int_equal(api_error_prefix(NULL, "ctx"), 0);
 }
 
-static void test_http_status(void **state) {
-        static const struct {
-                ApiErrorCode code;
-                int error;
-                unsigned status;
-        } cases[] = {
-                { API_ERROR_NOT_FOUND, -ENOENT, 404 },
-                { API_ERROR_INVALID_REQUEST, -EINVAL, 400 },
-                { API_ERROR_CONFLICT, -EEXIST, 409 },
-                { API_ERROR_UNSUPPORTED, -EOPNOTSUPP, 501 },
-                { API_ERROR_TIMEOUT, -ETIMEDOUT, 504 },
-                { API_ERROR_VM_FAILED, -EIO, 500 },
-                { API_ERROR_INTERNAL, -ENOMEM, 500 },
-                /* a body over the limit */
-                { API_ERROR_INVALID_REQUEST, -EFBIG, 413 },
-                { API_ERROR_INVALID_REQUEST, -E2BIG, 413 },
-                /* ...but only for invalid requests */
-                { API_ERROR_CONFLICT, -EFBIG, 409 },
-                { API_ERROR_INTERNAL, -EFBIG, 500 },
-                /* a refused bearer token */
-                { API_ERROR_UNAUTHORIZED, -EACCES, 401 },
-        };
-
-        for (size_t i = 0; i < ELEMENTSOF(cases); i++) {
-                _cleanup_(api_error_done) ApiError e = API_ERROR_NULL;
-
-                (void) api_error_set(&e, cases[i].error, cases[i].code, "x");
-                assert_int_equal(api_error_http_status(&e), cases[i].status);
-        }
-
-        /* Every code has a status, and an unset error is an internal one. */
-        for (int c = 0; c < _API_ERROR_CODE_MAX; c++) {
-                ApiError e = { .error = -EIO, .code = (ApiErrorCode) c };
-                unsigned s = api_error_http_status(&e);
-
-                assert_in_range(s, 400, 599);
-        }
-        ApiError unset = API_ERROR_NULL;
-        assert_int_equal(api_error_http_status(&unset), 500);
-}
-
 static void test_to_json(void **state) {
         _cleanup_(api_error_done) ApiError e = API_ERROR_NULL;
         _cleanup_(json_decrefp) json_t *j = NULL;
@@ -234,7 +193,6 @@ int main(void) {
                 cmocka_unit_test(test_prefix_without_sentinel),
                 cmocka_unit_test(test_prefix_unset),
                 /* rendering */
-                cmocka_unit_test(test_http_status),
                 cmocka_unit_test(test_to_json),
                 cmocka_unit_test(test_to_json_unset),
                 cmocka_unit_test(test_code_strings),

@@ -710,6 +710,47 @@ static void test_stream_keepalive_client_gone(void **state) {
         assert_int_equal(sd_event_run(f->event, 3 * KEEPALIVE), 0);
 }
 
+static void test_status_from_error(void **state) {
+        static const struct {
+                ApiErrorCode code;
+                int error;
+                unsigned status;
+        } cases[] = {
+                { API_ERROR_NOT_FOUND, -ENOENT, 404 },
+                { API_ERROR_INVALID_REQUEST, -EINVAL, 400 },
+                { API_ERROR_CONFLICT, -EEXIST, 409 },
+                { API_ERROR_UNSUPPORTED, -EOPNOTSUPP, 501 },
+                { API_ERROR_TIMEOUT, -ETIMEDOUT, 504 },
+                { API_ERROR_VM_FAILED, -EIO, 500 },
+                { API_ERROR_INTERNAL, -ENOMEM, 500 },
+                /* a body over the limit */
+                { API_ERROR_INVALID_REQUEST, -EFBIG, 413 },
+                { API_ERROR_INVALID_REQUEST, -E2BIG, 413 },
+                /* ...but only for invalid requests */
+                { API_ERROR_CONFLICT, -EFBIG, 409 },
+                { API_ERROR_INTERNAL, -EFBIG, 500 },
+                /* a refused bearer token */
+                { API_ERROR_UNAUTHORIZED, -EACCES, 401 },
+        };
+
+        for (size_t i = 0; i < ELEMENTSOF(cases); i++) {
+                _cleanup_(api_error_done) ApiError e = API_ERROR_NULL;
+
+                (void) api_error_set(&e, cases[i].error, cases[i].code, "x");
+                assert_int_equal(http_status_from_error(&e), cases[i].status);
+        }
+
+        /* Every code has a status, and an unset error is an internal one. */
+        for (int c = 0; c < _API_ERROR_CODE_MAX; c++) {
+                ApiError e = { .error = -EIO, .code = (ApiErrorCode) c };
+                unsigned s = http_status_from_error(&e);
+
+                assert_in_range(s, 400, 599);
+        }
+        ApiError unset = API_ERROR_NULL;
+        assert_int_equal(http_status_from_error(&unset), 500);
+}
+
 static void test_loopback_names(void **state) {
         static const struct {
                 const char *host;
@@ -1204,6 +1245,7 @@ int main(void) {
                 cmocka_unit_test_setup_teardown(test_free_answers_suspended, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_stream_keepalive, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_stream_keepalive_client_gone, setup, teardown),
+                cmocka_unit_test(test_status_from_error),
                 cmocka_unit_test(test_loopback_names),
                 cmocka_unit_test_setup_teardown(test_site_guard, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_site_guard_off_elsewhere, setup_any_address, teardown),
