@@ -131,8 +131,28 @@ static int op_delete_network(Manager *m, const OperationRequest *req, json_t **r
         return *ret ? 0 : -ENOMEM;
 }
 
-static int lookup_vm(Manager *m, json_t *args, Vm **ret, ApiError *reterr) {
-        const char *id = json_string_value(json_object_get(args, "id"));
+/* The decoded arguments of the operations on one VM. */
+typedef struct VmIdArgs {
+        char *id;
+} VmIdArgs;
+
+typedef struct VmConsoleArgs {
+        char *id;
+        int64_t lines;
+} VmConsoleArgs;
+
+typedef struct VmExecArgs {
+        char *id;
+        char **command;
+        int64_t timeout_seconds;
+} VmExecArgs;
+
+typedef struct VmForwardArgs {
+        char *id;
+        int64_t port;
+} VmForwardArgs;
+
+static int lookup_vm(Manager *m, const char *id, Vm **ret, ApiError *reterr) {
         Vm *v = manager_find_vm(m, id);
 
         if (!v)
@@ -142,10 +162,11 @@ static int lookup_vm(Manager *m, json_t *args, Vm **ret, ApiError *reterr) {
 }
 
 static int op_get_vm_attestation(Manager *m, const OperationRequest *req, json_t **ret, ApiError *reterr) {
+        const VmIdArgs *a = req->decoded;
         Vm *v = NULL;
         int r;
 
-        r = lookup_vm(m, req->args, &v, reterr);
+        r = lookup_vm(m, a->id, &v, reterr);
         if (r < 0)
                 return r;
         *ret = vm_attestation_to_json(v);
@@ -153,10 +174,11 @@ static int op_get_vm_attestation(Manager *m, const OperationRequest *req, json_t
 }
 
 static int op_get_vm_metrics(Manager *m, const OperationRequest *req, json_t **ret, ApiError *reterr) {
+        const VmIdArgs *a = req->decoded;
         Vm *v = NULL;
         int r;
 
-        r = lookup_vm(m, req->args, &v, reterr);
+        r = lookup_vm(m, a->id, &v, reterr);
         if (r < 0)
                 return r;
         return vm_metrics_json(v, ret, reterr);
@@ -175,8 +197,9 @@ static int op_list_vms(Manager *m, const OperationRequest *req, json_t **ret, Ap
 }
 
 static int op_get_vm(Manager *m, const OperationRequest *req, json_t **ret, ApiError *reterr) {
+        const VmIdArgs *a = req->decoded;
         Vm *v = NULL;
-        int r = lookup_vm(m, req->args, &v, reterr);
+        int r = lookup_vm(m, a->id, &v, reterr);
 
         if (r < 0)
                 return r;
@@ -184,24 +207,17 @@ static int op_get_vm(Manager *m, const OperationRequest *req, json_t **ret, ApiE
         return *ret ? 0 : -ENOMEM;
 }
 
+/* lines met its range in the decoder, before the lookup: a bad argument is refused whether or not the
+ * VM exists. */
 static int op_get_vm_console(Manager *m, const OperationRequest *req, json_t **ret, ApiError *reterr) {
-        json_t *lines = json_object_get(req->args, "lines");
+        const VmConsoleArgs *a = req->decoded;
         Vm *v = NULL;
         int r;
 
-        /* the argument is checked before the lookup */
-        if (lines && (json_integer_value(lines) < 1 || json_integer_value(lines) > VM_CONSOLE_LINES_MAX))
-                return api_error_set(
-                        reterr,
-                        -EINVAL,
-                        API_ERROR_INVALID_REQUEST,
-                        "lines: %" JSON_INTEGER_FORMAT " is out of range (1..%d)",
-                        json_integer_value(lines),
-                        VM_CONSOLE_LINES_MAX);
-        r = lookup_vm(m, req->args, &v, reterr);
+        r = lookup_vm(m, a->id, &v, reterr);
         if (r < 0)
                 return r;
-        return vm_console_json(v, lines ? (int64_t) json_integer_value(lines) : 0, ret, reterr);
+        return vm_console_json(v, a->lines, ret, reterr);
 }
 
 static int op_create_vm(
@@ -223,13 +239,13 @@ static void create_vm_args_done(void *args) {
 static int run_on_vm(
         int (*fn)(Vm *v, VmDoneFunc done, void *userdata, ApiError *reterr),
         Manager *m,
-        json_t *args,
+        const char *id,
         OperationDone done,
         OperationProgress progress,
         void *userdata,
         ApiError *reterr) {
         Vm *v = NULL;
-        int r = lookup_vm(m, args, &v, reterr);
+        int r = lookup_vm(m, id, &v, reterr);
 
         if (r < 0)
                 return r;
@@ -248,7 +264,9 @@ static int op_start_vm(
         OperationProgress progress,
         void *userdata,
         ApiError *reterr) {
-        return run_on_vm(vm_start, m, req->args, done, progress, userdata, reterr);
+        const VmIdArgs *a = req->decoded;
+
+        return run_on_vm(vm_start, m, a->id, done, progress, userdata, reterr);
 }
 
 static int op_stop_vm(
@@ -258,7 +276,9 @@ static int op_stop_vm(
         OperationProgress progress,
         void *userdata,
         ApiError *reterr) {
-        return run_on_vm(vm_stop, m, req->args, done, progress, userdata, reterr);
+        const VmIdArgs *a = req->decoded;
+
+        return run_on_vm(vm_stop, m, a->id, done, progress, userdata, reterr);
 }
 
 static int op_reboot_vm(
@@ -268,7 +288,9 @@ static int op_reboot_vm(
         OperationProgress progress,
         void *userdata,
         ApiError *reterr) {
-        return run_on_vm(vm_reboot, m, req->args, done, progress, userdata, reterr);
+        const VmIdArgs *a = req->decoded;
+
+        return run_on_vm(vm_reboot, m, a->id, done, progress, userdata, reterr);
 }
 
 static int op_delete_vm(
@@ -278,21 +300,21 @@ static int op_delete_vm(
         OperationProgress progress,
         void *userdata,
         ApiError *reterr) {
-        const char *id = json_string_value(json_object_get(req->args, "id"));
+        const VmIdArgs *a = req->decoded;
 
         /* a record that did not load at start-up goes with its disk and lease (get_host lists them) */
-        if (!manager_find_vm(m, id) && manager_find_quarantined(m, id)) {
+        if (!manager_find_vm(m, a->id) && manager_find_quarantined(m, a->id)) {
                 json_auto_t *gone = NULL;
-                int r = vm_delete_quarantined(m, id, &gone, reterr);
+                int r = vm_delete_quarantined(m, a->id, &gone, reterr);
                 if (r < 0)
                         return r;
                 done(0, gone, NULL, userdata);
                 return 0;
         }
-        return run_on_vm(vm_delete, m, req->args, done, progress, userdata, reterr);
+        return run_on_vm(vm_delete, m, a->id, done, progress, userdata, reterr);
 }
 
-/* exec checks the command, forward the port, before looking the VM up */
+/* The command (not empty) and the timeout met their declarations in the decoder, before the lookup. */
 static int op_exec_vm(
         Manager *m,
         const OperationRequest *req,
@@ -300,55 +322,26 @@ static int op_exec_vm(
         OperationProgress progress,
         void *userdata,
         ApiError *reterr) {
-        json_t *cmd = json_object_get(req->args, "command"),
-               *t = json_object_get(req->args, "timeout_seconds");
-        _cleanup_free_ char **argv = NULL;
-        usec_t timeout = VM_EXEC_TIMEOUT_DEFAULT;
-        size_t i;
-        json_t *w;
+        const VmExecArgs *a = req->decoded;
         Vm *v = NULL;
         int r;
 
-        if (json_array_size(cmd) == 0)
-                return api_error_set(reterr, -EINVAL, API_ERROR_INVALID_REQUEST, "command is empty");
-        if (t) {
-                json_int_t s = json_integer_value(t);
-                if (s < 1 || (usec_t) s > VM_EXEC_TIMEOUT_MAX / USEC_PER_SEC)
-                        return api_error_set(
-                                reterr,
-                                -EINVAL,
-                                API_ERROR_INVALID_REQUEST,
-                                "timeout_seconds %" JSON_INTEGER_FORMAT " must be between 1 and %llu",
-                                s,
-                                (unsigned long long) (VM_EXEC_TIMEOUT_MAX / USEC_PER_SEC));
-                timeout = (usec_t) s * USEC_PER_SEC;
-        }
-        argv = calloc(json_array_size(cmd) + 1, sizeof(char *));
-        if (!argv)
-                return -ENOMEM;
-        json_array_foreach(cmd, i, w) argv[i] = (char *) json_string_value(w);
-        r = lookup_vm(m, req->args, &v, reterr);
+        r = lookup_vm(m, a->id, &v, reterr);
         if (r < 0)
                 return r;
-        return vm_exec(v, argv, timeout, done, userdata, reterr);
+        return vm_exec(v, a->command, (usec_t) a->timeout_seconds * USEC_PER_SEC, done, userdata, reterr);
 }
 
+/* The port met its range in the decoder, before the lookup. */
 static int op_forward_port(Manager *m, const OperationRequest *req, json_t **ret, ApiError *reterr) {
-        json_int_t port = json_integer_value(json_object_get(req->args, "port"));
+        const VmForwardArgs *a = req->decoded;
         Vm *v = NULL;
         int r;
 
-        if (port < 1 || port > 65535)
-                return api_error_set(
-                        reterr,
-                        -EINVAL,
-                        API_ERROR_INVALID_REQUEST,
-                        "port %" JSON_INTEGER_FORMAT " out of range",
-                        port);
-        r = lookup_vm(m, req->args, &v, reterr);
+        r = lookup_vm(m, a->id, &v, reterr);
         if (r < 0)
                 return r;
-        return vm_forward_port(v, port, ret, reterr);
+        return vm_forward_port(v, a->port, ret, reterr);
 }
 
 static const OperationParam no_params[] = { { .name = NULL } };
@@ -402,7 +395,8 @@ static const OperationParam vm_id_params[] = {
         { .name = "id",
           .type = PARAM_STRING,
           .flags = PARAM_REQUIRED | PARAM_IN_PATH,
-          .description = "VM id as returned by create_vm or list_vms" },
+          .description = "VM id as returned by create_vm or list_vms",
+          .offset = offsetof(VmIdArgs, id) },
         { .name = NULL },
 };
 
@@ -410,11 +404,17 @@ static const OperationParam vm_console_params[] = {
         { .name = "id",
           .type = PARAM_STRING,
           .flags = PARAM_REQUIRED | PARAM_IN_PATH,
-          .description = "VM id as returned by create_vm or list_vms" },
+          .description = "VM id as returned by create_vm or list_vms",
+          .offset = offsetof(VmConsoleArgs, id) },
         { .name = "lines",
           .type = PARAM_INTEGER,
           .flags = PARAM_IN_QUERY,
-          .description = "How many of the last lines to return: 1 to 10000, default 100" },
+          .description = "How many of the last lines to return: 1 to 10000, default 100",
+          .min = 1,
+          .max = VM_CONSOLE_LINES_MAX,
+          .range_wording = PARAM_RANGE_PARENTHESIZED,
+          .default_integer = VM_CONSOLE_LINES_DEFAULT,
+          .offset = offsetof(VmConsoleArgs, lines) },
         { .name = NULL },
 };
 
@@ -422,15 +422,22 @@ static const OperationParam exec_vm_params[] = {
         { .name = "id",
           .type = PARAM_STRING,
           .flags = PARAM_REQUIRED | PARAM_IN_PATH,
-          .description = "VM id as returned by create_vm or list_vms" },
+          .description = "VM id as returned by create_vm or list_vms",
+          .offset = offsetof(VmExecArgs, id) },
         { .name = "command",
           .type = PARAM_STRING_ARRAY,
-          .flags = PARAM_REQUIRED,
+          .flags = PARAM_REQUIRED | PARAM_NOT_EMPTY,
           .description = "The program and its arguments, e.g. [\"systemctl\", \"is-system-running\"]; each word is "
-                         "quoted for the guest's shell, nothing is expanded" },
+                         "quoted for the guest's shell, nothing is expanded",
+          .offset = offsetof(VmExecArgs, command) },
         { .name = "timeout_seconds",
           .type = PARAM_INTEGER,
-          .description = "Give up on the command after this long, 1 to 3600, default 300" },
+          .description = "Give up on the command after this long, 1 to 3600, default 300",
+          .min = 1,
+          .max = VM_EXEC_TIMEOUT_MAX / USEC_PER_SEC,
+          .range_wording = PARAM_RANGE_BETWEEN,
+          .default_integer = VM_EXEC_TIMEOUT_DEFAULT / USEC_PER_SEC,
+          .offset = offsetof(VmExecArgs, timeout_seconds) },
         { .name = NULL },
 };
 
@@ -438,11 +445,16 @@ static const OperationParam forward_port_params[] = {
         { .name = "id",
           .type = PARAM_STRING,
           .flags = PARAM_REQUIRED | PARAM_IN_PATH,
-          .description = "VM id as returned by create_vm or list_vms" },
+          .description = "VM id as returned by create_vm or list_vms",
+          .offset = offsetof(VmForwardArgs, id) },
         { .name = "port",
           .type = PARAM_INTEGER,
           .flags = PARAM_REQUIRED,
-          .description = "Guest TCP port, 1-65535" },
+          .description = "Guest TCP port, 1-65535",
+          .min = 1,
+          .max = 65535,
+          .range_wording = PARAM_RANGE_UNSTATED,
+          .offset = offsetof(VmForwardArgs, port) },
         { .name = NULL },
 };
 
@@ -480,7 +492,7 @@ static const OperationParam create_vm_params[] = {
           .offset = offsetof(VmSpecInput, cpus) },
         { .name = "memory_mib",
           .type = PARAM_INTEGER,
-          .flags = PARAM_BOUNDS_APART,
+          .range_wording = PARAM_RANGE_BOUNDS_APART,
           .description = "Memory in MiB, default 2048, 256 to 16777216",
           .min = 256,
           .max = VM_MEMORY_MIB_MAX,
@@ -644,6 +656,7 @@ static const Operation operations[] = {
                 .success_status = 200,
                 .params = vm_id_params,
                 .handler = op_get_vm,
+                .args_size = sizeof(VmIdArgs),
         },
         {
                 .name = "get_vm_console",
@@ -656,6 +669,7 @@ static const Operation operations[] = {
                 .success_status = 200,
                 .params = vm_console_params,
                 .handler = op_get_vm_console,
+                .args_size = sizeof(VmConsoleArgs),
         },
         {
                 .name = "get_vm_metrics",
@@ -671,6 +685,7 @@ static const Operation operations[] = {
                 .success_status = 200,
                 .params = vm_id_params,
                 .handler = op_get_vm_metrics,
+                .args_size = sizeof(VmIdArgs),
         },
         {
                 .name = "get_vm_attestation",
@@ -685,6 +700,7 @@ static const Operation operations[] = {
                 .success_status = 200,
                 .params = vm_id_params,
                 .handler = op_get_vm_attestation,
+                .args_size = sizeof(VmIdArgs),
         },
         {
                 .name = "create_network",
@@ -743,6 +759,7 @@ static const Operation operations[] = {
                 .success_status = 200,
                 .params = vm_id_params,
                 .async_handler = op_start_vm,
+                .args_size = sizeof(VmIdArgs),
         },
         {
                 .name = "stop_vm",
@@ -755,6 +772,7 @@ static const Operation operations[] = {
                 .success_status = 200,
                 .params = vm_id_params,
                 .async_handler = op_stop_vm,
+                .args_size = sizeof(VmIdArgs),
         },
         {
                 .name = "reboot_vm",
@@ -765,6 +783,7 @@ static const Operation operations[] = {
                 .success_status = 200,
                 .params = vm_id_params,
                 .async_handler = op_reboot_vm,
+                .args_size = sizeof(VmIdArgs),
         },
         {
                 .name = "delete_vm",
@@ -776,6 +795,7 @@ static const Operation operations[] = {
                 .success_status = 204,
                 .params = vm_id_params,
                 .async_handler = op_delete_vm,
+                .args_size = sizeof(VmIdArgs),
         },
         {
                 .name = "exec_vm",
@@ -794,6 +814,7 @@ static const Operation operations[] = {
                 .rest_body = true,
                 .params = exec_vm_params,
                 .async_handler = op_exec_vm,
+                .args_size = sizeof(VmExecArgs),
         },
         {
                 .name = "forward_port",
@@ -810,6 +831,7 @@ static const Operation operations[] = {
                 .rest_body = true,
                 .params = forward_port_params,
                 .handler = op_forward_port,
+                .args_size = sizeof(VmForwardArgs),
         },
 };
 
@@ -1006,12 +1028,82 @@ void operation_param_check_integer(const OperationParam *p, int64_t v, char **pr
                 return;
         if (v >= p->min && v <= p->max)
                 return;
-        if (!(p->flags & PARAM_BOUNDS_APART))
+        switch (p->range_wording) {
+        case PARAM_RANGE_BOUNDS_APART:
+                if (v < p->min)
+                        operation_problem(problems, "%s must be at least %" PRIi64, p->name, p->min);
+                else
+                        operation_problem(problems, "%s must be at most %" PRIi64, p->name, p->max);
+                return;
+        case PARAM_RANGE_BETWEEN:
+                operation_problem(
+                        problems,
+                        "%s %" PRIi64 " must be between %" PRIi64 " and %" PRIi64,
+                        p->name,
+                        v,
+                        p->min,
+                        p->max);
+                return;
+        case PARAM_RANGE_PARENTHESIZED:
+                operation_problem(
+                        problems,
+                        "%s: %" PRIi64 " is out of range (%" PRIi64 "..%" PRIi64 ")",
+                        p->name,
+                        v,
+                        p->min,
+                        p->max);
+                return;
+        case PARAM_RANGE_UNSTATED:
+                operation_problem(problems, "%s %" PRIi64 " out of range", p->name, v);
+                return;
+        default:
                 operation_problem(problems, "%s must be %" PRIi64 "..%" PRIi64, p->name, p->min, p->max);
-        else if (v < p->min)
-                operation_problem(problems, "%s must be at least %" PRIi64, p->name, p->min);
-        else
-                operation_problem(problems, "%s must be at most %" PRIi64, p->name, p->max);
+                return;
+        }
+}
+
+void operation_args_done(const Operation *op, void *args) {
+        uint8_t *a = args;
+
+        if (!op || !args)
+                return;
+        if (op->args_done) {
+                op->args_done(args);
+                return;
+        }
+        for (const OperationParam *p = op->params; p->name; p++) {
+                void *field = a + p->offset;
+
+                switch (p->type) {
+                case PARAM_STRING:
+                        *(char **) field = mfree(*(char **) field);
+                        break;
+                case PARAM_STRING_ARRAY:
+                        *(char ***) field = strv_free(*(char ***) field);
+                        break;
+                case PARAM_STRING_MAP:
+                        json_decref(*(json_t **) field);
+                        *(json_t **) field = NULL;
+                        break;
+                default:
+                        break;
+                }
+        }
+}
+
+/* A PARAM_NOT_EMPTY parameter given empty: "" or []. */
+static bool param_given_empty(const OperationParam *p, const uint8_t *args) {
+        if (!(p->flags & PARAM_NOT_EMPTY))
+                return false;
+        if (p->type == PARAM_STRING) {
+                const char *s = *(char *const *) (args + p->offset);
+                return s && !*s;
+        }
+        if (p->type == PARAM_STRING_ARRAY) {
+                char *const *l = *(char **const *) (args + p->offset);
+                return l && !l[0];
+        }
+        return false;
 }
 
 /* One parameter into its place in the arguments struct: the value, or its default when absent or
@@ -1092,16 +1184,19 @@ int operation_decode(const Operation *op, json_t *args, void *ret, ApiError *ret
                 if (r < 0)
                         goto fail;
         }
-        /* the empty strings first: "leave it out" is the answer whatever else is wrong */
-        for (const OperationParam *p = op->params; p->name; p++)
-                if (p->type == PARAM_STRING && (p->flags & PARAM_NOT_EMPTY)) {
-                        const char *s = *(char **) (a + p->offset);
-                        if (s && !*s)
-                                operation_problem(
-                                        &problems,
-                                        "%s must not be empty (leave it out for the default)",
-                                        p->name);
-                }
+        /* the empty values first: "leave it out" is the answer whatever else is wrong */
+        for (const OperationParam *p = op->params; p->name; p++) {
+                if (!param_given_empty(p, a))
+                        continue;
+                if (p->flags & PARAM_REQUIRED)
+                        operation_problem(&problems, "%s is empty", p->name);
+                else
+                        operation_problem(
+                                &problems,
+                                "%s must not be empty (leave it out for %s)",
+                                p->name,
+                                p->absent_means ?: "the default");
+        }
         for (const OperationParam *p = op->params; p->name; p++)
                 check_param(p, a, &problems);
         if (op->args_check) {
@@ -1116,8 +1211,7 @@ int operation_decode(const Operation *op, json_t *args, void *ret, ApiError *ret
         return 0;
 
 fail:
-        if (op->args_done)
-                op->args_done(a);
+        operation_args_done(op, a);
         memset(a, 0, op->args_size);
         return r;
 }
@@ -1148,8 +1242,7 @@ static int operation_request_begin(
 }
 
 static void operation_request_done(OperationRequest *req) {
-        if (req->decoded && req->op->args_done)
-                req->op->args_done(req->decoded);
+        operation_args_done(req->op, req->decoded);
         req->decoded = mfree(req->decoded);
 }
 
@@ -1343,7 +1436,11 @@ json_t *operation_tool_json(const Operation *op) {
                 if (p->type == PARAM_STRING && (p->flags & PARAM_NOT_EMPTY) &&
                     json_object_set_new(s, "minLength", json_integer(1)) < 0)
                         return NULL;
-                if (op->args_size > 0) {
+                if (p->type == PARAM_STRING_ARRAY && (p->flags & PARAM_NOT_EMPTY) &&
+                    json_object_set_new(s, "minItems", json_integer(1)) < 0)
+                        return NULL;
+                /* a required parameter has no default to state */
+                if (op->args_size > 0 && !(p->flags & PARAM_REQUIRED)) {
                         json_t *d = NULL;
 
                         if (p->type == PARAM_STRING && p->default_string)

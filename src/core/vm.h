@@ -56,8 +56,9 @@ char *vm_process_unit(Vm *v, const char *role);
 /* The record as the API shows it (camelCase, the reference's key order); a new reference. */
 json_t *vm_to_json(Vm *v);
 
-/* The console tail: the last lines (1..VM_CONSOLE_LINES_MAX, 0 for the default of 100) of
- * console.log, from its final 64 KiB. */
+/* The console tail: the last lines (1..VM_CONSOLE_LINES_MAX, 0 for the default) of console.log,
+ * from its final 64 KiB. */
+#define VM_CONSOLE_LINES_DEFAULT 100
 #define VM_CONSOLE_LINES_MAX 10000
 int vm_console_json(Vm *v, int64_t lines, json_t **ret, ApiError *reterr);
 

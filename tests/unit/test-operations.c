@@ -330,9 +330,7 @@ static void test_decode_new_param(void **state) {
         assert_string_equal(e.message, "invalid request: field \"gpus\": expected an integer, got string");
         assert_errno(decode("{\"name\":\"\",\"cpus\":0,\"gpus\":100}", &a, &e), -EINVAL);
         assert_string_equal(
-                e.message,
-                "invalid request: name must not be empty (leave it out for the default); cpus must be 1..256; "
-                "gpus must be 0..8");
+                e.message, "invalid request: name is empty; cpus must be 1..256; gpus must be 0..8");
 
         /* the handler gets the decoded struct */
         args = json_pack("{s:s,s:i}", "name", "y", "gpus", 4);
