@@ -42,6 +42,7 @@ typedef enum ParamFlags {
         PARAM_IN_QUERY = 1 << 2,  /* REST: a query argument */
         PARAM_NOT_EMPTY = 1 << 3, /* a string: "" is refused, an array: [] is; absent or null is how one
                                    * asks for the default */
+        PARAM_NOT_NULL = 1 << 4,  /* null is refused, not taken for the default: only absence is */
 } ParamFlags;
 
 /* How an integer outside its range is refused. Every operation declared later says "<name> must be

@@ -73,9 +73,15 @@ static int op_list_images(Manager *m, const OperationRequest *req, json_t **ret,
         return 0;
 }
 
+/* The decoded arguments of get_image. */
+typedef struct ImageRefArgs {
+        char *ref;
+} ImageRefArgs;
+
 static int op_get_image(Manager *m, const OperationRequest *req, json_t **ret, ApiError *reterr) {
-        return image_catalog_get_json(
-                manager_images(m), json_string_value(json_object_get(req->args, "ref")), ret, reterr);
+        const ImageRefArgs *a = req->decoded;
+
+        return image_catalog_get_json(manager_images(m), a->ref, ret, reterr);
 }
 
 static int op_list_networks(Manager *m, const OperationRequest *req, json_t **ret, ApiError *reterr) {
@@ -87,8 +93,12 @@ static int op_list_networks(Manager *m, const OperationRequest *req, json_t **re
         return 0;
 }
 
-static int lookup_network(Manager *m, json_t *args, Network **ret, ApiError *reterr) {
-        const char *name = json_string_value(json_object_get(args, "name"));
+/* The decoded arguments of get_network and delete_network. */
+typedef struct NetworkNameArgs {
+        char *name;
+} NetworkNameArgs;
+
+static int lookup_network(Manager *m, const char *name, Network **ret, ApiError *reterr) {
         Network *n = network_registry_get(manager_networks(m), name);
 
         if (!n)
@@ -98,10 +108,11 @@ static int lookup_network(Manager *m, json_t *args, Network **ret, ApiError *ret
 }
 
 static int op_get_network(Manager *m, const OperationRequest *req, json_t **ret, ApiError *reterr) {
+        const NetworkNameArgs *a = req->decoded;
         Network *n = NULL;
         int r;
 
-        r = lookup_network(m, req->args, &n, reterr);
+        r = lookup_network(m, a->name, &n, reterr);
         if (r < 0)
                 return r;
         *ret = network_to_json(n);
@@ -112,7 +123,7 @@ static int op_create_network(Manager *m, const OperationRequest *req, json_t **r
         Network *n = NULL;
         int r;
 
-        r = manager_create_network(m, req->args, &n, reterr);
+        r = manager_create_network(m, req->decoded, &n, reterr);
         if (r < 0)
                 return r;
         *ret = network_to_json(n);
@@ -120,14 +131,14 @@ static int op_create_network(Manager *m, const OperationRequest *req, json_t **r
 }
 
 static int op_delete_network(Manager *m, const OperationRequest *req, json_t **ret, ApiError *reterr) {
-        const char *name = json_string_value(json_object_get(req->args, "name"));
+        const NetworkNameArgs *a = req->decoded;
         int r;
 
-        r = manager_delete_network(m, name, reterr);
+        r = manager_delete_network(m, a->name, reterr);
         if (r < 0)
                 return r;
         /* REST answers 204; MCP gets this record of what was removed. */
-        *ret = json_pack("{s:s,s:b}", "id", name, "deleted", true);
+        *ret = json_pack("{s:s,s:b}", "id", a->name, "deleted", true);
         return *ret ? 0 : -ENOMEM;
 }
 
@@ -350,8 +361,8 @@ static const OperationParam image_ref_params[] = {
         { .name = "ref",
           .type = PARAM_STRING,
           .flags = PARAM_REQUIRED | PARAM_IN_PATH,
-          .description =
-                  "Image reference: \"<id>_<version>\" as listed by list_images, or a bare id for its newest version" },
+          .description = "Image reference: \"<id>_<version>\" as listed by list_images, or a bare id for its newest version",
+          .offset = offsetof(ImageRefArgs, ref) },
         { .name = NULL },
 };
 
@@ -359,7 +370,8 @@ static const OperationParam network_name_params[] = {
         { .name = "name",
           .type = PARAM_STRING,
           .flags = PARAM_REQUIRED | PARAM_IN_PATH,
-          .description = "Network name as returned by create_network or list_networks" },
+          .description = "Network name as returned by create_network or list_networks",
+          .offset = offsetof(NetworkNameArgs, name) },
         { .name = NULL },
 };
 
@@ -367,27 +379,33 @@ static const OperationParam create_network_params[] = {
         { .name = "name",
           .type = PARAM_STRING,
           .flags = PARAM_REQUIRED,
-          .description =
-                  "Network name: lowercase letters, digits and dashes, 1-63 characters, starting and ending with a letter or digit" },
+          .description = "Network name: lowercase letters, digits and dashes, 1-63 characters, starting and ending with a letter or digit",
+          .offset = offsetof(NetworkCreateArgs, name) },
         { .name = "cidr",
           .type = PARAM_STRING,
           .flags = PARAM_REQUIRED,
-          .description =
-                  "IPv4 network, /16 to /29, outside 169.254.0.0/16, its address without host bits, e.g. 192.168.128.0/24 (not 192.168.128.5/24); .1 is the gateway, VMs get .2 upwards" },
+          .description = "IPv4 network, /16 to /29, outside 169.254.0.0/16, its address without host bits, e.g. 192.168.128.0/24 (not 192.168.128.5/24); .1 is the gateway, VMs get .2 upwards",
+          .offset = offsetof(NetworkCreateArgs, cidr) },
         { .name = "dns_search_domain",
           .type = PARAM_STRING,
-          .flags = 0,
-          .description = "DNS search domain handed to guests by DHCP, e.g. lab.internal (optional)" },
+          .flags = PARAM_NOT_EMPTY,
+          .description = "DNS search domain handed to guests by DHCP, e.g. lab.internal (optional)",
+          .absent_means = "none",
+          .offset = offsetof(NetworkCreateArgs, dns_search_domain) },
         { .name = "enable_host_alias",
           .type = PARAM_BOOLEAN,
-          .flags = 0,
-          .description =
-                  "Expose the host's loopback to guests: a guest's connection to the network's host alias (the last address before the broadcast, e.g. .254 of a /24) reaches 127.0.0.1 on the host, every service listening there included (vm-manager's own API when it listens on loopback). Default false" },
+          .flags = PARAM_NOT_NULL,
+          .description = "Expose the host's loopback to guests: a guest's connection to the network's host alias (the last address before the broadcast, e.g. .254 of a /24) reaches 127.0.0.1 on the host, every service listening there included (vm-manager's own API when it listens on loopback). Default false",
+          .offset = offsetof(NetworkCreateArgs, enable_host_alias) },
         { .name = "mtu",
           .type = PARAM_INTEGER,
-          .flags = 0,
-          .description =
-                  "MTU of the network, 576 to 65520, default 1500; guests learn it from DHCP and their NIC. Large MTUs make guest traffic through the gateway several times faster" },
+          .flags = PARAM_NOT_NULL,
+          .description = "MTU of the network, 576 to 65520, default 1500; guests learn it from DHCP and their NIC. Large MTUs make guest traffic through the gateway several times faster",
+          .min = NETWORK_MTU_MIN,
+          .max = NETWORK_MTU_MAX,
+          .range_wording = PARAM_RANGE_BETWEEN,
+          .default_integer = NETWORK_MTU_DEFAULT,
+          .offset = offsetof(NetworkCreateArgs, mtu) },
         { .name = NULL },
 };
 
@@ -605,6 +623,7 @@ static const Operation operations[] = {
                 .success_status = 200,
                 .params = image_ref_params,
                 .handler = op_get_image,
+                .args_size = sizeof(ImageRefArgs),
         },
         {
                 .name = "list_networks",
@@ -630,6 +649,7 @@ static const Operation operations[] = {
                 .success_status = 200,
                 .params = network_name_params,
                 .handler = op_get_network,
+                .args_size = sizeof(NetworkNameArgs),
         },
         {
                 .name = "list_vms",
@@ -716,6 +736,7 @@ static const Operation operations[] = {
                 .rest_body = true,
                 .params = create_network_params,
                 .handler = op_create_network,
+                .args_size = sizeof(NetworkCreateArgs),
         },
         {
                 .name = "delete_network",
@@ -727,6 +748,7 @@ static const Operation operations[] = {
                 .success_status = 204,
                 .params = network_name_params,
                 .handler = op_delete_network,
+                .args_size = sizeof(NetworkNameArgs),
         },
         {
                 .name = "create_vm",
@@ -940,7 +962,7 @@ int operation_check_args(const Operation *op, json_t *args, ApiError *reterr) {
                 if (!p)
                         return api_error_set(
                                 reterr, -EINVAL, API_ERROR_INVALID_REQUEST, "unknown field \"%s\"", key);
-                if (json_is_null(v) && !(p->flags & PARAM_REQUIRED))
+                if (json_is_null(v) && !(p->flags & (PARAM_REQUIRED | PARAM_NOT_NULL)))
                         continue;
                 if (!param_type_matches(p->type, v))
                         return api_error_set(
