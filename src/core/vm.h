@@ -108,7 +108,8 @@ int vm_attest_quote(Vm *v, const void *body, size_t size, unsigned *ret_status, 
 int vm_bootstrap_failed(Vm *v, const void *body, size_t size);
 
 /* forward_port: a listener on 127.0.0.1 whose connections reach the guest's port, until the VM is
- * deleted. {"id","port","address"}; the same forward again for a port forwarded already. */
+ * deleted. {"id","port","address"}; the same forward again for a port forwarded already. port is
+ * 1..65535, as forward_port's parameter declares. */
 int vm_forward_port(Vm *v, int64_t port, json_t **ret, ApiError *reterr);
 
 /* exec_vm: runs command (argv) in the guest as root over ssh with the VM's own key, the guest's host
