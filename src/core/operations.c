@@ -142,24 +142,25 @@ static int op_delete_network(Manager *m, const OperationRequest *req, json_t **r
         return *ret ? 0 : -ENOMEM;
 }
 
-/* The decoded arguments of the operations on one VM. */
+/* The decoded arguments of the operations on one VM: each starts with the VmIdArgs that
+ * request_vm() reads. */
 typedef struct VmIdArgs {
         char *id;
 } VmIdArgs;
 
 typedef struct VmConsoleArgs {
-        char *id;
+        VmIdArgs vm;
         int64_t lines;
 } VmConsoleArgs;
 
 typedef struct VmExecArgs {
-        char *id;
+        VmIdArgs vm;
         char **command;
         int64_t timeout_seconds;
 } VmExecArgs;
 
 typedef struct VmForwardArgs {
-        char *id;
+        VmIdArgs vm;
         int64_t port;
 } VmForwardArgs;
 
@@ -172,12 +173,16 @@ static int lookup_vm(Manager *m, const char *id, Vm **ret, ApiError *reterr) {
         return 0;
 }
 
-static int op_get_vm_attestation(Manager *m, const OperationRequest *req, json_t **ret, ApiError *reterr) {
+static int request_vm(Manager *m, const OperationRequest *req, Vm **ret, ApiError *reterr) {
         const VmIdArgs *a = req->decoded;
-        Vm *v = NULL;
-        int r;
 
-        r = lookup_vm(m, a->id, &v, reterr);
+        return lookup_vm(m, a->id, ret, reterr);
+}
+
+static int op_get_vm_attestation(Manager *m, const OperationRequest *req, json_t **ret, ApiError *reterr) {
+        Vm *v = NULL;
+        int r = request_vm(m, req, &v, reterr);
+
         if (r < 0)
                 return r;
         *ret = vm_attestation_to_json(v);
@@ -185,11 +190,9 @@ static int op_get_vm_attestation(Manager *m, const OperationRequest *req, json_t
 }
 
 static int op_get_vm_metrics(Manager *m, const OperationRequest *req, json_t **ret, ApiError *reterr) {
-        const VmIdArgs *a = req->decoded;
         Vm *v = NULL;
-        int r;
+        int r = request_vm(m, req, &v, reterr);
 
-        r = lookup_vm(m, a->id, &v, reterr);
         if (r < 0)
                 return r;
         return vm_metrics_json(v, ret, reterr);
@@ -208,9 +211,8 @@ static int op_list_vms(Manager *m, const OperationRequest *req, json_t **ret, Ap
 }
 
 static int op_get_vm(Manager *m, const OperationRequest *req, json_t **ret, ApiError *reterr) {
-        const VmIdArgs *a = req->decoded;
         Vm *v = NULL;
-        int r = lookup_vm(m, a->id, &v, reterr);
+        int r = request_vm(m, req, &v, reterr);
 
         if (r < 0)
                 return r;
@@ -223,9 +225,8 @@ static int op_get_vm(Manager *m, const OperationRequest *req, json_t **ret, ApiE
 static int op_get_vm_console(Manager *m, const OperationRequest *req, json_t **ret, ApiError *reterr) {
         const VmConsoleArgs *a = req->decoded;
         Vm *v = NULL;
-        int r;
+        int r = request_vm(m, req, &v, reterr);
 
-        r = lookup_vm(m, a->id, &v, reterr);
         if (r < 0)
                 return r;
         return vm_console_json(v, a->lines, ret, reterr);
@@ -250,13 +251,13 @@ static void create_vm_args_done(void *args) {
 static int run_on_vm(
         int (*fn)(Vm *v, VmDoneFunc done, void *userdata, ApiError *reterr),
         Manager *m,
-        const char *id,
+        const OperationRequest *req,
         OperationDone done,
         OperationProgress progress,
         void *userdata,
         ApiError *reterr) {
         Vm *v = NULL;
-        int r = lookup_vm(m, id, &v, reterr);
+        int r = request_vm(m, req, &v, reterr);
 
         if (r < 0)
                 return r;
@@ -275,9 +276,7 @@ static int op_start_vm(
         OperationProgress progress,
         void *userdata,
         ApiError *reterr) {
-        const VmIdArgs *a = req->decoded;
-
-        return run_on_vm(vm_start, m, a->id, done, progress, userdata, reterr);
+        return run_on_vm(vm_start, m, req, done, progress, userdata, reterr);
 }
 
 static int op_stop_vm(
@@ -287,9 +286,7 @@ static int op_stop_vm(
         OperationProgress progress,
         void *userdata,
         ApiError *reterr) {
-        const VmIdArgs *a = req->decoded;
-
-        return run_on_vm(vm_stop, m, a->id, done, progress, userdata, reterr);
+        return run_on_vm(vm_stop, m, req, done, progress, userdata, reterr);
 }
 
 static int op_reboot_vm(
@@ -299,9 +296,7 @@ static int op_reboot_vm(
         OperationProgress progress,
         void *userdata,
         ApiError *reterr) {
-        const VmIdArgs *a = req->decoded;
-
-        return run_on_vm(vm_reboot, m, a->id, done, progress, userdata, reterr);
+        return run_on_vm(vm_reboot, m, req, done, progress, userdata, reterr);
 }
 
 static int op_delete_vm(
@@ -322,7 +317,7 @@ static int op_delete_vm(
                 done(0, gone, NULL, userdata);
                 return 0;
         }
-        return run_on_vm(vm_delete, m, a->id, done, progress, userdata, reterr);
+        return run_on_vm(vm_delete, m, req, done, progress, userdata, reterr);
 }
 
 /* The command (not empty) and the timeout met their declarations in the decoder, before the lookup. */
@@ -335,9 +330,8 @@ static int op_exec_vm(
         ApiError *reterr) {
         const VmExecArgs *a = req->decoded;
         Vm *v = NULL;
-        int r;
+        int r = request_vm(m, req, &v, reterr);
 
-        r = lookup_vm(m, a->id, &v, reterr);
         if (r < 0)
                 return r;
         return vm_exec(v, a->command, (usec_t) a->timeout_seconds * USEC_PER_SEC, done, userdata, reterr);
@@ -347,9 +341,8 @@ static int op_exec_vm(
 static int op_forward_port(Manager *m, const OperationRequest *req, json_t **ret, ApiError *reterr) {
         const VmForwardArgs *a = req->decoded;
         Vm *v = NULL;
-        int r;
+        int r = request_vm(m, req, &v, reterr);
 
-        r = lookup_vm(m, a->id, &v, reterr);
         if (r < 0)
                 return r;
         return vm_forward_port(v, a->port, ret, reterr);
@@ -409,21 +402,20 @@ static const OperationParam create_network_params[] = {
         { .name = NULL },
 };
 
+/* The VM an operation acts on, the first parameter of each. */
+#define VM_ID_PARAM(args, field)                                                                             \
+        {                                                                                                    \
+                .name = "id", .type = PARAM_STRING, .flags = PARAM_REQUIRED | PARAM_IN_PATH,                 \
+                .description = "VM id as returned by create_vm or list_vms", .offset = offsetof(args, field) \
+        }
+
 static const OperationParam vm_id_params[] = {
-        { .name = "id",
-          .type = PARAM_STRING,
-          .flags = PARAM_REQUIRED | PARAM_IN_PATH,
-          .description = "VM id as returned by create_vm or list_vms",
-          .offset = offsetof(VmIdArgs, id) },
+        VM_ID_PARAM(VmIdArgs, id),
         { .name = NULL },
 };
 
 static const OperationParam vm_console_params[] = {
-        { .name = "id",
-          .type = PARAM_STRING,
-          .flags = PARAM_REQUIRED | PARAM_IN_PATH,
-          .description = "VM id as returned by create_vm or list_vms",
-          .offset = offsetof(VmConsoleArgs, id) },
+        VM_ID_PARAM(VmConsoleArgs, vm.id),
         { .name = "lines",
           .type = PARAM_INTEGER,
           .flags = PARAM_IN_QUERY,
@@ -437,11 +429,7 @@ static const OperationParam vm_console_params[] = {
 };
 
 static const OperationParam exec_vm_params[] = {
-        { .name = "id",
-          .type = PARAM_STRING,
-          .flags = PARAM_REQUIRED | PARAM_IN_PATH,
-          .description = "VM id as returned by create_vm or list_vms",
-          .offset = offsetof(VmExecArgs, id) },
+        VM_ID_PARAM(VmExecArgs, vm.id),
         { .name = "command",
           .type = PARAM_STRING_ARRAY,
           .flags = PARAM_REQUIRED | PARAM_NOT_EMPTY,
@@ -460,11 +448,7 @@ static const OperationParam exec_vm_params[] = {
 };
 
 static const OperationParam forward_port_params[] = {
-        { .name = "id",
-          .type = PARAM_STRING,
-          .flags = PARAM_REQUIRED | PARAM_IN_PATH,
-          .description = "VM id as returned by create_vm or list_vms",
-          .offset = offsetof(VmForwardArgs, id) },
+        VM_ID_PARAM(VmForwardArgs, vm.id),
         { .name = "port",
           .type = PARAM_INTEGER,
           .flags = PARAM_REQUIRED,
