@@ -18,3 +18,4 @@ typedef struct VmProvision VmProvision; /* vm-provision.c: what create_vm acquir
 
 typedef struct Network Network; /* network.h */
 typedef struct NetworkRegistry NetworkRegistry;
+typedef struct NetworkCreateArgs NetworkCreateArgs; /* network.h: a decoded create_network request */

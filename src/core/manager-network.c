@@ -8,11 +8,11 @@
 #include "manager.h"
 #include "network.h"
 
-int manager_create_network(Manager *m, json_t *request, Network **ret, ApiError *reterr) {
+int manager_create_network(Manager *m, const NetworkCreateArgs *args, Network **ret, ApiError *reterr) {
         Network *n = NULL;
         int r;
 
-        r = network_create(manager_networks(m), request, &n, reterr);
+        r = network_create(manager_networks(m), args, &n, reterr);
         if (r < 0)
                 return r;
         r = manager_switch_start(m, n);

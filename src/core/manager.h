@@ -179,7 +179,7 @@ json_t *manager_quarantine_to_json(Manager *m);
 
 /* create_network: the record, then its switch; a switch that does not start takes the record
  * with it. ret is borrowed. */
-int manager_create_network(Manager *m, json_t *request, Network **ret, ApiError *reterr);
+int manager_create_network(Manager *m, const NetworkCreateArgs *args, Network **ret, ApiError *reterr);
 /* delete_network: the record (refused while VMs hold leases), then its switch. */
 int manager_delete_network(Manager *m, const char *name, ApiError *reterr);
 /* The switch of a network record: started when the network is loaded or created, stopped when it is

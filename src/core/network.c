@@ -723,20 +723,6 @@ static int registry_add(
         return 0;
 }
 
-typedef struct CreateNetworkRequest {
-        char *name;
-        char *cidr;
-        char *dns_search_domain;
-        bool enable_host_alias;
-        uint32_t mtu;
-} CreateNetworkRequest;
-
-static void create_network_request_done(CreateNetworkRequest *req) {
-        free(req->name);
-        free(req->cidr);
-        free(req->dns_search_domain);
-}
-
 /* A request's CIDR names a network, so its address is the network's: "10.77.0.5/24" is refused
  * naming 10.77.0.0/24, not stored as given (networks.json and --network-subnet may still hold such
  * a CIDR from before; they load as they were written). */
@@ -766,50 +752,30 @@ static int cidr_check_network(const char *cidr, ApiError *reterr) {
         return 0;
 }
 
-int network_create(NetworkRegistry *reg, json_t *request, Network **ret, ApiError *reterr) {
-        static const JsonDispatch table[] = {
-                { "name", json_dispatch_string, offsetof(CreateNetworkRequest, name), JSON_MANDATORY },
-                { "cidr", json_dispatch_string, offsetof(CreateNetworkRequest, cidr), JSON_MANDATORY },
-                { "dns_search_domain",
-                  json_dispatch_string,
-                  offsetof(CreateNetworkRequest, dns_search_domain),
-                  JSON_NULLABLE },
-                { "enable_host_alias", json_dispatch_bool, offsetof(CreateNetworkRequest, enable_host_alias), 0 },
-                { "mtu", json_dispatch_uint32, offsetof(CreateNetworkRequest, mtu), 0 },
-                {},
-        };
-        _cleanup_(create_network_request_done) CreateNetworkRequest req = {};
+int network_create(NetworkRegistry *reg, const NetworkCreateArgs *args, Network **ret, ApiError *reterr) {
         int r;
 
         assert_return(reg, -EINVAL);
-
-        r = json_dispatch(request, table, &req, reterr);
-        if (r < 0)
-                return r;
+        assert_return(args, -EINVAL);
+        /* the decoder held mtu to its range; a record's 0 (the default) is no request's */
+        assert_return(args->mtu >= NETWORK_MTU_MIN && args->mtu <= NETWORK_MTU_MAX, -EINVAL);
 
         /* the checks network_new() does, in its order, and a request's own after the CIDR's */
-        r = network_validate_name(req.name, reterr);
+        r = network_validate_name(args->name, reterr);
         if (r < 0)
                 return r;
-        r = cidr_check_network(req.cidr, reterr);
+        r = cidr_check_network(args->cidr, reterr);
         if (r < 0)
                 return r;
-        if (req.dns_search_domain && !*req.dns_search_domain)
-                return api_error_set(
-                        reterr,
-                        -EINVAL,
-                        API_ERROR_INVALID_REQUEST,
-                        "dns_search_domain must not be empty (leave it out for none)");
-        if (json_object_get(request, "mtu") && req.mtu == 0)
-                return api_error_set(
-                        reterr,
-                        -EINVAL,
-                        API_ERROR_INVALID_REQUEST,
-                        "mtu 0 must be between %u and %u",
-                        NETWORK_MTU_MIN,
-                        NETWORK_MTU_MAX);
         return registry_add(
-                reg, req.name, req.cidr, req.dns_search_domain, req.enable_host_alias, req.mtu, ret, reterr);
+                reg,
+                args->name,
+                args->cidr,
+                args->dns_search_domain,
+                args->enable_host_alias,
+                (unsigned) args->mtu,
+                ret,
+                reterr);
 }
 
 static int strcmp_ptr(const void *a, const void *b) {

@@ -64,11 +64,21 @@ Network *network_registry_get(NetworkRegistry *reg, const char *name);
 /* Borrowed, in name order; NULL when i is out of range. */
 Network *network_registry_at(NetworkRegistry *reg, size_t i);
 
-/* Decodes a create_network request ({"name", "cidr", "dns_search_domain"?, "enable_host_alias"?,
- * "mtu"?}) strictly, validates it, refuses a duplicate name (conflict) or a network beyond
+/* A create_network request as its operation table decoded it (the parameters' offsets point here):
+ * types checked, dns_search_domain NULL or not empty, mtu in range or its default. */
+typedef struct NetworkCreateArgs {
+        char *name;
+        char *cidr;
+        char *dns_search_domain;
+        int enable_host_alias;
+        int64_t mtu;
+} NetworkCreateArgs;
+
+/* Validates a decoded create_network request (the name, the CIDR and the search domain, each with
+ * a message naming what is wrong), refuses a duplicate name (conflict) or a network beyond
  * NETWORKS_MAX (conflict), adds it and saves networks.json. On failure nothing changes, in memory
  * or on disk. ret (optional) is borrowed. */
-int network_create(NetworkRegistry *reg, json_t *request, Network **ret, ApiError *reterr);
+int network_create(NetworkRegistry *reg, const NetworkCreateArgs *args, Network **ret, ApiError *reterr);
 
 /* Returns the name to show for a VM id, or NULL when unknown. The string is borrowed and must stay
  * valid until network_delete() returns. */

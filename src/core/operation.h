@@ -38,12 +38,25 @@ typedef enum ParamType {
 
 typedef enum ParamFlags {
         PARAM_REQUIRED = 1 << 0,
-        PARAM_IN_PATH = 1 << 1,  /* REST: a {segment} of the path */
-        PARAM_IN_QUERY = 1 << 2, /* REST: a query argument */
-        PARAM_NOT_EMPTY = 1 << 3, /* a string: "" is refused; absent or null is how one asks for the default */
-        PARAM_BOUNDS_APART = 1 << 4, /* an integer's refusal states the bound it missed ("at least 256")
-                                      * rather than the range (a range as wide as 256..16777216 reads badly) */
+        PARAM_IN_PATH = 1 << 1,   /* REST: a {segment} of the path */
+        PARAM_IN_QUERY = 1 << 2,  /* REST: a query argument */
+        PARAM_NOT_EMPTY = 1 << 3, /* a string: "" is refused, an array: [] is; absent or null is how one
+                                   * asks for the default */
+        PARAM_NOT_NULL = 1 << 4,  /* null is refused, not taken for the default: only absence is */
 } ParamFlags;
+
+/* How an integer outside its range is refused. Every operation declared later says "<name> must be
+ * <min>..<max>"; the others keep the wording their operation had before it was declared here, which
+ * clients and tests match. */
+typedef enum ParamRangeWording {
+        PARAM_RANGE_DOTS,          /* "cpus must be 1..256" */
+        PARAM_RANGE_BOUNDS_APART,  /* "memory_mib must be at least 256": the bound it missed, for a range as
+                                    * wide as 256..16777216, which reads badly */
+        PARAM_RANGE_BETWEEN,       /* "mtu 575 must be between 576 and 65520" */
+        PARAM_RANGE_PARENTHESIZED, /* "lines: 0 is out of range (1..10000)" */
+        PARAM_RANGE_UNSTATED,      /* "port 0 out of range" */
+        _PARAM_RANGE_WORDING_MAX,
+} ParamRangeWording;
 
 typedef struct OperationParam {
         const char *name;
@@ -54,8 +67,13 @@ typedef struct OperationParam {
         size_t max_length;              /* bytes of a string; 0: PARAM_STRING_MAX */
 
         /* An integer's accepted range, both ends included; min == max == 0 declares none. Refusals
-         * say "<name> must be <min>..<max>" and are collected with the other problems of a request. */
+         * are worded as range_wording says and collected with the other problems of a request. */
         int64_t min, max;
+        ParamRangeWording range_wording;
+        /* What leaving out a PARAM_NOT_EMPTY parameter means, for the refusal of an empty one: "<name>
+         * must not be empty (leave it out for <absent_means>)"; NULL: "the default". A required one is
+         * refused with "<name> is empty". */
+        const char *absent_means;
         /* A string's rule beyond its length: refused with "<name> <invalid_text>". */
         bool (*valid)(const char *s);
         const char *invalid_text;
@@ -64,7 +82,7 @@ typedef struct OperationParam {
          * and what an absent (or null) parameter becomes. A string is a char * (a copy; default_string
          * or NULL), an integer an int64_t (default_integer), a boolean an int (default_integer, 0 or 1),
          * a string array a char ** (NULL when absent), a string map a json_t * (a new reference, NULL
-         * when absent). */
+         * when absent). Every parameter of such an operation is decoded: each has its place. */
         size_t offset;
         const char *default_string;
         int64_t default_integer;
@@ -128,9 +146,9 @@ struct Operation {
         OperationAsyncHandler async_handler; /* instead of handler */
 
         /* The decoded arguments (optional): a struct of args_size bytes that every parameter's offset
-         * points into, freed with args_done (its contents only). args_check holds the rules that relate
-         * parameters to each other; it appends its problems with operation_problem() and may rewrite
-         * what it checked. */
+         * points into, its contents freed with args_done, or without one, by operation_args_done().
+         * args_check holds the rules that relate parameters to each other; it appends its problems with
+         * operation_problem() and may rewrite what it checked. */
         size_t args_size;
         void (*args_done)(void *args);
         int (*args_check)(void *args, char **problems);
@@ -148,6 +166,10 @@ int operation_check_args(const Operation *op, json_t *args, ApiError *reterr);
  * then the operation's args_check. Those problems are collected into one invalid_request message,
  * "; "-separated. On failure ret holds nothing that needs freeing. */
 int operation_decode(const Operation *op, json_t *args, void *ret, ApiError *reterr);
+
+/* Frees the contents of a struct operation_decode() filled for op: op's args_done, or each declared
+ * parameter's field by its type. */
+void operation_args_done(const Operation *op, void *args);
 
 const OperationParam *operation_param_find(const Operation *op, const char *name);
 

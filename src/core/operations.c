@@ -73,9 +73,15 @@ static int op_list_images(Manager *m, const OperationRequest *req, json_t **ret,
         return 0;
 }
 
+/* The decoded arguments of get_image. */
+typedef struct ImageRefArgs {
+        char *ref;
+} ImageRefArgs;
+
 static int op_get_image(Manager *m, const OperationRequest *req, json_t **ret, ApiError *reterr) {
-        return image_catalog_get_json(
-                manager_images(m), json_string_value(json_object_get(req->args, "ref")), ret, reterr);
+        const ImageRefArgs *a = req->decoded;
+
+        return image_catalog_get_json(manager_images(m), a->ref, ret, reterr);
 }
 
 static int op_list_networks(Manager *m, const OperationRequest *req, json_t **ret, ApiError *reterr) {
@@ -87,8 +93,12 @@ static int op_list_networks(Manager *m, const OperationRequest *req, json_t **re
         return 0;
 }
 
-static int lookup_network(Manager *m, json_t *args, Network **ret, ApiError *reterr) {
-        const char *name = json_string_value(json_object_get(args, "name"));
+/* The decoded arguments of get_network and delete_network. */
+typedef struct NetworkNameArgs {
+        char *name;
+} NetworkNameArgs;
+
+static int lookup_network(Manager *m, const char *name, Network **ret, ApiError *reterr) {
         Network *n = network_registry_get(manager_networks(m), name);
 
         if (!n)
@@ -98,10 +108,11 @@ static int lookup_network(Manager *m, json_t *args, Network **ret, ApiError *ret
 }
 
 static int op_get_network(Manager *m, const OperationRequest *req, json_t **ret, ApiError *reterr) {
+        const NetworkNameArgs *a = req->decoded;
         Network *n = NULL;
         int r;
 
-        r = lookup_network(m, req->args, &n, reterr);
+        r = lookup_network(m, a->name, &n, reterr);
         if (r < 0)
                 return r;
         *ret = network_to_json(n);
@@ -112,7 +123,7 @@ static int op_create_network(Manager *m, const OperationRequest *req, json_t **r
         Network *n = NULL;
         int r;
 
-        r = manager_create_network(m, req->args, &n, reterr);
+        r = manager_create_network(m, req->decoded, &n, reterr);
         if (r < 0)
                 return r;
         *ret = network_to_json(n);
@@ -120,19 +131,40 @@ static int op_create_network(Manager *m, const OperationRequest *req, json_t **r
 }
 
 static int op_delete_network(Manager *m, const OperationRequest *req, json_t **ret, ApiError *reterr) {
-        const char *name = json_string_value(json_object_get(req->args, "name"));
+        const NetworkNameArgs *a = req->decoded;
         int r;
 
-        r = manager_delete_network(m, name, reterr);
+        r = manager_delete_network(m, a->name, reterr);
         if (r < 0)
                 return r;
         /* REST shows nothing of a deletion, but MCP gets this record of what was removed. */
-        *ret = json_pack("{s:s,s:b}", "id", name, "deleted", true);
+        *ret = json_pack("{s:s,s:b}", "id", a->name, "deleted", true);
         return *ret ? 0 : -ENOMEM;
 }
 
-static int lookup_vm(Manager *m, json_t *args, Vm **ret, ApiError *reterr) {
-        const char *id = json_string_value(json_object_get(args, "id"));
+/* The decoded arguments of the operations on one VM: each starts with the VmIdArgs that
+ * request_vm() reads. */
+typedef struct VmIdArgs {
+        char *id;
+} VmIdArgs;
+
+typedef struct VmConsoleArgs {
+        VmIdArgs vm;
+        int64_t lines;
+} VmConsoleArgs;
+
+typedef struct VmExecArgs {
+        VmIdArgs vm;
+        char **command;
+        int64_t timeout_seconds;
+} VmExecArgs;
+
+typedef struct VmForwardArgs {
+        VmIdArgs vm;
+        int64_t port;
+} VmForwardArgs;
+
+static int lookup_vm(Manager *m, const char *id, Vm **ret, ApiError *reterr) {
         Vm *v = manager_find_vm(m, id);
 
         if (!v)
@@ -141,11 +173,16 @@ static int lookup_vm(Manager *m, json_t *args, Vm **ret, ApiError *reterr) {
         return 0;
 }
 
+static int request_vm(Manager *m, const OperationRequest *req, Vm **ret, ApiError *reterr) {
+        const VmIdArgs *a = req->decoded;
+
+        return lookup_vm(m, a->id, ret, reterr);
+}
+
 static int op_get_vm_attestation(Manager *m, const OperationRequest *req, json_t **ret, ApiError *reterr) {
         Vm *v = NULL;
-        int r;
+        int r = request_vm(m, req, &v, reterr);
 
-        r = lookup_vm(m, req->args, &v, reterr);
         if (r < 0)
                 return r;
         *ret = vm_attestation_to_json(v);
@@ -154,9 +191,8 @@ static int op_get_vm_attestation(Manager *m, const OperationRequest *req, json_t
 
 static int op_get_vm_metrics(Manager *m, const OperationRequest *req, json_t **ret, ApiError *reterr) {
         Vm *v = NULL;
-        int r;
+        int r = request_vm(m, req, &v, reterr);
 
-        r = lookup_vm(m, req->args, &v, reterr);
         if (r < 0)
                 return r;
         return vm_metrics_json(v, ret, reterr);
@@ -176,7 +212,7 @@ static int op_list_vms(Manager *m, const OperationRequest *req, json_t **ret, Ap
 
 static int op_get_vm(Manager *m, const OperationRequest *req, json_t **ret, ApiError *reterr) {
         Vm *v = NULL;
-        int r = lookup_vm(m, req->args, &v, reterr);
+        int r = request_vm(m, req, &v, reterr);
 
         if (r < 0)
                 return r;
@@ -184,24 +220,16 @@ static int op_get_vm(Manager *m, const OperationRequest *req, json_t **ret, ApiE
         return *ret ? 0 : -ENOMEM;
 }
 
+/* lines met its range in the decoder, before the lookup: a bad argument is refused whether or not the
+ * VM exists. */
 static int op_get_vm_console(Manager *m, const OperationRequest *req, json_t **ret, ApiError *reterr) {
-        json_t *lines = json_object_get(req->args, "lines");
+        const VmConsoleArgs *a = req->decoded;
         Vm *v = NULL;
-        int r;
+        int r = request_vm(m, req, &v, reterr);
 
-        /* the argument is checked before the lookup */
-        if (lines && (json_integer_value(lines) < 1 || json_integer_value(lines) > VM_CONSOLE_LINES_MAX))
-                return api_error_set(
-                        reterr,
-                        -EINVAL,
-                        API_ERROR_INVALID_REQUEST,
-                        "lines: %" JSON_INTEGER_FORMAT " is out of range (1..%d)",
-                        json_integer_value(lines),
-                        VM_CONSOLE_LINES_MAX);
-        r = lookup_vm(m, req->args, &v, reterr);
         if (r < 0)
                 return r;
-        return vm_console_json(v, lines ? (int64_t) json_integer_value(lines) : 0, ret, reterr);
+        return vm_console_json(v, a->lines, ret, reterr);
 }
 
 static int op_create_vm(
@@ -223,13 +251,13 @@ static void create_vm_args_done(void *args) {
 static int run_on_vm(
         int (*fn)(Vm *v, VmDoneFunc done, void *userdata, ApiError *reterr),
         Manager *m,
-        json_t *args,
+        const OperationRequest *req,
         OperationDone done,
         OperationProgress progress,
         void *userdata,
         ApiError *reterr) {
         Vm *v = NULL;
-        int r = lookup_vm(m, args, &v, reterr);
+        int r = request_vm(m, req, &v, reterr);
 
         if (r < 0)
                 return r;
@@ -248,7 +276,7 @@ static int op_start_vm(
         OperationProgress progress,
         void *userdata,
         ApiError *reterr) {
-        return run_on_vm(vm_start, m, req->args, done, progress, userdata, reterr);
+        return run_on_vm(vm_start, m, req, done, progress, userdata, reterr);
 }
 
 static int op_stop_vm(
@@ -258,7 +286,7 @@ static int op_stop_vm(
         OperationProgress progress,
         void *userdata,
         ApiError *reterr) {
-        return run_on_vm(vm_stop, m, req->args, done, progress, userdata, reterr);
+        return run_on_vm(vm_stop, m, req, done, progress, userdata, reterr);
 }
 
 static int op_reboot_vm(
@@ -268,7 +296,7 @@ static int op_reboot_vm(
         OperationProgress progress,
         void *userdata,
         ApiError *reterr) {
-        return run_on_vm(vm_reboot, m, req->args, done, progress, userdata, reterr);
+        return run_on_vm(vm_reboot, m, req, done, progress, userdata, reterr);
 }
 
 static int op_delete_vm(
@@ -278,21 +306,21 @@ static int op_delete_vm(
         OperationProgress progress,
         void *userdata,
         ApiError *reterr) {
-        const char *id = json_string_value(json_object_get(req->args, "id"));
+        const VmIdArgs *a = req->decoded;
 
         /* a record that did not load at start-up goes with its disk and lease (get_host lists them) */
-        if (!manager_find_vm(m, id) && manager_find_quarantined(m, id)) {
+        if (!manager_find_vm(m, a->id) && manager_find_quarantined(m, a->id)) {
                 json_auto_t *gone = NULL;
-                int r = vm_delete_quarantined(m, id, &gone, reterr);
+                int r = vm_delete_quarantined(m, a->id, &gone, reterr);
                 if (r < 0)
                         return r;
                 done(0, gone, NULL, userdata);
                 return 0;
         }
-        return run_on_vm(vm_delete, m, req->args, done, progress, userdata, reterr);
+        return run_on_vm(vm_delete, m, req, done, progress, userdata, reterr);
 }
 
-/* exec checks the command, forward the port, before looking the VM up */
+/* The command (not empty) and the timeout met their declarations in the decoder, before the lookup. */
 static int op_exec_vm(
         Manager *m,
         const OperationRequest *req,
@@ -300,55 +328,24 @@ static int op_exec_vm(
         OperationProgress progress,
         void *userdata,
         ApiError *reterr) {
-        json_t *cmd = json_object_get(req->args, "command"),
-               *t = json_object_get(req->args, "timeout_seconds");
-        _cleanup_free_ char **argv = NULL;
-        usec_t timeout = VM_EXEC_TIMEOUT_DEFAULT;
-        size_t i;
-        json_t *w;
+        const VmExecArgs *a = req->decoded;
         Vm *v = NULL;
-        int r;
+        int r = request_vm(m, req, &v, reterr);
 
-        if (json_array_size(cmd) == 0)
-                return api_error_set(reterr, -EINVAL, API_ERROR_INVALID_REQUEST, "command is empty");
-        if (t) {
-                json_int_t s = json_integer_value(t);
-                if (s < 1 || (usec_t) s > VM_EXEC_TIMEOUT_MAX / USEC_PER_SEC)
-                        return api_error_set(
-                                reterr,
-                                -EINVAL,
-                                API_ERROR_INVALID_REQUEST,
-                                "timeout_seconds %" JSON_INTEGER_FORMAT " must be between 1 and %llu",
-                                s,
-                                (unsigned long long) (VM_EXEC_TIMEOUT_MAX / USEC_PER_SEC));
-                timeout = (usec_t) s * USEC_PER_SEC;
-        }
-        argv = calloc(json_array_size(cmd) + 1, sizeof(char *));
-        if (!argv)
-                return -ENOMEM;
-        json_array_foreach(cmd, i, w) argv[i] = (char *) json_string_value(w);
-        r = lookup_vm(m, req->args, &v, reterr);
         if (r < 0)
                 return r;
-        return vm_exec(v, argv, timeout, done, userdata, reterr);
+        return vm_exec(v, a->command, (usec_t) a->timeout_seconds * USEC_PER_SEC, done, userdata, reterr);
 }
 
+/* The port met its range in the decoder, before the lookup. */
 static int op_forward_port(Manager *m, const OperationRequest *req, json_t **ret, ApiError *reterr) {
-        json_int_t port = json_integer_value(json_object_get(req->args, "port"));
+        const VmForwardArgs *a = req->decoded;
         Vm *v = NULL;
-        int r;
+        int r = request_vm(m, req, &v, reterr);
 
-        if (port < 1 || port > 65535)
-                return api_error_set(
-                        reterr,
-                        -EINVAL,
-                        API_ERROR_INVALID_REQUEST,
-                        "port %" JSON_INTEGER_FORMAT " out of range",
-                        port);
-        r = lookup_vm(m, req->args, &v, reterr);
         if (r < 0)
                 return r;
-        return vm_forward_port(v, port, ret, reterr);
+        return vm_forward_port(v, a->port, ret, reterr);
 }
 
 static const OperationParam no_params[] = { { .name = NULL } };
@@ -357,8 +354,8 @@ static const OperationParam image_ref_params[] = {
         { .name = "ref",
           .type = PARAM_STRING,
           .flags = PARAM_REQUIRED | PARAM_IN_PATH,
-          .description =
-                  "Image reference: \"<id>_<version>\" as listed by list_images, or a bare id for its newest version" },
+          .description = "Image reference: \"<id>_<version>\" as listed by list_images, or a bare id for its newest version",
+          .offset = offsetof(ImageRefArgs, ref) },
         { .name = NULL },
 };
 
@@ -366,7 +363,8 @@ static const OperationParam network_name_params[] = {
         { .name = "name",
           .type = PARAM_STRING,
           .flags = PARAM_REQUIRED | PARAM_IN_PATH,
-          .description = "Network name as returned by create_network or list_networks" },
+          .description = "Network name as returned by create_network or list_networks",
+          .offset = offsetof(NetworkNameArgs, name) },
         { .name = NULL },
 };
 
@@ -374,75 +372,91 @@ static const OperationParam create_network_params[] = {
         { .name = "name",
           .type = PARAM_STRING,
           .flags = PARAM_REQUIRED,
-          .description =
-                  "Network name: lowercase letters, digits and dashes, 1-63 characters, starting and ending with a letter or digit" },
+          .description = "Network name: lowercase letters, digits and dashes, 1-63 characters, starting and ending with a letter or digit",
+          .offset = offsetof(NetworkCreateArgs, name) },
         { .name = "cidr",
           .type = PARAM_STRING,
           .flags = PARAM_REQUIRED,
-          .description =
-                  "IPv4 network, /16 to /29, outside 169.254.0.0/16, its address without host bits, e.g. 192.168.128.0/24 (not 192.168.128.5/24); .1 is the gateway, VMs get .2 upwards" },
+          .description = "IPv4 network, /16 to /29, outside 169.254.0.0/16, its address without host bits, e.g. 192.168.128.0/24 (not 192.168.128.5/24); .1 is the gateway, VMs get .2 upwards",
+          .offset = offsetof(NetworkCreateArgs, cidr) },
         { .name = "dns_search_domain",
           .type = PARAM_STRING,
-          .flags = 0,
-          .description = "DNS search domain handed to guests by DHCP, e.g. lab.internal (optional)" },
+          .flags = PARAM_NOT_EMPTY,
+          .description = "DNS search domain handed to guests by DHCP, e.g. lab.internal (optional)",
+          .absent_means = "none",
+          .offset = offsetof(NetworkCreateArgs, dns_search_domain) },
         { .name = "enable_host_alias",
           .type = PARAM_BOOLEAN,
-          .flags = 0,
-          .description =
-                  "Expose the host's loopback to guests: a guest's connection to the network's host alias (the last address before the broadcast, e.g. .254 of a /24) reaches 127.0.0.1 on the host, every service listening there included (vm-manager's own API when it listens on loopback). Default false" },
+          .flags = PARAM_NOT_NULL,
+          .description = "Expose the host's loopback to guests: a guest's connection to the network's host alias (the last address before the broadcast, e.g. .254 of a /24) reaches 127.0.0.1 on the host, every service listening there included (vm-manager's own API when it listens on loopback). Default false",
+          .offset = offsetof(NetworkCreateArgs, enable_host_alias) },
         { .name = "mtu",
           .type = PARAM_INTEGER,
-          .flags = 0,
-          .description =
-                  "MTU of the network, 576 to 65520, default 1500; guests learn it from DHCP and their NIC. Large MTUs make guest traffic through the gateway several times faster" },
+          .flags = PARAM_NOT_NULL,
+          .description = "MTU of the network, 576 to 65520, default 1500; guests learn it from DHCP and their NIC. Large MTUs make guest traffic through the gateway several times faster",
+          .min = NETWORK_MTU_MIN,
+          .max = NETWORK_MTU_MAX,
+          .range_wording = PARAM_RANGE_BETWEEN,
+          .default_integer = NETWORK_MTU_DEFAULT,
+          .offset = offsetof(NetworkCreateArgs, mtu) },
         { .name = NULL },
 };
 
+/* The VM an operation acts on, the first parameter of each. */
+#define VM_ID_PARAM(args, field)                                                                             \
+        {                                                                                                    \
+                .name = "id", .type = PARAM_STRING, .flags = PARAM_REQUIRED | PARAM_IN_PATH,                 \
+                .description = "VM id as returned by create_vm or list_vms", .offset = offsetof(args, field) \
+        }
+
 static const OperationParam vm_id_params[] = {
-        { .name = "id",
-          .type = PARAM_STRING,
-          .flags = PARAM_REQUIRED | PARAM_IN_PATH,
-          .description = "VM id as returned by create_vm or list_vms" },
+        VM_ID_PARAM(VmIdArgs, id),
         { .name = NULL },
 };
 
 static const OperationParam vm_console_params[] = {
-        { .name = "id",
-          .type = PARAM_STRING,
-          .flags = PARAM_REQUIRED | PARAM_IN_PATH,
-          .description = "VM id as returned by create_vm or list_vms" },
+        VM_ID_PARAM(VmConsoleArgs, vm.id),
         { .name = "lines",
           .type = PARAM_INTEGER,
           .flags = PARAM_IN_QUERY,
-          .description = "How many of the last lines to return: 1 to 10000, default 100" },
+          .description = "How many of the last lines to return: 1 to 10000, default 100",
+          .min = 1,
+          .max = VM_CONSOLE_LINES_MAX,
+          .range_wording = PARAM_RANGE_PARENTHESIZED,
+          .default_integer = VM_CONSOLE_LINES_DEFAULT,
+          .offset = offsetof(VmConsoleArgs, lines) },
         { .name = NULL },
 };
 
 static const OperationParam exec_vm_params[] = {
-        { .name = "id",
-          .type = PARAM_STRING,
-          .flags = PARAM_REQUIRED | PARAM_IN_PATH,
-          .description = "VM id as returned by create_vm or list_vms" },
+        VM_ID_PARAM(VmExecArgs, vm.id),
         { .name = "command",
           .type = PARAM_STRING_ARRAY,
-          .flags = PARAM_REQUIRED,
+          .flags = PARAM_REQUIRED | PARAM_NOT_EMPTY,
           .description = "The program and its arguments, e.g. [\"systemctl\", \"is-system-running\"]; each word is "
-                         "quoted for the guest's shell, nothing is expanded" },
+                         "quoted for the guest's shell, nothing is expanded",
+          .offset = offsetof(VmExecArgs, command) },
         { .name = "timeout_seconds",
           .type = PARAM_INTEGER,
-          .description = "Give up on the command after this long, 1 to 3600, default 300" },
+          .description = "Give up on the command after this long, 1 to 3600, default 300",
+          .min = 1,
+          .max = VM_EXEC_TIMEOUT_MAX / USEC_PER_SEC,
+          .range_wording = PARAM_RANGE_BETWEEN,
+          .default_integer = VM_EXEC_TIMEOUT_DEFAULT / USEC_PER_SEC,
+          .offset = offsetof(VmExecArgs, timeout_seconds) },
         { .name = NULL },
 };
 
 static const OperationParam forward_port_params[] = {
-        { .name = "id",
-          .type = PARAM_STRING,
-          .flags = PARAM_REQUIRED | PARAM_IN_PATH,
-          .description = "VM id as returned by create_vm or list_vms" },
+        VM_ID_PARAM(VmForwardArgs, vm.id),
         { .name = "port",
           .type = PARAM_INTEGER,
           .flags = PARAM_REQUIRED,
-          .description = "Guest TCP port, 1-65535" },
+          .description = "Guest TCP port, 1-65535",
+          .min = 1,
+          .max = 65535,
+          .range_wording = PARAM_RANGE_UNSTATED,
+          .offset = offsetof(VmForwardArgs, port) },
         { .name = NULL },
 };
 
@@ -480,7 +494,7 @@ static const OperationParam create_vm_params[] = {
           .offset = offsetof(VmSpecInput, cpus) },
         { .name = "memory_mib",
           .type = PARAM_INTEGER,
-          .flags = PARAM_BOUNDS_APART,
+          .range_wording = PARAM_RANGE_BOUNDS_APART,
           .description = "Memory in MiB, default 2048, 256 to 16777216",
           .min = 256,
           .max = VM_MEMORY_MIB_MAX,
@@ -593,6 +607,7 @@ static const Operation operations[] = {
                 .success = OPERATION_SUCCESS_RESULT,
                 .params = image_ref_params,
                 .handler = op_get_image,
+                .args_size = sizeof(ImageRefArgs),
         },
         {
                 .name = "list_networks",
@@ -618,6 +633,7 @@ static const Operation operations[] = {
                 .success = OPERATION_SUCCESS_RESULT,
                 .params = network_name_params,
                 .handler = op_get_network,
+                .args_size = sizeof(NetworkNameArgs),
         },
         {
                 .name = "list_vms",
@@ -644,6 +660,7 @@ static const Operation operations[] = {
                 .success = OPERATION_SUCCESS_RESULT,
                 .params = vm_id_params,
                 .handler = op_get_vm,
+                .args_size = sizeof(VmIdArgs),
         },
         {
                 .name = "get_vm_console",
@@ -656,6 +673,7 @@ static const Operation operations[] = {
                 .success = OPERATION_SUCCESS_RESULT,
                 .params = vm_console_params,
                 .handler = op_get_vm_console,
+                .args_size = sizeof(VmConsoleArgs),
         },
         {
                 .name = "get_vm_metrics",
@@ -671,6 +689,7 @@ static const Operation operations[] = {
                 .success = OPERATION_SUCCESS_RESULT,
                 .params = vm_id_params,
                 .handler = op_get_vm_metrics,
+                .args_size = sizeof(VmIdArgs),
         },
         {
                 .name = "get_vm_attestation",
@@ -685,6 +704,7 @@ static const Operation operations[] = {
                 .success = OPERATION_SUCCESS_RESULT,
                 .params = vm_id_params,
                 .handler = op_get_vm_attestation,
+                .args_size = sizeof(VmIdArgs),
         },
         {
                 .name = "create_network",
@@ -700,6 +720,7 @@ static const Operation operations[] = {
                 .rest_body = true,
                 .params = create_network_params,
                 .handler = op_create_network,
+                .args_size = sizeof(NetworkCreateArgs),
         },
         {
                 .name = "delete_network",
@@ -711,6 +732,7 @@ static const Operation operations[] = {
                 .success = OPERATION_SUCCESS_EMPTY,
                 .params = network_name_params,
                 .handler = op_delete_network,
+                .args_size = sizeof(NetworkNameArgs),
         },
         {
                 .name = "create_vm",
@@ -743,6 +765,7 @@ static const Operation operations[] = {
                 .success = OPERATION_SUCCESS_RESULT,
                 .params = vm_id_params,
                 .async_handler = op_start_vm,
+                .args_size = sizeof(VmIdArgs),
         },
         {
                 .name = "stop_vm",
@@ -755,6 +778,7 @@ static const Operation operations[] = {
                 .success = OPERATION_SUCCESS_RESULT,
                 .params = vm_id_params,
                 .async_handler = op_stop_vm,
+                .args_size = sizeof(VmIdArgs),
         },
         {
                 .name = "reboot_vm",
@@ -765,6 +789,7 @@ static const Operation operations[] = {
                 .success = OPERATION_SUCCESS_RESULT,
                 .params = vm_id_params,
                 .async_handler = op_reboot_vm,
+                .args_size = sizeof(VmIdArgs),
         },
         {
                 .name = "delete_vm",
@@ -776,6 +801,7 @@ static const Operation operations[] = {
                 .success = OPERATION_SUCCESS_EMPTY,
                 .params = vm_id_params,
                 .async_handler = op_delete_vm,
+                .args_size = sizeof(VmIdArgs),
         },
         {
                 .name = "exec_vm",
@@ -794,6 +820,7 @@ static const Operation operations[] = {
                 .rest_body = true,
                 .params = exec_vm_params,
                 .async_handler = op_exec_vm,
+                .args_size = sizeof(VmExecArgs),
         },
         {
                 .name = "forward_port",
@@ -810,6 +837,7 @@ static const Operation operations[] = {
                 .rest_body = true,
                 .params = forward_port_params,
                 .handler = op_forward_port,
+                .args_size = sizeof(VmForwardArgs),
         },
 };
 
@@ -918,7 +946,7 @@ int operation_check_args(const Operation *op, json_t *args, ApiError *reterr) {
                 if (!p)
                         return api_error_set(
                                 reterr, -EINVAL, API_ERROR_INVALID_REQUEST, "unknown field \"%s\"", key);
-                if (json_is_null(v) && !(p->flags & PARAM_REQUIRED))
+                if (json_is_null(v) && !(p->flags & (PARAM_REQUIRED | PARAM_NOT_NULL)))
                         continue;
                 if (!param_type_matches(p->type, v))
                         return api_error_set(
@@ -1006,12 +1034,82 @@ void operation_param_check_integer(const OperationParam *p, int64_t v, char **pr
                 return;
         if (v >= p->min && v <= p->max)
                 return;
-        if (!(p->flags & PARAM_BOUNDS_APART))
+        switch (p->range_wording) {
+        case PARAM_RANGE_BOUNDS_APART:
+                if (v < p->min)
+                        operation_problem(problems, "%s must be at least %" PRIi64, p->name, p->min);
+                else
+                        operation_problem(problems, "%s must be at most %" PRIi64, p->name, p->max);
+                return;
+        case PARAM_RANGE_BETWEEN:
+                operation_problem(
+                        problems,
+                        "%s %" PRIi64 " must be between %" PRIi64 " and %" PRIi64,
+                        p->name,
+                        v,
+                        p->min,
+                        p->max);
+                return;
+        case PARAM_RANGE_PARENTHESIZED:
+                operation_problem(
+                        problems,
+                        "%s: %" PRIi64 " is out of range (%" PRIi64 "..%" PRIi64 ")",
+                        p->name,
+                        v,
+                        p->min,
+                        p->max);
+                return;
+        case PARAM_RANGE_UNSTATED:
+                operation_problem(problems, "%s %" PRIi64 " out of range", p->name, v);
+                return;
+        default:
                 operation_problem(problems, "%s must be %" PRIi64 "..%" PRIi64, p->name, p->min, p->max);
-        else if (v < p->min)
-                operation_problem(problems, "%s must be at least %" PRIi64, p->name, p->min);
-        else
-                operation_problem(problems, "%s must be at most %" PRIi64, p->name, p->max);
+                return;
+        }
+}
+
+void operation_args_done(const Operation *op, void *args) {
+        uint8_t *a = args;
+
+        if (!op || !args)
+                return;
+        if (op->args_done) {
+                op->args_done(args);
+                return;
+        }
+        for (const OperationParam *p = op->params; p->name; p++) {
+                void *field = a + p->offset;
+
+                switch (p->type) {
+                case PARAM_STRING:
+                        *(char **) field = mfree(*(char **) field);
+                        break;
+                case PARAM_STRING_ARRAY:
+                        *(char ***) field = strv_free(*(char ***) field);
+                        break;
+                case PARAM_STRING_MAP:
+                        json_decref(*(json_t **) field);
+                        *(json_t **) field = NULL;
+                        break;
+                default:
+                        break;
+                }
+        }
+}
+
+/* A PARAM_NOT_EMPTY parameter given empty: "" or []. */
+static bool param_given_empty(const OperationParam *p, const uint8_t *args) {
+        if (!(p->flags & PARAM_NOT_EMPTY))
+                return false;
+        if (p->type == PARAM_STRING) {
+                const char *s = *(char *const *) (args + p->offset);
+                return s && !*s;
+        }
+        if (p->type == PARAM_STRING_ARRAY) {
+                char *const *l = *(char **const *) (args + p->offset);
+                return l && !l[0];
+        }
+        return false;
 }
 
 /* One parameter into its place in the arguments struct: the value, or its default when absent or
@@ -1092,16 +1190,19 @@ int operation_decode(const Operation *op, json_t *args, void *ret, ApiError *ret
                 if (r < 0)
                         goto fail;
         }
-        /* the empty strings first: "leave it out" is the answer whatever else is wrong */
-        for (const OperationParam *p = op->params; p->name; p++)
-                if (p->type == PARAM_STRING && (p->flags & PARAM_NOT_EMPTY)) {
-                        const char *s = *(char **) (a + p->offset);
-                        if (s && !*s)
-                                operation_problem(
-                                        &problems,
-                                        "%s must not be empty (leave it out for the default)",
-                                        p->name);
-                }
+        /* the empty values first: "leave it out" is the answer whatever else is wrong */
+        for (const OperationParam *p = op->params; p->name; p++) {
+                if (!param_given_empty(p, a))
+                        continue;
+                if (p->flags & PARAM_REQUIRED)
+                        operation_problem(&problems, "%s is empty", p->name);
+                else
+                        operation_problem(
+                                &problems,
+                                "%s must not be empty (leave it out for %s)",
+                                p->name,
+                                p->absent_means ?: "the default");
+        }
         for (const OperationParam *p = op->params; p->name; p++)
                 check_param(p, a, &problems);
         if (op->args_check) {
@@ -1116,8 +1217,7 @@ int operation_decode(const Operation *op, json_t *args, void *ret, ApiError *ret
         return 0;
 
 fail:
-        if (op->args_done)
-                op->args_done(a);
+        operation_args_done(op, a);
         memset(a, 0, op->args_size);
         return r;
 }
@@ -1148,8 +1248,7 @@ static int operation_request_begin(
 }
 
 static void operation_request_done(OperationRequest *req) {
-        if (req->decoded && req->op->args_done)
-                req->op->args_done(req->decoded);
+        operation_args_done(req->op, req->decoded);
         req->decoded = mfree(req->decoded);
 }
 
@@ -1343,7 +1442,11 @@ json_t *operation_tool_json(const Operation *op) {
                 if (p->type == PARAM_STRING && (p->flags & PARAM_NOT_EMPTY) &&
                     json_object_set_new(s, "minLength", json_integer(1)) < 0)
                         return NULL;
-                if (op->args_size > 0) {
+                if (p->type == PARAM_STRING_ARRAY && (p->flags & PARAM_NOT_EMPTY) &&
+                    json_object_set_new(s, "minItems", json_integer(1)) < 0)
+                        return NULL;
+                /* a required parameter has no default to state */
+                if (op->args_size > 0 && !(p->flags & PARAM_REQUIRED)) {
                         json_t *d = NULL;
 
                         if (p->type == PARAM_STRING && p->default_string)

@@ -288,8 +288,8 @@ int vm_exec(Vm *v, char **command, usec_t timeout, VmDoneFunc done, void *userda
         NetPort *p;
         int pipefd[2], r;
 
-        if (!command || !command[0])
-                return api_error_set(reterr, -EINVAL, API_ERROR_INVALID_REQUEST, "command is empty");
+        /* exec_vm's declaration refuses an empty command before the VM is looked up */
+        assert_return(command && command[0], -EINVAL);
         if (!vm_has_process(v) || !vm_state_is_live(vm_state(v)) || !vm_ip(v))
                 return api_error_set(
                         reterr,

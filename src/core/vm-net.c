@@ -126,9 +126,8 @@ int vm_forward_port(Vm *v, int64_t port, json_t **ret, ApiError *reterr) {
         json_t *j;
         int r;
 
-        if (port < 1 || port > 65535)
-                return api_error_set(
-                        reterr, -EINVAL, API_ERROR_INVALID_REQUEST, "port %" PRIi64 " out of range", port);
+        /* forward_port's declaration holds a request's port to 1..65535 */
+        assert_return(port >= 1 && port <= 65535, -EINVAL);
         if (!v->rec.ip || v->rec.state == VM_STATE_DELETING)
                 return api_error_set(
                         reterr,

@@ -18,7 +18,6 @@
 #include "vm-internal.h"
 
 #define VM_CONSOLE_TAIL_BYTES (64U * 1024U)
-#define VM_CONSOLE_LINES_DEFAULT 100
 #define VM_ERROR_CONSOLE_LINES 40
 #define VM_ERROR_CONSOLE_BYTES (8U * 1024U)
 /* How long after READY=1 a VM that must attest may take to post its ready-stage quote (or the boot

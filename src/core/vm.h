@@ -56,8 +56,9 @@ char *vm_process_unit(Vm *v, const char *role);
 /* The record as the API shows it (camelCase, the reference's key order); a new reference. */
 json_t *vm_to_json(Vm *v);
 
-/* The console tail: the last lines (1..VM_CONSOLE_LINES_MAX, 0 for the default of 100) of
- * console.log, from its final 64 KiB. */
+/* The console tail: the last lines (1..VM_CONSOLE_LINES_MAX, 0 for the default) of console.log,
+ * from its final 64 KiB. */
+#define VM_CONSOLE_LINES_DEFAULT 100
 #define VM_CONSOLE_LINES_MAX 10000
 int vm_console_json(Vm *v, int64_t lines, json_t **ret, ApiError *reterr);
 
@@ -120,7 +121,8 @@ int vm_attest_quote(Vm *v, const void *body, size_t size, json_t **ret, ApiError
 int vm_bootstrap_failed(Vm *v, const void *body, size_t size);
 
 /* forward_port: a listener on 127.0.0.1 whose connections reach the guest's port, until the VM is
- * deleted. {"id","port","address"}; the same forward again for a port forwarded already. */
+ * deleted. {"id","port","address"}; the same forward again for a port forwarded already. port is
+ * 1..65535, as forward_port's parameter declares. */
 int vm_forward_port(Vm *v, int64_t port, json_t **ret, ApiError *reterr);
 
 /* exec_vm: runs command (argv) in the guest as root over ssh with the VM's own key, the guest's host

@@ -33,8 +33,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                         _cleanup_free_ void *decoded = calloc(1, table[i].args_size);
 
                         api_error_done(&e);
-                        if (decoded && operation_decode(&table[i], v, decoded, &e) >= 0 && table[i].args_done)
-                                table[i].args_done(decoded);
+                        if (decoded && operation_decode(&table[i], v, decoded, &e) >= 0)
+                                operation_args_done(&table[i], decoded);
                 }
         }
 

@@ -12,6 +12,7 @@
 #include "cleanup.h"
 #include "fs-util.h"
 #include "network.h"
+#include "operation.h"
 
 #define _cleanup_json_ _cleanup_(json_decrefp)
 #define _cleanup_api_error_ _cleanup_(api_error_done)
@@ -80,6 +81,22 @@ static void assert_same_file(const char *before, const char *path) {
         assert_string_equal(after, before);
 }
 
+/* A create_network request as the API takes it: decoded by the operation table (types, the empty
+ * search domain, the MTU's range), then created. */
+static int create_request(NetworkRegistry *reg, json_t *req, Network **ret, ApiError *e) {
+        const Operation *op = operation_find("create_network");
+        NetworkCreateArgs a;
+        int r;
+
+        assert_non_null(op);
+        r = operation_decode(op, req, &a, e);
+        if (r < 0)
+                return r;
+        r = network_create(reg, &a, ret, e);
+        operation_args_done(op, &a);
+        return r;
+}
+
 static NetworkRegistry *load(const Fixture *f) {
         _cleanup_api_error_ ApiError e = API_ERROR_NULL;
         NetworkRegistry *reg = NULL;
@@ -99,7 +116,7 @@ static Network *create(NetworkRegistry *reg, const char *text) {
         int r;
 
         assert_non_null(req);
-        r = network_create(reg, req, &n, &e);
+        r = create_request(reg, req, &n, &e);
         if (r < 0)
                 fail_msg("creating %s failed: %s", text, e.message ?: test_errno_name(r));
         assert_non_null(n);
@@ -414,7 +431,7 @@ static void check_refused(
         Network *n = NULL;
         int r;
 
-        r = network_create(reg, req, &n, &e);
+        r = create_request(reg, req, &n, &e);
         if (r >= 0) {
                 _cleanup_free_ char *shown = json_dumps(req, JSON_COMPACT);
                 fail_msg("%s was accepted", shown ?: "(request)");
@@ -473,7 +490,7 @@ static void test_create_invalid(void **state) {
         _cleanup_json_ json_t *req = json_pack("{s:s,s:s}", "name", "x", "cidr", "10.0.0.0/8");
 
         /* The message, exactly. */
-        assert_errno(network_create(reg, req, NULL, &e), -EINVAL);
+        assert_errno(create_request(reg, req, NULL, &e), -EINVAL);
         assert_string_equal(
                 e.message, "invalid request: cidr \"10.0.0.0/8\": prefix length must be /16 to /29");
 
@@ -512,7 +529,7 @@ static void test_socket_path_limit(void **state) {
 
         long_req = json_pack("{s:s,s:s}", "name", name_long, "cidr", "10.0.0.0/24");
         check_refused(&sub, reg, long_req, "name \"abcdefghij-abcdefghij-ab\"", "state dir takes 64");
-        assert_errno(network_create(reg, long_req, NULL, &e), -EINVAL);
+        assert_errno(create_request(reg, long_req, NULL, &e), -EINVAL);
         assert_contains(e.message, "would be 108 bytes");
 
         assert_true(asprintf(&req, "{\"name\":\"%s\",\"cidr\":\"10.0.0.0/24\"}", name_ok) > 0);
@@ -531,7 +548,7 @@ static void test_duplicate(void **state) {
         first = create(reg, "{\"name\":\"lan\",\"cidr\":\"10.0.0.0/24\"}");
         before = slurp(f->file);
 
-        assert_errno(network_create(reg, req, &n, &e), -EEXIST);
+        assert_errno(create_request(reg, req, &n, &e), -EEXIST);
         assert_int_equal(e.code, API_ERROR_CONFLICT);
         assert_string_equal(e.message, "conflict: network \"lan\" already exists");
         assert_null(n);
@@ -557,7 +574,7 @@ static void test_network_limit(void **state) {
         assert_int_equal(network_registry_size(reg), 256);
         before = slurp(f->file);
 
-        assert_errno(network_create(reg, req, NULL, &e), -EBUSY);
+        assert_errno(create_request(reg, req, NULL, &e), -EBUSY);
         assert_int_equal(e.code, API_ERROR_CONFLICT);
         assert_contains(e.message, "at most 256 networks");
         assert_int_equal(network_registry_size(reg), 256);
@@ -698,7 +715,7 @@ typedef struct VmNames {
         unsigned calls;
 } VmNames;
 
-static const char *vm_name(const char *vm_id, void *userdata) {
+static const char *name_of_vm(const char *vm_id, void *userdata) {
         VmNames *v = userdata;
 
         v->calls++;
@@ -724,7 +741,7 @@ static void test_delete(void **state) {
         acquire(reg, n, "a1a1a1a1");
         before = slurp(f->file);
 
-        assert_errno(network_delete(reg, "lan", vm_name, &names, &e), -EBUSY);
+        assert_errno(network_delete(reg, "lan", name_of_vm, &names, &e), -EBUSY);
         assert_int_equal(e.code, API_ERROR_CONFLICT);
         assert_string_equal(e.message, "conflict: network \"lan\" is used by vm c3c3c3c3, node-1, node-2");
         assert_int_equal(names.calls, 3);
@@ -737,15 +754,15 @@ static void test_delete(void **state) {
 
         assert_ok(network_lease_release(reg, n, "a1a1a1a1"));
         assert_ok(network_lease_release(reg, n, "b2b2b2b2"));
-        assert_errno(network_delete(reg, "lan", vm_name, &names, &e), -EBUSY);
+        assert_errno(network_delete(reg, "lan", name_of_vm, &names, &e), -EBUSY);
         assert_string_equal(e.message, "conflict: network \"lan\" is used by vm c3c3c3c3");
         assert_ok(network_lease_release(reg, n, "c3c3c3c3"));
 
-        assert_ok(network_delete(reg, "lan", vm_name, &names, NULL));
+        assert_ok(network_delete(reg, "lan", name_of_vm, &names, NULL));
         assert_null(network_registry_get(reg, "lan"));
         assert_int_equal(network_registry_size(reg), 1);
 
-        assert_errno(network_delete(reg, "lan", vm_name, &names, &e), -ENOENT);
+        assert_errno(network_delete(reg, "lan", name_of_vm, &names, &e), -ENOENT);
         assert_int_equal(e.code, API_ERROR_NOT_FOUND);
         assert_string_equal(e.message, "not found: network \"lan\"");
 
@@ -968,7 +985,7 @@ static void test_save_failure_changes_nothing(void **state) {
         assert_ok(RET_NERRNO(unlink(f->file)));
         assert_ok(RET_NERRNO(mkdir(f->file, 0700)));
 
-        assert_errno(network_create(reg, req, &got, &e), -EISDIR);
+        assert_errno(create_request(reg, req, &got, &e), -EISDIR);
         assert_int_equal(e.code, API_ERROR_INTERNAL);
         assert_contains(e.message, f->file);
         assert_null(got);
@@ -984,7 +1001,7 @@ static void test_save_failure_changes_nothing(void **state) {
 
         /* Once the way is clear, the same calls succeed. */
         assert_ok(RET_NERRNO(rmdir(f->file)));
-        assert_ok(network_create(reg, req, &got, NULL));
+        assert_ok(create_request(reg, req, &got, NULL));
         assert_ok(network_lease_release(reg, n, "vm-a"));
         assert_ok(RET_NERRNO(unlink(f->file)));
         assert_ok(RET_NERRNO(mkdir(f->file, 0700)));

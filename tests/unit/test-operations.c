@@ -184,9 +184,10 @@ static void test_tool_json(void **state) {
         assert_true(json_is_false(json_object_get(ann, "openWorldHint")));
 }
 
-/* The limits create_vm's decoder enforces are the ones api/openapi.yaml states: each integer's
- * minimum, maximum and default, each string's maxLength where both say one. The schema keeps one
- * layout: "        <field>: { type: ..., minimum: N, ... }" below "    CreateVMRequest:". */
+/* The limits the decoders of the request bodies enforce are the ones api/openapi.yaml states: each
+ * integer's minimum, maximum and default (none for a required one), each string's maxLength where
+ * both say one, a non-empty array's minItems. The schema keeps one layout: "        <field>: { type:
+ * ..., minimum: N, ... }" below "    CreateVMRequest:" and the others. */
 static bool schema_number(const char *line, const char *key, long long *ret) {
         _cleanup_free_ char *k = NULL;
         const char *at;
@@ -197,9 +198,18 @@ static bool schema_number(const char *line, const char *key, long long *ret) {
 }
 
 static void test_openapi_limits_match_table(void **state) {
-        const Operation *op = operation_find("create_vm");
+        /* the request bodies and the operations that decode them */
+        static const struct {
+                const char *schema;
+                const char *op;
+        } bodies[] = {
+                { "    CreateVMRequest:", "create_vm" },
+                { "    CreateNetworkRequest:", "create_network" },
+                { "    ExecRequest:", "exec_vm" },
+                { "    ForwardRequest:", "forward_port" },
+        };
         _cleanup_free_ char *text = NULL;
-        bool in_schema = false;
+        const Operation *op = NULL;
         size_t checked = 0;
 
         assert_ok(read_full_file(openapi_path, 1 << 20, &text, NULL));
@@ -209,31 +219,45 @@ static void test_openapi_limits_match_table(void **state) {
                 long long v;
 
                 if (strneq(line, "    ", 4) && line[4] != ' ') {
-                        in_schema = streq(line, "    CreateVMRequest:");
+                        op = NULL;
+                        for (size_t i = 0; i < ELEMENTSOF(bodies); i++)
+                                if (streq(line, bodies[i].schema))
+                                        op = operation_find(bodies[i].op);
                         continue;
                 }
-                if (!in_schema || !strneq(line, "        ", 8) || line[8] == ' ' ||
+                if (!op || !strneq(line, "        ", 8) || line[8] == ' ' ||
                     sscanf(line + 8, "%63[a-z_]: {", name) != 1 || !strstr(line, "{"))
                         continue;
                 p = operation_param_find(op, name);
                 if (!p)
-                        fail_msg("openapi.yaml's CreateVMRequest has %s, create_vm has not", name);
+                        fail_msg("openapi.yaml's request of %s has %s, the operation has not", op->name, name);
                 if (p->type == PARAM_INTEGER) {
                         assert_true(schema_number(line, "minimum", &v));
                         assert_int_equal(v, p->min);
                         assert_true(schema_number(line, "maximum", &v));
                         assert_int_equal(v, p->max);
-                        assert_true(schema_number(line, "default", &v));
-                        assert_int_equal(v, p->default_integer);
+                        /* a required parameter has no default */
+                        if (p->flags & PARAM_REQUIRED)
+                                assert_false(schema_number(line, "default", &v));
+                        else {
+                                assert_true(schema_number(line, "default", &v));
+                                assert_int_equal(v, p->default_integer);
+                        }
                         checked++;
                 }
                 if (p->type == PARAM_STRING && p->max_length > 0 && schema_number(line, "maxLength", &v)) {
                         assert_int_equal(v, p->max_length);
                         checked++;
                 }
+                if (p->type == PARAM_STRING_ARRAY && (p->flags & PARAM_NOT_EMPTY)) {
+                        assert_true(schema_number(line, "minItems", &v));
+                        assert_int_equal(v, 1);
+                        checked++;
+                }
         }
-        /* cpus, memory_mib, disk_gib; image, kubernetes_version, network, user_data */
-        assert_int_equal(checked, 7);
+        /* cpus, memory_mib, disk_gib; image, kubernetes_version, network, user_data; mtu; command,
+         * timeout_seconds; port */
+        assert_int_equal(checked, 11);
 }
 
 /* A parameter is added to an operation by declaring it, and nothing else: here "gpus" is the one
@@ -328,9 +352,7 @@ static void test_decode_new_param(void **state) {
         assert_string_equal(e.message, "invalid request: field \"gpus\": expected an integer, got string");
         assert_errno(decode("{\"name\":\"\",\"cpus\":0,\"gpus\":100}", &a, &e), -EINVAL);
         assert_string_equal(
-                e.message,
-                "invalid request: name must not be empty (leave it out for the default); cpus must be 1..256; "
-                "gpus must be 0..8");
+                e.message, "invalid request: name is empty; cpus must be 1..256; gpus must be 0..8");
 
         /* the handler gets the decoded struct */
         args = json_pack("{s:s,s:i}", "name", "y", "gpus", 4);
