@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* PCR values predicted from artifacts: Authenticode digests of the PE images of
  * tests/data/attest/pe/ (made by its gen.py; the expected digests were computed by an independent
- * Python implementation and, for uki.efi and signed32.efi, confirmed by osslsigncode 2.5's
+ * Python implementation and, for uki.efi and signed32.efi, confirmed by osslsigncode 2.9's
  * "Calculated message digest"), malformed images refused, UKI sections extracted, and the events of
  * the recorded OVMF boot (firmware.log, firmware-pcrs.json) predicted: PCR 7 entirely, PCRs 2, 3, 6
  * and 12, and PCR 4 from the applications' digests the log names. */

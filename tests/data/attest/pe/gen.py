@@ -11,9 +11,11 @@
 #                 (not hashed), named by the security directory entry
 #   fewdirs.efi   PE32+ whose optional header has 4 data directories, so no certificate entry to
 #                 skip, plus trailing bytes
-# The expected digests in the test come from /work/notes/authenticode.py (kernel, uki, signed32,
-# and the extracted .linux) and, for fewdirs.efi (which that script does not handle), from the
-# byte ranges printed by this script with --ranges, hashed with sha256sum.
+# The expected digests in the test come from a separate Python Authenticode implementation (the
+# issue 36 research prototype; kernel, uki, signed32), confirmed for uki.efi and signed32.efi by
+# osslsigncode's "Calculated message digest" after signing a copy, and for fewdirs.efi (which the
+# prototype does not handle: it always skips a certificate entry) from the byte ranges printed by
+# this script with --ranges.
 #   usage: tests/data/attest/pe/gen.py [--ranges]
 import os
 import struct
