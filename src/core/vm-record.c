@@ -17,11 +17,12 @@
  *   before), processes? (on disk, while processes run:
  *   {"qemu"|"swtpm"|"vsock": {"pid", "unit"? (since the systemd launcher)}}), ip?, mac?, cid,
  *   machineID, booted, status?, sshPublicKey, attestation ({"required", "userDataReleased",
- *   "nonceIssuedAt"?, "initrd"?, "ready"?, "akPinned"? (on disk)}; the verdicts since quotes were
- *   judged), createdAt, createdBy? (since OAuth), installedAt?, bootedAt?, readyAt?, lastError?,
- *   consoleTail? (since failures kept the console), forwards (since forward_port kept them),
- *   paths ({"dir", "volume", "console", "tpmState", "ovmfVars", "qmpSocket", "sshKey", "userData",
- *   "report", "qemuLog"}: derived from the directory, only "volume" is read back).
+ *   "nonceIssuedAt"?, "initrd"?, "ready"?, "akPinned"? (on disk), "kernelCmdlineExtra"? (on disk,
+ *   since PCR 12 is predicted)}; the verdicts since quotes were judged), createdAt, createdBy? (since
+ * OAuth), installedAt?, bootedAt?, readyAt?, lastError?, consoleTail? (since failures kept the console),
+ * forwards (since forward_port kept them), paths ({"dir", "volume", "console", "tpmState", "ovmfVars",
+ * "qmpSocket", "sshKey", "userData", "report", "qemuLog"}: derived from the directory, only "volume" is read
+ * back).
  *
  * A key that was never written is refused, and so is a value of the wrong type: such a record is
  * quarantined (vm-load.c), never half loaded. */
@@ -40,6 +41,7 @@ void vm_attestation_done(VmAttestation *a) {
         attest_result_done(&a->initrd);
         attest_result_done(&a->ready);
         free(a->ak_pin);
+        free(a->cmdline_extra);
         *a = (VmAttestation){};
 }
 
@@ -113,6 +115,9 @@ json_t *vm_attestation_to_json_full(const VmAttestation *a, bool for_disk) {
         if (a->has_ready && json_object_set_new(o, "ready", attest_result_to_json(&a->ready)) < 0)
                 return NULL;
         if (for_disk && a->ak_pin && json_object_set_new(o, "akPinned", json_string(a->ak_pin)) < 0)
+                return NULL;
+        if (for_disk && a->cmdline_extra &&
+            json_object_set_new(o, "kernelCmdlineExtra", json_string(a->cmdline_extra)) < 0)
                 return NULL;
         return TAKE_PTR(o);
 }
@@ -294,6 +299,7 @@ static void forwards_from_json(json_t *a, VmForwards *fw) {
 typedef struct AttestationInput {
         bool required, released;
         char *ak_pin;
+        char *cmdline_extra;
         json_t *checked;
 } AttestationInput;
 
@@ -305,6 +311,10 @@ static int attestation_from_json(json_t *o, VmAttestation *a, ApiError *reterr) 
                 { "initrd", json_dispatch_variant, offsetof(AttestationInput, checked), JSON_NULLABLE },
                 { "ready", json_dispatch_variant, offsetof(AttestationInput, checked), JSON_NULLABLE },
                 { "akPinned", json_dispatch_string, offsetof(AttestationInput, ak_pin), JSON_NULLABLE },
+                { "kernelCmdlineExtra",
+                  json_dispatch_string,
+                  offsetof(AttestationInput, cmdline_extra),
+                  JSON_NULLABLE },
                 {},
         };
         _cleanup_(api_error_done) ApiError e = API_ERROR_NULL;
@@ -317,11 +327,13 @@ static int attestation_from_json(json_t *o, VmAttestation *a, ApiError *reterr) 
         json_decref(in.checked);
         if (r < 0) {
                 free(in.ak_pin);
+                free(in.cmdline_extra);
                 return r == -ENOMEM ? r : bad(reterr, "field \"attestation\": %s", e.message ?: "malformed");
         }
         a->required = in.required;
         a->released = in.released;
         a->ak_pin = in.ak_pin;
+        a->cmdline_extra = in.cmdline_extra;
         a->nonce_issued_at = time_or_unset(json_string_value(json_object_get(o, "nonceIssuedAt")));
         a->has_initrd = attest_result_from_json(json_object_get(o, "initrd"), &a->initrd) >= 0;
         a->has_ready = attest_result_from_json(json_object_get(o, "ready"), &a->ready) >= 0;

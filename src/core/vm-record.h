@@ -30,6 +30,10 @@ typedef struct VmAttestation {
         AttestResult initrd, ready;
         bool has_initrd, has_ready;
         char *ak_pin;
+        /* The io.systemd.stub.kernel-cmdline-extra value QEMU was last started with ("" for none),
+         * which PCR 12 is predicted from; kept on disk for a successor attaching to the run, NULL
+         * for a run an older vm-manager started. */
+        char *cmdline_extra;
 } VmAttestation;
 
 void vm_attestation_done(VmAttestation *a);
