@@ -304,19 +304,18 @@ typedef struct AttestationInput {
 } AttestationInput;
 
 static int attestation_from_json(json_t *o, VmAttestation *a, ApiError *reterr) {
+#define ATT(f) offsetof(AttestationInput, f)
         static const JsonDispatch table[] = {
-                { "required", json_dispatch_bool, offsetof(AttestationInput, required), JSON_NULLABLE },
-                { "userDataReleased", json_dispatch_bool, offsetof(AttestationInput, released), JSON_NULLABLE },
-                { "nonceIssuedAt", json_dispatch_variant, offsetof(AttestationInput, checked), JSON_NULLABLE },
-                { "initrd", json_dispatch_variant, offsetof(AttestationInput, checked), JSON_NULLABLE },
-                { "ready", json_dispatch_variant, offsetof(AttestationInput, checked), JSON_NULLABLE },
-                { "akPinned", json_dispatch_string, offsetof(AttestationInput, ak_pin), JSON_NULLABLE },
-                { "kernelCmdlineExtra",
-                  json_dispatch_string,
-                  offsetof(AttestationInput, cmdline_extra),
-                  JSON_NULLABLE },
+                { "required", json_dispatch_bool, ATT(required), JSON_NULLABLE },
+                { "userDataReleased", json_dispatch_bool, ATT(released), JSON_NULLABLE },
+                { "nonceIssuedAt", json_dispatch_variant, ATT(checked), JSON_NULLABLE },
+                { "initrd", json_dispatch_variant, ATT(checked), JSON_NULLABLE },
+                { "ready", json_dispatch_variant, ATT(checked), JSON_NULLABLE },
+                { "akPinned", json_dispatch_string, ATT(ak_pin), JSON_NULLABLE },
+                { "kernelCmdlineExtra", json_dispatch_string, ATT(cmdline_extra), JSON_NULLABLE },
                 {},
         };
+#undef ATT
         _cleanup_(api_error_done) ApiError e = API_ERROR_NULL;
         AttestationInput in = {};
         int r;
