@@ -242,7 +242,7 @@ static const char *expected_pcr12(Vm *v, char ret[static ATTEST_SHA256_HEX + 1])
 
         if (!extra)
                 return NULL;
-        r = attest_predict_pcr12(*extra ? extra : NULL, pcr);
+        r = attest_predict_pcr12_booted(*extra ? extra : NULL, pcr);
         if (r < 0) {
                 log_debug_errno(r, "VM %s: no PCR 12 prediction for its command line, ignoring: %m", vm_id(v));
                 return NULL;

@@ -124,6 +124,9 @@ class Swtpm:
         env = dict(os.environ, TSS2_LOG="all+none")
         if event_log:
             env["VM_AGENT_EVENT_LOG"] = event_log
+            userspace = os.path.join(os.path.dirname(event_log), "userspace.log")
+            if os.path.exists(userspace):
+                env["VM_AGENT_USERSPACE_LOG"] = userspace
         p = subprocess.run([AGENT, "attest", "--stage=" + stage, "--imds-url=" + url, "--tpm=" + self.tcti,
                             "--timeout=20s"], capture_output=True, text=True, env=env, timeout=60)
         return p.returncode, p.stdout + p.stderr
@@ -133,6 +136,14 @@ class Swtpm:
         event log that says so, for the agent to send along."""
         subprocess.run(["tpm2_pcrextend", "-T", self.tcti, "12:sha256=" + stub_cmdline_digest(extra)],
                        check=True, capture_output=True, timeout=30)
+        # then systemd's os-separator in the initrd (SHA-256 of the string), as a real boot shows
+        subprocess.run(["tpm2_pcrextend", "-T", self.tcti,
+                        "12:sha256=" + hashlib.sha256(b"os-separator").hexdigest()],
+                       check=True, capture_output=True, timeout=30)
+        with open(os.path.join(self.dir, "userspace.log"), "w") as f:
+            f.write("\x1e" + json.dumps({"pcr": 12, "digests": [
+                {"hashAlg": "sha256", "digest": hashlib.sha256(b"os-separator").hexdigest()}],
+                "content_type": "systemd", "content": {"string": "os-separator", "eventType": "os-separator"}}) + "\n")
         log = os.path.join(self.dir, "firmware.log")
         stub_cmdline_log(log, extra)
         return log
