@@ -70,10 +70,10 @@ typedef struct AttestVerifyParams {
         const char *no_policy_message;
         const char *kubernetes_version; /* the VM's; selects the policy's pcr13 entry; NULL for none */
         const char *pinned_ak;          /* the fingerprint pinned for this VM, NULL when none */
-        /* PCR 12 as 64 lowercase hex, predicted by attest_predict_pcr12_booted() from the kernel-cmdline-extra
-         * string the daemon passed to this run; compared where the policy has "pcr12": "predicted".
-         * NULL when the daemon does not know what it passed (a run an older vm-manager started):
-         * PCR 12 is then required but not compared, and the verdict says so. */
+        /* PCR 12 as 64 lowercase hex, predicted by attest_predict_pcr12_booted() from the
+         * kernel-cmdline-extra string the daemon passed to this run; compared where the policy has "pcr12":
+         * "predicted". NULL when the daemon does not know what it passed (a run an older vm-manager
+         * started): PCR 12 is then required but not compared, and the verdict says so. */
         const char *expected_pcr12;
         bool learn_golden; /* --attestation-learn-golden */
 } AttestVerifyParams;
