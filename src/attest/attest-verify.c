@@ -206,9 +206,9 @@ static int check_pcrs(
         return 0;
 }
 
-/* PCR 11 against the policy's phase, PCR 12 against the command line the daemon passed (where the
- * policy declares it predicted), then each golden PCR (and 13 at the ready stage): a value the
- * policy lacks is learned where allowed, listed as unknown otherwise. *ret_pcr12 says whether
+/* PCR 11 against the policy's phase, then each golden PCR (and 13 at the ready stage): a value the
+ * policy lacks is learned where allowed, listed as unknown otherwise; then PCR 12 against the
+ * command line the daemon passed (where the policy declares it predicted). *ret_pcr12 says whether
  * PCR 12 was compared. */
 static int check_golden(
         const AttestVerifyParams *p,
@@ -230,17 +230,6 @@ static int check_golden(
                         phase,
                         want ?: "",
                         res->pcrs[11]);
-
-        /* The stub measured the kernel-cmdline-extra string it found: another value than the one
-         * predicted means the command line was changed between vm-manager and the guest. */
-        if (p->policy->pcr12_predicted && p->expected_pcr12 && !streq(p->expected_pcr12, res->pcrs[12]))
-                return set_message(
-                        res,
-                        "pcr 12 mismatch: the kernel command line handed to the vm differs from the one "
-                        "vm-manager passed: expected %s, got %s",
-                        p->expected_pcr12,
-                        res->pcrs[12]);
-        *ret_pcr12 = p->policy->pcr12_predicted && p->expected_pcr12;
 
         for (size_t k = 0; k < ELEMENTSOF(golden_pcrs) + (stage == ATTEST_STAGE_READY); k++) {
                 unsigned i = k < ELEMENTSOF(golden_pcrs) ? golden_pcrs[k] : 13;
@@ -283,6 +272,19 @@ static int check_golden(
                         "no golden value for pcr %s in the image policy: record one with `vm-manager image "
                         "golden` or run with --attestation-learn-golden",
                         unknown.s);
+
+        /* Last, once the firmware is known to be the expected one (another firmware changes more
+         * than PCR 12, and its golden mismatch is the verdict that explains it): the stub measured
+         * the kernel-cmdline-extra string it found, and another value than the one predicted means
+         * the command line was changed between vm-manager and the guest. */
+        if (p->policy->pcr12_predicted && p->expected_pcr12 && !streq(p->expected_pcr12, res->pcrs[12]))
+                return set_message(
+                        res,
+                        "pcr 12 mismatch: the kernel command line handed to the vm differs from the one "
+                        "vm-manager passed: expected %s, got %s",
+                        p->expected_pcr12,
+                        res->pcrs[12]);
+        *ret_pcr12 = p->policy->pcr12_predicted && p->expected_pcr12;
         *ret_kubernetes = matched_kubernetes;
         return 0;
 }
