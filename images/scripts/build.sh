@@ -209,8 +209,11 @@ with open(os.path.join(ktree, "usr/share/vm-image/kubernetes-images/images.txt")
     for line in f:
         ref, _, rest = line.strip().partition(" ")
         if ref:
-            kimages.append({"ref": ref, "included": not rest.startswith("absent:"),
-                            **({"why": rest.split(":", 1)[1].strip()} if rest.startswith("absent:") else {})})
+            absent = rest.startswith("absent:")
+            carries = rest.partition(" ")[2].strip()
+            kimages.append({"ref": ref, "included": not absent,
+                            **({"why": rest.split(":", 1)[1].strip()} if absent else {}),
+                            **({"carries": carries} if carries and not absent else {})})
 def pkgs(name):
     try:
         return {p["name"]: p["version"] for p in json.load(open(os.path.join(o, name))).get("packages", [])}

@@ -3,8 +3,10 @@
 # (bookworm's `kubernetes` source package, the full upstream tree) and caches them, keyed by the
 # source version and this build's own inputs. Prints the cache entry's directory, whose bin/ holds
 # kubelet, kubeadm, kubectl, kube-apiserver, kube-controller-manager, kube-scheduler, kube-proxy,
-# crictl (../kubernetes/crictl/main.go, built in the same tree) and pause (build/pause/linux/pause.c,
-# linked statically), and whose version file names the Kubernetes version (v1.20.2).
+# crictl (../kubernetes/crictl/main.go, built in the same tree), cluster-dns (../kubernetes/cluster-dns,
+# the cluster DNS carried as kubeadm's CoreDNS image, tested with `go test` before it is built) and
+# pause (build/pause/linux/pause.c, linked statically), and whose version file names the Kubernetes
+# version (v1.20.2).
 #
 # The source comes through the isolated apt view of bookworm (tools/fetch-sid-package.sh --suite),
 # so the host's apt sources stay as they are and any Debian release can build it; so does the Go
@@ -19,7 +21,7 @@ images=$(cd "$here/.." && pwd)
 repo=$(cd "$images/.." && pwd)
 CACHE=${KUBERNETES_CACHE_DIR:-/var/cache/vm-manager/kubernetes}
 SUITE=${KUBERNETES_SOURCE_SUITE:-bookworm}
-bins=(kubelet kubeadm kubectl kube-apiserver kube-controller-manager kube-scheduler kube-proxy crictl)
+bins=(kubelet kubeadm kubectl kube-apiserver kube-controller-manager kube-scheduler kube-proxy crictl cluster-dns)
 
 say() { echo "kubernetes-bins: $*" >&2; }
 die() { say "$*"; exit 1; }
@@ -45,7 +47,8 @@ srcver=$(APT_CONFIG=/var/cache/vm-manager/$SUITE-apt/apt.conf apt-cache showsrc 
 [ -n "$srcver" ] || die "no kubernetes source package in $SUITE"
 key=$( {
         echo "$srcver"
-        sha256sum "$images/kubernetes/crictl/main.go" "$here/kubernetes-bins.sh" | cut -d' ' -f1
+        sha256sum "$images/kubernetes/crictl/main.go" "$images"/kubernetes/cluster-dns/*.go "$here/kubernetes-bins.sh" |
+                cut -d' ' -f1
         "$GO/go" version
 } | sha256sum | cut -c1-16)
 entry=$CACHE/bin-$srcver-$key
@@ -73,13 +76,16 @@ r2=$work/reflect2/x/usr/share/gocode/src/github.com/modern-go/reflect2
 rm -rf "$tree/vendor/github.com/modern-go/reflect2"
 mkdir -p "$tree/vendor/github.com/modern-go/reflect2"
 find "$r2" -maxdepth 1 -type f \( -name '*.go' -o -name '*.s' \) ! -name '*_test.go' -exec cp {} "$tree/vendor/github.com/modern-go/reflect2/" \;
-mkdir -p "$tree/.go/src/k8s.io" "$tree/cmd/crictl"
+mkdir -p "$tree/.go/src/k8s.io" "$tree/cmd/crictl" "$tree/cmd/cluster-dns"
 ln -s ../../.. "$tree/.go/src/k8s.io/kubernetes"
 cp "$images/kubernetes/crictl/main.go" "$tree/cmd/crictl/main.go"
+cp "$images"/kubernetes/cluster-dns/*.go "$tree/cmd/cluster-dns/"
 (
         cd "$tree/.go/src/k8s.io/kubernetes"
         export GOPATH=$tree/.go PATH=$GO:$PATH CGO_ENABLED=0 GO111MODULE=off HOME=$work/home \
                 GOCACHE=$work/gocache
+        # cluster-dns's own tests: queries over the loopback against client-go's fake API server.
+        go test ./cmd/cluster-dns >&2
         make WHAT="$(printf 'cmd/%s ' "${bins[@]}")" >&2
 ) || die "the Kubernetes build failed (its output is above)"
 mkdir -p "$work/out/bin"

@@ -17,7 +17,8 @@
 # bookworm's containerd 1.6 and runc 1.1 for Kubernetes up to 1.25 (kubelet 1.20 speaks CRI
 # v1alpha2 only, which containerd 2 dropped) and sid's containerd 2 for 1.26 and later (CRI v1
 # only, and kubelet 1.36 refuses containerd 1.x). etcd is Debian's etcd-server of the same suite as
-# the runtime; CoreDNS is in no Debian release, so its image is left out (images.txt says so).
+# the runtime; CoreDNS is in no Debian release, so its image name carries cluster-dns, a cluster DNS
+# built from the same source tree (images.txt says so).
 #
 # usage: kubernetes-sysext.sh TREE     (as root; run by scripts/build.sh)
 set -euo pipefail
@@ -104,6 +105,7 @@ for ref in "${wanted[@]}"; do
         root=$work/rootfs-$name
         mkdir -p "$root/usr/local/bin"
         entrypoint=
+        carries=
         case "$name" in
         kube-apiserver | kube-controller-manager | kube-scheduler | kube-proxy)
                 if [ ! -x "$bins/$name" ]; then
@@ -135,13 +137,24 @@ for ref in "${wanted[@]}"; do
                 install -m 0755 "$work/etcd-server/usr/bin/etcd" "$root/usr/local/bin/etcd"
                 cp -a "$libc/." "$root/"
                 ;;
+        coredns)
+                # No Debian release has CoreDNS: the image carries cluster-dns, which serves the
+                # Corefile kubeadm writes (../kubernetes/cluster-dns/main.go says how far).
+                if [ ! -x "$bins/cluster-dns" ]; then
+                        listing+="$ref absent: no cluster-dns in $bins (a registry may serve CoreDNS's image)"$'\n'
+                        continue
+                fi
+                install -m 0755 "$bins/cluster-dns" "$root/cluster-dns"
+                entrypoint=/cluster-dns
+                carries="cluster-dns: vm-manager's cluster DNS from the Kubernetes source tree, not CoreDNS"
+                ;;
         *)
                 listing+="$ref absent: in no Debian release; kubeadm's $name addon waits for a registry"$'\n'
                 continue
                 ;;
         esac
         "$here/oci-archive.py" --name "$ref" --rootfs "$root" --out "$out/$name.tar" --epoch "$epoch" ${entrypoint:+--entrypoint "$entrypoint"}
-        listing+="$ref $name.tar"$'\n'
+        listing+="$ref $name.tar${carries:+ $carries}"$'\n'
         rm -rf "$root"
 done
 printf '%s' "$listing" >"$out/images.txt"
