@@ -44,6 +44,7 @@ import re
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import time
@@ -551,12 +552,12 @@ def cabpk_ignition(command, kubeadm_yml, extra_files=None):
 
 
 def init_yml(name, kver):
-    """kubeadm init's configuration as CABPK renders a KubeadmControlPlane's. Two settings a user adds
-    here: kubeadm's preflight pulls every image of the version, CoreDNS's too, which no Debian release
-    has and this machine cannot download (a VM that reaches a registry needs no such setting); and under
-    emulation (TCG) the API server answers a lease renewal slower than the default 10 s deadline, so
-    kube-controller-manager and kube-scheduler lose their leader election and exit over and over (the
-    bootstrap signer a join waits for never ran long enough): a minute's lease."""
+    """kubeadm init's configuration as CABPK renders a KubeadmControlPlane's, with no image repository
+    and no preflight errors ignored: every image kubeadm asks for is in the sysext (CoreDNS's name
+    carries cluster-dns). One setting a user adds here: under emulation (TCG) the API server answers a
+    lease renewal slower than the default 10 s deadline, so kube-controller-manager and kube-scheduler
+    lose their leader election and exit over and over (the bootstrap signer a join waits for never ran
+    long enough): a minute's lease."""
     lease = ("  extraArgs:\n    leader-elect-lease-duration: 90s\n    leader-elect-renew-deadline: 60s\n"
              "    leader-elect-retry-period: 5s\n")
     return ("apiServer:\n  certSANs:\n  - 127.0.0.1\n  - localhost\n  timeoutForControlPlane: 20m0s\n"
@@ -564,7 +565,7 @@ def init_yml(name, kver):
             "kind: ClusterConfiguration\nkubernetesVersion: v%s\nnetworking:\n  dnsDomain: cluster.local\n"
             "  serviceSubnet: 10.96.0.0/12\nscheduler:\n" + lease + "---\napiVersion: kubeadm.k8s.io/v1beta2\n"
             "bootstrapTokens:\n- token: %s\nkind: InitConfiguration\nlocalAPIEndpoint: {}\nnodeRegistration:\n"
-            "  criSocket: /var/run/containerd/containerd.sock\n  ignorePreflightErrors:\n  - ImagePull\n"
+            "  criSocket: /var/run/containerd/containerd.sock\n"
             "  kubeletExtraArgs: {}\n  name: %s\n") % (kver, TOKEN, name)
 
 
@@ -599,6 +600,57 @@ def cluster_info_signed(kubectl, kubeconfig):
                         "-o", "json", "--request-timeout", "20s"], capture_output=True, text=True, timeout=60)
     data = json.loads(p.stdout).get("data", {}) if p.returncode == 0 else {}
     return "jws-kubeconfig-" + TOKEN.split(".")[0] in data, (p.stdout[-800:] + p.stderr[-800:])
+
+
+def dns_query_bytes(name, qtype):
+    """A DNS query (RD set) for name, as the bytes a UDP datagram carries."""
+    q = struct.pack(">HHHHHH", 0x4b1d, 0x0100, 1, 0, 0, 0)
+    q += b"".join(bytes([len(l)]) + l.encode() for l in name.rstrip(".").split("."))
+    return q + b"\0" + struct.pack(">HH", qtype, 1)
+
+
+def dns_answer(reply):
+    """The rcode and the A records of a DNS reply's answer section."""
+    rcode, ancount = reply[3] & 15, struct.unpack(">H", reply[6:8])[0]
+    i = 12
+    while reply[i] != 0:  # the question's name (never compressed)
+        i += reply[i] + 1
+    i += 5
+    addrs = []
+    for _ in range(ancount):
+        while reply[i] != 0 and reply[i] < 0xc0:
+            i += reply[i] + 1
+        i += 2 if reply[i] >= 0xc0 else 1
+        rtype, _, _, rdlen = struct.unpack(">HHIH", reply[i:i + 10])
+        if rtype == 1 and rdlen == 4:
+            addrs.append(".".join(str(b) for b in reply[i + 10:i + 14]))
+        i += 10 + rdlen
+    return rcode, addrs
+
+
+def cluster_dns(port, vid, server, name):
+    """Asks the cluster DNS at server (the kube-dns service address) for name's A records from inside
+    the node vid, with bash's /dev/udp: the image has no DNS client. Returns (rcode, addresses) or
+    (None, why)."""
+    query = "".join("\\x%02x" % b for b in dns_query_bytes(name, 1))
+    r, why = exec_vm(port, vid, "bash", "-c",
+                     "exec 3<>/dev/udp/%s/53 && printf '%s' >&3 && timeout 10 dd bs=4096 count=1 <&3 2>/dev/null "
+                     "| od -An -v -tx1" % (server, query))
+    out = "".join((r or {}).get("stdout", "").split())
+    if not out:
+        return None, "no answer: %s %s" % (why[:300], (r or {}).get("stderr", "")[:300])
+    return dns_answer(bytes.fromhex(out))
+
+
+def dns_deployment(kubectl, kubeconfig):
+    """Whether kubeadm's DNS add-on (the coredns Deployment, cluster-dns's image) has a ready replica."""
+    p = subprocess.run([kubectl, "--kubeconfig", kubeconfig, "-n", "kube-system", "get", "deployment", "coredns",
+                        "-o", "json", "--request-timeout", "20s"], capture_output=True, text=True, timeout=60)
+    st = json.loads(p.stdout).get("status", {}) if p.returncode == 0 else {}
+    q = subprocess.run([kubectl, "--kubeconfig", kubeconfig, "-n", "kube-system", "get", "pods", "-l",
+                        "k8s-app=kube-dns", "-o", "wide", "--request-timeout", "20s"],
+                       capture_output=True, text=True, timeout=60)
+    return (st.get("readyReplicas") or 0) >= 1, json.dumps(st)[:800] + "\n" + q.stdout[-1200:] + q.stderr[-600:]
 
 
 def control_plane_diag(port, cpid):
@@ -686,6 +738,22 @@ def t_cluster(work):
     TIMINGS["cluster: control plane create_vm to node Ready"] = time.monotonic() - t0
     tap.result(ok, "kubectl get nodes through forward_port 6443: e2e-cp Ready (%.0f s after ready)"
                % (time.monotonic() - t1), why)
+
+    # the DNS add-on kubeadm deployed, answering from the control plane (both replicas run there
+    # until a worker joins; the default bridge network does not route pods between nodes)
+    t1 = time.monotonic()
+    ok, why = wait_for(lambda: dns_deployment(kubectl, kubeconfig), 900, 10)
+    TIMINGS["cluster: control plane ready to a DNS replica ready"] = time.monotonic() - t1
+    tap.result(ok, "the cluster DNS (kubeadm's coredns Deployment, cluster-dns) has a ready replica after %.0f s"
+               % (time.monotonic() - t1), why)
+    if ok:
+        rcode, addrs = cluster_dns(port, cpid, "10.96.0.10", "kubernetes.default.svc.cluster.local")
+        tap.result(rcode == 0 and addrs == ["10.96.0.1"],
+                   "cluster DNS at 10.96.0.10: kubernetes.default.svc.cluster.local is 10.96.0.1", "%r %r" % (rcode, addrs))
+        rcode, addrs = cluster_dns(port, cpid, "10.96.0.10", "nosuch.default.svc.cluster.local")
+        tap.result(rcode == 3, "cluster DNS: a service that does not exist is NXDOMAIN", "%r %r" % (rcode, addrs))
+    else:
+        control_plane_diag(port, cpid)
 
     # what a join needs from the control plane: kube-controller-manager's bootstrap signer
     ok, why = wait_for(lambda: cluster_info_signed(kubectl, kubeconfig), 600, 10)
