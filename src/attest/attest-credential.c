@@ -239,11 +239,9 @@ int attest_ek_public_from_pkey(EVP_PKEY *pkey, TPMT_PUBLIC *ret, ApiError *reter
                                 -EOPNOTSUPP,
                                 "unsupported endorsement key: rsa exponent other than 65537");
                 p.type = TPM2_ALG_RSA;
-                p.parameters.rsaDetail = (TPMS_RSA_PARMS){
-                        .symmetric = aes128,
-                        .scheme = { .scheme = TPM2_ALG_NULL },
-                        .keyBits = 2048,
-                };
+                p.parameters.rsaDetail.symmetric = aes128;
+                p.parameters.rsaDetail.scheme.scheme = TPM2_ALG_NULL;
+                p.parameters.rsaDetail.keyBits = 2048;
                 p.unique.rsa.size = 256;
                 if (bn_field(pkey, OSSL_PKEY_PARAM_RSA_N, p.unique.rsa.buffer, 256) < 0)
                         return -ENOMEM;
@@ -258,12 +256,10 @@ int attest_ek_public_from_pkey(EVP_PKEY *pkey, TPMT_PUBLIC *ret, ApiError *reter
                                 "unsupported endorsement key: ecc curve '%s', the default template has prime256v1",
                                 group);
                 p.type = TPM2_ALG_ECC;
-                p.parameters.eccDetail = (TPMS_ECC_PARMS){
-                        .symmetric = aes128,
-                        .scheme = { .scheme = TPM2_ALG_NULL },
-                        .curveID = TPM2_ECC_NIST_P256,
-                        .kdf = { .scheme = TPM2_ALG_NULL },
-                };
+                p.parameters.eccDetail.symmetric = aes128;
+                p.parameters.eccDetail.scheme.scheme = TPM2_ALG_NULL;
+                p.parameters.eccDetail.curveID = TPM2_ECC_NIST_P256;
+                p.parameters.eccDetail.kdf.scheme = TPM2_ALG_NULL;
                 p.unique.ecc.x.size = p.unique.ecc.y.size = P256_BYTES;
                 if (bn_field(pkey, OSSL_PKEY_PARAM_EC_PUB_X, p.unique.ecc.x.buffer, P256_BYTES) < 0 ||
                     bn_field(pkey, OSSL_PKEY_PARAM_EC_PUB_Y, p.unique.ecc.y.buffer, P256_BYTES) < 0)
@@ -283,6 +279,14 @@ static void be32(uint8_t *p, uint32_t v) {
         p[1] = (uint8_t) (v >> 16);
         p[2] = (uint8_t) (v >> 8);
         p[3] = (uint8_t) v;
+}
+
+/* Appends a KDF block to out, as much of it as is still wanted. */
+static void take_block(uint8_t *out, size_t *done, size_t want, const uint8_t *block, unsigned block_size) {
+        size_t n = MIN((size_t) block_size, want - *done);
+
+        memcpy(out + *done, block, n);
+        *done += n;
 }
 
 /* KDFa of part 1 §11.4.10.2, the SP 800-108 counter mode with HMAC: block i is
@@ -305,10 +309,10 @@ static int
         if (label_size > 16 || context_size > sizeof(TPMU_NAME))
                 return -EINVAL;
 
-        for (uint32_t i = 1, done = 0; done < want; i++) {
+        for (size_t i = 1, done = 0; done < want; i++) {
                 unsigned block_size = 0;
 
-                be32(in, i);
+                be32(in, (uint32_t) i);
                 memcpy(in + 4, label, label_size);
                 n = 4 + label_size;
                 if (context_size > 0)
@@ -318,8 +322,7 @@ static int
                 n += 4;
                 if (!HMAC(md, key, (int) key_size, in, n, block, &block_size) || block_size == 0)
                         return -ENOMEM;
-                memcpy(ret + done, block, MIN((size_t) block_size, want - done));
-                done += MIN(block_size, (uint32_t) (want - done));
+                take_block(ret, &done, want, block, block_size);
         }
         OPENSSL_cleanse(block, sizeof(block));
         return 0;
@@ -342,10 +345,10 @@ static int
 
         if (!ctx)
                 return -ENOMEM;
-        for (uint32_t i = 1, done = 0; done < size; i++) {
+        for (size_t i = 1, done = 0; done < size; i++) {
                 unsigned block_size = 0;
 
-                be32(counter, i);
+                be32(counter, (uint32_t) i);
                 if (EVP_DigestInit_ex(ctx, md, /* impl= */ NULL) != 1 ||
                     EVP_DigestUpdate(ctx, counter, sizeof(counter)) != 1 ||
                     EVP_DigestUpdate(ctx, z, z_size) != 1 ||
@@ -354,8 +357,7 @@ static int
                     EVP_DigestUpdate(ctx, party_v, party_v_size) != 1 ||
                     EVP_DigestFinal_ex(ctx, block, &block_size) != 1)
                         return -ENOMEM;
-                memcpy(ret + done, block, MIN((size_t) block_size, size - done));
-                done += MIN(block_size, (uint32_t) (size - done));
+                take_block(ret, &done, size, block, block_size);
         }
         OPENSSL_cleanse(block, sizeof(block));
         return 0;

@@ -21,6 +21,7 @@
 
 #include "cleanup.h"
 #include "fs-util.h"
+#include "test-util.h"
 
 extern char **environ;
 
