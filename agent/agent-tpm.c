@@ -528,13 +528,38 @@ int agent_tpm_ensure_ak(AgentTpm *t, ESYS_TR *ret_ak, TPM2B_PUBLIC *ret_public, 
         return 0;
 }
 
-int agent_tpm_ek_public(AgentTpm *t, TPM2B_PUBLIC *ret, ApiError *reterr) {
-        _cleanup_esys_free_ TPM2B_PUBLIC *public = NULL;
+/* A transient EK from the TCG RSA-2048 template, which the caller flushes. The endorsement seed
+ * makes it the same key each time, the one the EK certificate describes. */
+static int create_ek(AgentTpm *t, ESYS_TR *ret, TPM2B_PUBLIC **ret_public, ApiError *reterr) {
         const TPM2B_SENSITIVE_CREATE sensitive = {};
         const TPM2B_DATA outside = {};
         const TPML_PCR_SELECTION creation_pcrs = {};
-        ESYS_TR ek = ESYS_TR_NONE;
         TSS2_RC rc;
+
+        agent_debug("deriving the endorsement key from the tcg rsa-2048 template");
+        rc = Esys_CreatePrimary(
+                t->esys,
+                ESYS_TR_RH_ENDORSEMENT,
+                ESYS_TR_PASSWORD,
+                ESYS_TR_NONE,
+                ESYS_TR_NONE,
+                &sensitive,
+                &ek_template,
+                &outside,
+                &creation_pcrs,
+                ret,
+                ret_public,
+                /* creationData= */ NULL,
+                /* creationHash= */ NULL,
+                /* creationTicket= */ NULL);
+        if (rc != TSS2_RC_SUCCESS)
+                return tpm_error(reterr, rc, "create ek");
+        return 0;
+}
+
+int agent_tpm_ek_public(AgentTpm *t, TPM2B_PUBLIC *ret, ApiError *reterr) {
+        _cleanup_esys_free_ TPM2B_PUBLIC *public = NULL;
+        ESYS_TR ek = ESYS_TR_NONE;
         int r;
 
         assert_return(t, -EINVAL);
@@ -548,28 +573,165 @@ int agent_tpm_ek_public(AgentTpm *t, TPM2B_PUBLIC *ret, ApiError *reterr) {
                 return read_persistent(t, AGENT_EK_HANDLE, /* ret_tr= */ NULL, ret, reterr);
         }
 
-        agent_debug("deriving the endorsement key from the tcg rsa-2048 template");
-        rc = Esys_CreatePrimary(
-                t->esys,
-                ESYS_TR_RH_ENDORSEMENT,
-                ESYS_TR_PASSWORD,
-                ESYS_TR_NONE,
-                ESYS_TR_NONE,
-                &sensitive,
-                &ek_template,
-                &outside,
-                &creation_pcrs,
-                &ek,
-                &public,
-                /* creationData= */ NULL,
-                /* creationHash= */ NULL,
-                /* creationTicket= */ NULL);
-        if (rc != TSS2_RC_SUCCESS)
-                return tpm_error(reterr, rc, "create ek");
+        r = create_ek(t, &ek, &public, reterr);
+        if (r < 0)
+                return r;
         flush(t, &ek);
 
         *ret = *public;
         return 0;
+}
+
+/* The EK to activate a credential with: the persistent one when there is one (its handle is only
+ * closed afterwards), else a transient one (flushed afterwards). */
+static int load_ek(AgentTpm *t, ESYS_TR *ret, bool *ret_transient, ApiError *reterr) {
+        TPM2B_PUBLIC public;
+        int r;
+
+        r = persistent_present(t, AGENT_EK_HANDLE, reterr);
+        if (r < 0)
+                return r;
+        if (r > 0) {
+                agent_debug("using the endorsement key at 0x%08x", (unsigned) AGENT_EK_HANDLE);
+                *ret_transient = false;
+                return read_persistent(t, AGENT_EK_HANDLE, ret, &public, reterr);
+        }
+        *ret_transient = true;
+        return create_ek(t, ret, /* ret_public= */ NULL, reterr);
+}
+
+/* A policy session satisfied by PolicySecret(TPM_RH_ENDORSEMENT) with the endorsement hierarchy's
+ * (empty) password: the authPolicy of the TCG EK templates, and the only way to use the EK. */
+static int ek_policy_session(AgentTpm *t, ESYS_TR *ret, ApiError *reterr) {
+        const TPMT_SYM_DEF symmetric = { .algorithm = TPM2_ALG_NULL };
+        ESYS_TR session = ESYS_TR_NONE;
+        TSS2_RC rc;
+
+        rc = Esys_StartAuthSession(
+                t->esys,
+                /* tpmKey= */ ESYS_TR_NONE,
+                /* bind= */ ESYS_TR_NONE,
+                ESYS_TR_NONE,
+                ESYS_TR_NONE,
+                ESYS_TR_NONE,
+                /* nonceCaller= */ NULL,
+                TPM2_SE_POLICY,
+                &symmetric,
+                TPM2_ALG_SHA256,
+                &session);
+        if (rc != TSS2_RC_SUCCESS)
+                return tpm_error(reterr, rc, "start ek policy session");
+
+        rc = Esys_PolicySecret(
+                t->esys,
+                ESYS_TR_RH_ENDORSEMENT,
+                session,
+                ESYS_TR_PASSWORD,
+                ESYS_TR_NONE,
+                ESYS_TR_NONE,
+                /* nonceTPM= */ NULL,
+                /* cpHashA= */ NULL,
+                /* policyRef= */ NULL,
+                /* expiration= */ 0,
+                /* timeout= */ NULL,
+                /* policyTicket= */ NULL);
+        if (rc != TSS2_RC_SUCCESS) {
+                flush(t, &session);
+                return tpm_error(reterr, rc, "policy secret for the endorsement hierarchy");
+        }
+
+        *ret = session;
+        return 0;
+}
+
+static int unmarshal_credential(
+        const uint8_t *blob,
+        size_t blob_size,
+        const uint8_t *secret,
+        size_t secret_size,
+        TPM2B_ID_OBJECT *ret_blob,
+        TPM2B_ENCRYPTED_SECRET *ret_secret,
+        ApiError *reterr) {
+        size_t off = 0;
+
+        /* tss2 refuses to unmarshal into a TPM2B whose size is not zero. */
+        memset(ret_blob, 0, sizeof(*ret_blob));
+        memset(ret_secret, 0, sizeof(*ret_secret));
+        if (Tss2_MU_TPM2B_ID_OBJECT_Unmarshal(blob, blob_size, &off, ret_blob) != TSS2_RC_SUCCESS ||
+            off != blob_size)
+                return api_error_set(
+                        reterr, -EBADMSG, API_ERROR_INTERNAL, "credential blob is not a TPM2B_ID_OBJECT");
+        off = 0;
+        if (Tss2_MU_TPM2B_ENCRYPTED_SECRET_Unmarshal(secret, secret_size, &off, ret_secret) != TSS2_RC_SUCCESS ||
+            off != secret_size)
+                return api_error_set(
+                        reterr, -EBADMSG, API_ERROR_INTERNAL, "encrypted secret is not a TPM2B_ENCRYPTED_SECRET");
+        return 0;
+}
+
+int agent_tpm_activate_credential(
+        AgentTpm *t,
+        ESYS_TR ak,
+        const uint8_t *blob,
+        size_t blob_size,
+        const uint8_t *secret,
+        size_t secret_size,
+        TPM2B_DIGEST *ret,
+        ApiError *reterr) {
+        _cleanup_esys_free_ TPM2B_DIGEST *credential = NULL;
+        TPM2B_ID_OBJECT id;
+        TPM2B_ENCRYPTED_SECRET encrypted;
+        ESYS_TR ek = ESYS_TR_NONE, session = ESYS_TR_NONE;
+        bool transient = false;
+        TSS2_RC rc;
+        int r;
+
+        assert_return(t, -EINVAL);
+        assert_return(blob || blob_size == 0, -EINVAL);
+        assert_return(secret || secret_size == 0, -EINVAL);
+        assert_return(ret, -EINVAL);
+
+        r = unmarshal_credential(blob, blob_size, secret, secret_size, &id, &encrypted, reterr);
+        if (r < 0)
+                return r;
+
+        r = load_ek(t, &ek, &transient, reterr);
+        if (r < 0)
+                return r;
+        r = ek_policy_session(t, &session, reterr);
+        if (r < 0)
+                goto finish;
+
+        /* The AK is authorised with its (empty) password, the EK with the policy session. */
+        rc = Esys_ActivateCredential(
+                t->esys, ak, ek, ESYS_TR_PASSWORD, session, ESYS_TR_NONE, &id, &encrypted, &credential);
+        if (rc != TSS2_RC_SUCCESS) {
+                TSS2_RC base = tpm_rc_base(rc);
+
+                /* The integrity HMAC covers the AK's name and the seed: a credential for another key,
+                 * another TPM or one altered on the way fails here, not for a fault of this TPM. */
+                if (IN_SET(base, TPM2_RC_INTEGRITY, TPM2_RC_VALUE, TPM2_RC_SIZE, TPM2_RC_ECC_POINT))
+                        r = api_error_set(
+                                reterr,
+                                -EPERM,
+                                API_ERROR_INTERNAL,
+                                "activate credential: refused by the tpm, not made for this attestation key and endorsement key: %s",
+                                Tss2_RC_Decode(rc));
+                else
+                        r = tpm_error(reterr, rc, "activate credential");
+                goto finish;
+        }
+
+        *ret = *credential;
+        r = 0;
+
+finish:
+        flush(t, &session);
+        if (transient)
+                flush(t, &ek);
+        else
+                tr_close(t, &ek);
+        return r;
 }
 
 int agent_tpm_quote(

@@ -76,3 +76,21 @@ int agent_tpm_quote(
         TPM2B_ATTEST **ret_attest,
         TPMT_SIGNATURE **ret_signature,
         ApiError *reterr);
+
+/* TPM2_ActivateCredential: unwraps a credential the host made (attest_make_credential()) for the
+ * AK ak, with the endorsement key (the one at AGENT_EK_HANDLE, otherwise derived from the TCG
+ * RSA-2048 template and flushed again) authorised by a PolicySecret(TPM_RH_ENDORSEMENT) session.
+ * blob and secret are the marshalled TPM2B_ID_OBJECT and TPM2B_ENCRYPTED_SECRET as the host sent
+ * them; ret receives the credential. Success proves to the host that ak is in the TPM of that EK.
+ * -EBADMSG for bytes that are not those structures, -EPERM when the TPM refuses the credential (made
+ * for another AK or EK, or altered), -EIO for other TPM failures. Leaves no transient object or
+ * session behind. */
+int agent_tpm_activate_credential(
+        AgentTpm *t,
+        ESYS_TR ak,
+        const uint8_t *blob,
+        size_t blob_size,
+        const uint8_t *secret,
+        size_t secret_size,
+        TPM2B_DIGEST *ret,
+        ApiError *reterr);

@@ -318,7 +318,7 @@ int attest_quote_parse(
         return 0;
 }
 
-static int ak_key(const TPMT_PUBLIC *pub, EVP_PKEY **ret, ApiError *reterr) {
+int attest_public_to_pkey(const TPMT_PUBLIC *pub, const char *what, EVP_PKEY **ret, ApiError *reterr) {
         _cleanup_(EVP_PKEY_CTX_freep) EVP_PKEY_CTX *ctx = NULL;
         _cleanup_(OSSL_PARAM_BLD_freep) OSSL_PARAM_BLD *bld = NULL;
         _cleanup_(OSSL_PARAM_freep) OSSL_PARAM *params = NULL;
@@ -337,7 +337,8 @@ static int ak_key(const TPMT_PUBLIC *pub, EVP_PKEY **ret, ApiError *reterr) {
                         return attest_error_set(
                                 reterr,
                                 -EPERM,
-                                "unsupported attestation key: ecc point of %u and %u bytes, want 32",
+                                "unsupported %s: ecc point of %u and %u bytes, want 32",
+                                what,
                                 x->size,
                                 y->size);
                 /* left-padded to the field size */
@@ -351,8 +352,7 @@ static int ak_key(const TPMT_PUBLIC *pub, EVP_PKEY **ret, ApiError *reterr) {
                 const TPM2B_PUBLIC_KEY_RSA *m = &pub->unique.rsa;
 
                 if (m->size == 0)
-                        return attest_error_set(
-                                reterr, -EPERM, "unsupported attestation key: rsa modulus is empty");
+                        return attest_error_set(reterr, -EPERM, "unsupported %s: rsa modulus is empty", what);
                 n = BN_bin2bn(m->buffer, m->size, NULL);
                 e = BN_new();
                 if (!n || !e || !BN_set_word(e, pub->parameters.rsaDetail.exponent ?: 65537))
@@ -371,7 +371,8 @@ static int ak_key(const TPMT_PUBLIC *pub, EVP_PKEY **ret, ApiError *reterr) {
                 return attest_error_set(
                         reterr,
                         -EPERM,
-                        "unsupported attestation key: %s",
+                        "unsupported %s: %s",
+                        what,
                         pub->type == TPM2_ALG_ECC ? "ecc point is not on the curve" : "rsa key is invalid");
         }
         *ret = pkey;
@@ -445,7 +446,7 @@ int attest_quote_verify_signature(const AttestQuote *q, ApiError *reterr) {
                         reterr, -EPERM, "signature does not verify: scheme 0x%04x", q->signature.sigAlg);
         }
 
-        r = ak_key(&q->public, &pkey, reterr);
+        r = attest_public_to_pkey(&q->public, "attestation key", &pkey, reterr);
         if (r < 0) {
                 OPENSSL_free(der);
                 return r;

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 #pragma once
 
+#include <openssl/evp.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -80,6 +81,11 @@ int attest_quote_verify_pcrs(
 size_t attest_hash_size(TPMI_ALG_HASH alg);
 /* "sha256" for TPM2_ALG_SHA256…, NULL for another. */
 const char *attest_hash_name(TPMI_ALG_HASH alg);
+
+/* The OpenSSL public key of an ECC P-256 or RSA TPMT_PUBLIC (the type is not checked again: anything
+ * but TPM2_ALG_ECC is taken as RSA). A point off the curve or an empty modulus is -EPERM with
+ * "unsupported <what>: …" in reterr. Returns a new reference. */
+int attest_public_to_pkey(const TPMT_PUBLIC *pub, const char *what, EVP_PKEY **ret, ApiError *reterr);
 
 /* The AK fingerprint of a TPMT_PUBLIC: hex sha256 of its marshalled form. */
 int attest_ak_fingerprint(const TPMT_PUBLIC *pub, char ret[static ATTEST_SHA256_HEX + 1]);
