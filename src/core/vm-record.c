@@ -40,6 +40,7 @@ void vm_attestation_done(VmAttestation *a) {
         attest_result_done(&a->initrd);
         attest_result_done(&a->ready);
         free(a->ak_pin);
+        free(a->ek_why);
         *a = (VmAttestation){};
 }
 
@@ -113,6 +114,13 @@ json_t *vm_attestation_to_json_full(const VmAttestation *a, bool for_disk) {
         if (a->has_ready && json_object_set_new(o, "ready", attest_result_to_json(&a->ready)) < 0)
                 return NULL;
         if (for_disk && a->ak_pin && json_object_set_new(o, "akPinned", json_string(a->ak_pin)) < 0)
+                return NULL;
+        if (for_disk && a->ek_pending && json_object_set_new(o, "ekPending", json_true()) < 0)
+                return NULL;
+        /* a record from before EK certificates has none: absent, which is what the vTPM is */
+        if (json_object_set_new(o, "ekCertificate", json_string(attest_ek_verdict_to_string(a->ek))) < 0)
+                return NULL;
+        if (a->ek_why && json_object_set_new(o, "ekCertificateMessage", json_string(a->ek_why)) < 0)
                 return NULL;
         return TAKE_PTR(o);
 }
@@ -294,6 +302,9 @@ static void forwards_from_json(json_t *a, VmForwards *fw) {
 typedef struct AttestationInput {
         bool required, released;
         char *ak_pin;
+        bool ek_pending;
+        char *ek;
+        char *ek_why;
         json_t *checked;
 } AttestationInput;
 
@@ -305,6 +316,9 @@ static int attestation_from_json(json_t *o, VmAttestation *a, ApiError *reterr) 
                 { "initrd", json_dispatch_variant, offsetof(AttestationInput, checked), JSON_NULLABLE },
                 { "ready", json_dispatch_variant, offsetof(AttestationInput, checked), JSON_NULLABLE },
                 { "akPinned", json_dispatch_string, offsetof(AttestationInput, ak_pin), JSON_NULLABLE },
+                { "ekPending", json_dispatch_bool, offsetof(AttestationInput, ek_pending), JSON_NULLABLE },
+                { "ekCertificate", json_dispatch_string, offsetof(AttestationInput, ek), JSON_NULLABLE },
+                { "ekCertificateMessage", json_dispatch_string, offsetof(AttestationInput, ek_why), JSON_NULLABLE },
                 {},
         };
         _cleanup_(api_error_done) ApiError e = API_ERROR_NULL;
@@ -317,11 +331,19 @@ static int attestation_from_json(json_t *o, VmAttestation *a, ApiError *reterr) 
         json_decref(in.checked);
         if (r < 0) {
                 free(in.ak_pin);
+                free(in.ek_why);
+                free(in.ek);
                 return r == -ENOMEM ? r : bad(reterr, "field \"attestation\": %s", e.message ?: "malformed");
         }
         a->required = in.required;
         a->released = in.released;
         a->ak_pin = in.ak_pin;
+        a->ek_pending = in.ek_pending;
+        a->ek = in.ek ? attest_ek_verdict_from_string(in.ek) : ATTEST_EK_ABSENT;
+        if (a->ek < 0)
+                a->ek = ATTEST_EK_ABSENT; /* a verdict of a newer daemon: not one this one vouches for */
+        free(in.ek);
+        a->ek_why = in.ek_why;
         a->nonce_issued_at = time_or_unset(json_string_value(json_object_get(o, "nonceIssuedAt")));
         a->has_initrd = attest_result_from_json(json_object_get(o, "initrd"), &a->initrd) >= 0;
         a->has_ready = attest_result_from_json(json_object_get(o, "ready"), &a->ready) >= 0;
