@@ -227,10 +227,16 @@ static int manager_launcher_new(Manager *m, const ManagerConfig *cfg, ApiError *
 /* The host CA of vTPM EK certificates, made on the first start. Without it VMs still run: their
  * vTPMs are manufactured by swtpm itself, uncertified ("ekCertificate": "absent"). */
 static void manager_open_ca(Manager *m) {
-        _cleanup_free_ char *dir = NULL;
+        _cleanup_free_ char *dir = NULL, *setup = path_find_executable("swtpm_setup");
         char host[256] = "";
         int r;
 
+        if (!setup) {
+                log_warning(
+                        "No swtpm_setup on PATH (package swtpm-tools): new VMs get vTPMs without an EK "
+                        "certificate.");
+                return;
+        }
         if (asprintf(&dir, "%s/attest-ca", m->state_dir) < 0)
                 return;
         if (gethostname(host, sizeof(host)) < 0 || !*host)
