@@ -20,11 +20,14 @@ static const char *const agent_stage_table[_AGENT_STAGE_MAX] = {
 DEFINE_STRING_TABLE_LOOKUP(agent_stage, AgentStage);
 
 uint32_t agent_stage_pcrs(AgentStage s) {
+        /* PCR 12 at both stages: systemd-stub measures the kernel-cmdline-extra string the host
+         * passed there before the kernel runs, so the host can tell whether the command line it
+         * handed over is the one the guest booted with, from the first quote on. */
         switch (s) {
         case AGENT_STAGE_INITRD:
-                return 0xffU | 1U << 11;
+                return 0xffU | 1U << 11 | 1U << 12;
         case AGENT_STAGE_READY:
-                return 0xffU | 1U << 11 | 1U << 13;
+                return 0xffU | 1U << 11 | 1U << 12 | 1U << 13;
         default:
                 return 0;
         }
@@ -112,6 +115,8 @@ int agent_quote_build(
         AgentPcrs pcrs;
         ESYS_TR ak;
         uint32_t mask = agent_stage_pcrs(stage);
+        const char *firmware_log, *userspace_log;
+        bool simulator;
         TSS2_RC rc;
         int r;
 
@@ -169,14 +174,20 @@ int agent_quote_build(
             set_new(req, "pcrs", TAKE_PTR(pcrs_json)) < 0)
                 return api_error_set(reterr, -ENOMEM, API_ERROR_INTERNAL, "out of memory");
 
-        if (agent_tpm_is_simulator(tpm))
-                /* A swtpm on a development host: the host's own logs describe another TPM. */
+        /* A swtpm on a development host: the host's own logs at the default paths describe another
+         * TPM, so only logs named explicitly (a test replaying its events into the swtpm) go along. */
+        simulator = agent_tpm_is_simulator(tpm);
+        firmware_log = o->firmware_log ?: (simulator ? NULL : AGENT_FIRMWARE_LOG);
+        userspace_log = o->userspace_log ?: (simulator ? NULL : AGENT_USERSPACE_LOG);
+        if (!firmware_log && !userspace_log)
                 agent_debug("the tpm is a simulator, leaving the event logs out");
-        else {
-                r = attach_log(req, "event_log", o->firmware_log ?: AGENT_FIRMWARE_LOG, reterr);
+        if (firmware_log) {
+                r = attach_log(req, "event_log", firmware_log, reterr);
                 if (r < 0)
                         return r;
-                r = attach_log(req, "userspace_log", o->userspace_log ?: AGENT_USERSPACE_LOG, reterr);
+        }
+        if (userspace_log) {
+                r = attach_log(req, "userspace_log", userspace_log, reterr);
                 if (r < 0)
                         return r;
         }

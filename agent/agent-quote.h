@@ -22,7 +22,7 @@ typedef enum AgentStage {
 const char *agent_stage_to_string(AgentStage s) _const_;
 AgentStage agent_stage_from_string(const char *s) _pure_;
 
-/* The PCRs a stage quotes, bit i for PCR i: 0-7 and 11 (initrd), plus 13 (ready). */
+/* The PCRs a stage quotes, bit i for PCR i: 0-7, 11 and 12 (initrd), plus 13 (ready). */
 uint32_t agent_stage_pcrs(AgentStage s) _const_;
 
 typedef struct AgentQuoteOptions {
@@ -33,7 +33,7 @@ typedef struct AgentQuoteOptions {
 
 /* Builds the QuoteRequest of a stage over nonce (hex, as served by /attest/nonce): ensures the
  * persistent AK, reads the EK public area and the stage's sha256 PCRs, quotes them with the nonce as
- * qualifying data and attaches the event logs (not for a simulator). Returns a new JSON object with
- * the fields in the order of docs/agent.md. */
+ * qualifying data and attaches the event logs (for a simulator only those named in o). Returns a new JSON
+ * object with the fields in the order of docs/agent.md. */
 int agent_quote_build(
         const AgentQuoteOptions *o, AgentStage stage, const char *nonce, json_t **ret, ApiError *reterr);

@@ -44,8 +44,8 @@ static void main_help(void) {
 
 static void attest_help(void) {
         printf("Usage: vm-agent attest --stage=initrd|ready [FLAGS]\n\n"
-               "Fetches a nonce from the IMDS, quotes PCRs 0-7 and 11 (stage initrd) or 0-7, 11 and 13\n"
-               "(stage ready) of the sha256 bank with the persistent attestation key and posts the quote.\n"
+               "Fetches a nonce from the IMDS, quotes PCRs 0-7, 11 and 12 (stage initrd) or 0-7, 11, 12\n"
+               "and 13 (stage ready) of the sha256 bank with the persistent attestation key and posts the quote.\n"
                "Exit status: 0 verified, 2 rejected by the verifier, 1 any other error.\n\n"
                "Flags:\n"
                "      --stage=STAGE     boot stage being quoted: initrd or ready (required)\n"

@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Writes or checks an image's policy.json: the expected PCR 11 values per boot phase path, computed
 by systemd-measure from the UKI's own sections, and the expected PCR 13 per Kubernetes version
-(from the signed verity root hash of each version's sysext).
+(from the signed verity root hash of each version's sysext). It also declares "pcr12": "predicted":
+the image's vm-agent quotes PCR 12, which vm-manager predicts per VM from the kernel-cmdline-extra
+string it passes (systemd-stub measures only that there; the ESP holds no addons or credentials).
 
   policy.py write  IMAGE_DIR --measure CMD   (re)writes IMAGE_DIR/policy.json; keeps golden values
   policy.py verify IMAGE_DIR --measure CMD   recomputes both and compares them with policy.json
@@ -28,6 +30,8 @@ SECTIONS = ["linux", "osrel", "cmdline", "initrd", "ucode", "splash", "dtb", "un
 PHASES = ["enter-initrd", "enter-initrd:leave-initrd", "enter-initrd:leave-initrd:sysinit",
           "enter-initrd:leave-initrd:sysinit:ready"]
 SEPARATOR = "os-separator"
+# How vm-manager judges PCR 12 of this image's quotes (its agent quotes it since issue 36).
+PCR12 = "predicted"
 
 
 def pe_sections(path):
@@ -165,7 +169,7 @@ def main():
         if os.path.exists(path):
             with open(path) as f:
                 doc = json.load(f)
-        doc.update({"image_id": image_id, "image_version": version, "pcr11": want11})
+        doc.update({"image_id": image_id, "image_version": version, "pcr11": want11, "pcr12": PCR12})
         if want13:
             doc["pcr13"] = want13
         else:
@@ -189,6 +193,9 @@ def main():
         print(f"pcr11 {phase}: {v} {'ok' if have == v else 'MISMATCH, policy.json has ' + (have or 'nothing')}")
         if have != v:
             bad.append(f"pcr11[{phase}]")
+    print(f"pcr12: {doc.get('pcr12') or 'not declared'} {'ok' if doc.get('pcr12') == PCR12 else 'MISMATCH'}")
+    if doc.get("pcr12") != PCR12:
+        bad.append(f"pcr12 is not \"{PCR12}\" (rewrite the policy with policy.py write)")
     have13 = {k: v.lower() for k, v in doc.get("pcr13", {}).items()}
     for k, v in want13.items():
         print(f"pcr13 kubernetes {k}: {v} {'ok' if have13.get(k) == v else 'MISMATCH'}")

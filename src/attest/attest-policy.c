@@ -102,6 +102,7 @@ typedef struct PolicyJson {
         json_t *golden; /* bank → object or null, merged */
         bool firmware;
         char *fw_sha256, *fw_package, *fw_version;
+        char *pcr12;
 } PolicyJson;
 
 static void policy_json_done(PolicyJson *j) {
@@ -113,6 +114,7 @@ static void policy_json_done(PolicyJson *j) {
         free(j->fw_sha256);
         free(j->fw_package);
         free(j->fw_version);
+        free(j->pcr12);
 }
 
 static int decode_golden(json_t *v, PolicyJson *j, ApiError *reterr) {
@@ -223,6 +225,8 @@ static int decode(json_t *v, PolicyJson *j, ApiError *reterr) {
                         r = decode_golden(e, j, reterr);
                 else if (strcasecmp(key, "golden_firmware") == 0)
                         r = decode_firmware(e, j, reterr);
+                else if (strcasecmp(key, "pcr12") == 0)
+                        r = take_string(e, "pcr12", &j->pcr12, reterr);
                 else
                         r = 0;
                 if (r < 0)
@@ -353,6 +357,21 @@ static int validate(const PolicyJson *j, AttestPolicy *p, ApiError *reterr) {
                                                 reterr, r, "policy: golden.sha256[%lld]: %s", idx, err);
                         }
                 }
+        }
+
+        if (j->pcr12) {
+                /* Only the one word is known: a later kind of PCR 12 expectation must not be read
+                 * as this one by a verifier that does not know it. */
+                if (!streq(j->pcr12, ATTEST_POLICY_PCR12_PREDICTED)) {
+                        _cleanup_free_ char *q = attest_go_quote(j->pcr12, strlen(j->pcr12));
+                        return attest_error_set(
+                                reterr,
+                                -EINVAL,
+                                "policy: pcr12 %s is not supported, only \"" ATTEST_POLICY_PCR12_PREDICTED
+                                "\"",
+                                q ?: "\"?\"");
+                }
+                p->pcr12_predicted = true;
         }
 
         if (j->image_id) {

@@ -43,7 +43,16 @@ typedef struct AttestPolicy {
         char golden_firmware_sha256[ATTEST_SHA256_HEX + 1];
         char *golden_firmware_package; /* NULL when absent */
         char *golden_firmware_version; /* NULL when absent */
+
+        /* "pcr12": "predicted": the image's agent quotes PCR 12 and its stub measures nothing there
+         * but the kernel-cmdline-extra string vm-manager passes, so the verifier requires PCR 12 and
+         * compares it with the value predicted from that string. Absent in policies written before
+         * (their agents do not quote PCR 12), which keep being judged without it. */
+        bool pcr12_predicted;
 } AttestPolicy;
+
+/* The one value "pcr12" takes. */
+#define ATTEST_POLICY_PCR12_PREDICTED "predicted"
 
 /* Decodes and validates a policy.json. Errors carry the reference's texts, all starting "policy: "
  * ("policy: pcr11 lacks phase \"enter-initrd\"", "policy: golden.sha256[3]: 31 bytes, want 32", …);

@@ -475,6 +475,25 @@ int attest_digest_stub_cmdline_extra(const char *extra, uint8_t ret[static ATTES
         return 1;
 }
 
+int attest_predict_pcr12_booted(const char *extra, uint8_t ret[static ATTEST_SHA256_SIZE]) {
+        static const char separator[] = "os-separator";
+        uint8_t digests[2][ATTEST_SHA256_SIZE];
+        size_t n = 0;
+        int r;
+
+        assert_return(ret, -EINVAL);
+
+        r = attest_digest_stub_cmdline_extra(extra, digests[0]);
+        if (r < 0)
+                return r;
+        if (r > 0)
+                n++;
+        r = attest_sha256(separator, strlen(separator), digests[n]);
+        if (r < 0)
+                return r;
+        return attest_pcr_replay(digests, n + 1, ret);
+}
+
 int attest_predict_pcr12(const char *extra, uint8_t ret[static ATTEST_SHA256_SIZE]) {
         uint8_t digest[ATTEST_SHA256_SIZE];
         int r;

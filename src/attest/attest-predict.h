@@ -105,3 +105,9 @@ int attest_digest_stub_cmdline_extra(const char *extra, uint8_t ret[static ATTES
  * VM has none) and the ESP holds no addons, credentials or confexts: all zeros, or the one
  * extension above. -EINVAL as above. */
 int attest_predict_pcr12(const char *extra, uint8_t ret[static ATTEST_SHA256_SIZE]);
+
+/* PCR 12 as a guest's quote shows it once systemd runs in the initrd: what the stub left
+ * (attest_predict_pcr12()), then systemd's "os-separator" event, the SHA-256 of that string, which
+ * systemd (262) measures into PCRs 0-7 and 12 early in the initrd and records in its userspace
+ * event log. Seen on a real boot of the image under OVMF: "ignition.firstboot" gives a48c9068…. */
+int attest_predict_pcr12_booted(const char *extra, uint8_t ret[static ATTEST_SHA256_SIZE]);

@@ -61,8 +61,13 @@ static char *index_list(uint32_t mask, char buf[static 3 * ATTEST_PCR_SLOTS]) {
         return buf;
 }
 
-static uint32_t required_pcrs(AttestStage stage) {
-        uint32_t m = 0xffU | 1U << 11; /* 0–7 and 11 */
+/* 0–7 and 11, 13 at the ready stage, and 12 at both where the image's policy says its agent quotes
+ * it: an image built before PCR 12 was predicted has an agent that leaves it out. */
+static uint32_t required_pcrs(AttestStage stage, const AttestPolicy *policy) {
+        uint32_t m = 0xffU | 1U << 11;
+
+        if (policy && policy->pcr12_predicted)
+                m |= 1U << 12;
         return stage == ATTEST_STAGE_READY ? m | 1U << 13 : m;
 }
 
@@ -150,7 +155,12 @@ static int check_quote(const AttestQuoteRequest *req, AttestResult *res, AttestQ
 /* The PCR values the guest sent: decoded into d, checked against the quote's digest, kept in the
  * result as hex, and complete for the stage. */
 static int check_pcrs(
-        const AttestQuoteRequest *req, const AttestQuote *q, AttestStage stage, Decoded *d, AttestResult *res) {
+        const AttestQuoteRequest *req,
+        const AttestQuote *q,
+        const AttestPolicy *policy,
+        AttestStage stage,
+        Decoded *d,
+        AttestResult *res) {
 
         _cleanup_(api_error_done) ApiError err = API_ERROR_NULL;
         char list[3 * ATTEST_PCR_SLOTS], list2[3 * ATTEST_PCR_SLOTS];
@@ -185,7 +195,7 @@ static int check_pcrs(
                                 return -ENOMEM;
                 }
 
-        missing = required_pcrs(stage) & ~q->pcr_mask;
+        missing = required_pcrs(stage, policy) & ~q->pcr_mask;
         if (missing)
                 return set_message(
                         res,
@@ -197,14 +207,17 @@ static int check_pcrs(
 }
 
 /* PCR 11 against the policy's phase, then each golden PCR (and 13 at the ready stage): a value the
- * policy lacks is learned where allowed, listed as unknown otherwise. */
+ * policy lacks is learned where allowed, listed as unknown otherwise; then PCR 12 against the
+ * command line the daemon passed (where the policy declares it predicted). *ret_pcr12 says whether
+ * PCR 12 was compared. */
 static int check_golden(
         const AttestVerifyParams *p,
         AttestStage stage,
         const char *phase,
         AttestResult *res,
         AttestText *learned,
-        const char **ret_kubernetes) {
+        const char **ret_kubernetes,
+        bool *ret_pcr12) {
 
         _cleanup_(attest_text_done) AttestText mismatched = {}, unknown = {};
         const char *want, *matched_kubernetes = NULL;
@@ -259,6 +272,19 @@ static int check_golden(
                         "no golden value for pcr %s in the image policy: record one with `vm-manager image "
                         "golden` or run with --attestation-learn-golden",
                         unknown.s);
+
+        /* Last, once the firmware is known to be the expected one (another firmware changes more
+         * than PCR 12, and its golden mismatch is the verdict that explains it): the stub measured
+         * the kernel-cmdline-extra string it found, and another value than the one predicted means
+         * the command line was changed between vm-manager and the guest. */
+        if (p->policy->pcr12_predicted && p->expected_pcr12 && !streq(p->expected_pcr12, res->pcrs[12]))
+                return set_message(
+                        res,
+                        "pcr 12 mismatch: the kernel command line handed to the vm differs from the one "
+                        "vm-manager passed: expected %s, got %s",
+                        p->expected_pcr12,
+                        res->pcrs[12]);
+        *ret_pcr12 = p->policy->pcr12_predicted && p->expected_pcr12;
         *ret_kubernetes = matched_kubernetes;
         return 0;
 }
@@ -272,6 +298,7 @@ static int verify(
         _cleanup_free_ char *log_message = NULL;
         const char *phase, *matched_kubernetes = NULL;
         AttestStage stage = _ATTEST_STAGE_INVALID;
+        bool pcr12 = false;
         int r;
 
         r = check_request(nonces, req, p, res, &stage);
@@ -285,7 +312,7 @@ static int verify(
         r = check_quote(req, res, q);
         if (r != 0)
                 return r;
-        r = check_pcrs(req, q, stage, &d, res);
+        r = check_pcrs(req, q, p->policy, stage, &d, res);
         if (r != 0)
                 return r;
 
@@ -313,16 +340,20 @@ static int verify(
         if (log_message)
                 return set_message(res, "%s", log_message);
 
-        r = check_golden(p, stage, phase, res, &learned, &matched_kubernetes);
+        r = check_golden(p, stage, phase, res, &learned, &matched_kubernetes, &pcr12);
         if (r != 0)
                 return r;
 
         r = set_message(
                 res,
-                "verified: ak %.*s, pcr 11 phase %s%s%s%s%s",
+                "verified: ak %.*s, pcr 11 phase %s%s%s%s%s%s",
                 ATTEST_SHORT_FP,
                 q->ak_fingerprint,
                 phase,
+                pcr12 ? ", pcr 12 command line as passed" :
+                        p->policy->pcr12_predicted ?
+                        ", pcr 12 not compared (the command line of this run is unknown)" :
+                        "",
                 matched_kubernetes ? ", pcr 13 kubernetes " : "",
                 matched_kubernetes ?: "",
                 learned.n ? "; accepted without golden value: " : "",

@@ -18,9 +18,12 @@
  *
  *   1 nonce consumed for this VM   2 stage known        3 policy present    4 quote parses
  *   5 signature verifies           6 nonce matches      7 bank is sha256    8 a value per quoted PCR
- *   9 PCR digest matches          10 stage's PCRs covered (initrd 0–7,11; ready 0–7,11,13)
+ *   9 PCR digest matches          10 stage's PCRs covered (initrd 0–7,11; ready 0–7,11,13; both
+ *                                    also 12 where the policy has "pcr12": "predicted")
  *  11 AK equals the pinned one    11a the event logs replay to the quoted PCRs (attest-eventlog.h)
- *  12 PCR 11 per phase            13 golden 0,2,3,4,6,7 (+13 at ready)
+ *  12 PCR 11 per phase            12a PCR 12 equals the one predicted from the command line the
+ *                                     daemon passed (policy "pcr12": "predicted")
+ *                                 13 golden 0,2,3,4,6,7 (+13 at ready)
  *  14 verified                    15 TOFU: an initrd quote without a pin enrolls its AK; a ready
  *                                    quote without a pin is rejected
  *
@@ -67,7 +70,12 @@ typedef struct AttestVerifyParams {
         const char *no_policy_message;
         const char *kubernetes_version; /* the VM's; selects the policy's pcr13 entry; NULL for none */
         const char *pinned_ak;          /* the fingerprint pinned for this VM, NULL when none */
-        bool learn_golden;              /* --attestation-learn-golden */
+        /* PCR 12 as 64 lowercase hex, predicted by attest_predict_pcr12_booted() from the
+         * kernel-cmdline-extra string the daemon passed to this run; compared where the policy has "pcr12":
+         * "predicted". NULL when the daemon does not know what it passed (a run an older vm-manager
+         * started): PCR 12 is then required but not compared, and the verdict says so. */
+        const char *expected_pcr12;
+        bool learn_golden; /* --attestation-learn-golden */
 } AttestVerifyParams;
 
 /* Judges req for p->vm_id and fills *ret with the verdict, verified or not (0). Fails only on OOM

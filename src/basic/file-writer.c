@@ -295,28 +295,26 @@ int file_writer_copy_new(
         return enqueue(w, TAKE_PTR(j));
 }
 
-int file_writer_remove(FileWriter *w, const char *path, FileWriterDoneFunc done, void *userdata) {
+/* A job that needs nothing but its path. */
+static int enqueue_path_job(
+        FileWriter *w, FileJobType type, const char *path, FileWriterDoneFunc done, void *userdata) {
         _cleanup_(file_job_freep) FileJob *j = NULL;
         int r;
 
         assert_return(w && path, -EINVAL);
 
-        r = file_job_new(FILE_JOB_REMOVE, path, done, userdata, &j);
+        r = file_job_new(type, path, done, userdata, &j);
         if (r < 0)
                 return r;
         return enqueue(w, TAKE_PTR(j));
 }
 
+int file_writer_remove(FileWriter *w, const char *path, FileWriterDoneFunc done, void *userdata) {
+        return enqueue_path_job(w, FILE_JOB_REMOVE, path, done, userdata);
+}
+
 int file_writer_unlink(FileWriter *w, const char *path, FileWriterDoneFunc done, void *userdata) {
-        _cleanup_(file_job_freep) FileJob *j = NULL;
-        int r;
-
-        assert_return(w && path, -EINVAL);
-
-        r = file_job_new(FILE_JOB_UNLINK, path, done, userdata, &j);
-        if (r < 0)
-                return r;
-        return enqueue(w, TAKE_PTR(j));
+        return enqueue_path_job(w, FILE_JOB_UNLINK, path, done, userdata);
 }
 
 int file_writer_sync(FileWriter *w, FileWriterDoneFunc done, void *userdata) {

@@ -9,8 +9,10 @@
 #include "attest-ca.h"
 #include "attest-nonce.h"
 #include "attest-policy.h"
+#include "attest-predict.h"
 #include "attest-request.h"
 #include "fs-util.h"
+#include "hex-util.h"
 #include "host-probe.h"
 #include "image-catalog.h"
 #include "json-util.h"
@@ -231,6 +233,25 @@ static char *firmware_note(Vm *v, const AttestPolicy *p) {
         return note;
 }
 
+/* PCR 12 as systemd-stub leaves it for the kernel-cmdline-extra string this run was started with, as
+ * 64 lowercase hex into ret; NULL when the daemon does not know what it passed (a run an older
+ * vm-manager started), or passed something the prediction does not cover. */
+static const char *expected_pcr12(Vm *v, char ret[static ATTEST_SHA256_HEX + 1]) {
+        const char *extra = v->rec.att.cmdline_extra;
+        uint8_t pcr[ATTEST_SHA256_SIZE];
+        int r;
+
+        if (!extra)
+                return NULL;
+        r = attest_predict_pcr12_booted(*extra ? extra : NULL, pcr);
+        if (r < 0) {
+                log_debug_errno(r, "VM %s: no PCR 12 prediction for its command line, ignoring: %m", vm_id(v));
+                return NULL;
+        }
+        hex_format(pcr, sizeof(pcr), ret);
+        return ret;
+}
+
 /* A verdict, once recorded, is an event of the lifecycle: verified, rejected for good (a golden
  * mismatch, no golden value, another AK: a VM that must attest is failed at once), or rejected for
  * the guest to retry (a stale nonce; anything in noop mode). */
@@ -306,6 +327,7 @@ int vm_attest_quote(Vm *v, const void *body, size_t size, json_t **ret, ApiError
         _cleanup_(attest_result_done) AttestResult res = {};
         _cleanup_(attest_policy_freep) AttestPolicy *policy = NULL;
         _cleanup_free_ char *why = NULL, *note = NULL;
+        char pcr12[ATTEST_SHA256_HEX + 1];
         json_auto_t *result = NULL;
         Manager *m = vm_manager(v);
         VmAttestation *a = &v->rec.att;
@@ -343,6 +365,7 @@ int vm_attest_quote(Vm *v, const void *body, size_t size, json_t **ret, ApiError
                                 .no_policy_message = why ?: "no attestation policy",
                                 .kubernetes_version = vm_spec(v)->kubernetes_version,
                                 .pinned_ak = a->ak_pin,
+                                .expected_pcr12 = expected_pcr12(v, pcr12),
                                 .learn_golden = manager_settings(m)->learn_golden,
                         },
                         &res);

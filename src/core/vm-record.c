@@ -17,11 +17,12 @@
  *   before), processes? (on disk, while processes run:
  *   {"qemu"|"swtpm"|"vsock": {"pid", "unit"? (since the systemd launcher)}}), ip?, mac?, cid,
  *   machineID, booted, status?, sshPublicKey, attestation ({"required", "userDataReleased",
- *   "nonceIssuedAt"?, "initrd"?, "ready"?, "akPinned"? (on disk)}; the verdicts since quotes were
- *   judged), createdAt, createdBy? (since OAuth), installedAt?, bootedAt?, readyAt?, lastError?,
- *   consoleTail? (since failures kept the console), forwards (since forward_port kept them),
- *   paths ({"dir", "volume", "console", "tpmState", "ovmfVars", "qmpSocket", "sshKey", "userData",
- *   "report", "qemuLog"}: derived from the directory, only "volume" is read back).
+ *   "nonceIssuedAt"?, "initrd"?, "ready"?, "akPinned"? (on disk), "kernelCmdlineExtra"? (on disk,
+ *   since PCR 12 is predicted)}; the verdicts since quotes were judged), createdAt, createdBy? (since
+ * OAuth), installedAt?, bootedAt?, readyAt?, lastError?, consoleTail? (since failures kept the console),
+ * forwards (since forward_port kept them), paths ({"dir", "volume", "console", "tpmState", "ovmfVars",
+ * "qmpSocket", "sshKey", "userData", "report", "qemuLog"}: derived from the directory, only "volume" is read
+ * back).
  *
  * A key that was never written is refused, and so is a value of the wrong type: such a record is
  * quarantined (vm-load.c), never half loaded. */
@@ -41,6 +42,7 @@ void vm_attestation_done(VmAttestation *a) {
         attest_result_done(&a->ready);
         free(a->ak_pin);
         free(a->ek_why);
+        free(a->cmdline_extra);
         *a = (VmAttestation){};
 }
 
@@ -121,6 +123,9 @@ json_t *vm_attestation_to_json_full(const VmAttestation *a, bool for_disk) {
         if (json_object_set_new(o, "ekCertificate", json_string(attest_ek_verdict_to_string(a->ek))) < 0)
                 return NULL;
         if (a->ek_why && json_object_set_new(o, "ekCertificateMessage", json_string(a->ek_why)) < 0)
+                return NULL;
+        if (for_disk && a->cmdline_extra &&
+            json_object_set_new(o, "kernelCmdlineExtra", json_string(a->cmdline_extra)) < 0)
                 return NULL;
         return TAKE_PTR(o);
 }
@@ -305,22 +310,26 @@ typedef struct AttestationInput {
         bool ek_pending;
         char *ek;
         char *ek_why;
+        char *cmdline_extra;
         json_t *checked;
 } AttestationInput;
 
 static int attestation_from_json(json_t *o, VmAttestation *a, ApiError *reterr) {
+#define ATT(f) offsetof(AttestationInput, f)
         static const JsonDispatch table[] = {
-                { "required", json_dispatch_bool, offsetof(AttestationInput, required), JSON_NULLABLE },
-                { "userDataReleased", json_dispatch_bool, offsetof(AttestationInput, released), JSON_NULLABLE },
-                { "nonceIssuedAt", json_dispatch_variant, offsetof(AttestationInput, checked), JSON_NULLABLE },
-                { "initrd", json_dispatch_variant, offsetof(AttestationInput, checked), JSON_NULLABLE },
-                { "ready", json_dispatch_variant, offsetof(AttestationInput, checked), JSON_NULLABLE },
-                { "akPinned", json_dispatch_string, offsetof(AttestationInput, ak_pin), JSON_NULLABLE },
-                { "ekPending", json_dispatch_bool, offsetof(AttestationInput, ek_pending), JSON_NULLABLE },
-                { "ekCertificate", json_dispatch_string, offsetof(AttestationInput, ek), JSON_NULLABLE },
-                { "ekCertificateMessage", json_dispatch_string, offsetof(AttestationInput, ek_why), JSON_NULLABLE },
+                { "required", json_dispatch_bool, ATT(required), JSON_NULLABLE },
+                { "userDataReleased", json_dispatch_bool, ATT(released), JSON_NULLABLE },
+                { "nonceIssuedAt", json_dispatch_variant, ATT(checked), JSON_NULLABLE },
+                { "initrd", json_dispatch_variant, ATT(checked), JSON_NULLABLE },
+                { "ready", json_dispatch_variant, ATT(checked), JSON_NULLABLE },
+                { "akPinned", json_dispatch_string, ATT(ak_pin), JSON_NULLABLE },
+                { "kernelCmdlineExtra", json_dispatch_string, ATT(cmdline_extra), JSON_NULLABLE },
+                { "ekPending", json_dispatch_bool, ATT(ek_pending), JSON_NULLABLE },
+                { "ekCertificate", json_dispatch_string, ATT(ek), JSON_NULLABLE },
+                { "ekCertificateMessage", json_dispatch_string, ATT(ek_why), JSON_NULLABLE },
                 {},
         };
+#undef ATT
         _cleanup_(api_error_done) ApiError e = API_ERROR_NULL;
         AttestationInput in = {};
         int r;
@@ -333,6 +342,7 @@ static int attestation_from_json(json_t *o, VmAttestation *a, ApiError *reterr) 
                 free(in.ak_pin);
                 free(in.ek_why);
                 free(in.ek);
+                free(in.cmdline_extra);
                 return r == -ENOMEM ? r : bad(reterr, "field \"attestation\": %s", e.message ?: "malformed");
         }
         a->required = in.required;
@@ -344,6 +354,7 @@ static int attestation_from_json(json_t *o, VmAttestation *a, ApiError *reterr) 
                 a->ek = ATTEST_EK_ABSENT; /* a verdict of a newer daemon: not one this one vouches for */
         free(in.ek);
         a->ek_why = in.ek_why;
+        a->cmdline_extra = in.cmdline_extra;
         a->nonce_issued_at = time_or_unset(json_string_value(json_object_get(o, "nonceIssuedAt")));
         a->has_initrd = attest_result_from_json(json_object_get(o, "initrd"), &a->initrd) >= 0;
         a->has_ready = attest_result_from_json(json_object_get(o, "ready"), &a->ready) >= 0;

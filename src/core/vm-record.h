@@ -36,6 +36,10 @@ typedef struct VmAttestation {
         bool ek_pending;
         AttestEkVerdict ek;
         char *ek_why; /* a foreign verdict's reason */
+        /* The io.systemd.stub.kernel-cmdline-extra value QEMU was last started with ("" for none),
+         * which PCR 12 is predicted from; kept on disk for a successor attaching to the run, NULL
+         * for a run an older vm-manager started. */
+        char *cmdline_extra;
 } VmAttestation;
 
 void vm_attestation_done(VmAttestation *a);

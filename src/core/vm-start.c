@@ -400,6 +400,7 @@ static int spawn_qemu(Vm *v, bool paused) {
         /* a QEMU started beside the host install is the first boot's, paused */
         VmPhase phase = paused ? VM_PHASE_BOOT : v->rec.phase;
         VmCredential creds[5];
+        const char *extra;
         size_t n = 0;
         int r;
 
@@ -434,6 +435,17 @@ static int spawn_qemu(Vm *v, bool paused) {
         if (phase == VM_PHASE_BOOT)
                 creds[n++] = (VmCredential){ "vmm.notify_socket", notify };
 
+        /* PCR 12 is predicted from what this run is handed (vm-attest.c), whichever daemon judges
+         * its quotes: kept in the record before QEMU starts. */
+        extra = phase == VM_PHASE_BOOT && !v->rec.booted ? "ignition.firstboot" : NULL;
+        {
+                char *copy = strdup(extra ?: "");
+                if (!copy)
+                        return -ENOMEM;
+                free(v->rec.att.cmdline_extra);
+                v->rec.att.cmdline_extra = copy;
+        }
+
         r = vm_cmdline_build(
                 &(VmCmdlineSpec){
                         .qemu = "qemu-system-x86_64",
@@ -459,8 +471,7 @@ static int spawn_qemu(Vm *v, bool paused) {
                         .tpm_socket = tpm,
                         .credentials = creds,
                         .n_credentials = n,
-                        .kernel_cmdline_extra = phase == VM_PHASE_BOOT && !v->rec.booted ? "ignition.firstboot" :
-                                                                                           NULL,
+                        .kernel_cmdline_extra = extra,
                         .paused = paused,
                 },
                 &argv);

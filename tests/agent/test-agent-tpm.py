@@ -22,7 +22,7 @@ from agenttest import TPM2_ALG_ECC, TPM2_ALG_ECDSA, TPM2_ALG_SHA256, b64
 HERE = os.path.dirname(os.path.abspath(__file__))
 NONCE = "5d0c7f1e3a9b8c2d4e6f708192a3b4c5d6e7f8091a2b3c4d5e6f708192a3b4c5"
 AK_ATTRIBUTES = 0x00050472  # fixedTPM|fixedParent|sensitiveDataOrigin|userWithAuth|noDA|restricted|sign
-INITRD = [0, 1, 2, 3, 4, 5, 6, 7, 11]
+INITRD = [0, 1, 2, 3, 4, 5, 6, 7, 11, 12]
 READY = INITRD + [13]
 
 
@@ -97,7 +97,7 @@ def run(tap, workdir, tpm):
         tap.ok(False, "ak_pub, ek_pub, quote and signature are standard padded base64", e)
         return
     tap.ok(list(req["pcrs"]) == ["sha256"] and list(map(int, req["pcrs"]["sha256"])) == INITRD,
-           "pcrs carries the sha256 bank, PCRs 0-7 and 11", req["pcrs"])
+           "pcrs carries the sha256 bank, PCRs 0-7, 11 and 12", req["pcrs"])
     want = pcrread(tpm, INITRD, os.path.join(workdir, "initrd.pcrs"))
     tap.ok([req["pcrs"]["sha256"][str(i)] for i in INITRD] == [v.hex() for v in want],
            "the printed PCR values are the TPM's (lower-case hex)", req["pcrs"])
@@ -106,7 +106,7 @@ def run(tap, workdir, tpm):
     tap.ok(att["magic"] == 0xFF544347 and att["type"] == 0x8018 and att["rest"] == 0,
            "quote is a bare TPMS_ATTEST of a quote (no size prefix)", att)
     tap.ok(att["extra"] == bytes.fromhex(NONCE), "the quote's qualifying data is the decoded nonce", att)
-    tap.ok(att["selections"] == [(TPM2_ALG_SHA256, INITRD)], "the quote selects sha256 PCRs 0-7 and 11", att)
+    tap.ok(att["selections"] == [(TPM2_ALG_SHA256, INITRD)], "the quote selects sha256 PCRs 0-7, 11 and 12", att)
     tap.ok(struct.unpack_from(">HH", sig) == (TPM2_ALG_ECDSA, TPM2_ALG_SHA256) and len(sig) == 72,
            "signature is a marshalled TPMT_SIGNATURE, ECDSA with SHA-256", sig.hex())
     pub = agenttest.parse_public(ak_pub)
@@ -132,7 +132,7 @@ def run(tap, workdir, tpm):
     p = checkquote(tpm, workdir, "wrongnonce", req, INITRD, ak_tss, "00" + NONCE[2:])
     tap.ok(p.returncode != 0, "tpm2_checkquote refuses another nonce", p.stdout)
     bad = [bytes.fromhex(req["pcrs"]["sha256"][str(i)]) for i in INITRD]
-    bad[-1] = bytes(32)
+    bad[INITRD.index(11)] = bytes(32)
     p = checkquote(tpm, workdir, "wrongpcr", req, INITRD, ak_tss, NONCE, pcr_values=bad)
     tap.ok(p.returncode != 0, "tpm2_checkquote refuses a PCR 11 value other than the quoted one", p.stdout)
 
@@ -142,10 +142,10 @@ def run(tap, workdir, tpm):
     tap.ok(r.rc == 0 and req2.get("ak_pub") == req["ak_pub"] and "created the attestation key" not in r.err,
            "a second run reuses the persistent AK (same ak_pub)", r)
     tap.ok(list(map(int, req2.get("pcrs", {}).get("sha256", {}))) == READY,
-           "stage ready quotes PCRs 0-7, 11 and 13", req2.get("pcrs"))
+           "stage ready quotes PCRs 0-7, 11, 12 and 13", req2.get("pcrs"))
     if req2:
         p = checkquote(tpm, workdir, "ready", req2, READY, os.path.join(workdir, "ak.pem"), NONCE)
-        tap.ok(p.returncode == 0, "tpm2_checkquote verifies the ready quote (10 PCRs, two PCR_Read rounds)",
+        tap.ok(p.returncode == 0, "tpm2_checkquote verifies the ready quote (11 PCRs, two PCR_Read rounds)",
                p.stderr)
 
     # An EK the TPM persists at 0x81010001 is read rather than derived.

@@ -13,14 +13,20 @@ notify socket, as vhost-device-vsock would hand it over:
   * a stale nonce is the guest's to retry: the VM goes on;
   * READY=1 from a guest that never attested fails the VM (it is never ready);
   * READY=1 before the ready-stage quote waits for it, and the verified quote makes the VM ready;
-  * READY=1 without a ready-stage quote fails the VM once the grace is over.
+  * READY=1 without a ready-stage quote fails the VM once the grace is over;
+  * on an image whose policy says "pcr12": "predicted", PCR 12 must be what systemd-stub measures for
+    the kernel-cmdline-extra string the daemon passed (the swtpm is extended as the stub would): the
+    same string verifies, another one is rejected with its own verdict. An image without the flag
+    is judged as before (the cases above, whose swtpm leaves PCR 12 at zero).
 """
 
+import hashlib
 import json
 import os
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -46,22 +52,41 @@ def api(port, method, path, body=None, timeout=120):
     return status, (json.loads(data) if data else None)
 
 
-def policy(golden):
+def policy(golden, pcr12=False):
     p = {"image_id": "fake", "image_version": "1.0",
          "pcr11": {"enter-initrd": ZERO, "enter-initrd:leave-initrd:sysinit:ready": ZERO}}
     if golden:
         p["golden"] = {"sha256": {str(i): golden for i in (0, 2, 3, 4, 6, 7)}}
+    if pcr12:
+        p["pcr12"] = "predicted"
     return p
 
 
-def daemon(work, name, golden, *extra, boot_timeout="2m"):
+def stub_cmdline_digest(extra):
+    """The EV_IPL digest systemd-stub extends PCR 12 with for a kernel-cmdline-extra string (ASCII,
+    already trimmed): UTF-16LE with its NUL terminator."""
+    return hashlib.sha256(extra.encode("utf-16-le") + b"\0\0").hexdigest()
+
+
+def stub_cmdline_log(path, extra):
+    """A TCG2 event log (crypto agile, sha256 only) holding the one PCR 12 event systemd-stub logs for
+    a kernel-cmdline-extra string: what the guest's firmware log would add to an otherwise empty boot."""
+    spec = b"Spec ID Event03\0" + struct.pack("<IBBBBIHHB", 0, 0, 2, 0, 2, 1, 0x000B, 32, 0)
+    data = extra.encode("utf-16-le") + b"\0\0"
+    with open(path, "wb") as f:
+        f.write(struct.pack("<II", 0, 3) + b"\0" * 20 + struct.pack("<I", len(spec)) + spec)
+        f.write(struct.pack("<IIIH", 12, 0x0D, 1, 0x000B) + hashlib.sha256(data).digest()
+                + struct.pack("<I", len(data)) + data)
+
+
+def daemon(work, name, golden, *extra, boot_timeout="2m", pcr12=False):
     images = os.path.join(work, "images-" + name)
     os.makedirs(images)
     for ext in (".efi", ".raw"):
         with open(os.path.join(images, "fake_1.0" + ext), "wb") as f:
             f.write(b"\0" * 4096)
     with open(os.path.join(images, "fake_1.0.policy.json"), "w") as f:
-        json.dump(policy(golden), f)
+        json.dump(policy(golden, pcr12), f)
     vars_ = os.path.join(work, "vars-" + name)
     with open(vars_, "wb") as f:
         f.write(b"\0" * 4096)
@@ -95,11 +120,33 @@ class Swtpm:
                 break
             time.sleep(0.1)
 
-    def attest(self, url, stage):
+    def attest(self, url, stage, event_log=None):
         env = dict(os.environ, TSS2_LOG="all+none")
+        if event_log:
+            env["VM_AGENT_EVENT_LOG"] = event_log
+            userspace = os.path.join(os.path.dirname(event_log), "userspace.log")
+            if os.path.exists(userspace):
+                env["VM_AGENT_USERSPACE_LOG"] = userspace
         p = subprocess.run([AGENT, "attest", "--stage=" + stage, "--imds-url=" + url, "--tpm=" + self.tcti,
                             "--timeout=20s"], capture_output=True, text=True, env=env, timeout=60)
         return p.returncode, p.stdout + p.stderr
+
+    def stub_measures(self, extra):
+        """PCR 12 extended as systemd-stub does for the kernel-cmdline-extra string extra; returns the
+        event log that says so, for the agent to send along."""
+        subprocess.run(["tpm2_pcrextend", "-T", self.tcti, "12:sha256=" + stub_cmdline_digest(extra)],
+                       check=True, capture_output=True, timeout=30)
+        # then systemd's os-separator in the initrd (SHA-256 of the string), as a real boot shows
+        subprocess.run(["tpm2_pcrextend", "-T", self.tcti,
+                        "12:sha256=" + hashlib.sha256(b"os-separator").hexdigest()],
+                       check=True, capture_output=True, timeout=30)
+        with open(os.path.join(self.dir, "userspace.log"), "w") as f:
+            f.write("\x1e" + json.dumps({"pcr": 12, "digests": [
+                {"hashAlg": "sha256", "digest": hashlib.sha256(b"os-separator").hexdigest()}],
+                "content_type": "systemd", "content": {"string": "os-separator", "eventType": "os-separator"}}) + "\n")
+        log = os.path.join(self.dir, "firmware.log")
+        stub_cmdline_log(log, extra)
+        return log
 
     def stop(self):
         self.proc.kill()
@@ -318,11 +365,70 @@ def test_ready_waits_for_quote(work):
         d.stop(signal.SIGTERM, timeout=30)
 
 
+def test_pcr12(work):
+    if not AGENT or not shutil.which("swtpm") or not shutil.which("tpm2_pcrextend"):
+        tap.skip("PCR 12 predicted from the command line", "needs agent/vm-agent, swtpm and tpm2-tools")
+        return
+    d, port, state = daemon(work, "pcr12", golden=ZERO, pcr12=True)
+    tpms = []
+    try:
+        # The first installed boot is handed io.systemd.stub.kernel-cmdline-extra=ignition.firstboot.
+        tpm = Swtpm(work, "pcr12-same")
+        tpms.append(tpm)
+        log = tpm.stub_measures("ignition.firstboot")
+        create = Create(port, dict(CREATE, name="same-cmdline", wait_for="none"))
+        vm = booting_vm(port, "same-cmdline")
+        tap.result(vm is not None, "pcr12: the VM's installed boot runs", "")
+        if not vm:
+            return
+        rc, out = tpm.attest(imds_url(state, vm["id"]), "initrd", log)
+        status, att = api(port, "GET", "/vms/%s/attestation" % vm["id"])
+        initrd = (att or {}).get("initrd", {})
+        tap.result(rc == 0 and initrd.get("verified") is True
+                   and "pcr 12 command line as passed" in initrd.get("message", "")
+                   and "12" in initrd.get("pcrs", {}) and initrd["pcrs"]["12"] != ZERO,
+                   "PCR 12 of the command line the daemon passed verifies, and the verdict names it",
+                   "rc %r %s %r" % (rc, out[-300:], att))
+
+        # A guest whose stub saw another string: the command line was changed on the way.
+        tpm = Swtpm(work, "pcr12-other")
+        tpms.append(tpm)
+        log = tpm.stub_measures("ignition.firstboot init=/bin/sh")
+        create = Create(port, dict(CREATE, name="other-cmdline"))
+        vm = booting_vm(port, "other-cmdline")
+        if not vm:
+            tap.result(False, "pcr12: the second VM's installed boot runs", "")
+            return
+        rc, out = tpm.attest(imds_url(state, vm["id"]), "initrd", log)
+        status, err = create.wait(30) or (None, None)
+        msg = (err or {}).get("error", {}).get("message", "")
+        tap.result(rc == 2 and status == 500 and err["error"]["code"] == "vm_failed"
+                   and "initrd attestation rejected: pcr 12 mismatch: the kernel command line handed to the vm "
+                       "differs from the one vm-manager passed" in msg,
+                   "a changed command line (another PCR 12) is rejected with the PCR 12 verdict",
+                   "rc %r %s; %r %r" % (rc, out[-300:], status, err))
+
+        # The same image's quote without the stub's measurement (PCR 12 still zero) is rejected too.
+        tpm = Swtpm(work, "pcr12-none")
+        tpms.append(tpm)
+        create = Create(port, dict(CREATE, name="no-cmdline", wait_for="none"))
+        vm = booting_vm(port, "no-cmdline")
+        if vm:
+            rc, out = tpm.attest(imds_url(state, vm["id"]), "initrd")
+            status, att = api(port, "GET", "/vms/%s/attestation" % vm["id"])
+            tap.result(rc == 2 and "pcr 12 mismatch" in (att or {}).get("initrd", {}).get("message", ""),
+                       "... and so is a boot whose stub measured nothing", "rc %r %r" % (rc, att))
+    finally:
+        for t in tpms:
+            t.stop()
+        d.stop(signal.SIGTERM, timeout=30)
+
+
 def test_timings(work):
     for k, v in TIMINGS.items():
         tap.diag("timing: %s: %.3f s" % (k, v))
 
 
 if __name__ == "__main__":
-    sys.exit(run([test_refused, test_rejected, test_ready_without_attestation, test_ready_waits_for_quote, test_timings],
-        deadline=240, prefix="vmm-first-"))
+    sys.exit(run([test_refused, test_rejected, test_ready_without_attestation, test_ready_waits_for_quote, test_pcr12,
+                  test_timings], deadline=300, prefix="vmm-first-"))

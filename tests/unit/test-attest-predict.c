@@ -313,6 +313,13 @@ static void test_pcr12(void **state) {
         assert_hex(pcr, "0000000000000000000000000000000000000000000000000000000000000000");
 
         assert_errno(attest_predict_pcr12("console=tty\xc3\xa9", pcr), -EINVAL);
+
+        /* As a quote shows it, systemd's os-separator after the stub: the values of a real boot of
+         * the image under OVMF (first installed boot, then a later one without the extra string). */
+        assert_ok(attest_predict_pcr12_booted("ignition.firstboot", pcr));
+        assert_hex(pcr, "a48c906841f7db416c2eab0aab159b7d813c4b0f82288a9a9cbc17a08536608c");
+        assert_ok(attest_predict_pcr12_booted(NULL, pcr));
+        assert_memory_not_equal(pcr, (uint8_t[ATTEST_SHA256_SIZE]){}, ATTEST_SHA256_SIZE);
 }
 
 static void test_replay(void **state) {

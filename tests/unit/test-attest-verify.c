@@ -408,6 +408,39 @@ static void test_coverage(void **state) {
         assert_string_equal(c->res.message, "quote selects pcr bank sha1, want sha256");
 }
 
+/* An image whose policy declares PCR 12 predicted has an agent that quotes it: a quote without it (an
+ * agent of an older image under a newer policy) is rejected, at both stages. Without the
+ * declaration the same quote verifies, as it always did (test_ecdsa_initrd), whatever the daemon
+ * predicts. */
+static void test_pcr12_required(void **state) {
+        Ctx *c = *state;
+
+        c->policy->pcr12_predicted = true;
+        c->params.expected_pcr12 =
+                "00000000000000000000000000000000000000000000000000000000000000"
+                "00";
+        load(c, "ecdsa", "initrd");
+        run(c);
+        assert_false(c->res.verified);
+        assert_string_equal(
+                c->res.message, "quote covers pcrs 0,1,2,3,4,5,6,7,11 but stage initrd also needs 12");
+
+        load(c, "ecdsa", "ready");
+        run(c);
+        assert_false(c->res.verified);
+        assert_string_equal(
+                c->res.message, "quote covers pcrs 0,1,2,3,4,5,6,7,11,13 but stage ready also needs 12");
+
+        c->policy->pcr12_predicted = false;
+        c->params.expected_pcr12 =
+                "11111111111111111111111111111111111111111111111111111111111111"
+                "11";
+        load(c, "ecdsa", "initrd");
+        run(c);
+        assert_true(c->res.verified);
+        assert_null(strstr(c->res.message, "pcr 12"));
+}
+
 static void test_pin_mismatch(void **state) {
         _cleanup_free_ char *want = NULL, *a = NULL, *b = NULL;
         Ctx *c = *state;
@@ -768,6 +801,7 @@ int main(void) {
                 cmocka_unit_test_setup_teardown(test_signature_tampering, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_parse_failure_message, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_coverage, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_pcr12_required, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_pin_mismatch, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_pcr11, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_golden, setup, teardown),
