@@ -609,7 +609,8 @@ static int on_probe(sd_event_source *s, usec_t usec, void *userdata) {
         if (v->tpm_setup) {
                 /* manufacturing: swtpm is not there yet, and its deadline starts after */
                 if (usec >= v->tpm_setup_started + VM_TPM_SETUP_TIMEOUT)
-                        (void) vm_launched_kill(v->tpm_setup, SIGKILL, /* whole_unit= */ false);
+                        /* the guard's SIGTERM: it kills swtpm_setup and the swtpm below it */
+                        (void) vm_launched_kill(v->tpm_setup, SIGTERM, /* whole_unit= */ false);
                 v->probe_deadline = usec + VM_SWTPM_START_TIMEOUT;
         } else if (!v->swtpm_up && (!v->swtpm || usec >= v->probe_deadline)) {
                 _cleanup_free_ char *tail = vm_file_tail(v, "tpm/swtpm.log", 2048);
@@ -797,12 +798,34 @@ static void on_tpm_setup_exit(VmLaunched *l, int code, int status, void *userdat
                         &(VmMessageArgs){ .exit_status = st, .detail = tail });
 }
 
+/* "vm-manager guard" followed by a copy of program's argv. */
+static char **argv_guarded(char **program) {
+        size_t n = 0;
+        char **argv;
+
+        while (program[n])
+                n++;
+        argv = calloc(n + 3, sizeof(char *));
+        if (!argv)
+                return NULL;
+        for (size_t i = 0; i < n + 2; i++) {
+                argv[i] = strdup(i == 0 ? "vm-manager" : i == 1 ? "guard" : program[i - 2]);
+                if (!argv[i])
+                        return strv_free(argv); /* the NULL ends what it frees: all there is */
+        }
+        return argv;
+}
+
 /* swtpm_setup as a plain child (it ends with the daemon; the record keeps ek_pending, and the next
- * start runs it again over the half-made state no guest has seen), its end an event. */
+ * start runs it again over the half-made state no guest has seen), its end an event. It runs under
+ * our own executable as its guard (`vm-manager guard`, vm-guard.h): swtpm_setup starts a swtpm of its
+ * own, which no parent-death signal of ours reaches, and which would outlive a daemon killed with
+ * SIGKILL. The guard is ended with SIGTERM, so that it can end that swtpm too. */
 static int tpm_setup_start(Vm *v, const char *tpm) {
         _cleanup_free_ char *log = vm_path(v, "tpm/swtpm_setup.log");
-        _cleanup_strv_free_ char **argv = NULL;
+        _cleanup_strv_free_ char **program = NULL, **argv = NULL;
         AttestCa *ca = manager_attest_ca(v->manager);
+        int self_exe = manager_settings(v->manager)->self_exe_fd;
         int r;
 
         if (v->tpm_setup)
@@ -811,9 +834,14 @@ static int tpm_setup_start(Vm *v, const char *tpm) {
                 return -ENOMEM;
         if (!ca)
                 return -ENOKEY;
-        r = vm_swtpm_setup_cmdline_build("swtpm_setup", tpm, attest_ca_setup_config(ca), &argv);
+        if (self_exe < 0)
+                return -EBADF;
+        r = vm_swtpm_setup_cmdline_build("swtpm_setup", tpm, attest_ca_setup_config(ca), &program);
         if (r < 0)
                 return r;
+        argv = argv_guarded(program);
+        if (!argv)
+                return -ENOMEM;
         (void) unlink(log);
         v->tpm_setup_started = now_usec(CLOCK_MONOTONIC);
         return vm_launched_spawn(
@@ -823,8 +851,10 @@ static int tpm_setup_start(Vm *v, const char *tpm) {
                 NULL,
                 &(VmProcessOptions){
                         .argv = argv,
+                        .exec_fd = self_exe,
                         .log_file = log,
                         .working_dir = v->dir,
+                        .kill_signal = SIGTERM,
                 },
                 on_tpm_setup_exit,
                 v);
