@@ -2,19 +2,26 @@
 """vTPMs certified by the host: a new VM's vTPM is manufactured by swtpm_setup (real, through
 fakes/swtpm_setup) with an EK certificate of the daemon's own CA (<state>/attest-ca), which chains to
 that CA and certifies the EK the vTPM really has; a guest presenting another EK is reported foreign;
-a VM record from before EK certificates keeps working and is reported absent."""
+a VM record from before EK certificates keeps working and is reported absent.
+
+swtpm_setup starts a swtpm of its own, which the daemon's parent-death signal does not reach: with
+the swtpm it manufactures with slowed down (FAKE_SWTPM_SETUP=slow:S, so that swtpm_setup is caught waiting for its
+child), neither swtpm_setup nor its swtpm outlives a delete_vm, a daemon stopped with SIGTERM, or a
+daemon killed with SIGKILL; and the next daemon manufactures vTPMs again."""
 
 import base64
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
 
 here = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, here)
-from vmmtest import Daemon, HOST, base_env, free_port, http_request, imds_relay, run, tap  # noqa: E402
+from vmmtest import (Daemon, HOST, base_env, free_port, http_request, imds_relay, processes_gone,  # noqa: E402
+                     processes_under, run, start_thread, tap)
 
 FAKES = os.path.join(here, "fakes")
 ZERO = "00" * 32
@@ -65,27 +72,36 @@ def quote_with_ek(rport, ek_pub):
     return imds_post(rport, "/attest/quote", json.dumps(req).encode())
 
 
-def test_ekcert(work):
-    tools = [shutil.which(t) for t in ("swtpm", "swtpm_setup", "tpm2_readpublic", "openssl")]
-    if not all(tools):
-        tap.skip("vTPM EK certificates", "needs swtpm, swtpm_setup (package swtpm-tools), tpm2_readpublic "
-                 "(tpm2-tools) and openssl")
-        return
-    images = os.path.join(work, "images")
+def daemon_setup(work, name, **fake):
+    """Images, firmware, environment and arguments of a daemon on the fakes: (env, args, state, port)."""
+    images = os.path.join(work, "images-" + name)
     os.makedirs(images)
     for ext in (".efi", ".raw"):
         with open(os.path.join(images, "fake_1.0" + ext), "wb") as f:
             f.write(b"\0" * 4096)
-    vars_ = os.path.join(work, "vars")
+    vars_ = os.path.join(work, "vars-" + name)
     with open(vars_, "wb") as f:
         f.write(b"\0" * 4096)
-    env = base_env(work, FAKE_QEMU="install-exit:0")
+    env = base_env(work, FAKE_QEMU="install-exit:0", **fake)
     env["PATH"] = FAKES + ":" + env.get("PATH", "/usr/bin:/bin")
-    state = os.path.join(work, "state")
+    state = os.path.join(work, "state-" + name)
     port = free_port()
     args = ["--listen", "%s:%d" % (HOST, port), "--state-dir", state, "--image-dir", images,
             "--ovmf-code", vars_, "--ovmf-vars", vars_, "--launcher", "process", "--attestation", "noop",
             "--log-level", "debug"]
+    return env, args, state, port
+
+
+def missing_tools():
+    return not all(shutil.which(t) for t in ("swtpm", "swtpm_setup", "tpm2_readpublic", "openssl"))
+
+
+def test_ekcert(work):
+    if missing_tools():
+        tap.skip("vTPM EK certificates", "needs swtpm, swtpm_setup (package swtpm-tools), tpm2_readpublic "
+                 "(tpm2-tools) and openssl")
+        return
+    env, args, state, port = daemon_setup(work, "ek")
     d = Daemon(work, "ek", args, env=env)
     ok, why = d.wait_healthy(port, timeout=20)
     tap.result(ok, "serving with the fake QEMU", why)
@@ -162,5 +178,121 @@ def test_ekcert(work):
                "an older VM starts again without its vTPM manufactured anew", repr(out)[:300])
 
 
+def setup_caught(vms, timeout=60):
+    """Waits until swtpm_setup runs for a VM with a (slowed) swtpm child of its own: the processes
+    under vms, or None when that did not happen in time."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        left = processes_under(vms)
+        if any("slow-swtpm/swtpm" in p for p in left) and any("swtpm_setup" in p for p in left):
+            return left
+        time.sleep(0.05)
+    return None
+
+
+def kill_leftovers(left):
+    """What a failed check left running must not outlive the test."""
+    for line in left:
+        try:
+            os.kill(int(line.split()[0]), signal.SIGKILL)
+        except OSError:
+            pass
+
+
+def create_caught(port, vms, name):
+    """create_vm (its answer comes once the vTPM is made, so it is sent from a thread), and
+    swtpm_setup caught with its swtpm: (vm id, processes), or (None, why)."""
+    answer = {}
+
+    def create():
+        try:
+            answer["r"] = api(port, "POST", "/vms", {"name": name, "memory_mib": 512, "disk_gib": 1,
+                                                     "require_attestation": False, "wait_for": "none"})
+        except OSError as e:  # the daemon killed meanwhile
+            answer["r"] = (0, str(e))
+
+    before = set(os.listdir(vms)) if os.path.isdir(vms) else set()
+    start_thread(create)
+    caught = setup_caught(vms, timeout=30)
+    if caught is None:
+        return None, "no swtpm_setup with its own swtpm under %s: %r, create_vm: %r" % (
+            vms, processes_under(vms), answer.get("r"))
+    new = sorted(set(os.listdir(vms)) - before)
+    return (new[0] if len(new) == 1 else None), caught
+
+
+def test_setup_orphans(work):
+    """Nothing of swtpm_setup outlives its VM or the daemon, however that ends."""
+    if missing_tools():
+        tap.skip("swtpm_setup's processes end with the daemon", "needs swtpm and swtpm_setup")
+        return
+    env, args, state, port = daemon_setup(work, "orphans", FAKE_SWTPM_SETUP="slow:30")
+    vms = os.path.join(state, "vms")
+
+    d = Daemon(work, "orphans-1", args, env=env)
+    ok, why = d.wait_healthy(port, timeout=20)
+    tap.result(ok, "orphans: serving with the swtpm of swtpm_setup 30 s late", why)
+    if not ok:
+        return
+    vid, caught = create_caught(port, vms, "deleted")
+    tap.result(vid is not None, "swtpm_setup is caught waiting for its own swtpm", caught)
+    if vid:
+        tap.diag("caught: " + " | ".join(caught))
+        status, _ = api(port, "DELETE", "/vms/" + vid)
+        left = processes_gone(vms, timeout=5)
+        tap.result(status == 204 and left == [], "delete_vm during swtpm_setup: neither it nor its swtpm is left",
+                   "status %d, left:\n%s" % (status, "\n".join(left)))
+        kill_leftovers(left)
+
+        vid, caught = create_caught(port, vms, "sigterm")
+        d.stop()
+        left = processes_gone(vms, timeout=5)
+        tap.result(vid is not None and left == [],
+                   "the daemon stopped (SIGTERM) during swtpm_setup: neither it nor its swtpm is left",
+                   "%r\nleft:\n%s" % (caught, "\n".join(left)))
+        kill_leftovers(left)
+    else:
+        d.stop()
+
+    d = Daemon(work, "orphans-2", args, env=env)
+    ok, why = d.wait_healthy(port, timeout=20)
+    tap.result(ok, "orphans: the daemon starts again", why)
+    if not ok:
+        return
+    vid, caught = create_caught(port, vms, "killed")
+    if vid is None:
+        tap.result(False, "swtpm_setup is caught again", caught)
+        d.stop()
+        return
+    d.proc.kill()
+    d.proc.wait(timeout=10)
+    left = processes_gone(vms, timeout=5)
+    # and a while later: an orphan of the slowed swtpm would be sleeping still, or running as swtpm
+    time.sleep(1)
+    left += processes_under(vms)
+    tap.result(left == [], "the daemon killed (SIGKILL) during swtpm_setup: neither it nor its swtpm is left",
+               "caught:\n%s\nleft:\n%s" % ("\n".join(caught), "\n".join(left)))
+    kill_leftovers(left)
+
+    # the next daemon, with a plain swtpm_setup: the VM the kill caught in its creation goes, a new one
+    # gets its certified vTPM
+    env.pop("FAKE_SWTPM_SETUP")
+    d = Daemon(work, "orphans-3", args, env=env)
+    ok, why = d.wait_healthy(port, timeout=20)
+    tap.result(ok, "orphans: the daemon starts after the kill", why)
+    if not ok:
+        return
+    try:
+        status_d, _ = api(port, "DELETE", "/vms/" + vid) if vid else (0, None)
+        status, vm = api(port, "POST", "/vms", {"name": "after", "memory_mib": 512, "disk_gib": 1,
+                                                "require_attestation": False, "wait_for": "installed"})
+        att = api(port, "GET", "/vms/%s/attestation" % vm["id"])[1] if status == 201 else None
+        tap.result(status_d == 204 and status == 201 and (att or {}).get("ekCertificate") == "certified",
+                   "after the kill: the VM it caught is deleted, a new one gets its certified vTPM",
+                   "delete %d, create %d %r, attestation %r" % (status_d, status, vm, att))
+    finally:
+        d.stop()
+
+
 if __name__ == "__main__":
-    sys.exit(run([test_ekcert], 180, "vmm-ek-"))
+    sys.exit(run([test_ekcert, test_setup_orphans], 240, "vmm-ek-"))
