@@ -2,9 +2,10 @@
 #pragma once
 
 /* `vm-manager guard <program> [<argument>…]` (hidden): runs a program whose own children must not
- * outlive the daemon, as swtpm_setup's swtpm would. PR_SET_PDEATHSIG reaches a direct child only, and
- * a daemon killed with SIGKILL runs no code of its own, so the guard, a process of its own, does the
- * ending:
+ * outlive the daemon, as swtpm_setup's swtpm would. PR_SET_PDEATHSIG reaches a direct child only (and
+ * swtpm_setup 0.7.1 starts its swtpm through a process that exits at once: it is init's from the
+ * start), and a daemon killed with SIGKILL runs no code of its own, so the guard, a process of its
+ * own, does the ending:
  *
  *   - it is a child subreaper (PR_SET_CHILD_SUBREAPER), so every descendant orphaned below it becomes
  *     its child instead of init's, and stays within its reach;
