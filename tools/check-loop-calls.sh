@@ -31,6 +31,7 @@ allowed=(
         "src/storage/host-install.c:waitpid          the host install runs in its own helper process"
         "src/storage/storage.c:varlink_call_sync     start-up only: GetInfo and the reattach of VMs before the loop serves"
         "src/vm/vm-process.c:waitpid                 reaps a child just SIGKILLed whose watch could not be added"
+        "src/vm/vm-guard.c:waitpid                   the guard around swtpm_setup is a process of its own, not the loop's"
 )
 
 pattern='\b(sd_bus_call|sd_bus_wait|sd_varlink_call|usleep|sleep|nanosleep|clock_nanosleep|poll|ppoll|select|pselect|waitpid|wait|varlink_call_sync)[[:space:]]*\('

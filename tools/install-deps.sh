@@ -39,9 +39,10 @@ check+=(apache2-utils)
 # conflicts with Debian's npm and brings its own) stays as it is.
 command -v node >/dev/null 2>&1 || check+=(nodejs)
 command -v npm >/dev/null 2>&1 || check+=(npm)
-# VMs: QEMU, the firmware, the vTPM. vhost-device-vsock (READY=1 where /dev/vhost-vsock is missing)
+# VMs: QEMU, the firmware, the vTPM (swtpm-tools: swtpm_setup and swtpm_localca manufacture a new
+# VM's vTPM with an EK certificate of the host's CA). vhost-device-vsock (READY=1 where /dev/vhost-vsock is missing)
 # comes from Debian sid through tools/fetch-sid-package.sh, below.
-vms=(qemu-system-x86 ovmf swtpm)
+vms=(qemu-system-x86 ovmf swtpm swtpm-tools)
 run=("${vms[@]}")
 # tests/image/build.sh: the test guest (kernel, systemd stub, a static init, a GPT disk with an ESP)
 test_image=(linux-image-cloud-amd64 systemd-boot-efi binutils cpio gzip dosfstools mtools fdisk)

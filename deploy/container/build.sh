@@ -63,7 +63,7 @@ while read -r lib; do
 done < <(ldd "$bin" | awk '/=> \// { print $3 }')
 mapfile -t libs < <(printf '%s\n' "${libs[@]}" | sort -u)
 
-packages=(qemu-system-x86 swtpm "ovmf=$OVMF_VERSION" curl ca-certificates "${libs[@]}")
+packages=(qemu-system-x86 swtpm swtpm-tools "ovmf=$OVMF_VERSION" curl ca-certificates "${libs[@]}")
 
 "$root/tools/fetch-sid-package.sh" --download-only "$work/sid" vhost-device-vsock >/dev/null
 deb=$(ls "$work"/sid/vhost-device-vsock_*.deb)

@@ -238,3 +238,21 @@ int rm_rf(const char *path) {
                 return -errno;
         return r; /* 0, or what rm_one() returned */
 }
+
+char *path_find_executable(const char *name) {
+        const char *path = getenv("PATH") ?: "/usr/bin:/bin";
+
+        for (const char *p = path; *p;) {
+                size_t n = strcspn(p, ":");
+                char *c = NULL;
+
+                if (n > 0 && p[0] == '/' && asprintf(&c, "%.*s/%s", (int) n, p, name) >= 0) {
+                        if (access(c, X_OK) >= 0)
+                                return c;
+                        free(c);
+                }
+                p += n;
+                p += *p == ':';
+        }
+        return NULL;
+}

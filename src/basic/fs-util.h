@@ -17,6 +17,9 @@ int write_file_atomic_new(const char *path, const void *data, size_t size, mode_
  * Returns the number removed. */
 int write_file_atomic_cleanup(const char *path);
 
+/* The absolute path of the executable name in a directory of $PATH, or NULL. */
+char *path_find_executable(const char *name);
+
 /* Creates path and its missing parents with mode; existing directories are left as they are. */
 int mkdir_p(const char *path, mode_t mode);
 

@@ -5,6 +5,7 @@
 #include <sys/random.h>
 #include <unistd.h>
 
+#include "attest-ca.h"
 #include "attest-nonce.h"
 #include "file-writer.h"
 #include "fs-util.h"
@@ -36,6 +37,7 @@ struct Manager {
         Storage *storage;         /* where VM disks come from */
         VmUnitManager *units;     /* the systemd launcher's connection; NULL: plain children */
         AttestNonceStore *nonces; /* the nonces handed to guests */
+        AttestCa *ca;             /* signs new vTPMs' EK certificates; NULL: none could be made */
         VmNotify *notify;         /* the READY=1 listener on the kernel's vhost-vsock */
         VmReports *reports;       /* guest reports parsed and stored off the loop */
         Worker *exec_worker;      /* exec_vm's results parsed off the loop; made on first use */
@@ -222,6 +224,29 @@ static int manager_launcher_new(Manager *m, const ManagerConfig *cfg, ApiError *
         return 0;
 }
 
+/* The host CA of vTPM EK certificates, made on the first start. Without it VMs still run: their
+ * vTPMs are manufactured by swtpm itself, uncertified ("ekCertificate": "absent"). */
+static void manager_open_ca(Manager *m) {
+        _cleanup_free_ char *dir = NULL, *setup = path_find_executable("swtpm_setup");
+        char host[256] = "";
+        int r;
+
+        if (!setup) {
+                log_warning(
+                        "No swtpm_setup on PATH (package swtpm-tools): new VMs get vTPMs without an EK "
+                        "certificate.");
+                return;
+        }
+        if (asprintf(&dir, "%s/attest-ca", m->state_dir) < 0)
+                return;
+        if (gethostname(host, sizeof(host)) < 0 || !*host)
+                strcpy(host, "localhost");
+        r = attest_ca_open(dir, host, &m->ca);
+        if (r < 0)
+                log_warning_errno(
+                        r, "Cannot open the host CA of vTPM EK certificates in %s, new VMs get none: %m", dir);
+}
+
 int manager_new(Manager **ret, sd_event *event, const ManagerConfig *cfg, ApiError *reterr) {
         _cleanup_(manager_freep) Manager *m = NULL;
         int r;
@@ -264,6 +289,8 @@ int manager_new(Manager **ret, sd_event *event, const ManagerConfig *cfg, ApiErr
         r = manager_probe_host(m, cfg, reterr);
         if (r < 0)
                 return r;
+
+        manager_open_ca(m);
 
         r = network_registry_load(&m->networks, m->state_dir, reterr);
         if (r < 0)
@@ -367,6 +394,7 @@ Manager *manager_free(Manager *m) {
         image_catalog_free(m->images);
         network_registry_free(m->networks);
         host_probe_free(m->host);
+        attest_ca_free(m->ca);
         /* last: what the rest queued while going is written now (this blocks), and the answers
          * waiting for it are sent */
         file_writer_free(m->writer);
@@ -386,6 +414,10 @@ const ManagerSettings *manager_settings(Manager *m) {
 
 sd_event *manager_event(Manager *m) {
         return m->event;
+}
+
+AttestCa *manager_attest_ca(Manager *m) {
+        return m->ca;
 }
 
 const char *manager_state_dir(Manager *m) {

@@ -105,6 +105,8 @@ const ManagerSettings *manager_settings(Manager *m);
 /* ---- the registries and services it owns (borrowed) ---- */
 
 sd_event *manager_event(Manager *m);
+typedef struct AttestCa AttestCa;
+AttestCa *manager_attest_ca(Manager *m);
 const char *manager_state_dir(Manager *m);
 const char *manager_image_dir(Manager *m);
 NetworkRegistry *manager_networks(Manager *m);

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "attest-ca.h"
 #include "attest-nonce.h"
 #include "attest-policy.h"
 #include "attest-predict.h"
@@ -296,6 +297,31 @@ static void record_verdict(Vm *v, AttestStage stage, AttestResult *res) {
         *res = (AttestResult){};
 }
 
+/* The EK the guest presents against the one certified for this VM when its vTPM was manufactured
+ * (tpm/ek-rsa2048.crt): the verdict get_vm_attestation reports. It decides no quote yet: the AK is
+ * still pinned on first use, and tying it to this EK is the credential activation's step. */
+static void check_presented_ek(Vm *v, const AttestQuoteRequest *req) {
+        _cleanup_free_ char *path = vm_path(v, "tpm/ek-rsa2048.crt"), *der = NULL, *why = NULL;
+        AttestCa *ca = manager_attest_ca(vm_manager(v));
+        VmAttestation *a = &v->rec.att;
+        AttestEkVerdict verdict;
+        size_t size = 0;
+
+        if (!ca || !path || a->ek_pending || read_full_file(path, 16384, &der, &size) < 0)
+                return; /* absent stays absent */
+        verdict = attest_ca_check_ek(ca, der, size, req->ek_pub, req->ek_pub_size, &why);
+        if (verdict == ATTEST_EK_FOREIGN && verdict != a->ek)
+                log_struct(
+                        LOG_WARNING,
+                        LOG_FIELDS({ "VM_ID", vm_id(v) }),
+                        "VM %s: EK certificate foreign: %s",
+                        vm_id(v),
+                        why ?: "?");
+        a->ek = verdict;
+        free(a->ek_why);
+        a->ek_why = TAKE_PTR(why);
+}
+
 int vm_attest_quote(Vm *v, const void *body, size_t size, json_t **ret, ApiError *reterr) {
         _cleanup_(attest_quote_request_done) AttestQuoteRequest req = {};
         _cleanup_(attest_result_done) AttestResult res = {};
@@ -316,6 +342,7 @@ int vm_attest_quote(Vm *v, const void *body, size_t size, json_t **ret, ApiError
         if (r < 0)
                 return r;
         stage = attest_stage_from_string(req.stage);
+        check_presented_ek(v, &req);
 
         if (manager_settings(m)->attestation == ATTEST_MODE_NOOP) {
                 bool ok = attest_nonce_consume(

@@ -56,6 +56,8 @@ struct Vm {
 
         /* the host install's helper (vm-install.c) */
         VmLaunched *installer;
+        VmLaunched *tpm_setup; /* swtpm_setup manufacturing a new VM's vTPM, before its first swtpm */
+        usec_t tpm_setup_started;
         usec_t install_started;         /* CLOCK_MONOTONIC */
         sd_event_source *install_timer; /* the install timeout: the helper killed, the VM failed */
         bool install_timed_out;

@@ -164,6 +164,8 @@ static int create_new(Manager *m, VmSpec *spec, const Caller *caller, Vm **ret) 
         if (caller && !(v->rec.created_by = caller_created_by_json(caller)))
                 return -ENOMEM;
         v->rec.att.required = v->rec.spec.require_attestation;
+        /* a new vTPM is manufactured with an EK certificate of the host's CA before its first swtpm */
+        v->rec.att.ek_pending = manager_attest_ca(m) != NULL;
         if (asprintf(&v->dir, "%s/vms/%s", manager_state_dir(m), v->rec.id) < 0)
                 return -ENOMEM;
         *ret = TAKE_PTR(v);

@@ -41,6 +41,7 @@ void vm_attestation_done(VmAttestation *a) {
         attest_result_done(&a->initrd);
         attest_result_done(&a->ready);
         free(a->ak_pin);
+        free(a->ek_why);
         free(a->cmdline_extra);
         *a = (VmAttestation){};
 }
@@ -115,6 +116,13 @@ json_t *vm_attestation_to_json_full(const VmAttestation *a, bool for_disk) {
         if (a->has_ready && json_object_set_new(o, "ready", attest_result_to_json(&a->ready)) < 0)
                 return NULL;
         if (for_disk && a->ak_pin && json_object_set_new(o, "akPinned", json_string(a->ak_pin)) < 0)
+                return NULL;
+        if (for_disk && a->ek_pending && json_object_set_new(o, "ekPending", json_true()) < 0)
+                return NULL;
+        /* a record from before EK certificates has none: absent, which is what the vTPM is */
+        if (json_object_set_new(o, "ekCertificate", json_string(attest_ek_verdict_to_string(a->ek))) < 0)
+                return NULL;
+        if (a->ek_why && json_object_set_new(o, "ekCertificateMessage", json_string(a->ek_why)) < 0)
                 return NULL;
         if (for_disk && a->cmdline_extra &&
             json_object_set_new(o, "kernelCmdlineExtra", json_string(a->cmdline_extra)) < 0)
@@ -299,6 +307,9 @@ static void forwards_from_json(json_t *a, VmForwards *fw) {
 typedef struct AttestationInput {
         bool required, released;
         char *ak_pin;
+        bool ek_pending;
+        char *ek;
+        char *ek_why;
         char *cmdline_extra;
         json_t *checked;
 } AttestationInput;
@@ -313,6 +324,9 @@ static int attestation_from_json(json_t *o, VmAttestation *a, ApiError *reterr) 
                 { "ready", json_dispatch_variant, ATT(checked), JSON_NULLABLE },
                 { "akPinned", json_dispatch_string, ATT(ak_pin), JSON_NULLABLE },
                 { "kernelCmdlineExtra", json_dispatch_string, ATT(cmdline_extra), JSON_NULLABLE },
+                { "ekPending", json_dispatch_bool, ATT(ek_pending), JSON_NULLABLE },
+                { "ekCertificate", json_dispatch_string, ATT(ek), JSON_NULLABLE },
+                { "ekCertificateMessage", json_dispatch_string, ATT(ek_why), JSON_NULLABLE },
                 {},
         };
 #undef ATT
@@ -326,12 +340,20 @@ static int attestation_from_json(json_t *o, VmAttestation *a, ApiError *reterr) 
         json_decref(in.checked);
         if (r < 0) {
                 free(in.ak_pin);
+                free(in.ek_why);
+                free(in.ek);
                 free(in.cmdline_extra);
                 return r == -ENOMEM ? r : bad(reterr, "field \"attestation\": %s", e.message ?: "malformed");
         }
         a->required = in.required;
         a->released = in.released;
         a->ak_pin = in.ak_pin;
+        a->ek_pending = in.ek_pending;
+        a->ek = in.ek ? attest_ek_verdict_from_string(in.ek) : ATTEST_EK_ABSENT;
+        if (a->ek < 0)
+                a->ek = ATTEST_EK_ABSENT; /* a verdict of a newer daemon: not one this one vouches for */
+        free(in.ek);
+        a->ek_why = in.ek_why;
         a->cmdline_extra = in.cmdline_extra;
         a->nonce_issued_at = time_or_unset(json_string_value(json_object_get(o, "nonceIssuedAt")));
         a->has_initrd = attest_result_from_json(json_object_get(o, "initrd"), &a->initrd) >= 0;

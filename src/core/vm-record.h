@@ -12,6 +12,7 @@
 #include <sys/types.h>
 
 #include "api-error.h"
+#include "attest-ca.h"
 #include "attest-verify.h"
 #include "core-forward.h"
 #include "time-util.h"
@@ -30,6 +31,11 @@ typedef struct VmAttestation {
         AttestResult initrd, ready;
         bool has_initrd, has_ready;
         char *ak_pin;
+        /* the vTPM's EK certificate: pending until swtpm_setup made it (new VMs only: an older vTPM
+         * is never manufactured again, that would wipe what it sealed), then its verdict */
+        bool ek_pending;
+        AttestEkVerdict ek;
+        char *ek_why; /* a foreign verdict's reason */
         /* The io.systemd.stub.kernel-cmdline-extra value QEMU was last started with ("" for none),
          * which PCR 12 is predicted from; kept on disk for a successor attaching to the run, NULL
          * for a run an older vm-manager started. */

@@ -19,6 +19,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "attest-ca.h"
 #include "file-writer.h"
 #include "fs-util.h"
 #include "host-probe.h"
@@ -32,6 +33,8 @@
 #define VM_SWTPM_START_TIMEOUT (5 * USEC_PER_SEC)
 #define VM_PROBE_INTERVAL (5 * USEC_PER_MSEC)
 #define VM_SWTPM_PROBE_WAIT (200 * USEC_PER_MSEC) /* for one probe's answer */
+/* swtpm_setup takes 0.6-0.8 s on an idle host (it starts a swtpm of its own); a loaded one gets more */
+#define VM_TPM_SETUP_TIMEOUT (30 * USEC_PER_SEC)
 
 static void start_failed(Vm *v, int r, VmMessage m, const VmMessageArgs *a);
 static bool vars_ready(Vm *v);
@@ -575,7 +578,10 @@ static void prestart_probe(Vm *v, usec_t usec, bool vsock_up) {
                 (void) vm_save(v);
                 return;
         }
-        if (usec >= v->probe_deadline || !v->swtpm || (v->rec.vsock == VM_VSOCK_VHOST_USER && !v->vsockd)) {
+        if (v->tpm_setup)
+                v->probe_deadline = usec + VM_SWTPM_START_TIMEOUT; /* swtpm comes after it */
+        if (usec >= v->probe_deadline || (!v->swtpm && !v->tpm_setup) ||
+            (v->rec.vsock == VM_VSOCK_VHOST_USER && !v->vsockd)) {
                 /* the chain after the install probes (and respawns) them again, and fails if it must */
                 vm_probe_stop(v);
                 return;
@@ -600,7 +606,13 @@ static int on_probe(sd_event_source *s, usec_t usec, void *userdata) {
                 prestart_probe(v, usec, v->rec.vsock != VM_VSOCK_VHOST_USER || access(vhost, F_OK) >= 0);
                 return 0;
         }
-        if (!v->swtpm_up && (!v->swtpm || usec >= v->probe_deadline)) {
+        if (v->tpm_setup) {
+                /* manufacturing: swtpm is not there yet, and its deadline starts after */
+                if (usec >= v->tpm_setup_started + VM_TPM_SETUP_TIMEOUT)
+                        /* the guard's SIGTERM: it kills swtpm_setup and the swtpm below it */
+                        (void) vm_launched_kill(v->tpm_setup, SIGTERM, /* whole_unit= */ false);
+                v->probe_deadline = usec + VM_SWTPM_START_TIMEOUT;
+        } else if (!v->swtpm_up && (!v->swtpm || usec >= v->probe_deadline)) {
                 _cleanup_free_ char *tail = vm_file_tail(v, "tpm/swtpm.log", 2048);
                 start_failed(v, -ETIMEDOUT, VM_MESSAGE_VTPM_TIMEOUT, &(VmMessageArgs){ .detail = tail });
                 return 0;
@@ -705,12 +717,154 @@ static int helpers_failed(Vm *v, int r, VmMessage m, ApiError *reterr) {
         return api_error_set(reterr, r, API_ERROR_INTERNAL, "%s", text ?: "start failed");
 }
 
+static int spawn_swtpm(Vm *v) {
+        _cleanup_free_ char *tpm = vm_path(v, "tpm"), *ctrl = vm_path(v, "tpm/swtpm.sock"),
+                            *tlog = vm_path(v, "tpm/swtpm.log");
+        _cleanup_strv_free_ char **argv = NULL;
+        int r;
+
+        if (!tpm || !ctrl || !tlog)
+                return -ENOMEM;
+        r = vm_swtpm_cmdline_build("swtpm", tpm, ctrl, tlog, &argv);
+        if (r >= 0)
+                r = vm_spawn(v, argv, "tpm/swtpm.out", "swtpm", &v->swtpm);
+        if (r < 0)
+                return r;
+        v->swtpm_pid = vm_launched_pid(v->swtpm);
+        return 0;
+}
+
+/* The EK certificate swtpm_setup wrote beside the state, judged against the host's CA (it may have
+ * been replaced since the VM's creation: then the verdict says foreign). */
+static void record_ek_certificate(Vm *v) {
+        _cleanup_free_ char *path = vm_path(v, "tpm/ek-rsa2048.crt"), *der = NULL;
+        AttestCa *ca = manager_attest_ca(v->manager);
+        size_t size = 0;
+
+        free(v->rec.att.ek_why);
+        v->rec.att.ek_why = NULL;
+        if (!ca || !path || read_full_file(path, 16384, &der, &size) < 0) {
+                v->rec.att.ek = ATTEST_EK_ABSENT;
+                return;
+        }
+        v->rec.att.ek = attest_ca_check_ek(ca, der, size, NULL, 0, &v->rec.att.ek_why);
+}
+
+static void on_tpm_setup_exit(VmLaunched *l, int code, int status, void *userdata) {
+        _cleanup_(vm_unrefp) Vm *v = vm_ref(userdata);
+        _cleanup_free_ char *st = NULL, *tail = NULL;
+        int error, r;
+
+        if (l != v->tpm_setup)
+                return;
+        error = vm_launched_error(l);
+        v->tpm_setup = vm_launched_free(v->tpm_setup);
+        if (error >= 0 && code == CLD_EXITED && status == 0) {
+                v->rec.att.ek_pending = false;
+                record_ek_certificate(v);
+                (void) vm_save(v);
+                log_struct(
+                        LOG_INFO,
+                        LOG_FIELDS({ "VM_ID", v->rec.id }),
+                        "VM %s: vTPM manufactured in %.2fs, EK certificate %s.",
+                        v->rec.id,
+                        (double) (now_usec(CLOCK_MONOTONIC) - v->tpm_setup_started) / USEC_PER_SEC,
+                        attest_ek_verdict_to_string(v->rec.att.ek));
+                if (!IN_SET(v->sub, VM_SUB_START_HELPERS, VM_SUB_HOST_INSTALL))
+                        return; /* stopped meanwhile: the next start spawns swtpm */
+                r = spawn_swtpm(v);
+                if (r < 0 && v->sub == VM_SUB_START_HELPERS)
+                        start_failed(
+                                v, r, VM_MESSAGE_SWTPM_SPAWN, &(VmMessageArgs){ .errno_text = strerror(-r) });
+                /* swtpm gets its own 5 s to answer, counted from now */
+                v->probe_deadline = now_usec(CLOCK_MONOTONIC) + VM_SWTPM_START_TIMEOUT;
+                return;
+        }
+        st = error < 0 ? strdup(strerror(-error)) : vm_exit_status_to_string(code, status);
+        tail = vm_file_tail(v, "tpm/swtpm_setup.log", 1024);
+        log_struct(
+                LOG_WARNING,
+                LOG_FIELDS({ "VM_ID", v->rec.id }),
+                "VM %s: swtpm_setup failed (%s): %s",
+                v->rec.id,
+                st ?: "?",
+                tail ?: "");
+        /* beside a host install the chain after it runs the setup again, and fails there */
+        if (v->sub == VM_SUB_START_HELPERS)
+                start_failed(
+                        v,
+                        error < 0 ? error : -EIO,
+                        VM_MESSAGE_TPM_SETUP,
+                        &(VmMessageArgs){ .exit_status = st, .detail = tail });
+}
+
+/* "vm-manager guard" followed by a copy of program's argv. */
+static char **argv_guarded(char **program) {
+        size_t n = 0;
+        char **argv;
+
+        while (program[n])
+                n++;
+        argv = calloc(n + 3, sizeof(char *));
+        if (!argv)
+                return NULL;
+        for (size_t i = 0; i < n + 2; i++) {
+                argv[i] = strdup(i == 0 ? "vm-manager" : i == 1 ? "guard" : program[i - 2]);
+                if (!argv[i])
+                        return strv_free(argv); /* the NULL ends what it frees: all there is */
+        }
+        return argv;
+}
+
+/* swtpm_setup as a plain child (it ends with the daemon; the record keeps ek_pending, and the next
+ * start runs it again over the half-made state no guest has seen), its end an event. It runs under
+ * our own executable as its guard (`vm-manager guard`, vm-guard.h): swtpm_setup starts a swtpm of its
+ * own, which no parent-death signal of ours reaches, and which would outlive a daemon killed with
+ * SIGKILL. The guard is ended with SIGTERM, so that it can end that swtpm too. */
+static int tpm_setup_start(Vm *v, const char *tpm) {
+        _cleanup_free_ char *log = vm_path(v, "tpm/swtpm_setup.log");
+        _cleanup_strv_free_ char **program = NULL, **argv = NULL;
+        AttestCa *ca = manager_attest_ca(v->manager);
+        int self_exe = manager_settings(v->manager)->self_exe_fd;
+        int r;
+
+        if (v->tpm_setup)
+                return 0; /* under way since the host install began */
+        if (!log)
+                return -ENOMEM;
+        if (!ca)
+                return -ENOKEY;
+        if (self_exe < 0)
+                return -EBADF;
+        r = vm_swtpm_setup_cmdline_build("swtpm_setup", tpm, attest_ca_setup_config(ca), &program);
+        if (r < 0)
+                return r;
+        argv = argv_guarded(program);
+        if (!argv)
+                return -ENOMEM;
+        (void) unlink(log);
+        v->tpm_setup_started = now_usec(CLOCK_MONOTONIC);
+        return vm_launched_spawn(
+                &v->tpm_setup,
+                manager_spawner(v->manager),
+                /* units= */ NULL,
+                NULL,
+                &(VmProcessOptions){
+                        .argv = argv,
+                        .exec_fd = self_exe,
+                        .log_file = log,
+                        .working_dir = v->dir,
+                        .kill_signal = SIGTERM,
+                },
+                on_tpm_setup_exit,
+                v);
+}
+
 /* swtpm and vhost-device-vsock spawned, not yet probed. */
 static int spawn_helpers(Vm *v, ApiError *reterr) {
         _cleanup_free_ char *tpm = vm_path(v, "tpm"), *ctrl = vm_path(v, "tpm/swtpm.sock"),
                             *tlog = vm_path(v, "tpm/swtpm.log"), *tprev = vm_path(v, "tpm/swtpm.prev.log"),
                             *vars = vm_path(v, "ovmf_vars.fd"), *console = vm_path(v, "console.log");
-        _cleanup_strv_free_ char **argv = NULL;
         int r;
 
         if (!tpm || !ctrl || !tlog || !tprev || !vars || !console)
@@ -725,13 +879,17 @@ static int spawn_helpers(Vm *v, ApiError *reterr) {
         (void) rename(tlog, tprev);
 
         v->swtpm = vm_launched_free(v->swtpm); /* a leftover of the previous run */
-        r = vm_swtpm_cmdline_build("swtpm", tpm, ctrl, tlog, &argv);
-        if (r >= 0)
-                r = vm_spawn(v, argv, "tpm/swtpm.out", "swtpm", &v->swtpm);
-        if (r < 0)
-                return helpers_failed(v, r, VM_MESSAGE_SWTPM_SPAWN, reterr);
-        v->swtpm_pid = vm_launched_pid(v->swtpm);
         v->swtpm_up = false;
+        if (v->rec.att.ek_pending) {
+                /* a new VM: swtpm starts once its vTPM is manufactured (on_tpm_setup_exit()) */
+                r = tpm_setup_start(v, tpm);
+                if (r < 0)
+                        return helpers_failed(v, r, VM_MESSAGE_SWTPM_SPAWN, reterr);
+        } else {
+                r = spawn_swtpm(v);
+                if (r < 0)
+                        return helpers_failed(v, r, VM_MESSAGE_SWTPM_SPAWN, reterr);
+        }
         v->rec.vsock = vm_notify_pick(v);
         v->vsockd = vm_launched_free(v->vsockd); /* a leftover of the previous run */
         r = v->rec.vsock == VM_VSOCK_VHOST_USER ? start_vsockd(v) : 0;
@@ -770,7 +928,8 @@ int vm_start_helpers(Vm *v, ApiError *reterr) {
         int r;
 
         /* spawned while the host install ran (and both still there): only the probing is left */
-        if (!v->helpers_prestarted || !v->swtpm || (v->rec.vsock == VM_VSOCK_VHOST_USER && !v->vsockd)) {
+        if (!v->helpers_prestarted || (!v->swtpm && !v->tpm_setup) ||
+            (v->rec.vsock == VM_VSOCK_VHOST_USER && !v->vsockd)) {
                 /* a paused QEMU is wired to the helpers that ended: it goes with them */
                 if (v->qemu_prestarted)
                         prestart_forget(v, "a helper beside it ended");

@@ -35,6 +35,7 @@ void vm_kill(Vm *v) {
         v->swtpm = vm_launched_free(v->swtpm);
         v->vsockd = vm_launched_free(v->vsockd);
         v->installer = vm_launched_free(v->installer); /* SIGKILL: a host install ends at once */
+        v->tpm_setup = vm_launched_free(v->tpm_setup); /* SIGKILL as well: the next start runs it again */
         v->install_timer = sd_event_source_disable_unref(v->install_timer);
         v->qemu_prestarted = v->qemu_paused = false;
         v->qemu_pid = v->swtpm_pid = 0;
@@ -51,6 +52,7 @@ void vm_detach_processes(Vm *v) {
         v->swtpm = vm_launched_detach(v->swtpm);
         v->vsockd = vm_launched_detach(v->vsockd);
         v->installer = vm_launched_detach(v->installer); /* a plain child: it ends */
+        v->tpm_setup = vm_launched_detach(v->tpm_setup); /* the same; the record still says pending */
         v->install_timer = sd_event_source_disable_unref(v->install_timer);
         v->phase_timer = sd_event_source_disable_unref(v->phase_timer);
         vm_probe_stop(v);

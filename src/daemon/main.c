@@ -11,6 +11,7 @@
 #include "serve.h"
 #include "version.h"
 #include "vm-exec-helper.h"
+#include "vm-guard.h"
 
 static void main_help(void) {
         printf("Usage: vm-manager COMMAND [FLAGS]\n\n"
@@ -138,10 +139,11 @@ int main(int argc, char **argv) {
                 { "imds-hwdb", imds_hwdb_main },
                 { "image", image_dispatch },
                 { "help", help_main },
-                /* hidden: the daemon's helper processes, for a host install (host-install.h) and
-                 * for exec_vm's ssh session (vm-exec-helper.h) */
+                /* hidden: the daemon's helper processes, for a host install (host-install.h), for
+                 * exec_vm's ssh session (vm-exec-helper.h) and around swtpm_setup (vm-guard.h) */
                 { "host-install", host_install_main },
                 { "exec-ssh", vm_exec_helper_main },
+                { "guard", vm_guard_main },
         };
         const char *cmd;
 

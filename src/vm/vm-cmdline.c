@@ -618,6 +618,40 @@ int vm_swtpm_cmdline_build(
         return 0;
 }
 
+int vm_swtpm_setup_cmdline_build(const char *swtpm_setup, const char *tpm_dir, const char *config, char ***ret) {
+        _cleanup_(argv_done) Argv a = {};
+        int r;
+
+        assert_return(ret, -EINVAL);
+        if (!value_is_valid(swtpm_setup) || !path_is_valid(tpm_dir) || !path_is_valid(config))
+                return -EINVAL;
+
+        r = argv_add(&a, swtpm_setup);
+        if (r >= 0)
+                r = argv_add(&a, "--tpm2");
+        if (r >= 0)
+                r = argv_option(&a, "--tpmstate", tpm_dir);
+        if (r >= 0)
+                r = argv_option(&a, "--config", config);
+        /* the platform certificate too: a guest that proves its platform reads it from NV 0x1c08000 */
+        if (r >= 0)
+                r = argv_add(&a, "--create-ek-cert");
+        if (r >= 0)
+                r = argv_add(&a, "--create-platform-cert");
+        /* the certificates' NV indexes cannot be rewritten by the guest */
+        if (r >= 0)
+                r = argv_add(&a, "--lock-nvram");
+        if (r >= 0)
+                r = argv_option(&a, "--write-ek-cert-files", tpm_dir);
+        /* a setup that failed halfway left a state no guest has seen */
+        if (r >= 0)
+                r = argv_add(&a, "--overwrite");
+        if (r < 0)
+                return r;
+        *ret = TAKE_PTR(a.items);
+        return 0;
+}
+
 int vm_vhost_user_vsock_cmdline_build(
         const char *binary, uint32_t guest_cid, const char *vhost_socket, const char *uds_path, char ***ret) {
         _cleanup_(argv_done) Argv a = {};

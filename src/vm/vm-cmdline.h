@@ -121,6 +121,12 @@ int vm_cmdline_build(const VmCmdlineSpec *spec, char ***ret);
 int vm_swtpm_cmdline_build(
         const char *swtpm, const char *tpm_dir, const char *ctrl_socket, const char *log_file, char ***ret);
 
+/* swtpm_setup --tpm2 --tpmstate <tpm_dir> --config <config> --create-ek-cert --create-platform-cert
+ * --lock-nvram --write-ek-cert-files <tpm_dir> --overwrite: a new vTPM manufactured once, with its EK
+ * certificate signed by the CA config names (never the host's /etc/swtpm_setup.conf) and written
+ * beside the state as ek-rsa2048.crt. Only for a vTPM no guest has used yet (--overwrite). */
+int vm_swtpm_setup_cmdline_build(const char *swtpm_setup, const char *tpm_dir, const char *config, char ***ret);
+
 /* vhost-device-vsock --guest-cid <guest_cid> --socket <vhost_socket> --uds-path <uds_path>. The
  * backend connects guest connections to port P to "<uds_path>_P", so uds_path leaves room for
  * "_4294967295" within VM_UNIX_PATH_MAX. */

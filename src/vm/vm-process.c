@@ -40,6 +40,7 @@ struct VmProcess {
         pid_t pid;
         int error; /* what kept the child from its program: a negative errno, once known; 0 otherwise */
         int pending_signal; /* vm_process_kill() before the pid was known: sent once it is */
+        int kill_signal;    /* what ends the process once nobody waits for it (process_abandon()) */
         bool spawning;      /* the spawner's job is out: no pid yet, and the job frees us if freed */
         bool exited;
         bool freed; /* vm_process_free() came first: the source lives on until the exit, and frees us */
@@ -295,12 +296,13 @@ static void spawn_run(void *job) {
                 .o = &j->o, .log_fd = j->log_fd, .report_fd = j->report_fd, .parent = j->parent });
 }
 
-/* Ends the process of p, which nobody waits for any more: SIGKILL, and the source floats on until
- * the exit comes and is reaped from the loop (on_child()); it frees p with itself, and a loop that
+/* Ends the process of p, which nobody waits for any more: its kill signal (SIGKILL), and the source floats
+ * on until the exit comes and is reaped from the loop (on_child()); it frees p with itself, and a loop that
  * ends first frees both (the process, killed, is init's to reap once we are gone). false when that
  * could not be arranged. */
 static bool process_abandon(VmProcess *p) {
-        if (!p->child || p->exited || sd_event_source_send_child_signal(p->child, SIGKILL, NULL, 0) < 0 ||
+        if (!p->child || p->exited ||
+            sd_event_source_send_child_signal(p->child, p->kill_signal, NULL, 0) < 0 ||
             sd_event_source_set_child_process_own(p->child, false) < 0 ||
             sd_event_source_set_floating(p->child, true) < 0)
                 return false;
@@ -428,6 +430,7 @@ int vm_process_spawn(
         p->event = s->event;
         p->on_exit = on_exit;
         p->userdata = userdata;
+        p->kill_signal = o->kill_signal > 0 ? o->kill_signal : SIGKILL;
         p->name = strdup(o->argv[0]);
         if (!p->name)
                 return -ENOMEM;
@@ -495,7 +498,8 @@ void vm_process_set_started(VmProcess *p, VmProcessStartedFunc on_started) {
 VmProcess *vm_process_free(VmProcess *p) {
         if (!p)
                 return NULL;
-        /* Nothing we started outlives its owner: a process still running is killed with SIGKILL.
+        /* Nothing we started outlives its owner: a process still running is killed with SIGKILL (or
+         * the signal its options name, for a guard that ends its own descendants on it).
          * sd-event would then wait for it in waitid() (a freed source that owns its process reaps
          * it), on the loop: tens of milliseconds for a process that takes its time to die. Instead the
          * source floats on until the exit comes (process_abandon()). A child not yet at its program is

@@ -45,6 +45,8 @@ typedef struct VmProcessOptions {
                                   * must be NULL); 0: as log_file says */
         const char *working_dir; /* NULL: unchanged */
         bool block_io_uring;     /* seccomp: io_uring_setup fails with EPERM (QEMU, runtime.md §4.3) */
+        int kill_signal;         /* what vm_process_free() ends the process with; 0: SIGKILL. A guard
+                                  * (vm-guard.h) takes SIGTERM, so that it can end its descendants */
 } VmProcessOptions;
 
 /* Hands the child to the spawner's thread and returns at once: the loop never waits for the clone nor
@@ -59,8 +61,9 @@ int vm_process_spawn(
         VmProcess **ret, VmSpawner *s, const VmProcessOptions *o, VmProcessExitFunc on_exit, void *userdata);
 /* on_started (see VmProcessStartedFunc); set after the spawn, before the loop runs again. */
 void vm_process_set_started(VmProcess *p, VmProcessStartedFunc on_started);
-/* A process still running is killed (SIGKILL) and reaped from the loop once it is gone (never waited
- * for here), one still being cloned as soon as it exists; the callbacks are not called. */
+/* A process still running is killed (its kill_signal, SIGKILL by default) and reaped from the loop once it
+ * is gone (never waited for here), one still being cloned as soon as it exists; the callbacks are not
+ * called. */
 VmProcess *vm_process_free(VmProcess *p);
 DEFINE_TRIVIAL_CLEANUP_FUNC(VmProcess *, vm_process_free);
 

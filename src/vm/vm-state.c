@@ -139,6 +139,7 @@ static const char *const vm_message_table[_VM_MESSAGE_MAX] = {
         [VM_MESSAGE_SWTPM_SPAWN] = "swtpm-spawn",
         [VM_MESSAGE_VSOCKD_SPAWN] = "vsockd-spawn",
         [VM_MESSAGE_PROBE_TIMER] = "probe-timer",
+        [VM_MESSAGE_TPM_SETUP] = "tpm-setup",
         [VM_MESSAGE_NO_UNITS] = "no-units",
         [VM_MESSAGE_WAS_CHILD] = "was-child",
         [VM_MESSAGE_QMP_SILENT] = "qmp-silent",
@@ -285,6 +286,11 @@ char *vm_message_format(VmMessage m, const VmMessageArgs *a) {
                 return format("starting vhost-device-vsock: %s", or_unknown(a->errno_text));
         case VM_MESSAGE_PROBE_TIMER:
                 return format("starting %s: %s", id, or_unknown(a->errno_text));
+        case VM_MESSAGE_TPM_SETUP:
+                return format(
+                        "vtpm could not be manufactured: swtpm_setup %s: %s",
+                        or_unknown(a->exit_status ?: a->errno_text),
+                        a->detail ?: "");
         case VM_MESSAGE_NO_UNITS:
                 return strdup("no service manager to find its units in");
         case VM_MESSAGE_WAS_CHILD:

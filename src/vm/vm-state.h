@@ -198,6 +198,7 @@ typedef enum VmMessage {
         VM_MESSAGE_SWTPM_SPAWN,
         VM_MESSAGE_VSOCKD_SPAWN,
         VM_MESSAGE_PROBE_TIMER,
+        VM_MESSAGE_TPM_SETUP,
         /* reasons the reattach failed (VM_MESSAGE_NOT_REATTACHED's detail) */
         VM_MESSAGE_NO_UNITS,
         VM_MESSAGE_WAS_CHILD,

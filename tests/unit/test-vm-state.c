@@ -440,6 +440,8 @@ static void test_messages(void **state) {
                 { VM_MESSAGE_SWTPM_SPAWN, "starting swtpm: No such file or directory" },
                 { VM_MESSAGE_VSOCKD_SPAWN, "starting vhost-device-vsock: No such file or directory" },
                 { VM_MESSAGE_PROBE_TIMER, "starting 1a2b3c4d: No such file or directory" },
+                { VM_MESSAGE_TPM_SETUP,
+                  "vtpm could not be manufactured: swtpm_setup exited with status 1: the detail" },
                 { VM_MESSAGE_NO_UNITS, "no service manager to find its units in" },
                 { VM_MESSAGE_WAS_CHILD, "it ran as a plain child process, which ends with the daemon" },
                 { VM_MESSAGE_QMP_SILENT, "its QMP socket did not answer: No such file or directory" },
