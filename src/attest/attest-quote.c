@@ -195,6 +195,23 @@ static int check_ak(const TPMT_PUBLIC *pub, ApiError *reterr) {
         }
 }
 
+int attest_ak_public_parse(const uint8_t *data, size_t size, TPMT_PUBLIC *ret, ApiError *reterr) {
+        TPMT_PUBLIC pub;
+        int r;
+
+        assert_return(data || size == 0, -EINVAL);
+        assert_return(ret, -EINVAL);
+
+        r = decode_public(data, size, &pub, reterr);
+        if (r < 0)
+                return r;
+        r = check_ak(&pub, reterr);
+        if (r < 0)
+                return r;
+        *ret = pub;
+        return 0;
+}
+
 /* The hash the signature names, which must suit the key. */
 static int signature_hash(
         const TPMT_PUBLIC *pub, const TPMT_SIGNATURE *sig, TPMI_ALG_HASH *ret, ApiError *reterr) {

@@ -87,5 +87,12 @@ const char *attest_hash_name(TPMI_ALG_HASH alg);
  * "unsupported <what>: …" in reterr. Returns a new reference. */
 int attest_public_to_pkey(const TPMT_PUBLIC *pub, const char *what, EVP_PKEY **ret, ApiError *reterr);
 
+/* An attestation key's public area as the guest sends it (ak_pub: a TPMT_PUBLIC or a TPM2B_PUBLIC,
+ * consumed exactly), decoded and held to what a quote's AK must be: a restricted signing key fixed
+ * to its TPM and generated there, ECC P-256 (ECDSA) or RSA 2048 (RSASSA, RSAPSS). -EBADMSG
+ * "malformed quote: ak_pub: …" for bytes that do not decode, -EPERM "attestation key attributes: …"
+ * or "unsupported attestation key: …" for a key that is refused. */
+int attest_ak_public_parse(const uint8_t *data, size_t size, TPMT_PUBLIC *ret, ApiError *reterr);
+
 /* The AK fingerprint of a TPMT_PUBLIC: hex sha256 of its marshalled form. */
 int attest_ak_fingerprint(const TPMT_PUBLIC *pub, char ret[static ATTEST_SHA256_HEX + 1]);

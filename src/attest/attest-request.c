@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 #include <stdlib.h>
+#include <string.h>
 #include <strings.h>
 
 #include "attest-request.h"
@@ -264,4 +265,122 @@ json_t *attest_quote_result_to_json(const char *stage, bool verified, const char
         if (message && *message && json_object_set_new(o, "message", json_string(message)) < 0)
                 return NULL;
         return TAKE_PTR(o);
+}
+
+void attest_challenge_request_done(AttestChallengeRequest *r) {
+        if (!r)
+                return;
+        free(r->ak_pub);
+        free(r->ek_pub);
+        *r = (AttestChallengeRequest){};
+}
+
+/* The body as one JSON object and nothing else; what names the request in messages. */
+static int load_object(const void *body, size_t size, const char *what, json_t **ret, ApiError *reterr) {
+        json_error_t err;
+        json_t *v;
+
+        v = json_loadb(body, size, JSON_REJECT_DUPLICATES, &err);
+        if (!v)
+                return attest_error_set(
+                        reterr,
+                        -EBADMSG,
+                        "malformed %s: %s at line %d, column %d",
+                        what,
+                        err.text,
+                        err.line,
+                        err.column);
+        if (!json_is_object(v)) {
+                json_decref(v);
+                return attest_error_set(reterr, -EBADMSG, "malformed %s: the body is not a JSON object", what);
+        }
+        *ret = v;
+        return 0;
+}
+
+/* A base64 field of at most max bytes. */
+static int take_strict_bytes(
+        json_t *v,
+        const char *what,
+        const char *field,
+        size_t max,
+        uint8_t **ret,
+        size_t *ret_size,
+        ApiError *reterr) {
+        _cleanup_free_ char *goerr = NULL;
+        int r;
+
+        if (!json_is_string(v))
+                return attest_error_set(
+                        reterr, -EBADMSG, "malformed %s: %s must be a base64 string", what, field);
+        r = attest_base64_decode(json_string_value(v), json_string_length(v), max, ret, ret_size, &goerr);
+        if (r == -EFBIG)
+                return attest_error_set(reterr, r, "malformed %s: %s is over %zu bytes", what, field, max);
+        if (r == -EINVAL)
+                return attest_error_set(
+                        reterr, -EBADMSG, "malformed %s: %s: %s", what, field, goerr ?: "illegal base64 data");
+        return r;
+}
+
+int attest_challenge_request_decode(const void *body, size_t size, AttestChallengeRequest *ret, ApiError *reterr) {
+        _cleanup_(attest_challenge_request_done) AttestChallengeRequest req = {};
+        json_auto_t *o = NULL;
+        const char *key;
+        json_t *e;
+        int r;
+
+        assert_return(body || size == 0, -EINVAL);
+        assert_return(ret, -EINVAL);
+
+        r = load_object(body, size, "challenge", &o, reterr);
+        if (r < 0)
+                return r;
+        json_object_foreach(o, key, e) {
+                if (streq(key, "ak_pub"))
+                        r = take_strict_bytes(
+                                e, "challenge", key, ATTEST_PUBLIC_MAX, &req.ak_pub, &req.ak_pub_size, reterr);
+                else if (streq(key, "ek_pub"))
+                        r = take_strict_bytes(
+                                e, "challenge", key, ATTEST_PUBLIC_MAX, &req.ek_pub, &req.ek_pub_size, reterr);
+                else
+                        r = attest_error_set(
+                                reterr, -EBADMSG, "malformed challenge: unknown field \"%.64s\"", key);
+                if (r < 0)
+                        return r;
+        }
+        if (req.ak_pub_size == 0 || req.ek_pub_size == 0)
+                return api_error_set(
+                        reterr, -EINVAL, API_ERROR_INVALID_REQUEST, "ak_pub and ek_pub are required");
+        *ret = req;
+        req = (AttestChallengeRequest){};
+        return 0;
+}
+
+int attest_activate_request_decode(const void *body, size_t size, AttestActivateRequest *ret, ApiError *reterr) {
+        _cleanup_free_ uint8_t *secret = NULL;
+        json_auto_t *o = NULL;
+        size_t n = 0;
+        const char *key;
+        json_t *e;
+        int r;
+
+        assert_return(body || size == 0, -EINVAL);
+        assert_return(ret, -EINVAL);
+
+        r = load_object(body, size, "activation", &o, reterr);
+        if (r < 0)
+                return r;
+        json_object_foreach(o, key, e) {
+                if (!streq(key, "secret"))
+                        return attest_error_set(
+                                reterr, -EBADMSG, "malformed activation: unknown field \"%.64s\"", key);
+                r = take_strict_bytes(e, "activation", key, ATTEST_ACTIVATE_SECRET_MAX, &secret, &n, reterr);
+                if (r < 0)
+                        return r;
+        }
+        if (n == 0)
+                return api_error_set(reterr, -EINVAL, API_ERROR_INVALID_REQUEST, "secret is required");
+        memcpy(ret->secret, secret, n);
+        ret->secret_size = n;
+        return 0;
 }

@@ -67,3 +67,37 @@ int attest_quote_request_decode(const void *body, size_t size, AttestQuoteReques
 /* The QuoteResult answer: {"stage","verified","user_data_released","message"(when not empty)}, where
  * user_data_released = verified && stage == "initrd". New reference, NULL on OOM. */
 json_t *attest_quote_result_to_json(const char *stage, bool verified, const char *message);
+
+/* The bodies of the credential activation (docs/design.md, Attestation), which a guest runs before
+ * the daemon trusts any quote of its attestation key:
+ *
+ *   POST /giantswarm/v1/attest/challenge  {"ak_pub":"<b64>", "ek_pub":"<b64>"}
+ *   POST /giantswarm/v1/attest/activate   {"secret":"<b64>"}
+ *
+ * These have no Go original to follow, so the decoder is strict: standard padded base64, exact key
+ * names, no unknown keys, nothing after the object. ak_pub and ek_pub are TPM2B_PUBLIC (or bare
+ * TPMT_PUBLIC) as in a quote; the secret is the credential TPM2_ActivateCredential returned. */
+
+#define ATTEST_ACTIVATE_SECRET_MAX ((size_t) 64)
+
+typedef struct AttestChallengeRequest {
+        uint8_t *ak_pub;
+        size_t ak_pub_size;
+        uint8_t *ek_pub;
+        size_t ek_pub_size;
+} AttestChallengeRequest;
+
+void attest_challenge_request_done(AttestChallengeRequest *r);
+
+/* -EBADMSG "malformed challenge: <why>" (not a JSON object, a wrong type, bad base64, an unknown
+ * field), -EFBIG for a field over its limit, -EINVAL "invalid request: ak_pub and ek_pub are
+ * required". *ret is filled only on success. */
+int attest_challenge_request_decode(const void *body, size_t size, AttestChallengeRequest *ret, ApiError *reterr);
+
+typedef struct AttestActivateRequest {
+        uint8_t secret[ATTEST_ACTIVATE_SECRET_MAX];
+        size_t secret_size;
+} AttestActivateRequest;
+
+/* As above, "malformed activation: <why>" and "invalid request: secret is required". */
+int attest_activate_request_decode(const void *body, size_t size, AttestActivateRequest *ret, ApiError *reterr);

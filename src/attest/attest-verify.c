@@ -316,6 +316,18 @@ static int verify(
         if (r != 0)
                 return r;
 
+        if (p->pinned_ak && p->ak_activated && !streq(p->pinned_ak, q->ak_fingerprint))
+                return set_message(
+                        res,
+                        ATTEST_AK_NOT_ACTIVATED ": ak %.*s is not the key activated for it (%.*s)",
+                        ATTEST_SHORT_FP,
+                        q->ak_fingerprint,
+                        ATTEST_SHORT_FP,
+                        p->pinned_ak);
+        if (!p->pinned_ak && p->no_ak_message) {
+                res->retryable = p->no_ak_retryable;
+                return set_message(res, "%s", p->no_ak_message);
+        }
         if (p->pinned_ak && !streq(p->pinned_ak, q->ak_fingerprint))
                 return set_message(
                         res,

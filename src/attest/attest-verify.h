@@ -20,12 +20,13 @@
  *   5 signature verifies           6 nonce matches      7 bank is sha256    8 a value per quoted PCR
  *   9 PCR digest matches          10 stage's PCRs covered (initrd 0–7,11; ready 0–7,11,13; both
  *                                    also 12 where the policy has "pcr12": "predicted")
- *  11 AK equals the pinned one    11a the event logs replay to the quoted PCRs (attest-eventlog.h)
+ *  11 AK is the activated one    11a the event logs replay to the quoted PCRs (attest-eventlog.h)
  *  12 PCR 11 per phase            12a PCR 12 equals the one predicted from the command line the
  *                                     daemon passed (policy "pcr12": "predicted")
  *                                 13 golden 0,2,3,4,6,7 (+13 at ready)
- *  14 verified                    15 TOFU: an initrd quote without a pin enrolls its AK; a ready
- *                                    quote without a pin is rejected
+ *  14 verified                    15 without an activated or pinned AK: rejected (no_ak_message),
+ *                                    or trust on first use where the caller leaves that NULL (an
+ *                                    initrd quote enrolls its AK; a ready quote is rejected)
  *
  * Pure apart from the nonce store: the caller looks the policy and the pin up, and applies the
  * verdict (stores the Result, pins the AK when Result.enroll, releases user-data). */
@@ -60,6 +61,10 @@ typedef struct AttestResult {
 
 void attest_result_done(AttestResult *r);
 
+/* The stable beginning of the verdict on a quote whose AK is not the one activated for the VM's
+ * vTPM (or when none is). */
+#define ATTEST_AK_NOT_ACTIVATED "attestation key not activated for this vm's vTPM"
+
 typedef struct AttestVerifyParams {
         const char *vm_id;
         usec_t now; /* the nonce store's clock */
@@ -69,7 +74,15 @@ typedef struct AttestVerifyParams {
         const AttestPolicy *policy;
         const char *no_policy_message;
         const char *kubernetes_version; /* the VM's; selects the policy's pcr13 entry; NULL for none */
-        const char *pinned_ak;          /* the fingerprint pinned for this VM, NULL when none */
+        /* The fingerprint of the AK this VM's quotes must come from, NULL when none: the one its
+         * guest activated a credential for (ak_activated), or the one pinned on its first quote for
+         * a VM from before credential activation. */
+        const char *pinned_ak;
+        bool ak_activated;
+        /* Without pinned_ak: NULL keeps trust on first use (the first verified initrd quote enrolls
+         * its AK); otherwise it is the verdict (at check 11), retryable when no_ak_retryable. */
+        const char *no_ak_message;
+        bool no_ak_retryable;
         /* PCR 12 as 64 lowercase hex, predicted by attest_predict_pcr12_booted() from the
          * kernel-cmdline-extra string the daemon passed to this run; compared where the policy has "pcr12":
          * "predicted". NULL when the daemon does not know what it passed (a run an older vm-manager
