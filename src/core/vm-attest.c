@@ -4,12 +4,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <unistd.h>
 
 #include "attest-ca.h"
+#include "attest-credential.h"
 #include "attest-nonce.h"
 #include "attest-policy.h"
 #include "attest-predict.h"
+#include "attest-quote.h"
 #include "attest-request.h"
 #include "fs-util.h"
 #include "hex-util.h"
@@ -297,19 +300,52 @@ static void record_verdict(Vm *v, AttestStage stage, AttestResult *res) {
         *res = (AttestResult){};
 }
 
-/* The EK the guest presents against the one certified for this VM when its vTPM was manufactured
- * (tpm/ek-rsa2048.crt): the verdict get_vm_attestation reports. It decides no quote yet: the AK is
- * still pinned on first use, and tying it to this EK is the credential activation's step. */
-static void check_presented_ek(Vm *v, const AttestQuoteRequest *req) {
-        _cleanup_free_ char *path = vm_path(v, "tpm/ek-rsa2048.crt"), *der = NULL, *why = NULL;
+/* The EK certificate swtpm_setup left for this VM's vTPM (tpm/ek-rsa2048.crt) and the CA that judges
+ * it: 0, or -ENOKEY with the reason there is none to judge in *ret_why (static text). */
+static int read_ek_certificate(Vm *v, AttestCa **ret_ca, char **ret_der, size_t *ret_size, const char **ret_why) {
+        _cleanup_free_ char *path = vm_path(v, "tpm/ek-rsa2048.crt"), *der = NULL;
         AttestCa *ca = manager_attest_ca(vm_manager(v));
+        size_t size = 0;
+        int r;
+
+        if (!path)
+                return -ENOMEM;
+        if (!ca) {
+                *ret_why = "this host has no attestation CA (swtpm_setup is not installed)";
+                return -ENOKEY;
+        }
+        if (v->rec.att.ek_pending) {
+                *ret_why = "its vTPM has not been manufactured yet";
+                return -ENOKEY;
+        }
+        r = read_full_file(path, 16384, &der, &size);
+        if (r == -ENOMEM)
+                return r;
+        if (r < 0 || size == 0) {
+                *ret_why =
+                        "its vTPM was made without one (the vm predates EK certificates, or swtpm_setup "
+                        "was missing when it was created)";
+                return -ENOKEY;
+        }
+        *ret_ca = ca;
+        *ret_der = TAKE_PTR(der);
+        *ret_size = size;
+        return 0;
+}
+
+/* The EK the guest presents against the one certified for this VM when its vTPM was manufactured:
+ * the verdict get_vm_attestation reports, returned. Absent stays absent. */
+static AttestEkVerdict check_presented_ek(Vm *v, const uint8_t *ek_pub, size_t ek_pub_size) {
+        _cleanup_free_ char *der = NULL, *why = NULL;
         VmAttestation *a = &v->rec.att;
+        const char *none = NULL;
         AttestEkVerdict verdict;
+        AttestCa *ca = NULL;
         size_t size = 0;
 
-        if (!ca || !path || a->ek_pending || read_full_file(path, 16384, &der, &size) < 0)
-                return; /* absent stays absent */
-        verdict = attest_ca_check_ek(ca, der, size, req->ek_pub, req->ek_pub_size, &why);
+        if (read_ek_certificate(v, &ca, &der, &size, &none) < 0)
+                return a->ek;
+        verdict = attest_ca_check_ek(ca, der, size, ek_pub, ek_pub_size, &why);
         if (verdict == ATTEST_EK_FOREIGN && verdict != a->ek)
                 log_struct(
                         LOG_WARNING,
@@ -320,17 +356,220 @@ static void check_presented_ek(Vm *v, const AttestQuoteRequest *req) {
         a->ek = verdict;
         free(a->ek_why);
         a->ek_why = TAKE_PTR(why);
+        return verdict;
+}
+
+/* The challenge's answer: the credential as the guest's TPM2_ActivateCredential takes it. */
+static json_t *credential_to_json(const AttestCredential *c) {
+        _cleanup_free_ char *blob = base64_encode(c->blob, c->blob_size),
+                            *secret = base64_encode(c->secret, c->secret_size);
+
+        if (!blob || !secret)
+                return NULL;
+        return json_pack("{s:s,s:s}", "credential_blob", blob, "encrypted_secret", secret);
+}
+
+int vm_attest_challenge(Vm *v, const void *body, size_t size, json_t **ret, ApiError *reterr) {
+        _cleanup_(attest_challenge_request_done) AttestChallengeRequest req = {};
+        _cleanup_free_ char *der = NULL;
+        char fingerprint[ATTEST_SHA256_HEX + 1];
+        VmAttestation *a = &v->rec.att;
+        AttestCredential cred = {};
+        VmChallenge c = {};
+        TPMT_PUBLIC ek, ak;
+        TPM2B_NAME name;
+        const char *none = NULL;
+        AttestCa *ca = NULL;
+        json_t *answer;
+        size_t der_size = 0;
+        int r;
+
+        assert(ret);
+
+        r = attest_challenge_request_decode(body, size, &req, reterr);
+        if (r < 0)
+                return r;
+
+        /* Nothing the guest sends is believed before the certificate vouches for its EK. */
+        r = read_ek_certificate(v, &ca, &der, &der_size, &none);
+        if (r == -ENOKEY)
+                return api_error_set(
+                        reterr,
+                        -EOPNOTSUPP,
+                        API_ERROR_UNSUPPORTED,
+                        "credential activation is not possible: this vm's vTPM has no EK certificate: %s",
+                        none);
+        if (r < 0)
+                return api_error_set(reterr, r, API_ERROR_INTERNAL, "challenge not made");
+        if (check_presented_ek(v, req.ek_pub, req.ek_pub_size) != ATTEST_EK_CERTIFIED)
+                return attest_error_set(
+                        reterr,
+                        -EPERM,
+                        "endorsement key foreign: %s",
+                        a->ek_why ?: "the guest's EK is not the one certified for this VM");
+        r = attest_ek_public_parse(req.ek_pub, req.ek_pub_size, &ek, reterr);
+        if (r < 0)
+                return r;
+
+        /* The AK's name is computed here from its public area, never taken from the guest. */
+        r = attest_ak_public_parse(req.ak_pub, req.ak_pub_size, &ak, reterr);
+        if (r < 0)
+                return r;
+        r = attest_ak_fingerprint(&ak, fingerprint);
+        if (r < 0)
+                return api_error_set(reterr, r, API_ERROR_INTERNAL, "challenge not made");
+        if (a->ak_activated && !streq(a->ak_activated, fingerprint))
+                return attest_error_set(
+                        reterr,
+                        -EPERM,
+                        "another attestation key is already activated for this vm's vTPM: ak %.*s, not %.*s",
+                        ATTEST_SHORT_FP,
+                        a->ak_activated,
+                        ATTEST_SHORT_FP,
+                        fingerprint);
+        r = attest_tpm_name(&ak, &name);
+        if (r < 0)
+                return attest_error_set(
+                        reterr, -EPERM, "unsupported attestation key: name algorithm 0x%04x", ak.nameAlg);
+
+        r = RET_NERRNO(getrandom(c.secret, sizeof(c.secret), 0));
+        if (r >= 0 && (size_t) r != sizeof(c.secret))
+                r = -EIO;
+        if (r >= 0)
+                r = attest_make_credential(&ek, &name, c.secret, sizeof(c.secret), &cred, /* reterr= */ NULL);
+        if (r < 0) {
+                explicit_bzero(&c, sizeof(c));
+                return api_error_set(reterr, r, API_ERROR_INTERNAL, "challenge not made");
+        }
+        answer = credential_to_json(&cred);
+        if (!answer) {
+                explicit_bzero(&c, sizeof(c));
+                return api_error_set(reterr, -ENOMEM, API_ERROR_INTERNAL, "challenge not made");
+        }
+        memcpy(c.ak_fingerprint, fingerprint, sizeof(fingerprint));
+        c.issued = now_usec(CLOCK_MONOTONIC);
+        /* The new challenge replaces any other: a guest has one outstanding at a time. */
+        v->challenge = c;
+        explicit_bzero(&c, sizeof(c));
+        log_debug("VM %s: credential challenge for ak %.*s", vm_id(v), ATTEST_SHORT_FP, fingerprint);
+        *ret = answer;
+        return 0;
+}
+
+int vm_attest_activate(Vm *v, const void *body, size_t size, json_t **ret, ApiError *reterr) {
+        AttestActivateRequest req = {};
+        VmChallenge c = v->challenge;
+        VmAttestation *a = &v->rec.att;
+        _cleanup_free_ char *fp = NULL;
+        json_t *answer;
+        bool equal;
+        int r;
+
+        assert(ret);
+
+        r = attest_activate_request_decode(body, size, &req, reterr);
+        if (r < 0)
+                return r;
+        /* Any answer uses the challenge up, so that a guest gets one guess per credential. */
+        explicit_bzero(&v->challenge, sizeof(v->challenge));
+        if (c.issued == 0)
+                r = attest_error_set(
+                        reterr, -ESTALE, "no credential challenge outstanding: post attest/challenge first");
+        else if (now_usec(CLOCK_MONOTONIC) - c.issued > VM_CHALLENGE_LIFETIME)
+                r = attest_error_set(
+                        reterr, -ESTALE, "the credential challenge expired: post attest/challenge again");
+        if (r < 0)
+                goto finish;
+        equal = attest_memeq(req.secret, req.secret_size, c.secret, sizeof(c.secret));
+        if (!equal) {
+                log_struct(
+                        LOG_WARNING,
+                        LOG_FIELDS({ "VM_ID", vm_id(v) }),
+                        "VM %s: credential activation failed: the secret does not match",
+                        vm_id(v));
+                r = attest_error_set(
+                        reterr,
+                        -EPERM,
+                        "credential activation failed: the secret is not the one the credential carried");
+                goto finish;
+        }
+
+        if (!a->ak_activated || !streq(a->ak_activated, c.ak_fingerprint)) {
+                fp = strdup(c.ak_fingerprint);
+                if (!fp) {
+                        r = api_error_set(reterr, -ENOMEM, API_ERROR_INTERNAL, "activation not recorded");
+                        goto finish;
+                }
+                free(a->ak_activated);
+                a->ak_activated = TAKE_PTR(fp);
+                r = vm_save(v);
+                if (r < 0)
+                        log_warning_errno(
+                                r, "VM %s: cannot save the activated attestation key, ignoring: %m", vm_id(v));
+                log_struct(
+                        LOG_INFO,
+                        LOG_FIELDS({ "VM_ID", vm_id(v) }),
+                        "VM %s: attestation key %.*s activated with the vTPM's certified EK",
+                        vm_id(v),
+                        ATTEST_SHORT_FP,
+                        c.ak_fingerprint);
+        }
+        answer = json_pack("{s:b,s:s}", "activated", true, "ak_fingerprint", c.ak_fingerprint);
+        if (!answer) {
+                r = api_error_set(reterr, -ENOMEM, API_ERROR_INTERNAL, "activation not recorded");
+                goto finish;
+        }
+        *ret = answer;
+        r = 0;
+finish:
+        explicit_bzero(&c, sizeof(c));
+        explicit_bzero(&req, sizeof(req));
+        return r;
+}
+
+/* What a quote's AK is held to: the activated one, the pin of a VM from before credential
+ * activation, or none, and then why no quote can verify yet. */
+static void trusted_ak(Vm *v, AttestVerifyParams *p, char **ret_why) {
+        _cleanup_free_ char *der = NULL;
+        VmAttestation *a = &v->rec.att;
+        const char *none = NULL;
+        AttestCa *ca = NULL;
+        size_t size = 0;
+
+        *ret_why = NULL;
+        if (a->ak_activated) {
+                p->pinned_ak = a->ak_activated;
+                p->ak_activated = true;
+                return;
+        }
+        if (a->ak_pin) {
+                p->pinned_ak = a->ak_pin;
+                return;
+        }
+        if (read_ek_certificate(v, &ca, &der, &size, &none) >= 0) {
+                /* The guest can still activate its key and quote again. */
+                p->no_ak_retryable = true;
+                asprintf_or_null(
+                        ret_why,
+                        ATTEST_AK_NOT_ACTIVATED
+                        ": no credential activation yet (the guest posts attest/challenge "
+                        "and attest/activate before it quotes)");
+        } else
+                asprintf_or_null(
+                        ret_why,
+                        "attestation key cannot be activated: this vm's vTPM has no EK certificate: %s",
+                        none ?: "?");
+        p->no_ak_message = *ret_why ?: ATTEST_AK_NOT_ACTIVATED;
 }
 
 int vm_attest_quote(Vm *v, const void *body, size_t size, json_t **ret, ApiError *reterr) {
         _cleanup_(attest_quote_request_done) AttestQuoteRequest req = {};
         _cleanup_(attest_result_done) AttestResult res = {};
         _cleanup_(attest_policy_freep) AttestPolicy *policy = NULL;
-        _cleanup_free_ char *why = NULL, *note = NULL;
+        _cleanup_free_ char *why = NULL, *note = NULL, *no_ak = NULL;
         char pcr12[ATTEST_SHA256_HEX + 1];
         json_auto_t *result = NULL;
         Manager *m = vm_manager(v);
-        VmAttestation *a = &v->rec.att;
         VmQuoteVerdict verdict;
         AttestStage stage;
         int r;
@@ -342,7 +581,7 @@ int vm_attest_quote(Vm *v, const void *body, size_t size, json_t **ret, ApiError
         if (r < 0)
                 return r;
         stage = attest_stage_from_string(req.stage);
-        check_presented_ek(v, &req);
+        (void) check_presented_ek(v, req.ek_pub, req.ek_pub_size);
 
         if (manager_settings(m)->attestation == ATTEST_MODE_NOOP) {
                 bool ok = attest_nonce_consume(
@@ -353,22 +592,21 @@ int vm_attest_quote(Vm *v, const void *body, size_t size, json_t **ret, ApiError
                 if (!res.message)
                         return api_error_set(reterr, -ENOMEM, API_ERROR_INTERNAL, QUOTE_NOT_PROCESSED);
         } else {
+                AttestVerifyParams params;
+
                 policy = policy_for(v, &why);
-                r = attest_verify_quote(
-                        manager_nonces(m),
-                        &req,
-                        &(AttestVerifyParams){
-                                .vm_id = vm_id(v),
-                                .now = now_usec(CLOCK_MONOTONIC),
-                                .at = now_usec(CLOCK_REALTIME),
-                                .policy = policy,
-                                .no_policy_message = why ?: "no attestation policy",
-                                .kubernetes_version = vm_spec(v)->kubernetes_version,
-                                .pinned_ak = a->ak_pin,
-                                .expected_pcr12 = expected_pcr12(v, pcr12),
-                                .learn_golden = manager_settings(m)->learn_golden,
-                        },
-                        &res);
+                params = (AttestVerifyParams){
+                        .vm_id = vm_id(v),
+                        .now = now_usec(CLOCK_MONOTONIC),
+                        .at = now_usec(CLOCK_REALTIME),
+                        .policy = policy,
+                        .no_policy_message = why ?: "no attestation policy",
+                        .kubernetes_version = vm_spec(v)->kubernetes_version,
+                        .expected_pcr12 = expected_pcr12(v, pcr12),
+                        .learn_golden = manager_settings(m)->learn_golden,
+                };
+                trusted_ak(v, &params, &no_ak);
+                r = attest_verify_quote(manager_nonces(m), &req, &params, &res);
                 if (r < 0)
                         return api_error_set(reterr, r, API_ERROR_INTERNAL, QUOTE_NOT_PROCESSED);
                 if (!res.verified && res.message && strstr(res.message, "golden mismatch") &&
@@ -380,11 +618,8 @@ int vm_attest_quote(Vm *v, const void *body, size_t size, json_t **ret, ApiError
                                 res.message = longer;
                         }
                 }
-                if (res.verified && res.enroll && res.ak_fingerprint && !a->ak_pin) {
-                        a->ak_pin = strdup(res.ak_fingerprint);
-                        if (!a->ak_pin)
-                                return api_error_set(reterr, -ENOMEM, API_ERROR_INTERNAL, QUOTE_NOT_PROCESSED);
-                }
+                /* Trust on first use is gone: no_ak_message is always set, so nothing enrolls. */
+                assert(!res.enroll);
         }
         verdict = res.verified ? VM_QUOTE_VERIFIED : VM_QUOTE_REJECTED;
 

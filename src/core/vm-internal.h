@@ -36,6 +36,14 @@
 typedef struct VmWaiter VmWaiter;
 typedef struct VmObserver VmObserver;
 
+/* The secret a credential was made with and the AK it was made for, until the guest answers. */
+#define VM_CHALLENGE_SECRET_SIZE 32U
+typedef struct VmChallenge {
+        uint8_t secret[VM_CHALLENGE_SECRET_SIZE];
+        char ak_fingerprint[65]; /* hex sha256 of the AK's TPMT_PUBLIC */
+        usec_t issued;           /* CLOCK_MONOTONIC; 0 when none is outstanding */
+} VmChallenge;
+
 struct Vm {
         unsigned n_ref;
         Manager *manager;
@@ -94,6 +102,10 @@ struct Vm {
 
         /* guest reports (vm-report.c) */
         VmGuest guest;
+
+        /* the credential activation's outstanding challenge (vm-attest.c), in memory only: one per
+         * VM, a new one replaces it, and any answer uses it up */
+        VmChallenge challenge;
 
         /* operations waiting for the lifecycle, and who hears its progress (vm-wait.c) */
         VmWaiter *waiters;

@@ -17,12 +17,12 @@
  *   before), processes? (on disk, while processes run:
  *   {"qemu"|"swtpm"|"vsock": {"pid", "unit"? (since the systemd launcher)}}), ip?, mac?, cid,
  *   machineID, booted, status?, sshPublicKey, attestation ({"required", "userDataReleased",
- *   "nonceIssuedAt"?, "initrd"?, "ready"?, "akPinned"? (on disk), "kernelCmdlineExtra"? (on disk,
- *   since PCR 12 is predicted)}; the verdicts since quotes were judged), createdAt, createdBy? (since
- * OAuth), installedAt?, bootedAt?, readyAt?, lastError?, consoleTail? (since failures kept the console),
- * forwards (since forward_port kept them), paths ({"dir", "volume", "console", "tpmState", "ovmfVars",
- * "qmpSocket", "sshKey", "userData", "report", "qemuLog"}: derived from the directory, only "volume" is read
- * back).
+ *   "nonceIssuedAt"?, "initrd"?, "ready"?, "akPinned"? (on disk), "akActivated"? (since credential
+ *   activation), "kernelCmdlineExtra"? (on disk, since PCR 12 is predicted)}; the verdicts since quotes were
+ * judged), createdAt, createdBy? (since OAuth), installedAt?, bootedAt?, readyAt?, lastError?, consoleTail?
+ * (since failures kept the console), forwards (since forward_port kept them), paths ({"dir", "volume",
+ * "console", "tpmState", "ovmfVars", "qmpSocket", "sshKey", "userData", "report", "qemuLog"}: derived from
+ * the directory, only "volume" is read back).
  *
  * A key that was never written is refused, and so is a value of the wrong type: such a record is
  * quarantined (vm-load.c), never half loaded. */
@@ -41,6 +41,7 @@ void vm_attestation_done(VmAttestation *a) {
         attest_result_done(&a->initrd);
         attest_result_done(&a->ready);
         free(a->ak_pin);
+        free(a->ak_activated);
         free(a->ek_why);
         free(a->cmdline_extra);
         *a = (VmAttestation){};
@@ -104,6 +105,10 @@ static json_t *forwards_to_json(const VmForwards *fw) {
         return TAKE_PTR(a);
 }
 
+const char *vm_attestation_ak_trust(const VmAttestation *a) {
+        return a->ak_activated ? "activated" : a->ak_pin ? "pinned" : "none";
+}
+
 json_t *vm_attestation_to_json_full(const VmAttestation *a, bool for_disk) {
         json_auto_t *o = json_pack("{s:b,s:b}", "required", a->required, "userDataReleased", a->released);
 
@@ -116,6 +121,10 @@ json_t *vm_attestation_to_json_full(const VmAttestation *a, bool for_disk) {
         if (a->has_ready && json_object_set_new(o, "ready", attest_result_to_json(&a->ready)) < 0)
                 return NULL;
         if (for_disk && a->ak_pin && json_object_set_new(o, "akPinned", json_string(a->ak_pin)) < 0)
+                return NULL;
+        if (a->ak_activated && json_object_set_new(o, "akActivated", json_string(a->ak_activated)) < 0)
+                return NULL;
+        if (!for_disk && json_object_set_new(o, "akTrust", json_string(vm_attestation_ak_trust(a))) < 0)
                 return NULL;
         if (for_disk && a->ek_pending && json_object_set_new(o, "ekPending", json_true()) < 0)
                 return NULL;
@@ -307,6 +316,7 @@ static void forwards_from_json(json_t *a, VmForwards *fw) {
 typedef struct AttestationInput {
         bool required, released;
         char *ak_pin;
+        char *ak_activated;
         bool ek_pending;
         char *ek;
         char *ek_why;
@@ -323,6 +333,7 @@ static int attestation_from_json(json_t *o, VmAttestation *a, ApiError *reterr) 
                 { "initrd", json_dispatch_variant, ATT(checked), JSON_NULLABLE },
                 { "ready", json_dispatch_variant, ATT(checked), JSON_NULLABLE },
                 { "akPinned", json_dispatch_string, ATT(ak_pin), JSON_NULLABLE },
+                { "akActivated", json_dispatch_string, ATT(ak_activated), JSON_NULLABLE },
                 { "kernelCmdlineExtra", json_dispatch_string, ATT(cmdline_extra), JSON_NULLABLE },
                 { "ekPending", json_dispatch_bool, ATT(ek_pending), JSON_NULLABLE },
                 { "ekCertificate", json_dispatch_string, ATT(ek), JSON_NULLABLE },
@@ -340,6 +351,7 @@ static int attestation_from_json(json_t *o, VmAttestation *a, ApiError *reterr) 
         json_decref(in.checked);
         if (r < 0) {
                 free(in.ak_pin);
+                free(in.ak_activated);
                 free(in.ek_why);
                 free(in.ek);
                 free(in.cmdline_extra);
@@ -348,6 +360,7 @@ static int attestation_from_json(json_t *o, VmAttestation *a, ApiError *reterr) 
         a->required = in.required;
         a->released = in.released;
         a->ak_pin = in.ak_pin;
+        a->ak_activated = in.ak_activated;
         a->ek_pending = in.ek_pending;
         a->ek = in.ek ? attest_ek_verdict_from_string(in.ek) : ATTEST_EK_ABSENT;
         if (a->ek < 0)

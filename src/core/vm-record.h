@@ -30,7 +30,10 @@ typedef struct VmAttestation {
         usec_t nonce_issued_at;
         AttestResult initrd, ready;
         bool has_initrd, has_ready;
-        char *ak_pin;
+        char *ak_pin; /* trust on first use, kept for VMs from before credential activation */
+        /* the fingerprint of the AK the guest activated a credential for with this VM's EK: the
+         * only key whose quotes count once set */
+        char *ak_activated;
         /* the vTPM's EK certificate: pending until swtpm_setup made it (new VMs only: an older vTPM
          * is never manufactured again, that would wipe what it sealed), then its verdict */
         bool ek_pending;
@@ -43,6 +46,10 @@ typedef struct VmAttestation {
 } VmAttestation;
 
 void vm_attestation_done(VmAttestation *a);
+/* What the VM's quotes are trusted by, get_vm_attestation's "akTrust": "activated" (a credential
+ * activation bound the AK to this VM's certified EK), "pinned" (a VM from before that: its first
+ * verified quote's AK), or "none" yet. */
+const char *vm_attestation_ak_trust(const VmAttestation *a);
 
 /* A VM's forwards ("forwards": [{"port","address"}]), listening while the VM exists, whether it runs
  * or not. */
@@ -112,8 +119,8 @@ json_t *vm_record_to_json(const VmRecord *r, const char *dir, bool for_disk);
  * attestation results that do not parse are absent. */
 int vm_record_from_json(json_t *j, const char *id, VmRecord *ret, ApiError *reterr);
 
-/* The attestation as get_vm_attestation shows it (and the record's "attestation", which adds
- * "akPinned" on disk); a new reference, NULL on OOM. */
+/* The attestation as get_vm_attestation shows it, with "akTrust" (and the record's "attestation",
+ * which has "akPinned" instead); a new reference, NULL on OOM. */
 json_t *vm_attestation_to_json_full(const VmAttestation *a, bool for_disk);
 /* One forward as the API shows it: {"port","address"}. */
 json_t *vm_forward_to_json(const VmForward *f);

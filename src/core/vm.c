@@ -58,6 +58,7 @@ static Vm *vm_free(Vm *v) {
         free(v->notify_path);
         free(v->guest_exit_status);
         vm_guest_done(&v->guest);
+        explicit_bzero(&v->challenge, sizeof(v->challenge));
         vm_vars_copy_forget(v);
         free(v);
         return NULL;

@@ -113,6 +113,24 @@ VmQuoteVerdict vm_quote_verdict_from_string(const char *s) _pure_;
  * the text the guest is told), otherwise with internal_error when the quote cannot be judged (only
  * "quote not processed" is the guest's to know). */
 int vm_attest_quote(Vm *v, const void *body, size_t size, json_t **ret, ApiError *reterr);
+/* The credential activation (docs/design.md, Attestation), which binds the guest's attestation key
+ * to the EK this VM's vTPM was certified with before any quote of that key counts.
+ *
+ * POST /attest/challenge: the body is {"ak_pub","ek_pub"}. The EK must be the certified one and the
+ * AK a restricted signing key; its name is computed here. A credential is made for it with a fresh
+ * secret, kept (replacing an earlier challenge), and *ret is {"credential_blob","encrypted_secret"}.
+ * Fails with invalid_request (a body that does not decode), forbidden (a foreign EK: also recorded
+ * as the VM's ekCertificate verdict; a refused EK or AK), unsupported (the vTPM has no EK
+ * certificate: nothing to activate against), or internal_error.
+ *
+ * POST /attest/activate: the body is {"secret"}, what TPM2_ActivateCredential gave the guest. It is
+ * compared in constant time with the outstanding challenge's, which is used up either way; equal,
+ * the challenge's AK is the VM's activated one (vm.json's "akActivated") and *ret is {"activated":
+ * true,"ak_fingerprint"}. Fails with conflict (no challenge outstanding, or it expired),
+ * forbidden (another secret), invalid_request or internal_error. */
+#define VM_CHALLENGE_LIFETIME (5 * USEC_PER_MINUTE)
+int vm_attest_challenge(Vm *v, const void *body, size_t size, json_t **ret, ApiError *reterr);
+int vm_attest_activate(Vm *v, const void *body, size_t size, json_t **ret, ApiError *reterr);
 /* POST /bootstrap/failed of the IMDS: a unit of the user-data's bootstrap (kubeadm.service) failed
  * before the VM was ready; the body is the unit's last journal lines. The boot fails with them in
  * lastError (printable text, at most VM_BOOTSTRAP_REPORT_MAX bytes of the body). -ESTALE when the VM
