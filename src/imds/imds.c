@@ -206,6 +206,57 @@ static void serve_quote(HttpRequest *req, Vm *v) {
                 reply_text(req, 500, "quote not processed");
 }
 
+/* The credential activation's answers: JSON on success; otherwise the text of the refusal, whose
+ * status says what the guest can do: 400 fix the request, 403 refused (a foreign EK, a key that is
+ * not an attestation key, another key already activated, a wrong secret), 409 nothing to activate
+ * against (the vTPM has no EK certificate) or no challenge outstanding, 500 retry later. */
+static void reply_activation(HttpRequest *req, int r, json_t *answer, const ApiError *e) {
+        if (r >= 0) {
+                (void) http_request_reply_json(req, 200, answer);
+                return;
+        }
+        switch (r) {
+        case -EBADMSG:
+        case -EINVAL:
+        case -EFBIG:
+                reply_text(req, 400, e->message ?: "malformed request");
+                break;
+        case -EPERM:
+                reply_text(req, 403, e->message ?: "refused");
+                break;
+        case -EOPNOTSUPP:
+        case -ESTALE:
+                reply_text(req, 409, e->message ?: "conflict");
+                break;
+        default:
+                reply_text(req, 500, "credential activation not processed");
+        }
+}
+
+static void serve_challenge(HttpRequest *req, Vm *v) {
+        _cleanup_(api_error_done) ApiError e = API_ERROR_NULL;
+        json_auto_t *answer = NULL;
+        const void *body;
+        size_t size;
+        int r;
+
+        body = http_request_body(req, &size);
+        r = vm_attest_challenge(v, body ?: "", size, &answer, &e);
+        reply_activation(req, r, answer, &e);
+}
+
+static void serve_activate(HttpRequest *req, Vm *v) {
+        _cleanup_(api_error_done) ApiError e = API_ERROR_NULL;
+        json_auto_t *answer = NULL;
+        const void *body;
+        size_t size;
+        int r;
+
+        body = http_request_body(req, &size);
+        r = vm_attest_activate(v, body ?: "", size, &answer, &e);
+        reply_activation(req, r, answer, &e);
+}
+
 static void serve_sysupdate(HttpRequest *req, Manager *m, const char *rest) {
         _cleanup_free_ char *component = NULL, *path = NULL;
         _cleanup_close_ int fd = -EBADF;
@@ -326,6 +377,14 @@ void imds_handle(HttpRequest *req, void *userdata) {
                 if (!post)
                         goto method;
                 serve_quote(req, v);
+        } else if (streq(path, "/attest/challenge")) {
+                if (!post)
+                        goto method;
+                serve_challenge(req, v);
+        } else if (streq(path, "/attest/activate")) {
+                if (!post)
+                        goto method;
+                serve_activate(req, v);
         } else if (streq(path, "/bootstrap/failed")) {
                 if (!post)
                         goto method;
