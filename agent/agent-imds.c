@@ -376,3 +376,42 @@ int agent_imds_post_quote(const AgentImds *imds, const char *body, AgentVerdict 
         *ret = verdict;
         return 0;
 }
+
+int agent_imds_post(
+        const AgentImds *imds,
+        const char *path,
+        const char *body,
+        long *ret_status,
+        json_t **ret_json,
+        char **ret_text,
+        ApiError *reterr) {
+        _cleanup_(answer_done) Answer a = { .max = RESULT_BODY_MAX };
+        json_t *v = NULL;
+        char *text = NULL;
+        int r;
+
+        assert_return(imds, -EINVAL);
+        assert_return(path, -EINVAL);
+        assert_return(body, -EINVAL);
+        assert_return(ret_status && ret_json && ret_text, -EINVAL);
+
+        r = request(imds, path, body, &a, reterr);
+        if (r < 0)
+                return r;
+        if (is_json(a.content_type)) {
+                v = json_loadb(a.body ?: "", a.size, 0, /* error= */ NULL);
+                if (v && !json_is_object(v)) {
+                        json_decref(v);
+                        v = NULL;
+                }
+        }
+        if (!v) {
+                text = describe(&a);
+                if (!text)
+                        return api_error_set(reterr, -ENOMEM, API_ERROR_INTERNAL, "out of memory");
+        }
+        *ret_status = a.status;
+        *ret_json = v;
+        *ret_text = text;
+        return 0;
+}

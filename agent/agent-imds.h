@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 #pragma once
 
+#include <jansson.h>
 #include <stdbool.h>
 
 #include "api-error.h"
@@ -36,3 +37,15 @@ int agent_imds_fetch_nonce(const AgentImds *imds, char **ret, ApiError *reterr);
 /* POST <base>/attest/quote with body (JSON), retried like the nonce fetch. Returns 0 with the verdict
  * when the IMDS answered with JSON at 200 or 403 (verified or not); any other answer is an error. */
 int agent_imds_post_quote(const AgentImds *imds, const char *body, AgentVerdict *ret, ApiError *reterr);
+
+/* POST <base><path> with body (JSON), retried like the nonce fetch, for the answers that are JSON on
+ * success and text otherwise: returns 0 with the HTTP status and, for a JSON object answer,
+ * *ret_json, otherwise *ret_text ("HTTP 403: <text>"). */
+int agent_imds_post(
+        const AgentImds *imds,
+        const char *path,
+        const char *body,
+        long *ret_status,
+        json_t **ret_json,
+        char **ret_text,
+        ApiError *reterr);

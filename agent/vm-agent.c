@@ -9,6 +9,7 @@
 
 #include <curl/curl.h>
 
+#include "agent-activate.h"
 #include "agent-imds.h"
 #include "agent-quote.h"
 #include "agent-tpm.h"
@@ -183,11 +184,87 @@ static int attest_parse(int argc, char **argv) {
         return 1;
 }
 
+/* The verdict's beginning when no key is activated yet: the guest activates and quotes again. */
+#define AK_NOT_ACTIVATED_YET "attestation key not activated for this vm's vTPM: no credential activation yet"
+
+/* The stage's quote over a fresh nonce (or --nonce), as JSON. */
+static int build_quote(const AgentQuoteOptions *o, const AgentImds *imds, json_t **ret, ApiError *reterr) {
+        _cleanup_free_ char *nonce = NULL;
+        int r;
+
+        if (arg_nonce) {
+                nonce = strdup(arg_nonce);
+                if (!nonce)
+                        return api_error_set(reterr, -ENOMEM, API_ERROR_INTERNAL, "out of memory");
+        } else {
+                r = agent_imds_fetch_nonce(imds, &nonce, reterr);
+                if (r < 0)
+                        return r;
+        }
+        agent_debug("building the %s quote", agent_stage_to_string(arg_stage));
+        r = agent_quote_build(o, arg_stage, nonce, ret, reterr);
+        if (r < 0)
+                (void) api_error_prefix(reterr, "build quote");
+        return r;
+}
+
+static int print_quote(const AgentQuoteOptions *o, const AgentImds *imds) {
+        _cleanup_(api_error_done) ApiError e = API_ERROR_NULL;
+        _cleanup_free_ char *text = NULL;
+        json_auto_t *req = NULL;
+        int r;
+
+        r = build_quote(o, imds, &req, &e);
+        if (r < 0)
+                return print_error(&e, r);
+        text = json_dumps_pretty(req, /* ret_size= */ NULL);
+        if (!text)
+                return print_error(&e, -ENOMEM);
+        if (fputs(text, stdout) < 0 || fflush(stdout) != 0) {
+                fprintf(stderr, "Error: write the request: %m\n");
+                return EXIT_FAILURE;
+        }
+        return EXIT_SUCCESS;
+}
+
+static int quote_once(const AgentQuoteOptions *o, const AgentImds *imds, AgentVerdict *ret, ApiError *reterr) {
+        _cleanup_free_ char *body = NULL;
+        json_auto_t *req = NULL;
+        int r;
+
+        r = build_quote(o, imds, &req, reterr);
+        if (r < 0)
+                return r;
+        body = json_dumps(req, JSON_COMPACT | JSON_PRESERVE_ORDER);
+        if (!body)
+                return api_error_set(reterr, -ENOMEM, API_ERROR_INTERNAL, "out of memory");
+        return agent_imds_post_quote(imds, body, ret, reterr);
+}
+
+/* The credential activation: 0 to go on quoting (activated, or the daemon has nothing to activate
+ * against and the verdict will say what holds), otherwise the exit status. */
+static int activate(const AgentImds *imds) {
+        _cleanup_(api_error_done) ApiError e = API_ERROR_NULL;
+        int r;
+
+        r = agent_activate(imds, arg_tpm, &e);
+        if (r > 0)
+                return 0;
+        if (r == 0) {
+                agent_info("no credential activation: %s", e.message ?: "?");
+                return 0;
+        }
+        if (r == -EPERM) {
+                fprintf(stderr, "Attestation rejected: %s\n", e.message ?: "credential activation refused");
+                return EXIT_REJECTED;
+        }
+        return print_error(&e, r);
+}
+
 static int attest_main(int argc, char **argv) {
-        _cleanup_free_ char *base = NULL, *nonce = NULL, *user_agent = NULL, *body = NULL;
+        _cleanup_free_ char *base = NULL, *user_agent = NULL;
         _cleanup_(api_error_done) ApiError e = API_ERROR_NULL;
         _cleanup_(agent_verdict_done) AgentVerdict verdict = {};
-        json_auto_t *req = NULL;
         AgentQuoteOptions quote_options;
         AgentImds imds;
         int r;
@@ -207,47 +284,33 @@ static int attest_main(int argc, char **argv) {
                 .deadline = now_usec(CLOCK_MONOTONIC) + arg_timeout,
         };
 
-        if (arg_nonce) {
-                nonce = strdup(arg_nonce);
-                if (!nonce)
-                        return print_error(&e, -ENOMEM);
-        } else {
-                r = agent_imds_fetch_nonce(&imds, &nonce, &e);
-                if (r < 0)
-                        return print_error(&e, r);
-        }
-
-        agent_debug("building the %s quote", agent_stage_to_string(arg_stage));
         quote_options = (AgentQuoteOptions){
                 .tpm = arg_tpm,
                 /* Where the logs are read from can be moved, for tests and debugging. */
                 .firmware_log = empty_to_null(secure_getenv("VM_AGENT_EVENT_LOG")),
                 .userspace_log = empty_to_null(secure_getenv("VM_AGENT_USERSPACE_LOG")),
         };
-        r = agent_quote_build(&quote_options, arg_stage, nonce, &req, &e);
-        if (r < 0) {
-                (void) api_error_prefix(&e, "build quote");
-                return print_error(&e, r);
-        }
+        if (arg_print)
+                return print_quote(&quote_options, &imds);
 
-        if (arg_print) {
-                _cleanup_free_ char *text = json_dumps_pretty(req, /* ret_size= */ NULL);
-
-                if (!text)
-                        return print_error(&e, -ENOMEM);
-                if (fputs(text, stdout) < 0 || fflush(stdout) != 0) {
-                        fprintf(stderr, "Error: write the request: %m\n");
-                        return EXIT_FAILURE;
+        /* The first quote of a boot is preceded by the credential activation; a later stage's is
+         * only when the daemon answers that the key is not activated (the vTPM was certified after
+         * the initrd quoted, say). */
+        for (bool activated = false;;) {
+                if (!activated && (arg_stage == AGENT_STAGE_INITRD || verdict.message)) {
+                        r = activate(&imds);
+                        if (r != 0)
+                                return r;
+                        activated = true;
                 }
-                return EXIT_SUCCESS;
+                agent_verdict_done(&verdict);
+                r = quote_once(&quote_options, &imds, &verdict, &e);
+                if (r < 0)
+                        return print_error(&e, r);
+                if (verdict.verified || activated || !verdict.message ||
+                    !startswith(verdict.message, AK_NOT_ACTIVATED_YET))
+                        break;
         }
-
-        body = json_dumps(req, JSON_COMPACT | JSON_PRESERVE_ORDER);
-        if (!body)
-                return print_error(&e, -ENOMEM);
-        r = agent_imds_post_quote(&imds, body, &verdict, &e);
-        if (r < 0)
-                return print_error(&e, r);
 
         if (!verdict.verified) {
                 fprintf(stderr,
