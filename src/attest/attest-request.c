@@ -280,6 +280,7 @@ static int load_object(const void *body, size_t size, const char *what, json_t *
         json_error_t err;
         json_t *v;
 
+        assert_return(body || size == 0, -EINVAL);
         v = json_loadb(body, size, JSON_REJECT_DUPLICATES, &err);
         if (!v)
                 return attest_error_set(
@@ -329,9 +330,7 @@ int attest_challenge_request_decode(const void *body, size_t size, AttestChallen
         json_t *e;
         int r;
 
-        assert_return(body || size == 0, -EINVAL);
         assert_return(ret, -EINVAL);
-
         r = load_object(body, size, "challenge", &o, reterr);
         if (r < 0)
                 return r;
@@ -360,17 +359,17 @@ int attest_activate_request_decode(const void *body, size_t size, AttestActivate
         _cleanup_free_ uint8_t *secret = NULL;
         json_auto_t *o = NULL;
         size_t n = 0;
-        const char *key;
-        json_t *e;
         int r;
 
-        assert_return(body || size == 0, -EINVAL);
         assert_return(ret, -EINVAL);
-
         r = load_object(body, size, "activation", &o, reterr);
         if (r < 0)
                 return r;
-        json_object_foreach(o, key, e) {
+        /* One key only: anything else in the object is refused by name. */
+        for (void *it = json_object_iter(o); it; it = json_object_iter_next(o, it)) {
+                const char *key = json_object_iter_key(it);
+                json_t *e = json_object_iter_value(it);
+
                 if (!streq(key, "secret"))
                         return attest_error_set(
                                 reterr, -EBADMSG, "malformed activation: unknown field \"%.64s\"", key);
