@@ -194,25 +194,38 @@ def test_activate(work):
         tap.result(st == 200 and res.get("verified") is True, "a later quote of the activated AK verifies",
                    "%d %r" % (st, res))
 
+        def restart(name, edit=None):
+            """The daemon stopped and started again, vm.json edited in between; the guest running
+            again (the stop took its QEMU down), so that its metadata listener is back."""
+            nonlocal d, rport, url
+            d.stop(signal.SIGTERM, timeout=30)
+            if edit:
+                path = os.path.join(state, "vms", vid, "vm.json")
+                with open(path) as f:
+                    rec = json.load(f)
+                edit(rec["attestation"])
+                with open(path, "w") as f:
+                    json.dump(rec, f)
+            d = Daemon(work, name, args, env=env)
+            ok, why = d.wait_healthy(port, timeout=20)
+            status, vmrec = api(port, "GET", "/vms/" + vid)
+            if vmrec.get("state") != "running":
+                api(port, "POST", "/vms/%s/start" % vid)
+            for _ in range(100):
+                try:
+                    socket.socket(socket.AF_UNIX).connect(os.path.join(state, "vms", vid, "imds.sock"))
+                    break
+                except OSError:
+                    time.sleep(0.1)
+            rport = imds_relay(os.path.join(state, "vms", vid, "imds.sock"))
+            url = "http://127.0.0.1:%d/giantswarm/v1" % rport
+            return ok, why
+
         # the activation outlives the daemon
-        d.stop(signal.SIGTERM, timeout=30)
-        d = Daemon(work, "act2", args, env=env)
-        ok, why = d.wait_healthy(port, timeout=20)
+        ok, why = restart("act2")
         status, att = api(port, "GET", "/vms/%s/attestation" % vid)
         tap.result(ok and att.get("akTrust") == "activated" and att.get("akActivated") == fp,
                    "after a restart the AK is still the activated one", "%s %r" % (why, att))
-        # the guest runs again (the stop took its QEMU down): its metadata listener is back
-        status, vmrec = api(port, "GET", "/vms/" + vid)
-        if vmrec.get("state") != "running":
-            api(port, "POST", "/vms/%s/start" % vid)
-        for _ in range(100):
-            try:
-                socket.socket(socket.AF_UNIX).connect(os.path.join(state, "vms", vid, "imds.sock"))
-                break
-            except OSError:
-                time.sleep(0.1)
-        rport = imds_relay(os.path.join(state, "vms", vid, "imds.sock"))
-        url = "http://127.0.0.1:%d/giantswarm/v1" % rport
         st, res = imds(rport, "POST", "/attest/quote", printed())
         tap.result(st == 200 and res.get("verified") is True,
                    "after a restart a quote of the activated AK verifies without a new activation",
@@ -231,6 +244,35 @@ def test_activate(work):
                    "a second AK cannot be activated (vm-agent exits 2)", "rc %d %s" % (rc, out[-400:]))
         status, att = api(port, "GET", "/vms/%s/attestation" % vid)
         tap.result(att.get("akActivated") == fp, "the first AK stays the activated one", repr(att))
+        fp2 = att.get("initrd", {}).get("akFingerprint", "")
+
+        # a record from before credential activation: a pin, and a vTPM without an EK certificate
+        def legacy(a):
+            a.pop("akActivated", None)
+            a.pop("ekCertificateMessage", None)
+            a["akPinned"] = fp2
+            a["ekCertificate"] = "absent"
+            os.unlink(os.path.join(state, "vms", vid, "tpm", "ek-rsa2048.crt"))
+        ok, why = restart("act3", legacy)
+        status, att = api(port, "GET", "/vms/%s/attestation" % vid)
+        st, res = imds(rport, "POST", "/attest/quote", printed())
+        tap.result(ok and att.get("akTrust") == "pinned" and "akActivated" not in att
+                   and st == 200 and res.get("verified") is True,
+                   "a VM from before keeps its pinned AK, and its quotes verify", "%s %r %d %r" % (why, att, st, res))
+        st, res = imds(rport, "POST", "/attest/challenge", {"ak_pub": req["ak_pub"], "ek_pub": req["ek_pub"]})
+        tap.result(st == 409 and "credential activation is not possible: this vm's vTPM has no EK certificate"
+                   in str(res), "a vTPM without an EK certificate has nothing to activate against (409)",
+                   "%d %r" % (st, res))
+
+        # without the pin, nothing can be trusted, and the verdict says why
+        ok, why = restart("act4", lambda a: a.pop("akPinned", None))
+        st, res = imds(rport, "POST", "/attest/quote", printed())
+        status, att = api(port, "GET", "/vms/%s/attestation" % vid)
+        tap.result(st == 403 and res.get("message", "").startswith(
+                   "attestation key cannot be activated: this vm's vTPM has no EK certificate: its vTPM was made "
+                   "without one") and att.get("akTrust") == "none",
+                   "a VM without an EK certificate and no pin: every quote is rejected with the reason",
+                   "%d %r %r" % (st, res, att))
     finally:
         d.stop(signal.SIGTERM, timeout=30)
         if sw:
