@@ -16,10 +16,11 @@
 /* The bigger of the two structures the challenge carries, as base64 text it can be no longer. */
 #define CREDENTIAL_MAX (sizeof(TPM2B_ENCRYPTED_SECRET))
 
-/* A refusal or failure the daemon answered with: 409 is "nothing to activate against" (0), 403 a
- * refusal (-EPERM), anything else an error. */
+/* A refusal or failure the daemon answered with: 409 is "nothing to activate against" and 404 a
+ * daemon from before credential activation (0: the quote goes ahead, its verdict says what holds),
+ * 403 a refusal (-EPERM), anything else an error. */
 static int answer_error(const char *what, long status, const char *text, ApiError *reterr) {
-        if (status == 409) {
+        if (status == 409 || status == 404) {
                 (void) api_error_set(reterr, -EOPNOTSUPP, API_ERROR_INTERNAL, "%s: %s", what, text ?: "");
                 return 0;
         }

@@ -12,7 +12,8 @@
  *   POST <base>/attest/activate  {"secret"}          → {"activated": true, "ak_fingerprint"}
  *
  * Returns 1 once the daemon recorded the AK as activated; 0 when the daemon has nothing to activate
- * against (HTTP 409: its vTPM has no EK certificate; the quote's verdict then says what holds), with
+ * against (HTTP 409: its vTPM has no EK certificate) or does not know the challenge (HTTP 404: a
+ * daemon from before credential activation), so that the quote's verdict says what holds, with
  * the daemon's text in reterr; -EPERM when the daemon refused (a foreign EK, another AK already
  * activated, a wrong secret), its text in reterr; other negative errnos for TPM or transport
  * failures. */
