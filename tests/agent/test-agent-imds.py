@@ -21,12 +21,16 @@ NONCE = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff"
 
 
 class Imds:
-    """The IMDS's two attestation endpoints below /giantswarm/v1. quote_answer is (status,
-    content type, body) for POST /attest/quote; nonce_answer likewise for GET /attest/nonce."""
+    """The IMDS's attestation endpoints below /giantswarm/v1. quote_answer is (status, content type,
+    body) for POST /attest/quote; nonce_answer likewise for GET /attest/nonce, challenge_answer for
+    POST /attest/challenge (by default the 409 of a vTPM without an EK certificate, after which the
+    agent quotes anyway; the credential activation itself is test-attest-activate's)."""
 
     def __init__(self, port=0):
         self.requests = []
         self.nonce_answer = (200, "text/plain; charset=utf-8", NONCE)
+        self.challenge_answer = (409, "text/plain; charset=utf-8", "credential activation is not possible: this "
+                                 "vm's vTPM has no EK certificate: test")
         self.quote_answer = (200, "application/json", {"stage": "initrd", "verified": True,
                                                        "user_data_released": True, "message": "verified: ak 0123"})
         imds = self
@@ -60,6 +64,8 @@ class Imds:
                 imds.requests.append(("POST", self.path, dict(self.headers), body))
                 if self.path == "/giantswarm/v1/attest/quote":
                     self.answer(*imds.quote_answer)
+                elif self.path == "/giantswarm/v1/attest/challenge":
+                    self.answer(*imds.challenge_answer)
                 else:
                     self.answer(404, "text/plain", "404 page not found\n")
 
@@ -101,8 +107,10 @@ def run(tap, tpm, imds):
     r = attest(tpm, imds.url + "/")
     tap.ok(r.rc == 0 and "attestation verified" in r.err, "a verified quote exits 0", r)
     tap.ok([(m, p) for m, p, _, _ in imds.requests] ==
-           [("GET", "/giantswarm/v1/attest/nonce"), ("POST", "/giantswarm/v1/attest/quote")],
-           "the agent fetches a nonce and posts one quote (a trailing slash on --imds-url is dropped)",
+           [("POST", "/giantswarm/v1/attest/challenge"), ("GET", "/giantswarm/v1/attest/nonce"),
+            ("POST", "/giantswarm/v1/attest/quote")],
+           "the agent asks for a credential, fetches a nonce and posts one quote (a trailing slash on --imds-url "
+           "is dropped)",
            imds.requests)
     tap.ok(all(h.get("User-Agent") == "vm-agent/" + version for _, _, h, _ in imds.requests),
            "every request carries User-Agent vm-agent/<version>", [h for _, _, h, _ in imds.requests])
@@ -115,8 +123,24 @@ def run(tap, tpm, imds):
     tap.ok(set(req) == {"stage", "nonce", "ak_pub", "ek_pub", "quote", "signature", "pcrs"},
            "the posted request has the QuoteRequest fields", list(req))
 
+    n = len(imds.requests)
     r = attest(tpm, imds.url, stage="ready")
     tap.ok(r.rc == 0 and json.loads(imds.requests[-1][3])["stage"] == "ready", "stage ready is posted as such", r)
+    tap.ok([p for _, p, _, _ in imds.requests[n:]] == ["/giantswarm/v1/attest/nonce", "/giantswarm/v1/attest/quote"],
+           "a ready quote is not preceded by a credential activation", imds.requests[n:])
+
+    # The credential activation refused: the quote is not made.
+    imds.challenge_answer = (403, "text/plain; charset=utf-8", "endorsement key foreign: test")
+    n = len(imds.requests)
+    r = attest(tpm, imds.url)
+    tap.ok(r.rc == 2 and r.err.endswith("Attestation rejected: credential challenge: HTTP 403: endorsement key "
+                                        "foreign: test\n") and len(imds.requests) == n + 1,
+           "a refused challenge exits 2 with the daemon's text, and nothing is quoted", r)
+    # A daemon from before credential activation answers 404: the quote goes ahead.
+    imds.challenge_answer = (404, "text/plain", "404 page not found\n")
+    r = attest(tpm, imds.url)
+    tap.ok(r.rc == 0 and "no credential activation: credential challenge: HTTP 404" in r.err,
+           "a 404 to the challenge (an older daemon) is logged and the quote goes ahead", r)
 
     # Rejected: 403 with the verdict, and 200 with verified false.
     imds.quote_answer = (403, "application/json",
@@ -158,7 +182,7 @@ def run(tap, tpm, imds):
     n = len(imds.requests)
     r = attest(tpm, imds.url)
     tap.ok(r.rc == 1 and r.err.endswith("Error: fetch nonce: HTTP 500: attestation unavailable\n")
-           and len(imds.requests) == n + 1, "a failed nonce fetch exits 1 and is not retried", r)
+           and len(imds.requests) == n + 2, "a failed nonce fetch exits 1 and is not retried", r)
     imds.nonce_answer = (200, "text/plain", "not-a-nonce")
     r = attest(tpm, imds.url)
     tap.ok(r.rc == 1 and r.err.endswith("Error: fetch nonce: nonce is not hex\n"), "a nonce that is not hex exits 1", r)
@@ -191,13 +215,13 @@ def run(tap, tpm, imds):
             p.wait()
         if late:
             late.close()
-    tap.ok(rc == 0 and late is not None and len(late.requests) == 2 and not agenttest.SANITIZER_RE.search(err),
+    tap.ok(rc == 0 and late is not None and len(late.requests) == 3 and not agenttest.SANITIZER_RE.search(err),
            "an IMDS that comes up late is reached by the retries", "rc=%s\n%s" % (rc, err))
 
     # ... or until --timeout.
     r = agenttest.run_agent(["attest", "--stage=initrd", "--imds-url=http://127.0.0.1:%d/giantswarm/v1" % free_port(),
                              "--tpm=" + tpm.tcti, "--timeout=2s"])
-    tap.ok(r.rc == 1 and "Error: fetch nonce: imds not reachable within the timeout: " in r.err
+    tap.ok(r.rc == 1 and "Error: credential challenge: imds not reachable within the timeout: " in r.err
            and 1.9 <= r.elapsed < 8, "no IMDS within --timeout=2s exits 1 after about 2 s", r)
     delays = re.findall(r"retrying in (\d+m?s)", r.err)
     tap.ok(delays[:3] == ["250ms", "500ms", "1s"], "the backoff starts at 250 ms and doubles", delays)
