@@ -458,9 +458,9 @@ int vm_attest_challenge(Vm *v, const void *body, size_t size, json_t **ret, ApiE
 
 int vm_attest_activate(Vm *v, const void *body, size_t size, json_t **ret, ApiError *reterr) {
         AttestActivateRequest req = {};
-        VmChallenge c = v->challenge;
         VmAttestation *a = &v->rec.att;
         _cleanup_free_ char *fp = NULL;
+        VmChallenge c;
         json_t *answer;
         bool equal;
         int r;
@@ -471,6 +471,7 @@ int vm_attest_activate(Vm *v, const void *body, size_t size, json_t **ret, ApiEr
         if (r < 0)
                 return r;
         /* Any answer uses the challenge up, so that a guest gets one guess per credential. */
+        c = v->challenge;
         explicit_bzero(&v->challenge, sizeof(v->challenge));
         if (c.issued == 0)
                 r = attest_error_set(
