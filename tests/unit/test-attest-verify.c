@@ -473,6 +473,44 @@ static void test_pin_mismatch(void **state) {
         assert_false(c->res.enroll);
 }
 
+/* With credential activation the AK is the activated one or nothing: no quote enrolls a key. */
+static void test_activated_ak(void **state) {
+        _cleanup_free_ char *want = NULL, *a = NULL, *b = NULL;
+        Ctx *c = *state;
+
+        /* no key activated yet: the caller's message, retryable as it says, and nothing enrolled */
+        c->params.no_ak_message = ATTEST_AK_NOT_ACTIVATED ": no credential activation yet";
+        c->params.no_ak_retryable = true;
+        load(c, "ecdsa", "initrd");
+        run(c);
+        assert_false(c->res.verified);
+        assert_false(c->res.enroll);
+        assert_true(c->res.retryable);
+        assert_string_equal(c->res.message, ATTEST_AK_NOT_ACTIVATED ": no credential activation yet");
+        _cleanup_free_ char *activated = strdup(c->res.ak_fingerprint);
+        assert_non_null(activated);
+
+        /* the activated key verifies, at initrd and at ready, without enrolling */
+        c->params.pinned_ak = activated;
+        c->params.ak_activated = true;
+        load(c, "ecdsa", "initrd");
+        run(c);
+        assert_true(c->res.verified);
+        assert_false(c->res.enroll);
+
+        /* another key is not the activated one, and that is final */
+        load(c, "rsassa", "initrd");
+        run(c);
+        assert_false(c->res.verified);
+        assert_false(c->res.retryable);
+        a = short_fp(c->res.ak_fingerprint);
+        b = short_fp(activated);
+        assert_true(
+                asprintf(&want, ATTEST_AK_NOT_ACTIVATED ": ak %s is not the key activated for it (%s)", a, b) >
+                0);
+        assert_string_equal(c->res.message, want);
+}
+
 static void test_pcr11(void **state) {
         _cleanup_free_ char *got = fixture_pcr("initrd", 11), *want = NULL,
                             *ready11 = fixture_pcr("ready", 11);
@@ -803,6 +841,7 @@ int main(void) {
                 cmocka_unit_test_setup_teardown(test_coverage, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_pcr12_required, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_pin_mismatch, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_activated_ak, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_pcr11, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_golden, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_learn_mode, setup, teardown),
