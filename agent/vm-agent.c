@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* vm-agent: the guest half of vm-manager's attestation protocol. It fetches a nonce from the IMDS,
- * quotes the boot stage's PCRs with a persistent attestation key and posts the quote; see
+ * quotes the boot stage's PCRs with a persistent attestation key and posts the quote, after proving with
+ * a credential activation that the key lives in the TPM of the host-certified endorsement key; see
  * docs/agent.md. It is the one project binary in the guest and runs from the initrd, so it needs
  * nothing but libc, tss2, libcurl and jansson. */
 #include <getopt.h>
@@ -47,6 +48,9 @@ static void attest_help(void) {
         printf("Usage: vm-agent attest --stage=initrd|ready [FLAGS]\n\n"
                "Fetches a nonce from the IMDS, quotes PCRs 0-7, 11 and 12 (stage initrd) or 0-7, 11, 12\n"
                "and 13 (stage ready) of the sha256 bank with the persistent attestation key and posts the quote.\n"
+               "At stage initrd, and when the IMDS answers that the key is not activated, the credential\n"
+               "activation comes first: it proves to the IMDS that the key lives in the TPM of the endorsement\n"
+               "key the host certified.\n"
                "Exit status: 0 verified, 2 rejected by the verifier, 1 any other error.\n\n"
                "Flags:\n"
                "      --stage=STAGE     boot stage being quoted: initrd or ready (required)\n"
