@@ -80,6 +80,7 @@ static void full_record(VmRecord *r) {
                         .has_initrd = true,
                         .has_ready = true,
                         .ak_pin = strdup("sha256:abcd"),
+                        .ak_activated = strdup("00ff"),
                 },
                 .forwards = { .items = { { 22, 40022 }, { 80, 40080 } }, .n = 2 },
                 .created_at = 1764584400000000,
@@ -136,6 +137,7 @@ static void test_round_trip(void **state) {
         assert_true(back.att.has_initrd && back.att.initrd.verified);
         assert_true(back.att.has_ready && !back.att.ready.verified);
         assert_string_equal(back.att.ak_pin, "sha256:abcd");
+        assert_string_equal(back.att.ak_activated, "00ff");
         assert_int_equal(back.att.nonce_issued_at, r.att.nonce_issued_at);
         assert_int_equal(back.forwards.n, 2);
         assert_int_equal(back.forwards.items[1].host_port, 40080);
@@ -153,6 +155,14 @@ static void test_round_trip(void **state) {
         assert_non_null(api);
         assert_null(json_object_get(api, "processes"));
         assert_null(json_object_get(json_object_get(api, "attestation"), "akPinned"));
+        /* the activated key wins over an older pin; akTrust is the API's alone */
+        assert_string_equal(
+                json_string_value(json_object_get(json_object_get(api, "attestation"), "akTrust")),
+                "activated");
+        assert_string_equal(
+                json_string_value(json_object_get(json_object_get(api, "attestation"), "akActivated")),
+                "00ff");
+        assert_null(json_object_get(json_object_get(j, "attestation"), "akTrust"));
         assert_non_null(json_object_get(j, "processes"));
         assert_string_equal(
                 json_string_value(json_object_get(json_object_get(api, "paths"), "qmpSocket")),
