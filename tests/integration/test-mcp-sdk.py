@@ -452,8 +452,8 @@ def first_vm(work, node, daemons):
                    "make golden (%.1f s)" % took, json.dumps(res)[:600])
 
     agent = os.environ.get("VM_AGENT")
-    if not agent or not shutil.which("swtpm"):
-        tap.result(True, "SDK: a rejected boot # SKIP needs VM_AGENT and swtpm")
+    if not agent or not shutil.which("swtpm") or not shutil.which("swtpm_setup"):
+        tap.result(True, "SDK: a rejected boot # SKIP needs VM_AGENT, swtpm and swtpm_setup")
         return
     sys.path.insert(0, HERE)
     from vmmtest import imds_relay  # noqa: E402
@@ -463,12 +463,8 @@ def first_vm(work, node, daemons):
     if not tap.result(up, "daemon reject on the fake QEMU starts", why):
         return
     tpmdir = os.path.join(work, "tpm")
-    os.makedirs(tpmdir)
     sock = os.path.join(tpmdir, "sock")
-    sw = subprocess.Popen(["swtpm", "socket", "--tpm2", "--tpmstate", "dir=" + tpmdir, "--server",
-                           "type=unixio,path=" + sock, "--ctrl", "type=unixio,path=" + sock + ".ctrl",
-                           "--flags", "not-need-init,startup-clear"], stdout=subprocess.DEVNULL,
-                          stderr=subprocess.DEVNULL)
+    sw = None
     try:
         c = start_client(node, script, [port, "rejected"])
         vm = None
@@ -483,6 +479,17 @@ def first_vm(work, node, daemons):
         if not tap.result(vm is not None, "SDK: the VM's installed boot runs", ""):
             c.kill()
             return
+        # The guest's TPM is a copy of the VM's own vTPM (the VM's swtpm is the fake one), so that the
+        # agent's AK can be activated with the EK the host certified.
+        shutil.copytree(vm["paths"]["tpmState"], tpmdir, ignore=shutil.ignore_patterns("*.sock", "*.sock.ctrl"))
+        sw = subprocess.Popen(["swtpm", "socket", "--tpm2", "--tpmstate", "dir=" + tpmdir, "--server",
+                               "type=unixio,path=" + sock, "--ctrl", "type=unixio,path=" + sock + ".ctrl",
+                               "--flags", "not-need-init,startup-clear"], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+        for _ in range(50):
+            if os.path.exists(sock):
+                break
+            time.sleep(0.1)
         url = "http://127.0.0.1:%d/giantswarm/v1" % imds_relay(os.path.join(vm["paths"]["dir"], "imds.sock"))
         posted = time.monotonic()
         subprocess.run([agent, "attest", "--stage=initrd", "--imds-url=" + url, "--tpm=swtpm:path=" + sock,
@@ -496,8 +503,9 @@ def first_vm(work, node, daemons):
                    "SDK: a rejected initrd quote answers the first create_vm at once with the verdict "
                    "(%.1f s after the quote was posted)" % took, json.dumps(res)[:600])
     finally:
-        sw.kill()
-        sw.wait()
+        if sw:
+            sw.kill()
+            sw.wait()
 
 
 def run(work, node, npm):
