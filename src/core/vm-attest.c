@@ -393,10 +393,9 @@ int vm_attest_challenge(Vm *v, const void *body, size_t size, json_t **ret, ApiE
         /* Nothing the guest sends is believed before the certificate vouches for its EK. */
         r = read_ek_certificate(v, &ca, &der, &der_size, &none);
         if (r == -ENOKEY)
-                return api_error_set(
+                return attest_error_set(
                         reterr,
                         -EOPNOTSUPP,
-                        API_ERROR_UNSUPPORTED,
                         "credential activation is not possible: this vm's vTPM has no EK certificate: %s",
                         none);
         if (r < 0)

@@ -119,15 +119,16 @@ int vm_attest_quote(Vm *v, const void *body, size_t size, json_t **ret, ApiError
  * POST /attest/challenge: the body is {"ak_pub","ek_pub"}. The EK must be the certified one and the
  * AK a restricted signing key; its name is computed here. A credential is made for it with a fresh
  * secret, kept (replacing an earlier challenge), and *ret is {"credential_blob","encrypted_secret"}.
- * Fails with invalid_request (a body that does not decode), forbidden (a foreign EK: also recorded
- * as the VM's ekCertificate verdict; a refused EK or AK), unsupported (the vTPM has no EK
- * certificate: nothing to activate against), or internal_error.
+ * Fails, reterr's message being the guest's answer, with -EBADMSG, -EINVAL or -EFBIG (a body that
+ * does not decode), -EPERM (a foreign EK, also recorded as the VM's ekCertificate verdict; an EK or
+ * AK that is refused; another AK already activated), -EOPNOTSUPP (the vTPM has no EK certificate:
+ * nothing to activate against), or another errno (only "challenge not made" is the guest's).
  *
  * POST /attest/activate: the body is {"secret"}, what TPM2_ActivateCredential gave the guest. It is
  * compared in constant time with the outstanding challenge's, which is used up either way; equal,
  * the challenge's AK is the VM's activated one (vm.json's "akActivated") and *ret is {"activated":
- * true,"ak_fingerprint"}. Fails with conflict (no challenge outstanding, or it expired),
- * forbidden (another secret), invalid_request or internal_error. */
+ * true,"ak_fingerprint"}. Fails with -ESTALE (no challenge outstanding, or it expired), -EPERM
+ * (another secret), the decoder's errors as above, or -ENOMEM. */
 #define VM_CHALLENGE_LIFETIME (5 * USEC_PER_MINUTE)
 int vm_attest_challenge(Vm *v, const void *body, size_t size, json_t **ret, ApiError *reterr);
 int vm_attest_activate(Vm *v, const void *body, size_t size, json_t **ret, ApiError *reterr);
