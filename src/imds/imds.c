@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "file-writer.h"
 #include "fs-util.h"
 #include "http-server.h"
 #include "imds-keys.h"
@@ -245,16 +246,46 @@ static void serve_challenge(HttpRequest *req, Vm *v) {
         reply_activation(req, r, answer, &e);
 }
 
-static void serve_activate(HttpRequest *req, Vm *v) {
+/* An activation's answer, held until the record that keeps the activated key is on disk. */
+typedef struct ActivationReply {
+        HttpRequest *req;
+        json_t *answer;
+} ActivationReply;
+
+static void on_activation_synced(int r, const char *path, void *userdata) {
+        ActivationReply *a = userdata;
+
+        (void) http_request_reply_json(a->req, 200, a->answer);
+        http_request_unref(a->req);
+        json_decref(a->answer);
+        free(a);
+}
+
+/* A guest told "activated" is never one a daemon restart forgets: the answer waits for the VM's
+ * record to be written (off the loop, as every save is). */
+static void serve_activate(HttpRequest *req, Manager *m, Vm *v) {
         _cleanup_(api_error_done) ApiError e = API_ERROR_NULL;
         json_auto_t *answer = NULL;
+        ActivationReply *a;
         const void *body;
         size_t size;
         int r;
 
         body = http_request_body(req, &size);
         r = vm_attest_activate(v, body ?: "", size, &answer, &e);
-        reply_activation(req, r, answer, &e);
+        if (r < 0 || file_writer_pending(manager_writer(m)) == 0) {
+                reply_activation(req, r, answer, &e);
+                return;
+        }
+        a = calloc(1, sizeof(ActivationReply));
+        if (!a) {
+                reply_activation(req, r, answer, &e);
+                return;
+        }
+        *a = (ActivationReply){ .req = http_request_ref(req), .answer = TAKE_PTR(answer) };
+        http_request_suspend(req);
+        if (manager_sync(m, on_activation_synced, a) < 0)
+                on_activation_synced(0, /* path= */ NULL, a);
 }
 
 static void serve_sysupdate(HttpRequest *req, Manager *m, const char *rest) {
@@ -384,7 +415,7 @@ void imds_handle(HttpRequest *req, void *userdata) {
         } else if (streq(path, "/attest/activate")) {
                 if (!post)
                         goto method;
-                serve_activate(req, v);
+                serve_activate(req, m, v);
         } else if (streq(path, "/bootstrap/failed")) {
                 if (!post)
                         goto method;
