@@ -169,7 +169,7 @@ def test_activate(work):
         t0 = time.monotonic()
         for _ in range(20):
             st, _ = imds(rport, "POST", "/attest/challenge", challenge)
-        tap.diag("attest/challenge round trip, ASan build: %.1f ms" % ((time.monotonic() - t0) / 20 * 1000))
+        tap.diag("attest/challenge round trip (this build): %.1f ms" % ((time.monotonic() - t0) / 20 * 1000))
 
         # a foreign EK
         other = bytearray(base64.b64decode(req["ek_pub"]))
@@ -206,7 +206,7 @@ def test_activate(work):
         took_ready = time.monotonic() - t0
         tap.result(rc == 0 and "activated with the endorsement key" not in out and "/attest/challenge" not in out,
                    "the ready quote goes without a new activation", "rc %d %s" % (rc, out[-400:]))
-        tap.diag("vm-agent attest, swtpm, ASan build: initrd with the activation %.2f s, ready without %.2f s"
+        tap.diag("vm-agent attest on a swtpm (this build): initrd with the activation %.2f s, ready without %.2f s"
                  % (took_initrd, took_ready))
 
         def restart(name, edit=None):
