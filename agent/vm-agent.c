@@ -188,7 +188,9 @@ static int attest_parse(int argc, char **argv) {
         return 1;
 }
 
-/* The verdict's beginning when no key is activated yet: the guest activates and quotes again. */
+/* The verdict's beginning when no key is activated yet: the guest activates and quotes again. The
+ * daemon's ATTEST_AK_NOT_ACTIVATED (src/attest/attest-verify.h) starts it; the agent links nothing of
+ * the daemon, so the text is repeated here, and test-attest-activate holds the two together. */
 #define AK_NOT_ACTIVATED_YET "attestation key not activated for this vm's vTPM: no credential activation yet"
 
 /* The stage's quote over a fresh nonce (or --nonce), as JSON. */
