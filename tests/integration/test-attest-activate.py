@@ -246,6 +246,16 @@ def test_activate(work):
                    "after a restart a quote of the activated AK verifies without a new activation",
                    "%d %r" % (st, res))
 
+        # a ready quote the daemon answers "not activated" (the record lost its activation): the agent
+        # activates and quotes once more
+        ok, why = restart("act2b", lambda a: a.pop("akActivated", None))
+        rc, out = attest("ready")
+        status, att = api(port, "GET", "/vms/%s/attestation" % vid)
+        tap.result(ok and rc == 0 and "activated with the endorsement key" in out and att.get("akActivated") == fp
+                   and att.get("ready", {}).get("verified") is True,
+                   "a ready quote rejected as not activated: vm-agent activates and quotes again",
+                   "%s rc %d %s %r" % (why, rc, out[-600:], att))
+
         # a second AK in the same vTPM
         subprocess.run(["tpm2_evictcontrol", "-C", "o", "-c", "0x81010002"], env=tenv, check=True,
                        capture_output=True)
