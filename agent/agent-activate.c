@@ -89,19 +89,9 @@ int agent_activate(const AgentImds *imds, const char *tpm_spec, ApiError *reterr
 
         assert_return(imds, -EINVAL);
 
-        r = agent_tpm_open(tpm_spec ?: AGENT_TPM_DEFAULT, &tpm, reterr);
+        r = agent_tpm_open_keys(tpm_spec ?: AGENT_TPM_DEFAULT, &tpm, &ak, &ak_public, &ek_public, reterr);
         if (r < 0)
                 return r;
-        r = agent_tpm_ensure_ak(tpm, &ak, &ak_public, reterr);
-        if (r < 0) {
-                (void) api_error_prefix(reterr, "attestation key");
-                return r;
-        }
-        r = agent_tpm_ek_public(tpm, &ek_public, reterr);
-        if (r < 0) {
-                (void) api_error_prefix(reterr, "endorsement key");
-                return r;
-        }
 
         agent_debug("asking the daemon for a credential");
         r = post_challenge(imds, &ak_public, &ek_public, &challenge, reterr);

@@ -135,20 +135,9 @@ int agent_quote_build(
         if (r < 0)
                 return api_error_set(reterr, r, API_ERROR_INTERNAL, "nonce is not hex");
 
-        r = agent_tpm_open(o->tpm ?: AGENT_TPM_DEFAULT, &tpm, reterr);
+        r = agent_tpm_open_keys(o->tpm ?: AGENT_TPM_DEFAULT, &tpm, &ak, &ak_public, &ek_public, reterr);
         if (r < 0)
                 return r;
-
-        r = agent_tpm_ensure_ak(tpm, &ak, &ak_public, reterr);
-        if (r < 0) {
-                (void) api_error_prefix(reterr, "attestation key");
-                return r;
-        }
-        r = agent_tpm_ek_public(tpm, &ek_public, reterr);
-        if (r < 0) {
-                (void) api_error_prefix(reterr, "endorsement key");
-                return r;
-        }
         r = agent_tpm_read_pcrs(tpm, TPM2_ALG_SHA256, mask, &pcrs, reterr);
         if (r < 0)
                 return r;

@@ -582,6 +582,39 @@ int agent_tpm_ek_public(AgentTpm *t, TPM2B_PUBLIC *ret, ApiError *reterr) {
         return 0;
 }
 
+int agent_tpm_open_keys(
+        const char *spec,
+        AgentTpm **ret_tpm,
+        ESYS_TR *ret_ak,
+        TPM2B_PUBLIC *ret_ak_public,
+        TPM2B_PUBLIC *ret_ek_public,
+        ApiError *reterr) {
+        _cleanup_(agent_tpm_freep) AgentTpm *tpm = NULL;
+        int r;
+
+        assert_return(spec, -EINVAL);
+        assert_return(ret_tpm, -EINVAL);
+        assert_return(ret_ak, -EINVAL);
+        assert_return(ret_ak_public, -EINVAL);
+        assert_return(ret_ek_public, -EINVAL);
+
+        r = agent_tpm_open(spec, &tpm, reterr);
+        if (r < 0)
+                return r;
+        r = agent_tpm_ensure_ak(tpm, ret_ak, ret_ak_public, reterr);
+        if (r < 0) {
+                (void) api_error_prefix(reterr, "attestation key");
+                return r;
+        }
+        r = agent_tpm_ek_public(tpm, ret_ek_public, reterr);
+        if (r < 0) {
+                (void) api_error_prefix(reterr, "endorsement key");
+                return r;
+        }
+        *ret_tpm = TAKE_PTR(tpm);
+        return 0;
+}
+
 /* The EK to activate a credential with: the persistent one when there is one (its handle is only
  * closed afterwards), else a transient one (flushed afterwards). */
 static int load_ek(AgentTpm *t, ESYS_TR *ret, bool *ret_transient, ApiError *reterr) {

@@ -63,6 +63,17 @@ int agent_tpm_ensure_ak(AgentTpm *t, ESYS_TR *ret_ak, TPM2B_PUBLIC *ret_public, 
  * from the TCG RSA-2048 EK template (the transient primary is flushed again). */
 int agent_tpm_ek_public(AgentTpm *t, TPM2B_PUBLIC *ret, ApiError *reterr);
 
+/* What a quote and a credential activation both start with: the TPM that spec names opened
+ * (agent_tpm_open()), its attestation key (agent_tpm_ensure_ak()) and its endorsement key's public
+ * area (agent_tpm_ek_public()). The error says which of the three failed. */
+int agent_tpm_open_keys(
+        const char *spec,
+        AgentTpm **ret_tpm,
+        ESYS_TR *ret_ak,
+        TPM2B_PUBLIC *ret_ak_public,
+        TPM2B_PUBLIC *ret_ek_public,
+        ApiError *reterr);
+
 /* TPM2_Quote of the PCRs in mask of one bank with ak, the key's own scheme (NULL in the command)
  * and qualifying as qualifying data. Returns the TPMS_ATTEST bytes (the TPM2B_ATTEST's contents) and
  * the TPMT_SIGNATURE, both allocated by ESYS: free them with Esys_Free(). */
