@@ -335,8 +335,7 @@ static int check_events(
                 if (r < 0)
                         return r;
                 if (message)
-                        return set_message(
-                                res, "%s (expected from %s)", message, p->expected_pcr7->name ?: "?");
+                        return set_message(res, "%s; expected from %s", message, p->expected_pcr7->name ?: "?");
         }
         return 0;
 }
