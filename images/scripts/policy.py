@@ -5,7 +5,7 @@ by systemd-measure from the UKI's own sections, and the expected PCR 13 per Kube
 the image's vm-agent quotes PCR 12, which vm-manager predicts per VM from the kernel-cmdline-extra
 string it passes (systemd-stub measures only that there; the ESP holds no addons or credentials).
 And "pcr4": per way the image boots, the PCR 4 events OVMF and the stub measure and the value they
-give, from the Authenticode SHA-256 of each PE image that runs (docs/attestation.md):
+give, from the Authenticode SHA-256 of each PE image that runs (docs/design.md, "Attestation"):
   installed  firmware -> \EFI\BOOT\BOOTX64.EFI (systemd-boot) -> the UKI in \EFI\Linux -> its .linux
   installer  QEMU's -kernel (the UKI itself) -> its .linux
 Both read from the ESP of IMAGE_DIR/<id>_<version>.raw (mtools), so what is recorded is what boots.
