@@ -1,4 +1,5 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
+#include <endian.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -102,16 +103,26 @@ static const uint8_t plain_store_guid[ATTEST_EFI_GUID_SIZE] = {
         0x16, 0x36, 0xcf, 0xdd, 0x75, 0x32, 0x64, 0x41, 0x98, 0xb6, 0xfe, 0x85, 0x70, 0x7f, 0xfe, 0x7d,
 };
 
+/* The store's fields are little endian and not aligned. */
 static uint16_t le16(const uint8_t *p) {
-        return (uint16_t) (p[0] | p[1] << 8);
+        uint16_t v;
+
+        memcpy(&v, p, sizeof(v));
+        return le16toh(v);
 }
 
 static uint32_t le32(const uint8_t *p) {
-        return (uint32_t) p[0] | (uint32_t) p[1] << 8 | (uint32_t) p[2] << 16 | (uint32_t) p[3] << 24;
+        uint32_t v;
+
+        memcpy(&v, p, sizeof(v));
+        return le32toh(v);
 }
 
 static uint64_t le64(const uint8_t *p) {
-        return (uint64_t) le32(p) | (uint64_t) le32(p + 4) << 32;
+        uint64_t v;
+
+        memcpy(&v, p, sizeof(v));
+        return le64toh(v);
 }
 
 /* The Secure Boot key variables: with none of them set, OVMF runs in setup mode and measures the
