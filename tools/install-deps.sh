@@ -60,9 +60,10 @@ check+=("${deploy[@]}")
 # images/ (the guest image, group "image"): mkosi 27 (from sid, unpacked by images/scripts/mkosi) runs
 # on the system's python3 and apt and builds everything else inside its sid tools tree; git lists
 # the files the cache key hashes; openssl and gnupg make the keys, gnupg signs SHA256SUMS and gpgv
-# checks it; sfdisk (fdisk) reads the partition UUIDs of a fresh build; zstd and cpio unpack the
+# checks it; sfdisk (fdisk) reads the partition UUIDs of a fresh build, mtools copies systemd-boot and
+# the UKI off its ESP for policy.json's PCR 4; zstd and cpio unpack the
 # initrd in tests/image/test-guest-image.sh; the smoke boot runs the VMs.
-guest_image=(python3 apt dpkg debian-archive-keyring git gnupg gpgv openssl ca-certificates fdisk zstd cpio
+guest_image=(python3 apt dpkg debian-archive-keyring git gnupg gpgv openssl ca-certificates fdisk mtools zstd cpio
              "${vms[@]}")
 # The Kubernetes sysext's binaries, built from Debian's kubernetes source (images/scripts/kubernetes-bins.sh):
 # dpkg-source unpacks it, the tree's Makefile wants make and rsync, gcc links the pause program

@@ -196,7 +196,7 @@ for d in base kubernetes; do
                 --output "$asm/sysupdate/$d/SHA256SUMS.gpg" "$asm/sysupdate/$d/SHA256SUMS"
 done
 
-"$here/policy.py" write "$asm" --measure "$measure" >&2
+"$here/policy.py" write "$asm" --measure "$measure" --pcrlock "$here/in-tools systemd-pcrlock" >&2
 
 t_total=$(( $(date +%s) - t_start ))
 python3 - "$asm" "$version" "$kver" "$kube_note" "$t_mkosi" "$t_total" "$o" "$gen/kubernetes" <<'PY' > "$asm/manifest.json"

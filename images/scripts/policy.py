@@ -4,9 +4,17 @@ by systemd-measure from the UKI's own sections, and the expected PCR 13 per Kube
 (from the signed verity root hash of each version's sysext). It also declares "pcr12": "predicted":
 the image's vm-agent quotes PCR 12, which vm-manager predicts per VM from the kernel-cmdline-extra
 string it passes (systemd-stub measures only that there; the ESP holds no addons or credentials).
+And "pcr4": per way the image boots, the PCR 4 events OVMF and the stub measure and the value they
+give, from the Authenticode SHA-256 of each PE image that runs (docs/design.md, "Attestation"):
+  installed  firmware -> \EFI\BOOT\BOOTX64.EFI (systemd-boot) -> the UKI in \EFI\Linux -> its .linux
+  installer  QEMU's -kernel (the UKI itself) -> its .linux
+Both read from the ESP of IMAGE_DIR/<id>_<version>.raw (mtools), so what is recorded is what boots.
 
   policy.py write  IMAGE_DIR --measure CMD   (re)writes IMAGE_DIR/policy.json; keeps golden values
-  policy.py verify IMAGE_DIR --measure CMD   recomputes both and compares them with policy.json
+  policy.py verify IMAGE_DIR --measure CMD [--pcrlock CMD]
+                                             recomputes them and compares them with policy.json; with
+                                             --pcrlock (systemd-pcrlock 262), also each PE digest with
+                                             what `systemd-pcrlock lock-pe` computes
 
 CMD runs systemd-measure (262), e.g. a wrapper that runs it from the tools tree. The UKI is
 IMAGE_DIR/<id>_<version>.efi; Kubernetes versions come from IMAGE_DIR/sysupdate/kubernetes/SHA256SUMS,
@@ -94,6 +102,123 @@ def extend(pcr, word):
     return hashlib.sha256(pcr + hashlib.sha256(word.encode()).digest()).digest()
 
 
+def authenticode_sha256(data):
+    """The Authenticode SHA-256 of a PE image, the digest OVMF measures for an
+    EV_EFI_BOOT_SERVICES_APPLICATION: the headers without CheckSum and the certificate table entry,
+    the sections' file data in file order, the rest of the file up to the certificate table.
+    src/attest/attest-predict.c computes the same in the daemon."""
+    pe = struct.unpack_from("<I", data, 0x3C)[0]
+    if data[:2] != b"MZ" or data[pe:pe + 4] != b"PE\0\0":
+        raise SystemExit("policy: not a PE image")
+    nsec, = struct.unpack_from("<H", data, pe + 6)
+    opt_size, = struct.unpack_from("<H", data, pe + 20)
+    opt = pe + 24
+    magic, = struct.unpack_from("<H", data, opt)
+    checksum = opt + 64
+    directories = opt + (96 if magic == 0x10B else 112)
+    security = directories + 8 * 4  # the certificate table is directory 4
+    header_size, = struct.unpack_from("<I", data, opt + 60)
+    h = hashlib.sha256()
+    h.update(data[:checksum])
+    h.update(data[checksum + 4:security])
+    h.update(data[security + 8:header_size])
+    sections = []
+    for i in range(nsec):
+        _vsize, _vaddr, rsize, rptr = struct.unpack_from("<IIII", data, opt + opt_size + 40 * i + 8)
+        if rsize:
+            sections.append((rptr, rsize))
+    hashed = header_size
+    for rptr, rsize in sorted(sections):
+        h.update(data[rptr:rptr + rsize])
+        hashed += rsize
+    cert_offset, cert_size = struct.unpack_from("<II", data, security)
+    end = len(data) - (cert_size if cert_offset else 0)
+    if end > hashed:
+        h.update(data[hashed:end])
+    return h.hexdigest()
+
+
+ESP_TYPE = "C12A7328-F81F-11D2-BA4B-00A0C93EC93B"
+SD_BOOT = "/EFI/BOOT/BOOTX64.EFI"
+BOOT_OPTION = "Calling EFI Application from Boot Option"
+
+
+def esp_files(raw, tmp):
+    """systemd-boot and the one UKI of the disk image's ESP, copied out with mtools: (sd-boot path,
+    UKI path, UKI name on the ESP)."""
+    esp = [p for p in gpt_partitions(raw) if p["type"].upper() == ESP_TYPE]
+    if len(esp) != 1:
+        raise SystemExit(f"policy: {raw} has {len(esp)} ESPs, want 1")
+    img = f"{raw}@@{esp[0]['start'] * 512}"
+    listing = subprocess.run(["mdir", "-b", "-i", img, "::/EFI/Linux"], check=True, capture_output=True,
+                             text=True).stdout.split()
+    # mdir -b lists full names, "::/EFI/Linux/<name>.efi"
+    ukis = [f.removeprefix("::") for f in listing if f.lower().endswith(".efi")]
+    if len(ukis) != 1:
+        raise SystemExit(f"policy: the ESP of {raw} has {len(ukis)} UKIs in \\EFI\\Linux, want 1: {ukis}")
+    out = []
+    for src, name in ((SD_BOOT, "sd-boot.efi"), (ukis[0], "uki.efi")):
+        dst = os.path.join(tmp, name)
+        subprocess.run(["mcopy", "-n", "-i", img, "::" + src, dst], check=True, capture_output=True)
+        out.append(dst)
+    return out[0], out[1], ukis[0].split("/")[-1]
+
+
+def pcr4_boot(apps):
+    """One way of booting as policy.json records it: the boot option's call, the separator, then
+    one application event per (what, digest), and the PCR 4 they give from zero."""
+    events = [{"type": "EV_EFI_ACTION", "sha256": hashlib.sha256(BOOT_OPTION.encode()).hexdigest(),
+               "what": BOOT_OPTION},
+              {"type": "EV_SEPARATOR", "sha256": hashlib.sha256(bytes(4)).hexdigest(), "what": "the separator"}]
+    events += [{"type": "EV_EFI_BOOT_SERVICES_APPLICATION", "sha256": d, "what": w} for w, d in apps]
+    pcr = bytes(32)
+    for e in events:
+        pcr = hashlib.sha256(pcr + bytes.fromhex(e["sha256"])).digest()
+    return {"events": events, "value": pcr.hex()}
+
+
+def pcr4(image_dir, uki, pcrlock=None):
+    """PCR 4 per way of booting, from the ESP of the image's disk and the UKI the daemon boots with
+    -kernel. With pcrlock, every digest is checked against systemd-pcrlock lock-pe's."""
+    raw = uki[:-4] + ".raw"
+    with open(uki, "rb") as f:
+        uki_bytes = f.read()
+    with tempfile.TemporaryDirectory() as tmp:
+        sd_boot, esp_uki, esp_name = esp_files(raw, tmp)
+        with open(sd_boot, "rb") as f:
+            sd_bytes = f.read()
+        with open(esp_uki, "rb") as f:
+            esp_uki_bytes = f.read()
+        linux = pe_sections(uki)[".linux"]
+        esp_linux = pe_sections(esp_uki)[".linux"]
+        linux_path = os.path.join(tmp, "linux.efi")
+        with open(linux_path, "wb") as f:
+            f.write(esp_linux)
+        digests = {"sd-boot": (sd_boot, authenticode_sha256(sd_bytes)),
+                   "uki": (esp_uki, authenticode_sha256(esp_uki_bytes)),
+                   "linux": (linux_path, authenticode_sha256(esp_linux))}
+        if pcrlock:
+            for name, (path, digest) in digests.items():
+                lock = os.path.join(tmp, name + ".pcrlock")
+                subprocess.run(shlex.split(pcrlock) + ["lock-pe", path, f"--pcrlock={lock}"], check=True,
+                               capture_output=True)
+                with open(lock) as f:
+                    recs = json.load(f)["records"]
+                theirs = [d["digest"] for r in recs if r["pcr"] == 4 for d in r["digests"] if d["hashAlg"] == "sha256"]
+                if theirs != [digest]:
+                    raise SystemExit(f"policy: {name}: authenticode {digest}, systemd-pcrlock lock-pe {theirs}")
+                print(f"pcr4 {name}: {digest} = systemd-pcrlock lock-pe")
+        uki_digest = authenticode_sha256(uki_bytes)
+        linux_digest = authenticode_sha256(linux)
+    return {
+        "installed": pcr4_boot([("systemd-boot " + SD_BOOT.replace("/", "\\"), digests["sd-boot"][1]),
+                                ("the UKI \\EFI\\Linux\\" + esp_name, digests["uki"][1]),
+                                ("the UKI's .linux", digests["linux"][1])]),
+        "installer": pcr4_boot([("the UKI " + os.path.basename(uki) + " (-kernel)", uki_digest),
+                                ("the UKI's .linux", linux_digest)]),
+    }
+
+
 # GPT partition type of the root verity signature for x86-64 (the Discoverable Partitions
 # Specification); its partition holds {"rootHash": ..., "signature": ...} padded with NULs.
 ROOT_VERITY_SIG_X86_64 = "41092B05-9FC8-4523-994F-2DEF0408B176"
@@ -159,17 +284,20 @@ def main():
     ap.add_argument("command", choices=["write", "verify"])
     ap.add_argument("image_dir")
     ap.add_argument("--measure", required=True, help="command that runs systemd-measure")
+    ap.add_argument("--pcrlock", help="command that runs systemd-pcrlock, to cross-check the PE digests")
     args = ap.parse_args()
     uki, image_id, version = find_uki(args.image_dir)
     path = os.path.join(args.image_dir, "policy.json")
     want11 = pcr11(uki, args.measure)
     want13 = pcr13(args.image_dir)
+    want4 = pcr4(args.image_dir, uki, args.pcrlock)
     if args.command == "write":
         doc = {}
         if os.path.exists(path):
             with open(path) as f:
                 doc = json.load(f)
-        doc.update({"image_id": image_id, "image_version": version, "pcr11": want11, "pcr12": PCR12})
+        doc.update({"image_id": image_id, "image_version": version, "pcr11": want11, "pcr12": PCR12,
+                    "pcr4": want4})
         if want13:
             doc["pcr13"] = want13
         else:
@@ -181,7 +309,7 @@ def main():
         os.chmod(tmp, 0o644)
         os.replace(tmp, path)
         print(f"policy: wrote {path}: pcr11 for {len(want11)} phases, pcr13 for {sorted(want13) or 'no'} "
-              "kubernetes versions")
+              f"kubernetes versions, pcr4 for the {' and '.join(sorted(want4))} boots")
         return 0
     with open(path) as f:
         doc = json.load(f)
@@ -201,6 +329,11 @@ def main():
         print(f"pcr13 kubernetes {k}: {v} {'ok' if have13.get(k) == v else 'MISMATCH'}")
         if have13.get(k) != v:
             bad.append(f"pcr13[{k}]")
+    for boot, want in sorted(want4.items()):
+        have = doc.get("pcr4", {}).get(boot)
+        print(f"pcr4 {boot}: {want['value']} {'ok' if have == want else 'MISMATCH'}")
+        if have != want:
+            bad.append(f"pcr4[{boot}]")
     for k in sorted(set(have13) - set(want13)):
         bad.append(f"pcr13[{k}] has no sysext in SHA256SUMS")
     if bad:

@@ -11,7 +11,7 @@ dir=${1:-$images/build}
 need_cmds verify "build image" gpgv sha256sum sfdisk python3
 IMAGE_TOOLS_TREE=$("$here/tools-tree.sh")
 export IMAGE_TOOLS_TREE
-"$here/policy.py" verify "$dir" --measure "$here/in-tools systemd-measure"
+"$here/policy.py" verify "$dir" --measure "$here/in-tools systemd-measure" --pcrlock "$here/in-tools systemd-pcrlock"
 ring=$(mktemp -d)
 trap 'rm -rf "$ring"' EXIT
 for d in "$dir"/sysupdate/*/; do

@@ -91,6 +91,34 @@ static const uint8_t *take(Cursor *c, size_t n) {
         return p;
 }
 
+/* Where a replay copies the measurements of some PCRs to, for the event-wise checks; NULL fields
+ * when nothing is collected. */
+typedef struct Collector {
+        uint32_t mask;
+        unsigned limit; /* userspace PCR records to take at most */
+        AttestLogEvent *events;
+        size_t n, allocated;
+} Collector;
+
+static int collect(
+        Collector *c, AttestLogSource source, unsigned number, unsigned pcr, uint32_t type, const uint8_t *digest) {
+        if (!c || !(c->mask & (1U << pcr)))
+                return 0;
+        if (c->n == c->allocated) {
+                size_t k = MAX(c->allocated * 2, (size_t) 16);
+                AttestLogEvent *e = reallocarray(c->events, k, sizeof(AttestLogEvent));
+
+                if (!e)
+                        return -ENOMEM;
+                c->events = e;
+                c->allocated = k;
+        }
+        c->events[c->n] = (AttestLogEvent){ .source = source, .number = number, .pcr = pcr, .type = type };
+        memcpy(c->events[c->n].digest, digest, ATTEST_SHA256_SIZE);
+        c->n++;
+        return 0;
+}
+
 typedef struct SpecId {
         struct {
                 uint16_t alg;
@@ -153,7 +181,8 @@ static int parse_header(Cursor *c, SpecId *id, ApiError *reterr) {
         return 0;
 }
 
-static int replay_firmware(Extender *e, const uint8_t *log, size_t size, AttestPcrBank *bank, ApiError *reterr) {
+static int replay_firmware(
+        Extender *e, const uint8_t *log, size_t size, AttestPcrBank *bank, Collector *col, ApiError *reterr) {
         Cursor c = { log, size };
         size_t padding;
         bool pcr0_extended = false;
@@ -253,6 +282,9 @@ static int replay_firmware(Extender *e, const uint8_t *log, size_t size, AttestP
                 r = extend(e, bank->pcr[pcr], sha256);
                 if (r < 0)
                         return r;
+                r = collect(col, ATTEST_LOG_FIRMWARE, k, pcr, type, sha256);
+                if (r < 0)
+                        return r;
                 if (pcr == 0)
                         pcr0_extended = true;
                 measured++;
@@ -270,7 +302,7 @@ int attest_firmware_log_replay(const uint8_t *log, size_t size, AttestPcrBank *b
         r = extender_init(&e);
         if (r < 0)
                 return r;
-        return replay_firmware(&e, log, size, bank, reterr);
+        return replay_firmware(&e, log, size, bank, /* col= */ NULL, reterr);
 }
 
 static bool blank(const uint8_t *p, size_t n) {
@@ -377,7 +409,13 @@ static void match_update(Match *m, const AttestPcrBank *bank, unsigned pcr, bool
 }
 
 static int replay_userspace(
-        Extender *e, const uint8_t *log, size_t size, AttestPcrBank *bank, Match *m, ApiError *reterr) {
+        Extender *e,
+        const uint8_t *log,
+        size_t size,
+        AttestPcrBank *bank,
+        Match *m,
+        Collector *col,
+        ApiError *reterr) {
         const uint8_t *end = log + size, *p = log, *rs;
         unsigned applied = 0, number = 0;
         int r;
@@ -412,6 +450,8 @@ static int replay_userspace(
                         return attest_error_set(reterr, r, "record %u %s", number, why);
                 if (r == 0)
                         continue;
+                if (col && applied >= col->limit)
+                        break;
 
                 was_equal = m->quoted && match_equal(m, bank, pcr);
                 r = extend(e, bank->pcr[pcr], digest);
@@ -419,6 +459,9 @@ static int replay_userspace(
                         return r;
                 applied++;
                 match_update(m, bank, pcr, was_equal, applied);
+                r = collect(col, ATTEST_LOG_USERSPACE, number, pcr, /* type= */ 0, digest);
+                if (r < 0)
+                        return r;
         }
         return (int) MIN(applied, (unsigned) INT32_MAX);
 }
@@ -441,7 +484,7 @@ int attest_userspace_log_replay(
         r = extender_init(&e);
         if (r < 0)
                 return r;
-        r = replay_userspace(&e, log, size, bank, &m, reterr);
+        r = replay_userspace(&e, log, size, bank, &m, /* col= */ NULL, reterr);
         if (r < 0)
                 return r;
         if (ret_matched)
@@ -483,7 +526,7 @@ int attest_event_log_check(
                 return r;
         attest_pcr_bank_reset(&bank);
 
-        r = replay_firmware(&e, firmware_log, firmware_size, &bank, &err);
+        r = replay_firmware(&e, firmware_log, firmware_size, &bank, /* col= */ NULL, &err);
         if (r == -ENOMEM)
                 return r;
         if (r < 0)
@@ -492,7 +535,7 @@ int attest_event_log_check(
                         0;
         ret->firmware_events = (unsigned) r;
 
-        r = replay_userspace(&e, userspace_log, userspace_size, &bank, &m, &err);
+        r = replay_userspace(&e, userspace_log, userspace_size, &bank, &m, /* col= */ NULL, &err);
         if (r == -ENOMEM)
                 return r;
         if (r < 0)
@@ -541,5 +584,40 @@ int attest_event_log_check(
         if (msg.oom)
                 return -ENOMEM;
         *ret_message = TAKE_PTR(msg.s);
+        return 0;
+}
+
+int attest_event_log_events(
+        const uint8_t *firmware_log,
+        size_t firmware_size,
+        const uint8_t *userspace_log,
+        size_t userspace_size,
+        unsigned userspace_records,
+        uint32_t mask,
+        AttestLogEvent **ret,
+        size_t *ret_n) {
+        _cleanup_(extender_done) Extender e = {};
+        Collector col = { .mask = mask, .limit = userspace_records };
+        Match m = { .matched = -1 };
+        AttestPcrBank bank;
+        int r;
+
+        assert_return(firmware_log || firmware_size == 0, -EINVAL);
+        assert_return(userspace_log || userspace_size == 0, -EINVAL);
+        assert_return(ret && ret_n, -EINVAL);
+
+        r = extender_init(&e);
+        if (r < 0)
+                return r;
+        attest_pcr_bank_reset(&bank);
+        r = replay_firmware(&e, firmware_log, firmware_size, &bank, &col, /* reterr= */ NULL);
+        if (r >= 0 && userspace_records > 0)
+                r = replay_userspace(&e, userspace_log, userspace_size, &bank, &m, &col, /* reterr= */ NULL);
+        if (r < 0) {
+                free(col.events);
+                return r;
+        }
+        *ret = col.events;
+        *ret_n = col.n;
         return 0;
 }

@@ -89,3 +89,34 @@ int attest_event_log_check(
         const AttestPcrValue values[static ATTEST_PCR_SLOTS],
         AttestEventLogSummary *ret,
         char **ret_message);
+
+/* Where a measurement comes from. */
+typedef enum AttestLogSource {
+        ATTEST_LOG_FIRMWARE,
+        ATTEST_LOG_USERSPACE,
+} AttestLogSource;
+
+/* One measurement of the logs, as the event-wise checks of attest-expect.h walk them. */
+typedef struct AttestLogEvent {
+        AttestLogSource source;
+        unsigned number; /* firmware: the entry as tpm2_eventlog numbers it (0 is the header);
+                          * userspace: the record, counting every record from 1 */
+        unsigned pcr;
+        uint32_t type; /* the firmware event's type; 0 for a userspace record */
+        uint8_t digest[ATTEST_SHA256_SIZE];
+} AttestLogEvent;
+
+/* The measurements of the PCRs in mask, in the order a replay extends them: every one of the
+ * firmware log, then those among the first userspace_records PCR records of the userspace log (the
+ * prefix attest_event_log_check() found to explain the quote, AttestEventLogSummary's
+ * userspace_events). For logs that check already accepted; a malformed log gives -EBADMSG without
+ * a reason. *ret is a new array of *ret_n events (NULL for none); -ENOMEM on OOM. */
+int attest_event_log_events(
+        const uint8_t *firmware_log,
+        size_t firmware_size,
+        const uint8_t *userspace_log,
+        size_t userspace_size,
+        unsigned userspace_records,
+        uint32_t mask,
+        AttestLogEvent **ret,
+        size_t *ret_n);

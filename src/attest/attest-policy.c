@@ -103,6 +103,7 @@ typedef struct PolicyJson {
         bool firmware;
         char *fw_sha256, *fw_package, *fw_version;
         char *pcr12;
+        json_t *pcr4;
 } PolicyJson;
 
 static void policy_json_done(PolicyJson *j) {
@@ -115,6 +116,7 @@ static void policy_json_done(PolicyJson *j) {
         free(j->fw_package);
         free(j->fw_version);
         free(j->pcr12);
+        json_decref(j->pcr4);
 }
 
 static int decode_golden(json_t *v, PolicyJson *j, ApiError *reterr) {
@@ -227,7 +229,12 @@ static int decode(json_t *v, PolicyJson *j, ApiError *reterr) {
                         r = decode_firmware(e, j, reterr);
                 else if (strcasecmp(key, "pcr12") == 0)
                         r = take_string(e, "pcr12", &j->pcr12, reterr);
-                else
+                else if (strcasecmp(key, "pcr4") == 0) {
+                        /* validated as a whole below; null leaves it unset */
+                        json_decref(j->pcr4);
+                        j->pcr4 = json_is_null(e) ? NULL : json_incref(e);
+                        r = 0;
+                } else
                         r = 0;
                 if (r < 0)
                         return r;
@@ -254,6 +261,77 @@ static int check_digest(const char *s, char out[static ATTEST_SHA256_HEX + 1], c
                 return -EINVAL;
         }
         hex_format(b, n, out);
+        return 0;
+}
+
+/* One way of booting of "pcr4": {"events": [{"type", "sha256", "what"}, …], "value"}, the value
+ * being what the events replay to (a policy that contradicts itself is refused). */
+static int validate_pcr4_boot(const char *name, json_t *v, AttestExpectedPcr *x, ApiError *reterr) {
+        _cleanup_free_ char *q = attest_go_quote(name, strlen(name)), *err = NULL;
+        char value[ATTEST_SHA256_HEX + 1], got[ATTEST_SHA256_HEX + 1];
+        json_t *events = json_object_get(v, "events"), *e;
+        size_t i;
+        int r;
+
+        if (!q)
+                return -ENOMEM;
+        if (!json_is_object(v) || !json_is_array(events) || json_array_size(events) == 0 ||
+            json_array_size(events) > ATTEST_EXPECTED_EVENTS_MAX ||
+            !json_is_string(json_object_get(v, "value")))
+                return attest_error_set(
+                        reterr,
+                        -EINVAL,
+                        "policy: pcr4[%s] is not {\"events\": [1 to %u events], \"value\": \"<hex>\"}",
+                        q,
+                        ATTEST_EXPECTED_EVENTS_MAX);
+        x->name = strdup(name);
+        if (!x->name)
+                return -ENOMEM;
+        json_array_foreach(events, i, e) {
+                const char *type = json_string_value(json_object_get(e, "type")),
+                           *sha = json_string_value(json_object_get(e, "sha256")),
+                           *what = json_string_value(json_object_get(e, "what"));
+                char hex[ATTEST_SHA256_HEX + 1];
+                uint8_t digest[ATTEST_SHA256_SIZE];
+                uint32_t t = attest_event_type_from_string(type);
+
+                if (t == 0)
+                        return attest_error_set(
+                                reterr,
+                                -EINVAL,
+                                "policy: pcr4[%s].events[%zu]: type %s is not one of EV_EFI_ACTION, EV_SEPARATOR, "
+                                "EV_EFI_BOOT_SERVICES_APPLICATION",
+                                q,
+                                i,
+                                type ?: "(none)");
+                r = check_digest(sha ?: "", hex, &err);
+                if (r == -ENOMEM)
+                        return r;
+                if (r < 0)
+                        return attest_error_set(
+                                reterr, r, "policy: pcr4[%s].events[%zu].sha256: %s", q, i, err);
+                (void) hex_decode(
+                        hex, ATTEST_SHA256_HEX, /* lower_only= */ false, digest, /* reterr_offset= */ NULL);
+                r = attest_expected_pcr_add(x, t, digest, what);
+                if (r < 0)
+                        return r;
+        }
+        r = check_digest(json_string_value(json_object_get(v, "value")), value, &err);
+        if (r == -ENOMEM)
+                return r;
+        if (r < 0)
+                return attest_error_set(reterr, r, "policy: pcr4[%s].value: %s", q, err);
+        r = attest_expected_pcr_seal(x);
+        if (r < 0)
+                return r;
+        if (!streq(hex_format(x->value, ATTEST_SHA256_SIZE, got), value))
+                return attest_error_set(
+                        reterr,
+                        -EINVAL,
+                        "policy: pcr4[%s].value is %s, but its events replay to %s",
+                        q,
+                        value,
+                        got);
         return 0;
 }
 
@@ -374,6 +452,22 @@ static int validate(const PolicyJson *j, AttestPolicy *p, ApiError *reterr) {
                 p->pcr12_predicted = true;
         }
 
+        if (j->pcr4) {
+                if (!json_is_object(j->pcr4) || json_object_size(j->pcr4) == 0 ||
+                    json_object_size(j->pcr4) > ATTEST_EXPECTED_BOOTS_MAX)
+                        return attest_error_set(
+                                reterr,
+                                -EINVAL,
+                                "policy: pcr4 is not an object of 1 to %u ways of booting",
+                                ATTEST_EXPECTED_BOOTS_MAX);
+                json_object_foreach(j->pcr4, key, e) {
+                        r = validate_pcr4_boot(key, e, p->pcr4 + p->n_pcr4, reterr);
+                        p->n_pcr4++; /* freed with the policy, even half filled */
+                        if (r < 0)
+                                return r;
+                }
+        }
+
         if (j->image_id) {
                 p->image_id = strdup(j->image_id);
                 if (!p->image_id)
@@ -433,6 +527,8 @@ AttestPolicy *attest_policy_free(AttestPolicy *p) {
         free(p->pcr13);
         free(p->golden_firmware_package);
         free(p->golden_firmware_version);
+        for (size_t i = 0; i < p->n_pcr4; i++)
+                attest_expected_pcr_done(p->pcr4 + i);
         return mfree(p);
 }
 

@@ -6,6 +6,7 @@
 #include <stddef.h>
 
 #include "api-error.h"
+#include "attest-expect.h"
 #include "attest-util.h"
 #include "cleanup.h"
 
@@ -49,6 +50,14 @@ typedef struct AttestPolicy {
          * compares it with the value predicted from that string. Absent in policies written before
          * (their agents do not quote PCR 12), which keep being judged without it. */
         bool pcr12_predicted;
+
+        /* "pcr4": the PCR 4 events per way the image boots, computed at build time from its PE
+         * images (attest-expect.h): {"installed": {"events": [{"type": "EV_EFI_ACTION", "sha256":
+         * …, "what": …}, …], "value": …}, "installer": …}. Where present, the verifier checks the
+         * quoted firmware log's PCR 4 events against them and needs no golden PCR 4; policies
+         * written before have none (n_pcr4 0) and keep comparing PCR 4 with the golden value. */
+        AttestExpectedPcr pcr4[ATTEST_EXPECTED_BOOTS_MAX];
+        size_t n_pcr4;
 } AttestPolicy;
 
 /* The one value "pcr12" takes. */

@@ -235,6 +235,10 @@ static int check_golden(
                 unsigned i = k < ELEMENTSOF(golden_pcrs) ? golden_pcrs[k] : 13;
                 const char *got = res->pcrs[i], *kubernetes = NULL;
 
+                /* checked event by event already (check_events()) */
+                if ((i == 4 && p->policy->n_pcr4 > 0) || (i == 7 && p->expected_pcr7))
+                        continue;
+
                 want = attest_policy_expected(p->policy, i, p->kubernetes_version, &kubernetes);
                 if (!want && (p->learn_golden || i == 13)) {
                         res->learned[res->n_learned++] = i;
@@ -289,6 +293,53 @@ static int check_golden(
         return 0;
 }
 
+/* PCR 4 against the image's expected events and PCR 7 against the template's, where known, once
+ * the logs are known to explain the quote: a verdict that names the event differing says more than
+ * a final value. *ret_pcr4 is the way of booting PCR 4 matched, NULL when it was not checked. */
+static int check_events(
+        const AttestQuoteRequest *req,
+        const AttestVerifyParams *p,
+        AttestResult *res,
+        const AttestExpectedPcr **ret_pcr4) {
+
+        _cleanup_free_ AttestLogEvent *events = NULL;
+        _cleanup_free_ char *message = NULL;
+        size_t n = 0;
+        int r;
+
+        *ret_pcr4 = NULL;
+        if (p->policy->n_pcr4 == 0 && !p->expected_pcr7)
+                return 0;
+
+        r = attest_event_log_events(
+                req->event_log,
+                req->event_log_size,
+                req->userspace_log,
+                req->userspace_log_size,
+                res->event_log.userspace_events,
+                1U << 4 | 1U << 7,
+                &events,
+                &n);
+        if (r < 0)
+                return r == -ENOMEM ? r : set_message(res, "event log: does not parse a second time");
+
+        if (p->policy->n_pcr4 > 0) {
+                r = attest_expect_check(4, p->policy->pcr4, p->policy->n_pcr4, events, n, ret_pcr4, &message);
+                if (r < 0)
+                        return r;
+                if (message)
+                        return set_message(res, "%s", message);
+        }
+        if (p->expected_pcr7) {
+                r = attest_expect_check(7, p->expected_pcr7, 1, events, n, /* ret_matched= */ NULL, &message);
+                if (r < 0)
+                        return r;
+                if (message)
+                        return set_message(res, "%s; expected from %s", message, p->expected_pcr7->name ?: "?");
+        }
+        return 0;
+}
+
 static int verify(
         AttestNonceStore *nonces, const AttestQuoteRequest *req, const AttestVerifyParams *p, AttestResult *res) {
 
@@ -297,6 +348,7 @@ static int verify(
         _cleanup_free_ AttestQuote *q = NULL;
         _cleanup_free_ char *log_message = NULL;
         const char *phase, *matched_kubernetes = NULL;
+        const AttestExpectedPcr *pcr4 = NULL;
         AttestStage stage = _ATTEST_STAGE_INVALID;
         bool pcr12 = false;
         int r;
@@ -352,16 +404,24 @@ static int verify(
         if (log_message)
                 return set_message(res, "%s", log_message);
 
+        r = check_events(req, p, res, &pcr4);
+        if (r != 0)
+                return r;
+
         r = check_golden(p, stage, phase, res, &learned, &matched_kubernetes, &pcr12);
         if (r != 0)
                 return r;
 
         r = set_message(
                 res,
-                "verified: ak %.*s, pcr 11 phase %s%s%s%s%s%s",
+                "verified: ak %.*s, pcr 11 phase %s%s%s%s%s%s%s%s%s%s",
                 ATTEST_SHORT_FP,
                 q->ak_fingerprint,
                 phase,
+                pcr4 ? ", pcr 4 events of the image's " : "",
+                pcr4 ? (pcr4->name ? pcr4->name : "?") : "",
+                pcr4 ? " boot" : "",
+                p->expected_pcr7 ? ", pcr 7 events of the variable store template" : "",
                 pcr12 ? ", pcr 12 command line as passed" :
                         p->policy->pcr12_predicted ?
                         ", pcr 12 not compared (the command line of this run is unknown)" :
@@ -548,11 +608,15 @@ int attest_result_from_json(json_t *v, AttestResult *ret) {
         return 0;
 }
 
-uint32_t attest_policy_missing_golden(const AttestPolicy *policy) {
+uint32_t attest_policy_missing_golden(const AttestPolicy *policy, bool pcr7_expected) {
         uint32_t missing = 0;
 
         for (size_t k = 0; k < ELEMENTSOF(golden_pcrs); k++)
                 if (!policy || !attest_policy_expected(policy, golden_pcrs[k], NULL, NULL))
                         missing |= 1U << golden_pcrs[k];
+        if (policy && policy->n_pcr4 > 0)
+                missing &= ~(1U << 4);
+        if (pcr7_expected)
+                missing &= ~(1U << 7);
         return missing;
 }

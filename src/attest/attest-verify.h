@@ -21,9 +21,13 @@
  *   9 PCR digest matches          10 stage's PCRs covered (initrd 0–7,11; ready 0–7,11,13; both
  *                                    also 12 where the policy has "pcr12": "predicted")
  *  11 AK is the activated one    11a the event logs replay to the quoted PCRs (attest-eventlog.h)
+ *                                 11b PCR 4 event by event against the policy's "pcr4", PCR 7 against
+ *                                     the events expected from the variable store template
+ *                                     (attest-expect.h), where those are known
  *  12 PCR 11 per phase            12a PCR 12 equals the one predicted from the command line the
  *                                     daemon passed (policy "pcr12": "predicted")
- *                                 13 golden 0,2,3,4,6,7 (+13 at ready)
+ *                                 13 golden 0,2,3,6 and 4, 7 where 11b did not check them (+13 at
+ *                                    ready)
  *  14 verified                    15 without an activated or pinned AK: rejected (no_ak_message),
  *                                    or trust on first use where the caller leaves that NULL (an
  *                                    initrd quote enrolls its AK; a ready quote is rejected)
@@ -88,6 +92,11 @@ typedef struct AttestVerifyParams {
          * "predicted". NULL when the daemon does not know what it passed (a run an older vm-manager
          * started): PCR 12 is then required but not compared, and the verdict says so. */
         const char *expected_pcr12;
+        /* The PCR 7 events the daemon expects from the OVMF variable store template it copies for
+         * each VM (attest_varstore_pcr7()); NULL when it could not derive them (a template with
+         * Secure Boot keys, or one it could not read), and PCR 7 is then compared with the
+         * policy's golden value. */
+        const AttestExpectedPcr *expected_pcr7;
         bool learn_golden; /* --attestation-learn-golden */
 } AttestVerifyParams;
 
@@ -98,8 +107,9 @@ int attest_verify_quote(
         AttestNonceStore *nonces, const AttestQuoteRequest *req, const AttestVerifyParams *p, AttestResult *ret);
 
 /* The golden PCRs (0, 2, 3, 4, 6, 7) policy has no value for, as a bit mask: every quote of a VM on
- * such an image is rejected unless learn mode accepts them. */
-uint32_t attest_policy_missing_golden(const AttestPolicy *policy);
+ * such an image is rejected unless learn mode accepts them. PCR 4 needs none where the policy has
+ * "pcr4" events, PCR 7 none where pcr7_expected (the daemon derived its events). */
+uint32_t attest_policy_missing_golden(const AttestPolicy *policy, bool pcr7_expected);
 
 /* {"verified","message"(omitempty),"at":RFC 3339,"akFingerprint"(omitempty),"pcrs":{"0":…}(omitempty),
  * "learned":[…](omitempty)} as §4.5 shows a stage (pcrs keys in Go's order: sorted as strings), and

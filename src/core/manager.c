@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "attest-ca.h"
+#include "attest-expect.h"
 #include "attest-nonce.h"
 #include "file-writer.h"
 #include "fs-util.h"
@@ -38,12 +39,14 @@ struct Manager {
         VmUnitManager *units;     /* the systemd launcher's connection; NULL: plain children */
         AttestNonceStore *nonces; /* the nonces handed to guests */
         AttestCa *ca;             /* signs new vTPMs' EK certificates; NULL: none could be made */
-        VmNotify *notify;         /* the READY=1 listener on the kernel's vhost-vsock */
-        VmReports *reports;       /* guest reports parsed and stored off the loop */
-        Worker *exec_worker;      /* exec_vm's results parsed off the loop; made on first use */
-        VmSpawner *spawner;       /* the thread that clones plain children, their parent until we end */
-        FileWriter *writer;       /* records and VM files, written and fsynced off the loop, in order */
-        bool writer_on;           /* false during start-up: files are written at once */
+        AttestExpectedPcr pcr7;   /* the PCR 7 events of ovmf_vars, when has_pcr7 */
+        bool has_pcr7;
+        VmNotify *notify;    /* the READY=1 listener on the kernel's vhost-vsock */
+        VmReports *reports;  /* guest reports parsed and stored off the loop */
+        Worker *exec_worker; /* exec_vm's results parsed off the loop; made on first use */
+        VmSpawner *spawner;  /* the thread that clones plain children, their parent until we end */
+        FileWriter *writer;  /* records and VM files, written and fsynced off the loop, in order */
+        bool writer_on;      /* false during start-up: files are written at once */
         ManagerMetrics *metrics;
         const LoopStats *loop_stats; /* the daemon's (borrowed) */
 
@@ -247,6 +250,61 @@ static void manager_open_ca(Manager *m) {
                         r, "Cannot open the host CA of vTPM EK certificates in %s, new VMs get none: %m", dir);
 }
 
+/* A variable store template is a few hundred KiB (OVMF_VARS_4M.fd: 528 KiB). */
+#define OVMF_VARS_MAX ((size_t) 16 << 20)
+
+/* Every VM's variable store starts as a copy of the template, so the template decides what OVMF
+ * measures into PCR 7 (the guest can enroll keys later, which PCR 7 then shows): derived once here,
+ * so that PCR 7 needs no golden value. A template with Secure Boot keys is not predicted: its PCR 7
+ * also depends on which db entry verified each image, and the golden value stays the check. */
+static void manager_derive_pcr7(Manager *m) {
+        _cleanup_free_ char *data = NULL, *why = NULL;
+        char hex[2 * 32 + 1];
+        size_t size = 0;
+        int r;
+
+        if (!m->ovmf_vars)
+                return;
+        r = read_full_file(m->ovmf_vars, OVMF_VARS_MAX, &data, &size);
+        if (r < 0) {
+                log_warning_errno(
+                        r,
+                        "Cannot read the OVMF variable store template '%s', PCR 7 is compared with golden "
+                        "values: %m",
+                        m->ovmf_vars);
+                return;
+        }
+        r = attest_varstore_pcr7((const uint8_t *) data, size, &m->pcr7, &why);
+        if (r == -ENOMEM) {
+                log_oom();
+                return;
+        }
+        if (r < 0)
+                log_warning(
+                        "OVMF variable store template '%s' not understood (%s), PCR 7 is compared with "
+                        "golden values.",
+                        m->ovmf_vars,
+                        why ?: "?");
+        else if (r == ATTEST_VARSTORE_SECURE_BOOT)
+                log_notice(
+                        "OVMF variable store template '%s' enrolls Secure Boot keys (%s): PCR 7 is not "
+                        "derived and is compared with golden values.",
+                        m->ovmf_vars,
+                        why ?: "?");
+        else {
+                m->has_pcr7 = true;
+                log_info(
+                        "PCR 7 expected from the OVMF variable store template '%s' (Secure Boot off, no "
+                        "keys): %s.",
+                        m->ovmf_vars,
+                        hex_format(m->pcr7.value, sizeof(m->pcr7.value), hex));
+        }
+}
+
+const AttestExpectedPcr *manager_expected_pcr7(Manager *m) {
+        return m && m->has_pcr7 ? &m->pcr7 : NULL;
+}
+
 int manager_new(Manager **ret, sd_event *event, const ManagerConfig *cfg, ApiError *reterr) {
         _cleanup_(manager_freep) Manager *m = NULL;
         int r;
@@ -291,6 +349,7 @@ int manager_new(Manager **ret, sd_event *event, const ManagerConfig *cfg, ApiErr
                 return r;
 
         manager_open_ca(m);
+        manager_derive_pcr7(m);
 
         r = network_registry_load(&m->networks, m->state_dir, reterr);
         if (r < 0)
@@ -395,6 +454,7 @@ Manager *manager_free(Manager *m) {
         network_registry_free(m->networks);
         host_probe_free(m->host);
         attest_ca_free(m->ca);
+        attest_expected_pcr_done(&m->pcr7);
         /* last: what the rest queued while going is written now (this blocks), and the answers
          * waiting for it are sent */
         file_writer_free(m->writer);

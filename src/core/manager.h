@@ -8,6 +8,7 @@
 #include <systemd/sd-event.h>
 
 #include "api-error.h"
+#include "attest-expect.h"
 #include "caller.h"
 #include "cleanup.h"
 #include "core-forward.h"
@@ -101,6 +102,9 @@ struct ManagerSettings {
 };
 
 const ManagerSettings *manager_settings(Manager *m);
+/* The PCR 7 events of the OVMF variable store template, derived at start-up; NULL when the template
+ * has Secure Boot keys or could not be read (PCR 7 then needs a golden value). Borrowed. */
+const AttestExpectedPcr *manager_expected_pcr7(Manager *m);
 
 /* ---- the registries and services it owns (borrowed) ---- */
 

@@ -100,7 +100,7 @@ int vm_attest_check_image(Manager *m, const Image *img, const VmSpec *spec, ApiE
                         "vm requires attestation, but the policy.json of image %s does not load: %s",
                         img->ref,
                         e.message ?: "invalid policy");
-        missing = attest_policy_missing_golden(p);
+        missing = attest_policy_missing_golden(p, manager_expected_pcr7(m) != NULL);
         if (missing == 0)
                 return 0;
         for (unsigned i = 0, n = 0; i < 32; i++)
@@ -603,6 +603,7 @@ int vm_attest_quote(Vm *v, const void *body, size_t size, json_t **ret, ApiError
                         .no_policy_message = why ?: "no attestation policy",
                         .kubernetes_version = vm_spec(v)->kubernetes_version,
                         .expected_pcr12 = expected_pcr12(v, pcr12),
+                        .expected_pcr7 = manager_expected_pcr7(m),
                         .learn_golden = manager_settings(m)->learn_golden,
                 };
                 trusted_ak(v, &params, &no_ak);

@@ -3,7 +3,10 @@
  * tamper rejected at its own step with the reference's message (network-imds-attest.md §4.1). */
 #include "test-attest-fixtures.h"
 
+#include "attest-expect.h"
+#include "attest-predict.h"
 #include "attest-verify.h"
+#include "fs-util.h"
 
 #define T0 ((usec_t) 1000 * USEC_PER_SEC)
 #define AT ((usec_t) 1714564800 * USEC_PER_SEC + 123456) /* 2024-05-01T12:00:00.123456Z */
@@ -763,6 +766,167 @@ static void test_event_log(void **state) {
         c->params.kubernetes_version = NULL;
 }
 
+/* The recorded boot's PCR 4 applications (the test image's UKI, booted as the boot option, and its
+ * .linux) as tpm2_eventlog shows them, events 23 and 32. */
+#define FIXTURE_UKI "f452cbeaabdbf0e342f94299dbfb46bc428f4ae55974d364b2cda5d75b6c0681"
+#define FIXTURE_LINUX "65c89335d8a5d25a8eeffd4de4a02087ac8dcf26165dbff8806a19f68ecd2842"
+
+/* policy.json's "pcr4" for one way of booting that runs the UKI uki and the kernel linux, with the
+ * value the events replay to, as images/scripts/policy.py writes it. */
+static json_t *pcr4_boot(const char *uki, const char *linux_) {
+        const char *apps[] = { uki, linux_ };
+        uint8_t digests[4][ATTEST_SHA256_SIZE];
+        char hex[4][ATTEST_SHA256_HEX + 1], value[ATTEST_SHA256_HEX + 1];
+        uint8_t pcr[ATTEST_SHA256_SIZE];
+
+        assert_ok(attest_digest_efi_action(ATTEST_EFI_ACTION_BOOT_OPTION, digests[0]));
+        assert_ok(attest_digest_separator(digests[1]));
+        for (unsigned i = 0; i < 2; i++)
+                assert_int_equal(
+                        hex_decode(apps[i], ATTEST_SHA256_HEX, false, digests[2 + i], /* reterr_offset= */ NULL),
+                        0);
+        assert_ok(attest_pcr_replay(digests, 4, pcr));
+        for (unsigned i = 0; i < 4; i++)
+                hex_format(digests[i], ATTEST_SHA256_SIZE, hex[i]);
+        return json_pack(
+                "{s:[{s:s,s:s,s:s},{s:s,s:s},{s:s,s:s,s:s},{s:s,s:s,s:s}],s:s}",
+                "events",
+                "type",
+                "EV_EFI_ACTION",
+                "sha256",
+                hex[0],
+                "what",
+                ATTEST_EFI_ACTION_BOOT_OPTION,
+                "type",
+                "EV_SEPARATOR",
+                "sha256",
+                hex[1],
+                "type",
+                "EV_EFI_BOOT_SERVICES_APPLICATION",
+                "sha256",
+                hex[2],
+                "what",
+                "the UKI",
+                "type",
+                "EV_EFI_BOOT_SERVICES_APPLICATION",
+                "sha256",
+                hex[3],
+                "what",
+                "the UKI's .linux",
+                "value",
+                hex_format(pcr, sizeof(pcr), value));
+}
+
+/* PCR 4 from the image's events and PCR 7 from the variable store template: no golden value is
+ * needed for either, and a boot of another UKI is named by its event. */
+static void test_expected_events(void **state) {
+        _cleanup_(attest_expected_pcr_done) AttestExpectedPcr pcr7 = {};
+        _cleanup_free_ char *fp = NULL, *want = NULL, *vars = NULL;
+        json_auto_t *pj = fixture_policy_json();
+        json_t *golden = json_object_get(json_object_get(pj, "golden"), "sha256");
+        const char *other = "1234123412341234123412341234123412341234123412341234123412341234";
+        AttestPolicy *edited;
+        size_t size = 0;
+        Ctx *c = *state;
+
+        /* PCR 7 from a template built like Debian's (no keys), or Debian's own where installed */
+        if (read_full_file("/usr/share/OVMF/OVMF_VARS_4M.fd", 16 << 20, &vars, &size) >= 0)
+                assert_int_equal(
+                        attest_varstore_pcr7((const uint8_t *) vars, size, &pcr7, /* ret_why= */ NULL),
+                        ATTEST_VARSTORE_PREDICTED);
+        else {
+                uint8_t d[ATTEST_PCR7_SECURE_BOOT_OFF_EVENTS][ATTEST_SHA256_SIZE];
+
+                assert_ok(attest_pcr7_secure_boot_off_events(d));
+                pcr7.name = strdup("the variable store template");
+                for (unsigned i = 0; i < ATTEST_PCR7_SECURE_BOOT_OFF_EVENTS; i++)
+                        assert_ok(attest_expected_pcr_add(
+                                &pcr7, i < 5 ? EV_EFI_VARIABLE_DRIVER_CONFIG : EV_SEPARATOR, d[i], NULL));
+                assert_ok(attest_expected_pcr_seal(&pcr7));
+        }
+
+        /* the golden 4 and 7 go; the image's events and the template's stand in */
+        assert_ok(json_object_del(golden, "4"));
+        assert_ok(json_object_del(golden, "7"));
+        assert_ok(json_object_set_new(
+                pj, "pcr4", json_pack("{s:o}", "installer", pcr4_boot(FIXTURE_UKI, FIXTURE_LINUX))));
+        edited = fixture_policy_edited(pj);
+        assert_int_equal(attest_policy_missing_golden(edited, /* pcr7_expected= */ true), 0);
+        assert_int_equal(attest_policy_missing_golden(edited, /* pcr7_expected= */ false), 1U << 7);
+        c->params.policy = edited;
+        c->params.expected_pcr7 = &pcr7;
+        load(c, "ecdsa", "initrd");
+        run(c);
+        fp = short_fp(c->res.ak_fingerprint);
+        assert_true(
+                asprintf(
+                        &want,
+                        "verified: ak %s, pcr 11 phase enter-initrd, pcr 4 events of the image's installer boot, pcr "
+                        "7 events of the variable store template",
+                        fp) > 0);
+        assert_string_equal(c->res.message, want);
+        assert_true(c->res.verified);
+        assert_int_equal(c->res.n_learned, 0);
+
+        /* the image's UKI is another one than the boot ran: the event is named */
+        attest_policy_free(edited);
+        assert_ok(json_object_set_new(
+                pj, "pcr4", json_pack("{s:o}", "installer", pcr4_boot(other, FIXTURE_LINUX))));
+        edited = fixture_policy_edited(pj);
+        c->params.policy = edited;
+        load(c, "ecdsa", "initrd");
+        run(c);
+        assert_false(c->res.verified);
+        assert_string_equal(
+                c->res.message,
+                "pcr 4 event 23 (EV_EFI_BOOT_SERVICES_APPLICATION): digest " FIXTURE_UKI
+                " is not the UKI (expected 1234123412341234123412341234123412341234123412341234123412341234)");
+
+        /* the template would have measured another SecureBoot value */
+        attest_policy_free(edited);
+        assert_ok(json_object_set_new(
+                pj, "pcr4", json_pack("{s:o}", "installer", pcr4_boot(FIXTURE_UKI, FIXTURE_LINUX))));
+        edited = fixture_policy_edited(pj);
+        c->params.policy = edited;
+        pcr7.events[0].digest[0] ^= 0xff;
+        load(c, "ecdsa", "initrd");
+        run(c);
+        assert_false(c->res.verified);
+        assert_string_equal(
+                c->res.message,
+                "pcr 7 event 4 (EV_EFI_VARIABLE_DRIVER_CONFIG): digest "
+                "115aa827dbccfb44d216ad9ecfda56bdea620b860a94bed5b7a27bba1c4d02d8 is not SecureBoot (off) "
+                "(expected ee5aa827dbccfb44d216ad9ecfda56bdea620b860a94bed5b7a27bba1c4d02d8); expected from the variable "
+                "store template");
+
+        c->params.expected_pcr7 = NULL;
+        c->params.policy = c->policy;
+        attest_policy_free(edited);
+}
+
+/* An old policy.json (no "pcr4") and a daemon without the template's PCR 7: both golden, as before. */
+static void test_expected_events_absent(void **state) {
+        json_auto_t *pj = fixture_policy_json();
+        AttestPolicy *edited;
+        Ctx *c = *state;
+
+        assert_int_equal(c->policy->n_pcr4, 0);
+        assert_int_equal(attest_policy_missing_golden(c->policy, /* pcr7_expected= */ false), 0);
+        assert_ok(json_object_del(json_object_get(json_object_get(pj, "golden"), "sha256"), "4"));
+        edited = fixture_policy_edited(pj);
+        assert_int_equal(attest_policy_missing_golden(edited, /* pcr7_expected= */ true), 1U << 4);
+        c->params.policy = edited;
+        load(c, "ecdsa", "initrd");
+        run(c);
+        assert_false(c->res.verified);
+        assert_string_equal(
+                c->res.message,
+                "no golden value for pcr 4 in the image policy: record one with `vm-manager image golden` or run "
+                "with --attestation-learn-golden");
+        c->params.policy = c->policy;
+        attest_policy_free(edited);
+}
+
 static void test_result_json(void **state) {
         _cleanup_(attest_result_done) AttestResult back = {};
         _cleanup_free_ char *s = NULL, *s2 = NULL;
@@ -846,6 +1010,8 @@ int main(void) {
                 cmocka_unit_test_setup_teardown(test_golden, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_learn_mode, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_event_log, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_expected_events, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_expected_events_absent, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_result_json, setup, teardown),
         };
 
