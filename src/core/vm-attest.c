@@ -20,6 +20,7 @@
 #include "image-catalog.h"
 #include "json-util.h"
 #include "log.h"
+#include "manager-firmware.h"
 #include "parse-util.h"
 #include "string-table.h"
 #include "vm-internal.h"
@@ -77,6 +78,9 @@ char *vm_attest_boot_rejection(Vm *v) {
 int vm_attest_check_image(Manager *m, const Image *img, const VmSpec *spec, ApiError *reterr) {
         _cleanup_(attest_policy_freep) AttestPolicy *p = NULL;
         _cleanup_(api_error_done) ApiError e = API_ERROR_NULL;
+        const AttestFirmwareExpect *fw;
+        const char *fw_why = NULL;
+        bool fw_pending = false;
         char list[3 * 32] = "";
         uint32_t missing;
 
@@ -100,9 +104,26 @@ int vm_attest_check_image(Manager *m, const Image *img, const VmSpec *spec, ApiE
                         "vm requires attestation, but the policy.json of image %s does not load: %s",
                         img->ref,
                         e.message ?: "invalid policy");
-        missing = attest_policy_missing_golden(p, manager_expected_pcr7(m) != NULL);
+        /* The firmware's PCRs: known from a firmware run for this VM's shape, or being learned now
+         * (the run takes less than the VM's boot to its first quote); only when no run can be made
+         * do they need golden values. */
+        fw = firmware_runs_lookup(
+                manager_firmware_runs(m), spec->memory_mib, spec->cpus, /* start= */ true, &fw_why, &fw_pending);
+        missing = attest_policy_missing_golden(p, manager_expected_pcr7(m) != NULL, fw || fw_pending);
         if (missing == 0)
                 return 0;
+        if ((missing & ATTEST_FIRMWARE_CHECKED) && fw_why)
+                return api_error_set(
+                        reterr,
+                        -EOPNOTSUPP,
+                        API_ERROR_UNSUPPORTED,
+                        "vm requires attestation, but this host's firmware measurements (pcr 0,2,3,6) are not "
+                        "known: %s; and image %s has no golden value for them. Pin them once with `make golden` "
+                        "(or `vm-manager image golden %s --from-vm <id>` after a boot with "
+                        "--attestation-learn-golden), or create this vm with require_attestation false",
+                        fw_why,
+                        img->ref,
+                        img->ref);
         for (unsigned i = 0, n = 0; i < 32; i++)
                 if (missing & (1U << i))
                         n += (unsigned) snprintf(list + n, sizeof(list) - n, "%s%u", n ? "," : "", i);
@@ -593,8 +614,19 @@ int vm_attest_quote(Vm *v, const void *body, size_t size, json_t **ret, ApiError
                         return api_error_set(reterr, -ENOMEM, API_ERROR_INTERNAL, QUOTE_NOT_PROCESSED);
         } else {
                 AttestVerifyParams params;
+                const AttestFirmwareExpect *fw;
+                const char *fw_why = NULL;
+                bool fw_pending = false;
 
                 policy = policy_for(v, &why);
+                /* a VM from before this daemon's start may have a shape no run was asked for yet */
+                fw = firmware_runs_lookup(
+                        manager_firmware_runs(m),
+                        vm_spec(v)->memory_mib,
+                        vm_spec(v)->cpus,
+                        /* start= */ true,
+                        &fw_why,
+                        &fw_pending);
                 params = (AttestVerifyParams){
                         .vm_id = vm_id(v),
                         .now = now_usec(CLOCK_MONOTONIC),
@@ -604,6 +636,9 @@ int vm_attest_quote(Vm *v, const void *body, size_t size, json_t **ret, ApiError
                         .kubernetes_version = vm_spec(v)->kubernetes_version,
                         .expected_pcr12 = expected_pcr12(v, pcr12),
                         .expected_pcr7 = manager_expected_pcr7(m),
+                        .firmware = fw,
+                        .firmware_missing = fw_why,
+                        .firmware_retryable = fw_pending,
                         .learn_golden = manager_settings(m)->learn_golden,
                 };
                 trusted_ak(v, &params, &no_ak);

@@ -1,0 +1,57 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#pragma once
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "attest-fwlog.h"
+#include "cleanup.h"
+#include "core-forward.h"
+#include "time-util.h"
+
+/* Firmware runs (issue 36, docs/design.md "Attestation"): what the host's OVMF measures into PCRs
+ * 0-6 before any image runs, learned without booting an image, so that PCRs 0, 2, 3 and 6 need no
+ * golden value.
+ *
+ * A run boots the OVMF code with a copy of the variable store template, a fresh swtpm and the
+ * host's kernel with vm-manager-fwlog-init as its only userspace, on the machine a VM gets (q35,
+ * tpm-crb, the accelerator and CPU model of this host, -m and -smp of the VM), and keeps the
+ * events the firmware logged. PCR 0's PEI firmware volume digest changes with the memory size and
+ * the CPU count (measured: -m 512 and -m 2048, -smp 1 and -smp 1,maxcpus=4 give three digests), so
+ * a run is made per firmware hash, memory size, CPU count and accelerator, and its result is cached
+ * in <state>/firmware/<sha256>-<MiB>m-<cpus>c-<accel>.json for every later start.
+ *
+ * The run itself is `vm-manager firmware-run` (hidden), a helper process the daemon starts through
+ * the spawner and watches as a child event with a time limit; it blocks on its own swtpm and QEMU
+ * and writes the cache entry atomically. One run at a time; the others queue. */
+
+/* A run ends with SIGKILL after this long (three minutes; about 25-40 s under TCG here). */
+#define FIRMWARE_RUN_TIMEOUT_SEC 180U
+#define FIRMWARE_RUN_TIMEOUT_USEC (FIRMWARE_RUN_TIMEOUT_SEC * USEC_PER_SEC)
+/* VM shapes kept in memory (known, failed, queued): create_vm's sizes are few in practice. */
+#define FIRMWARE_RUNS_MAX 32U
+
+typedef struct FirmwareRuns FirmwareRuns;
+
+/* enabled false: cached results are used, no run is started (--firmware-run=false). */
+int firmware_runs_new(Manager *m, bool enabled, FirmwareRuns **ret);
+FirmwareRuns *firmware_runs_free(FirmwareRuns *f);
+DEFINE_TRIVIAL_CLEANUP_FUNC(FirmwareRuns *, firmware_runs_free);
+
+/* The expected events for a VM of this shape (borrowed, valid until the next call), loaded from
+ * the cache when known. Otherwise NULL, with *ret_why saying why (borrowed: "the firmware run for
+ * 2048 MiB, 2 CPUs is still going (started 12 s ago)", "the firmware run for … failed: …", "firmware
+ * runs are off (--firmware-run=false)"), *ret_pending true when a run is queued or going (start
+ * queues one when none was made). */
+const AttestFirmwareExpect *firmware_runs_lookup(
+        FirmwareRuns *f, uint64_t memory_mib, unsigned cpus, bool start, const char **ret_why, bool *ret_pending);
+
+/* get_host's "firmwareRuns": {"enabled","cacheDir","runs":[{"memoryMiB","cpus","accel","state":
+ * "known|queued|running|failed","pcrs":[0,2,3,6] (known),"ranAt","seconds","kernel","error"}]}.
+ * New reference, NULL on OOM. */
+json_t *firmware_runs_to_json(FirmwareRuns *f);
+
+/* `vm-manager firmware-run OUT CODE VARS MEMORY_MIB CPUS ACCEL SHA256`: the helper (see above).
+ * Exit status 0 once OUT is written; 1 with the reason as the last line on stderr. */
+int firmware_run_main(int argc, char **argv);
