@@ -10,7 +10,7 @@
 
 /* What the host's firmware measures before any image runs (issue 36), learned from a firmware run:
  * the daemon boots OVMF with a fresh swtpm and a kernel whose only userspace is
- * vm-manager-fwlog-init (src/fwlog/fwlog-init.c), which prints the firmware's TCG2 event log on the
+ * vm-manager-fwlog-init (src/daemon/fwlog-init.c), which prints the firmware's TCG2 event log on the
  * serial console. PCR 0's firmware volume digests cannot be computed from the OVMF file (PEI
  * modules write their globals before Tcg2Pei measures them, and those depend on the VM's memory
  * size and CPU count), so one such run per firmware build and VM shape supplies them.
