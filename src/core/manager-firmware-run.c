@@ -394,8 +394,15 @@ int firmware_run_main(int argc, char **argv) {
                         "%s is missing: install vm-manager completely (or set VM_MANAGER_FWLOG_INIT)",
                         init ?: FWLOG_INIT);
 
-        /* the scratch directory sits beside the result, in the state directory */
-        (void) snprintf(template, sizeof(template), "%s.XXXXXX", r.out);
+        /* The scratch directory sits beside the result, in the state directory, under a short name:
+         * swtpm's socket in it is a unix socket path (at most 107 bytes), which the cache entry's
+         * name (a SHA-256 in hex) would overflow. */
+        {
+                const char *slash = strrchr(r.out, '/');
+                int n = slash ? (int) (slash - r.out) : 1;
+
+                (void) snprintf(template, sizeof(template), "%.*s/run.XXXXXX", n, slash ? r.out : ".");
+        }
         if (!mkdtemp(template))
                 return fail("cannot make a directory beside %s: %s", r.out, strerror(errno));
         r.work = strdup(template);

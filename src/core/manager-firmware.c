@@ -35,7 +35,17 @@ static const char *const run_state_table[] = {
         [RUN_FAILED] = "failed",
 };
 
-typedef struct FirmwareEntry {
+typedef struct FirmwareEntry FirmwareEntry;
+
+struct FirmwareWait {
+        FirmwareEntry *entry; /* NULL once woken, or once the entry is gone */
+        FirmwareWait *prev, *next;
+        sd_event_source *timer;
+        FirmwareWaitDone done;
+        void *userdata;
+};
+
+struct FirmwareEntry {
         FirmwareRuns *runs;
         uint64_t memory_mib;
         unsigned cpus;
@@ -47,8 +57,9 @@ typedef struct FirmwareEntry {
         usec_t started; /* CLOCK_MONOTONIC, RUN_RUNNING */
         VmProcess *helper;
         sd_event_source *timer;
-        char *why; /* the text firmware_runs_lookup() returns, kept for its borrowed result */
-} FirmwareEntry;
+        char *why;           /* the text firmware_runs_lookup() returns, kept for its borrowed result */
+        FirmwareWait *waits; /* those waiting for this run to end (quotes held by the IMDS) */
+};
 
 struct FirmwareRuns {
         Manager *manager;
@@ -61,9 +72,45 @@ struct FirmwareRuns {
         size_t n;
 };
 
+static void wait_unlink(FirmwareWait *w) {
+        if (!w->entry)
+                return;
+        if (w->prev)
+                w->prev->next = w->next;
+        else
+                w->entry->waits = w->next;
+        if (w->next)
+                w->next->prev = w->prev;
+        w->entry = NULL;
+        w->prev = w->next = NULL;
+        w->timer = sd_event_source_disable_unref(w->timer);
+}
+
+FirmwareWait *firmware_wait_free(FirmwareWait *w) {
+        if (!w)
+                return NULL;
+        wait_unlink(w);
+        free(w);
+        return NULL;
+}
+
+/* Calls each waiter once; a callee may free its wait, or add a new one (it then waits for a run
+ * that is not this one's end), so each is unlinked before its call. */
+static void entry_wake(FirmwareEntry *e, int r) {
+        while (e->waits) {
+                FirmwareWait *w = e->waits;
+
+                wait_unlink(w);
+                w->done(r, w->userdata);
+        }
+}
+
 static void entry_free(FirmwareEntry *e) {
         if (!e)
                 return;
+        /* the waiters own their waits; they are only told nothing will come */
+        while (e->waits)
+                wait_unlink(e->waits);
         vm_process_free(e->helper);
         sd_event_source_disable_unref(e->timer);
         attest_firmware_expect_done(&e->expect);
@@ -173,6 +220,7 @@ static void entry_finish(FirmwareEntry *e, const char *error) {
                         e->cpus,
                         e->seconds);
         runs_next(e->runs);
+        entry_wake(e, 0);
 }
 
 /* The helper's last line on stderr says why it failed. */
@@ -425,6 +473,53 @@ const AttestFirmwareExpect *firmware_runs_lookup(
         }
         *ret_why = e->why ?: "out of memory";
         return NULL;
+}
+
+static int on_wait_timeout(sd_event_source *s, uint64_t usec, void *userdata) {
+        FirmwareWait *w = userdata;
+
+        wait_unlink(w);
+        w->done(-ETIMEDOUT, w->userdata);
+        return 0;
+}
+
+int firmware_runs_wait(
+        FirmwareRuns *f,
+        uint64_t memory_mib,
+        unsigned cpus,
+        FirmwareWaitDone done,
+        void *userdata,
+        FirmwareWait **ret) {
+        _cleanup_(firmware_wait_freep) FirmwareWait *w = NULL;
+        FirmwareEntry *e;
+        int r;
+
+        assert_return(f && done && ret, -EINVAL);
+
+        e = entry_find(f, memory_mib, cpus);
+        if (!e || !IN_SET(e->state, RUN_QUEUED, RUN_RUNNING))
+                return 0;
+        w = calloc(1, sizeof(FirmwareWait));
+        if (!w)
+                return -ENOMEM;
+        *w = (FirmwareWait){ .done = done, .userdata = userdata };
+        r = sd_event_add_time_relative(
+                manager_event(f->manager),
+                &w->timer,
+                CLOCK_MONOTONIC,
+                FIRMWARE_RUN_TIMEOUT_USEC,
+                USEC_PER_SEC,
+                on_wait_timeout,
+                w);
+        if (r < 0)
+                return r;
+        w->entry = e;
+        w->next = e->waits;
+        if (e->waits)
+                e->waits->prev = w;
+        e->waits = w;
+        *ret = TAKE_PTR(w);
+        return 1;
 }
 
 json_t *firmware_runs_to_json(FirmwareRuns *f) {

@@ -32,8 +32,6 @@
 /* VM shapes kept in memory (known, failed, queued): create_vm's sizes are few in practice. */
 #define FIRMWARE_RUNS_MAX 32U
 
-typedef struct FirmwareRuns FirmwareRuns;
-
 /* enabled false: cached results are used, no run is started (--firmware-run=false). */
 int firmware_runs_new(Manager *m, bool enabled, FirmwareRuns **ret);
 FirmwareRuns *firmware_runs_free(FirmwareRuns *f);
@@ -46,6 +44,24 @@ DEFINE_TRIVIAL_CLEANUP_FUNC(FirmwareRuns *, firmware_runs_free);
  * queues one when none was made). */
 const AttestFirmwareExpect *firmware_runs_lookup(
         FirmwareRuns *f, uint64_t memory_mib, unsigned cpus, bool start, const char **ret_why, bool *ret_pending);
+
+/* A FirmwareWait is a wait for the run of one VM shape, owned by the waiter (firmware_wait_free()
+ * cancels it). Its FirmwareWaitDone is called once, on the loop: 0 when the run ended (known or
+ * failed: firmware_runs_lookup() says which), -ETIMEDOUT when FIRMWARE_RUN_TIMEOUT_USEC passed first
+ * (the run is still queued or going). The callee may free the wait. */
+/* Waits for the run of this shape to end, without blocking anything: 1 with *ret, and done follows
+ * once unless *ret is freed first; 0 when no run of this shape is queued or going, so that there is
+ * nothing to wait for (*ret untouched). The bound is the run's own limit: a queued run waits longer
+ * only behind others, and a quote must not outwait its nonce (five minutes). */
+int firmware_runs_wait(
+        FirmwareRuns *f,
+        uint64_t memory_mib,
+        unsigned cpus,
+        FirmwareWaitDone done,
+        void *userdata,
+        FirmwareWait **ret);
+FirmwareWait *firmware_wait_free(FirmwareWait *w);
+DEFINE_TRIVIAL_CLEANUP_FUNC(FirmwareWait *, firmware_wait_free);
 
 /* get_host's "firmwareRuns": {"enabled","cacheDir","runs":[{"memoryMiB","cpus","accel","state":
  * "known|queued|running|failed","pcrs":[0,2,3,6] (known),"ranAt","seconds","kernel","error"}]}.

@@ -107,7 +107,6 @@ const ManagerSettings *manager_settings(Manager *m);
  * has Secure Boot keys or could not be read (PCR 7 then needs a golden value). Borrowed. */
 const AttestExpectedPcr *manager_expected_pcr7(Manager *m);
 /* The firmware runs (manager-firmware.h): the expected PCR 0, 2, 3, 6 events per VM shape. */
-typedef struct FirmwareRuns FirmwareRuns;
 FirmwareRuns *manager_firmware_runs(Manager *m);
 
 /* ---- the registries and services it owns (borrowed) ---- */

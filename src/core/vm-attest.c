@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* A VM's attestation: the nonces its guest asks for and the quotes it posts to the metadata service,
  * judged by src/attest against the policy of the VM's image, and the gate they open. */
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -583,7 +584,34 @@ static void trusted_ak(Vm *v, AttestVerifyParams *p, char **ret_why) {
         p->no_ak_message = *ret_why ?: ATTEST_AK_NOT_ACTIVATED;
 }
 
-int vm_attest_quote(Vm *v, const void *body, size_t size, json_t **ret, ApiError *reterr) {
+int vm_attest_quote_wait(Vm *v, FirmwareWaitDone done, void *userdata, FirmwareWait **ret) {
+        Manager *m = vm_manager(v);
+        const char *why;
+        bool pending;
+
+        assert_return(done && ret, -EINVAL);
+
+        if (manager_settings(m)->attestation == ATTEST_MODE_NOOP)
+                return 0;
+        /* a VM from before this daemon's start may have a shape no run was asked for yet */
+        if (firmware_runs_lookup(
+                    manager_firmware_runs(m),
+                    vm_spec(v)->memory_mib,
+                    vm_spec(v)->cpus,
+                    /* start= */ true,
+                    &why,
+                    &pending) ||
+            !pending)
+                return 0;
+        return firmware_runs_wait(
+                manager_firmware_runs(m), vm_spec(v)->memory_mib, vm_spec(v)->cpus, done, userdata, ret);
+}
+
+FirmwareWait *vm_attest_quote_wait_free(FirmwareWait *w) {
+        return firmware_wait_free(w);
+}
+
+int vm_attest_quote(Vm *v, const void *body, size_t size, bool waited, json_t **ret, ApiError *reterr) {
         _cleanup_(attest_quote_request_done) AttestQuoteRequest req = {};
         _cleanup_(attest_result_done) AttestResult res = {};
         _cleanup_(attest_policy_freep) AttestPolicy *policy = NULL;
@@ -616,6 +644,7 @@ int vm_attest_quote(Vm *v, const void *body, size_t size, json_t **ret, ApiError
                 AttestVerifyParams params;
                 const AttestFirmwareExpect *fw;
                 const char *fw_why = NULL;
+                _cleanup_free_ char *fw_late = NULL;
                 bool fw_pending = false;
 
                 policy = policy_for(v, &why);
@@ -627,6 +656,21 @@ int vm_attest_quote(Vm *v, const void *body, size_t size, json_t **ret, ApiError
                         /* start= */ true,
                         &fw_why,
                         &fw_pending);
+                /* A quote that waited out the run's limit is judged now, for good: the agent does
+                 * not quote again on a verdict. */
+                if (fw_pending && waited) {
+                        asprintf_or_null(
+                                &fw_late,
+                                "the firmware run for %" PRIu64
+                                " MiB, %u CPUs did not finish within %u s of the quote; pin the "
+                                "firmware with `vm-manager image golden`",
+                                vm_spec(v)->memory_mib,
+                                vm_spec(v)->cpus,
+                                FIRMWARE_RUN_TIMEOUT_SEC);
+                        if (fw_late)
+                                fw_why = fw_late;
+                        fw_pending = false;
+                }
                 params = (AttestVerifyParams){
                         .vm_id = vm_id(v),
                         .now = now_usec(CLOCK_MONOTONIC),
