@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "attest-fwlog.h"
+#include "attest-predict.h"
 #include "fs-util.h"
 #include "json-util.h"
 #include "manager-firmware.h"
@@ -36,6 +37,8 @@
 #define CONSOLE_MAX ((size_t) 8 << 20)
 #define KERNEL_MAX ((size_t) 256 << 20)
 #define INIT_MAX ((size_t) 16 << 20)
+/* A UKI carries its kernel, initrd and more: ours are about 60 MiB. */
+#define UKI_MAX ((size_t) 1 << 30)
 
 static int fail(const char *format, ...) _printf_(1, 2);
 static int fail(const char *format, ...) {
@@ -107,6 +110,58 @@ static char *find_kernel(void) {
         }
         closedir(d);
         return TAKE_PTR(best);
+}
+
+int firmware_run_uki_kernel(const char *image_dir, const char *out, char **ret_source) {
+        _cleanup_free_ char *best = NULL, *data = NULL;
+        _cleanup_(closedirp) DIR *d = NULL;
+        const uint8_t *linux_data;
+        size_t size = 0, linux_size = 0;
+        struct dirent *de;
+        struct timespec newest = {};
+        int r;
+
+        assert_return(image_dir && out && ret_source, -EINVAL);
+
+        d = opendir(image_dir);
+        if (!d)
+                return -errno;
+        /* The newest UKI: the image a VM is most likely to boot, and the kernel most likely to
+         * have what the run needs; every image of this project has it (EFI stub, CRB TPM driver
+         * and securityfs built in). */
+        while ((de = readdir(d))) {
+                _cleanup_free_ char *path = NULL;
+                struct stat st;
+                size_t n = strlen(de->d_name);
+
+                if (n <= 4 || !streq(de->d_name + n - 4, ".efi") || de->d_name[0] == '.')
+                        continue;
+                if (asprintf(&path, "%s/%s", image_dir, de->d_name) < 0)
+                        return -ENOMEM;
+                if (stat(path, &st) < 0 || !S_ISREG(st.st_mode) || access(path, R_OK) < 0)
+                        continue;
+                if (best &&
+                    (st.st_mtim.tv_sec < newest.tv_sec ||
+                     (st.st_mtim.tv_sec == newest.tv_sec && st.st_mtim.tv_nsec <= newest.tv_nsec)))
+                        continue;
+                free(best);
+                best = TAKE_PTR(path);
+                newest = st.st_mtim;
+        }
+        if (!best)
+                return -ENOENT;
+        r = read_full_file(best, UKI_MAX, &data, &size);
+        if (r < 0)
+                return r;
+        r = attest_pe_section((const uint8_t *) data, size, ".linux", &linux_data, &linux_size);
+        if (r < 0)
+                return r == -ENOENT ? -ENOEXEC : r;
+        r = write_file_atomic(out, linux_data, linux_size, 0600);
+        if (r < 0)
+                return r;
+        if (asprintf(ret_source, "%s (.linux)", best) < 0)
+                return -ENOMEM;
+        return 0;
 }
 
 /* $VM_MANAGER_FWLOG_INIT, else beside our own executable (the build tree), else in libexecdir. */
@@ -359,8 +414,9 @@ static int boot(Run *r, const char *kernel, const char *initrd, char **ret_conso
 
 int firmware_run_main(int argc, char **argv) {
         _cleanup_(run_done) Run r = {};
-        _cleanup_free_ char *kernel = NULL, *init = NULL, *initrd = NULL, *console = NULL, *why = NULL,
-                            *text = NULL;
+        _cleanup_free_ char *kernel = NULL, *uki_kernel = NULL, *init = NULL, *initrd = NULL,
+                            *console = NULL, *why = NULL, *text = NULL;
+        const char *image_dir;
         _cleanup_free_ uint8_t *log = NULL;
         _cleanup_(attest_firmware_expect_done) AttestFirmwareExpect fw = {};
         json_auto_t *o = NULL, *pcrs = NULL;
@@ -370,11 +426,13 @@ int firmware_run_main(int argc, char **argv) {
         uint32_t cpus;
         int k;
 
-        if (argc != 7 || safe_atou64(argv[3], &r.memory_mib) < 0 || safe_atou32(argv[4], &cpus) < 0 ||
-            r.memory_mib == 0 || cpus == 0 || strlen(argv[0]) > 4000) {
-                fprintf(stderr, "usage: vm-manager firmware-run OUT CODE VARS MEMORY_MIB CPUS ACCEL SHA256\n");
+        if ((argc != 7 && argc != 8) || safe_atou64(argv[3], &r.memory_mib) < 0 ||
+            safe_atou32(argv[4], &cpus) < 0 || r.memory_mib == 0 || cpus == 0 || strlen(argv[0]) > 4000) {
+                fprintf(stderr,
+                        "usage: vm-manager firmware-run OUT CODE VARS MEMORY_MIB CPUS ACCEL SHA256 [IMAGE_DIR]\n");
                 return 2;
         }
+        image_dir = argc == 8 ? argv[7] : NULL;
         r.out = argv[0];
         r.code = argv[1];
         r.vars = argv[2];
@@ -383,11 +441,6 @@ int firmware_run_main(int argc, char **argv) {
         r.sha256 = argv[6];
 
         kernel = find_kernel();
-        if (!kernel)
-                return fail(
-                        "no kernel to boot: no readable /boot/vmlinuz-* whose /boot/config-* has CONFIG_EFI_STUB, "
-                        "CONFIG_TCG_CRB and CONFIG_SECURITYFS built in (install linux-image-cloud-amd64, or set "
-                        "VM_MANAGER_FIRMWARE_KERNEL)");
         init = find_init();
         if (!init || access(init, R_OK) < 0)
                 return fail(
@@ -409,11 +462,31 @@ int firmware_run_main(int argc, char **argv) {
         initrd = r.work ? work_path(&r, "initrd.cpio") : NULL;
         if (!initrd)
                 return fail("out of memory");
+        /* Without a kernel of the host's (a daemon in a container has no /boot), the kernel of an
+         * image the daemon serves: its UKI's .linux. */
+        if (!kernel && image_dir) {
+                _cleanup_free_ char *copy = work_path(&r, "vmlinuz");
+
+                if (!copy)
+                        return fail("out of memory");
+                k = firmware_run_uki_kernel(image_dir, copy, &kernel);
+                if (k < 0 && k != -ENOENT)
+                        return fail(
+                                "cannot take the kernel of an image's UKI in %s: %s", image_dir, strerror(-k));
+                if (k >= 0)
+                        uki_kernel = TAKE_PTR(copy);
+        }
+        if (!kernel)
+                return fail(
+                        "no kernel to boot: no readable /boot/vmlinuz-* whose /boot/config-* has CONFIG_EFI_STUB, "
+                        "CONFIG_TCG_CRB and CONFIG_SECURITYFS built in, and no image's UKI in %s (install "
+                        "linux-image-cloud-amd64, add an image, or set VM_MANAGER_FIRMWARE_KERNEL)",
+                        image_dir ?: "(no image directory)");
         k = write_initramfs(initrd, init);
         if (k < 0)
                 return fail("cannot write the initramfs from %s: %s", init, strerror(-k));
 
-        k = boot(&r, kernel, initrd, &console, &console_size);
+        k = boot(&r, uki_kernel ?: kernel, initrd, &console, &console_size);
         if (k != 0)
                 return k;
         k = attest_fwlog_parse(console, console_size, &log, &log_size, &why);

@@ -286,6 +286,7 @@ static int entry_start(FirmwareEntry *e) {
                 cpus,
                 (char *) f->accel,
                 (char *) f->sha256,
+                (char *) manager_image_dir(m),
                 NULL,
         };
 

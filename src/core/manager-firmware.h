@@ -68,6 +68,14 @@ DEFINE_TRIVIAL_CLEANUP_FUNC(FirmwareWait *, firmware_wait_free);
  * New reference, NULL on OOM. */
 json_t *firmware_runs_to_json(FirmwareRuns *f);
 
-/* `vm-manager firmware-run OUT CODE VARS MEMORY_MIB CPUS ACCEL SHA256`: the helper (see above).
+/* The kernel a run boots: $VM_MANAGER_FIRMWARE_KERNEL, else the host's newest /boot/vmlinuz-* with
+ * the EFI stub, the CRB TPM driver and securityfs built in, else (a daemon in a container has no
+ * /boot) the .linux section of the newest UKI (*.efi) in the image directory, written to out, with
+ * *ret_source naming it ("<uki> (.linux)"). -ENOENT when image_dir has no UKI, -ENOEXEC when the
+ * newest has no .linux, -EBADMSG when it is no PE image. */
+int firmware_run_uki_kernel(const char *image_dir, const char *out, char **ret_source);
+
+/* `vm-manager firmware-run OUT CODE VARS MEMORY_MIB CPUS ACCEL SHA256 [IMAGE_DIR]`: the helper (see
+ * above); IMAGE_DIR is where an image's kernel is taken from when the host has none.
  * Exit status 0 once OUT is written; 1 with the reason as the last line on stderr. */
 int firmware_run_main(int argc, char **argv);
