@@ -31,6 +31,8 @@ allowed=(
         "src/storage/host-install.c:waitpid          the host install runs in its own helper process"
         "src/storage/storage.c:varlink_call_sync     start-up only: GetInfo and the reattach of VMs before the loop serves"
         "src/vm/vm-process.c:waitpid                 reaps a child just SIGKILLed whose watch could not be added"
+        "src/core/manager-firmware-run.c:waitpid     the firmware run is a helper process of its own, not the loop's"
+        "src/core/manager-firmware-run.c:nanosleep   the firmware run is a helper process of its own, not the loop's"
         "src/vm/vm-guard.c:waitpid                   the guard around swtpm_setup is a process of its own, not the loop's"
 )
 

@@ -9,14 +9,28 @@
 #include "attest-predict.h"
 #include "hex-util.h"
 
+/* Each type by the name the TCG gives it, which is its macro's. */
+#define EVENT_TYPE(t) \
+        { t, #t }
 static const struct {
         uint32_t type;
         const char *name;
 } event_types[] = {
-        { EV_SEPARATOR, "EV_SEPARATOR" },
-        { EV_EFI_VARIABLE_DRIVER_CONFIG, "EV_EFI_VARIABLE_DRIVER_CONFIG" },
-        { EV_EFI_BOOT_SERVICES_APPLICATION, "EV_EFI_BOOT_SERVICES_APPLICATION" },
-        { EV_EFI_ACTION, "EV_EFI_ACTION" },
+        EVENT_TYPE(EV_POST_CODE),
+        EVENT_TYPE(EV_SEPARATOR),
+        EVENT_TYPE(EV_S_CRTM_CONTENTS),
+        EVENT_TYPE(EV_S_CRTM_VERSION),
+        EVENT_TYPE(EV_PLATFORM_CONFIG_FLAGS),
+        EVENT_TYPE(EV_EFI_VARIABLE_DRIVER_CONFIG),
+        EVENT_TYPE(EV_EFI_VARIABLE_BOOT),
+        EVENT_TYPE(EV_EFI_BOOT_SERVICES_APPLICATION),
+        EVENT_TYPE(EV_EFI_BOOT_SERVICES_DRIVER),
+        EVENT_TYPE(EV_EFI_GPT_EVENT),
+        EVENT_TYPE(EV_EFI_ACTION),
+        EVENT_TYPE(EV_EFI_PLATFORM_FIRMWARE_BLOB),
+        EVENT_TYPE(EV_EFI_HANDOFF_TABLES),
+        EVENT_TYPE(EV_EFI_PLATFORM_FIRMWARE_BLOB2),
+        EVENT_TYPE(EV_EFI_HANDOFF_TABLES2),
 };
 
 const char *attest_event_type_to_string(uint32_t type) {

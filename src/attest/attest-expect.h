@@ -31,10 +31,22 @@
  * "os-separator" word (attest-predict.h: it measures that into PCRs 0-7 and 12 in the initrd):
  * such records are accepted, any other is not. */
 
+/* Event types of the TCG PC Client Platform Firmware Profile the firmware logs here. */
+#define EV_POST_CODE UINT32_C(0x00000001)
 #define EV_SEPARATOR UINT32_C(0x00000004)
+#define EV_S_CRTM_CONTENTS UINT32_C(0x00000007)
+#define EV_S_CRTM_VERSION UINT32_C(0x00000008)
+#define EV_PLATFORM_CONFIG_FLAGS UINT32_C(0x0000000a)
 #define EV_EFI_VARIABLE_DRIVER_CONFIG UINT32_C(0x80000001)
+#define EV_EFI_VARIABLE_BOOT UINT32_C(0x80000002)
 #define EV_EFI_BOOT_SERVICES_APPLICATION UINT32_C(0x80000003)
+#define EV_EFI_BOOT_SERVICES_DRIVER UINT32_C(0x80000004)
+#define EV_EFI_GPT_EVENT UINT32_C(0x80000006)
 #define EV_EFI_ACTION UINT32_C(0x80000007)
+#define EV_EFI_PLATFORM_FIRMWARE_BLOB UINT32_C(0x80000008)
+#define EV_EFI_HANDOFF_TABLES UINT32_C(0x80000009)
+#define EV_EFI_PLATFORM_FIRMWARE_BLOB2 UINT32_C(0x8000000a)
+#define EV_EFI_HANDOFF_TABLES2 UINT32_C(0x8000000b)
 
 /* Entries an expected event list may have: a boot runs a handful of PE images. */
 #define ATTEST_EXPECTED_EVENTS_MAX 16U

@@ -219,7 +219,7 @@ static int check_golden(
         const char **ret_kubernetes,
         bool *ret_pcr12) {
 
-        _cleanup_(attest_text_done) AttestText mismatched = {}, unknown = {};
+        _cleanup_(attest_text_done) AttestText mismatched = {}, unknown = {}, firmware = {};
         const char *want, *matched_kubernetes = NULL;
 
         want = attest_policy_pcr11(p->policy, phase);
@@ -236,11 +236,14 @@ static int check_golden(
                 const char *got = res->pcrs[i], *kubernetes = NULL;
 
                 /* checked event by event already (check_events()) */
-                if ((i == 4 && p->policy->n_pcr4 > 0) || (i == 7 && p->expected_pcr7))
+                if ((i == 4 && p->policy->n_pcr4 > 0) || (i == 7 && p->expected_pcr7) ||
+                    (p->firmware && (ATTEST_FIRMWARE_CHECKED & (1U << i))))
                         continue;
 
                 want = attest_policy_expected(p->policy, i, p->kubernetes_version, &kubernetes);
-                if (!want && (p->learn_golden || i == 13)) {
+                if (!want && !p->learn_golden && p->firmware_missing && (ATTEST_FIRMWARE_CHECKED & (1U << i)))
+                        attest_text_add(&firmware, "%s%u", firmware.n ? "," : "", i);
+                else if (!want && (p->learn_golden || i == 13)) {
                         res->learned[res->n_learned++] = i;
                         attest_text_add(learned, "%s%u=%s", learned->n ? " " : "", i, got);
                 } else if (!want)
@@ -266,10 +269,16 @@ static int check_golden(
                 } else if (kubernetes)
                         matched_kubernetes = kubernetes;
         }
-        if (mismatched.oom || unknown.oom || learned->oom)
+        if (mismatched.oom || unknown.oom || learned->oom || firmware.oom)
                 return -ENOMEM;
         if (mismatched.n > 0)
                 return set_message(res, "golden mismatch: %s", mismatched.s);
+        /* No expectation for the firmware's PCRs is not a mismatch: say why none is known, and let a
+         * quote sent once the run is done verify. */
+        if (firmware.n > 0) {
+                res->retryable = p->firmware_retryable;
+                return set_message(res, "no expected events for pcr %s: %s", firmware.s, p->firmware_missing);
+        }
         if (unknown.n > 0)
                 return set_message(
                         res,
@@ -308,7 +317,7 @@ static int check_events(
         int r;
 
         *ret_pcr4 = NULL;
-        if (p->policy->n_pcr4 == 0 && !p->expected_pcr7)
+        if (p->policy->n_pcr4 == 0 && !p->expected_pcr7 && !p->firmware)
                 return 0;
 
         r = attest_event_log_events(
@@ -317,12 +326,23 @@ static int check_events(
                 req->userspace_log,
                 req->userspace_log_size,
                 res->event_log.userspace_events,
-                1U << 4 | 1U << 7,
+                1U << 4 | 1U << 7 | (p->firmware ? ATTEST_FIRMWARE_CHECKED : 0),
                 &events,
                 &n);
         if (r < 0)
                 return r == -ENOMEM ? r : set_message(res, "event log: does not parse a second time");
 
+        /* The firmware's PCRs first: another firmware explains any later difference. */
+        for (unsigned i = 0; p->firmware && i < ELEMENTSOF(p->firmware->pcr); i++) {
+                if (!(ATTEST_FIRMWARE_CHECKED & (1U << i)))
+                        continue;
+                r = attest_expect_check(
+                        i, p->firmware->pcr + i, 1, events, n, /* ret_matched= */ NULL, &message);
+                if (r < 0)
+                        return r;
+                if (message)
+                        return set_message(res, "%s", message);
+        }
         if (p->policy->n_pcr4 > 0) {
                 r = attest_expect_check(4, p->policy->pcr4, p->policy->n_pcr4, events, n, ret_pcr4, &message);
                 if (r < 0)
@@ -414,10 +434,11 @@ static int verify(
 
         r = set_message(
                 res,
-                "verified: ak %.*s, pcr 11 phase %s%s%s%s%s%s%s%s%s%s",
+                "verified: ak %.*s, pcr 11 phase %s%s%s%s%s%s%s%s%s%s%s",
                 ATTEST_SHORT_FP,
                 q->ak_fingerprint,
                 phase,
+                p->firmware ? ", pcrs 0,2,3,6 events of this host's firmware" : "",
                 pcr4 ? ", pcr 4 events of the image's " : "",
                 pcr4 ? (pcr4->name ? pcr4->name : "?") : "",
                 pcr4 ? " boot" : "",
@@ -608,7 +629,7 @@ int attest_result_from_json(json_t *v, AttestResult *ret) {
         return 0;
 }
 
-uint32_t attest_policy_missing_golden(const AttestPolicy *policy, bool pcr7_expected) {
+uint32_t attest_policy_missing_golden(const AttestPolicy *policy, bool pcr7_expected, bool firmware_expected) {
         uint32_t missing = 0;
 
         for (size_t k = 0; k < ELEMENTSOF(golden_pcrs); k++)
@@ -618,5 +639,7 @@ uint32_t attest_policy_missing_golden(const AttestPolicy *policy, bool pcr7_expe
                 missing &= ~(1U << 4);
         if (pcr7_expected)
                 missing &= ~(1U << 7);
+        if (firmware_expected)
+                missing &= ~ATTEST_FIRMWARE_CHECKED;
         return missing;
 }

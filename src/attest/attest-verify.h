@@ -6,6 +6,7 @@
 #include <stddef.h>
 
 #include "attest-eventlog.h"
+#include "attest-fwlog.h"
 #include "attest-nonce.h"
 #include "attest-policy.h"
 #include "attest-request.h"
@@ -23,11 +24,13 @@
  *  11 AK is the activated one    11a the event logs replay to the quoted PCRs (attest-eventlog.h)
  *                                 11b PCR 4 event by event against the policy's "pcr4", PCR 7 against
  *                                     the events expected from the variable store template
- *                                     (attest-expect.h), where those are known
+ *                                     (attest-expect.h), PCRs 0, 2, 3, 6 against the host's
+ *                                     firmware run (attest-fwlog.h), where those are known
  *  12 PCR 11 per phase            12a PCR 12 equals the one predicted from the command line the
  *                                     daemon passed (policy "pcr12": "predicted")
  *                                 13 golden 0,2,3,6 and 4, 7 where 11b did not check them (+13 at
- *                                    ready)
+ *                                    ready); PCRs 0,2,3,6 with neither a firmware run nor a golden
+ *                                    value: firmware_missing is the verdict
  *  14 verified                    15 without an activated or pinned AK: rejected (no_ak_message),
  *                                    or trust on first use where the caller leaves that NULL (an
  *                                    initrd quote enrolls its AK; a ready quote is rejected)
@@ -97,6 +100,15 @@ typedef struct AttestVerifyParams {
          * Secure Boot keys, or one it could not read), and PCR 7 is then compared with the
          * policy's golden value. */
         const AttestExpectedPcr *expected_pcr7;
+        /* The events the host's firmware measures into PCRs 0-6 before any image runs, from the
+         * firmware run for this VM's firmware, memory size and CPU count; NULL when none is known.
+         * PCRs 0, 2, 3 and 6 are then compared with the policy's golden values (pinned with `image
+         * golden`), and where the policy has none either, firmware_missing is the verdict (why no
+         * run is known: "the firmware run for … is still going"), retryable when
+         * firmware_retryable (a run is under way, so the same boot's next quote can verify). */
+        const AttestFirmwareExpect *firmware;
+        const char *firmware_missing;
+        bool firmware_retryable;
         bool learn_golden; /* --attestation-learn-golden */
 } AttestVerifyParams;
 
@@ -108,8 +120,9 @@ int attest_verify_quote(
 
 /* The golden PCRs (0, 2, 3, 4, 6, 7) policy has no value for, as a bit mask: every quote of a VM on
  * such an image is rejected unless learn mode accepts them. PCR 4 needs none where the policy has
- * "pcr4" events, PCR 7 none where pcr7_expected (the daemon derived its events). */
-uint32_t attest_policy_missing_golden(const AttestPolicy *policy, bool pcr7_expected);
+ * "pcr4" events, PCR 7 none where pcr7_expected (the daemon derived its events), PCRs 0, 2, 3 and 6
+ * none where firmware_expected (a firmware run knows or is learning them). */
+uint32_t attest_policy_missing_golden(const AttestPolicy *policy, bool pcr7_expected, bool firmware_expected);
 
 /* {"verified","message"(omitempty),"at":RFC 3339,"akFingerprint"(omitempty),"pcrs":{"0":…}(omitempty),
  * "learned":[…](omitempty)} as §4.5 shows a stage (pcrs keys in Go's order: sorted as strings), and

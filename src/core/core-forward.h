@@ -16,6 +16,10 @@ typedef struct VmNotify VmNotify;       /* vm-notify.c: the READY=1 listener eve
 typedef struct VmReports VmReports;     /* vm-report.c: the worker that parses guest reports */
 typedef struct VmProvision VmProvision; /* vm-provision.c: what create_vm acquired, undone on failure */
 
+typedef struct FirmwareRuns FirmwareRuns; /* manager-firmware.c: the firmware's events per VM shape */
+typedef struct FirmwareWait FirmwareWait; /* manager-firmware.c: a wait for one shape's run */
+typedef void (*FirmwareWaitDone)(int r, void *userdata);
+
 typedef struct Network Network; /* network.h */
 typedef struct NetworkRegistry NetworkRegistry;
 typedef struct NetworkCreateArgs NetworkCreateArgs; /* network.h: a decoded create_network request */

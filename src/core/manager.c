@@ -13,6 +13,7 @@
 #include "image-catalog.h"
 #include "json-util.h"
 #include "log.h"
+#include "manager-firmware.h"
 #include "manager.h"
 #include "metrics-guest.h"
 #include "net-switch.h"
@@ -21,6 +22,7 @@
 #include "storage.h"
 #include "string-table.h"
 #include "vm-process.h"
+#include "vm-spec.h"
 #include "vm-unit.h"
 #include "vm.h"
 #include "worker.h"
@@ -41,12 +43,13 @@ struct Manager {
         AttestCa *ca;             /* signs new vTPMs' EK certificates; NULL: none could be made */
         AttestExpectedPcr pcr7;   /* the PCR 7 events of ovmf_vars, when has_pcr7 */
         bool has_pcr7;
-        VmNotify *notify;    /* the READY=1 listener on the kernel's vhost-vsock */
-        VmReports *reports;  /* guest reports parsed and stored off the loop */
-        Worker *exec_worker; /* exec_vm's results parsed off the loop; made on first use */
-        VmSpawner *spawner;  /* the thread that clones plain children, their parent until we end */
-        FileWriter *writer;  /* records and VM files, written and fsynced off the loop, in order */
-        bool writer_on;      /* false during start-up: files are written at once */
+        FirmwareRuns *firmware; /* the firmware's PCR 0-6 events per VM shape */
+        VmNotify *notify;       /* the READY=1 listener on the kernel's vhost-vsock */
+        VmReports *reports;     /* guest reports parsed and stored off the loop */
+        Worker *exec_worker;    /* exec_vm's results parsed off the loop; made on first use */
+        VmSpawner *spawner;     /* the thread that clones plain children, their parent until we end */
+        FileWriter *writer;     /* records and VM files, written and fsynced off the loop, in order */
+        bool writer_on;         /* false during start-up: files are written at once */
         ManagerMetrics *metrics;
         const LoopStats *loop_stats; /* the daemon's (borrowed) */
 
@@ -305,6 +308,29 @@ const AttestExpectedPcr *manager_expected_pcr7(Manager *m) {
         return m && m->has_pcr7 ? &m->pcr7 : NULL;
 }
 
+FirmwareRuns *manager_firmware_runs(Manager *m) {
+        return m->firmware;
+}
+
+/* The firmware's own measurements for VMs of create_vm's default shape are learned now, while
+ * nothing else runs, so that the first attested VM finds them known; other shapes get theirs when
+ * a VM asks (vm_attest_check_image()). */
+static int manager_firmware_init(Manager *m, const ManagerConfig *cfg) {
+        const char *why;
+        bool pending;
+        int r;
+
+        r = firmware_runs_new(m, cfg->firmware_run, &m->firmware);
+        if (r < 0)
+                return r;
+        if (m->settings.attestation != ATTEST_MODE_VERIFY)
+                return 0;
+        if (!firmware_runs_lookup(
+                    m->firmware, VM_MEMORY_MIB_DEFAULT, VM_CPUS_DEFAULT, cfg->firmware_run, &why, &pending))
+                log_info("PCRs 0, 2, 3, 6 of %u MiB, %u-CPU VMs: %s.", VM_MEMORY_MIB_DEFAULT, VM_CPUS_DEFAULT, why);
+        return 0;
+}
+
 int manager_new(Manager **ret, sd_event *event, const ManagerConfig *cfg, ApiError *reterr) {
         _cleanup_(manager_freep) Manager *m = NULL;
         int r;
@@ -376,6 +402,9 @@ int manager_new(Manager **ret, sd_event *event, const ManagerConfig *cfg, ApiErr
                         reterr, r, API_ERROR_INTERNAL, "starting the process spawner: %s", strerror(-r));
         m->detach_vms_on_exit = cfg->detach_vms_on_exit;
         m->loop_stats = cfg->loop_stats;
+        r = manager_firmware_init(m, cfg);
+        if (r < 0)
+                return r;
 
         r = storage_new(&m->storage, m->state_dir, /* provider_socket= */ NULL);
         if (r < 0)
@@ -433,6 +462,8 @@ Manager *manager_free(Manager *m) {
         while (m->n_vms > 0)
                 manager_remove_vm(m, m->vms[m->n_vms - 1]);
         free(m->vms);
+        /* a firmware run under way is killed; before the spawner, its parent */
+        m->firmware = firmware_runs_free(m->firmware);
         /* after the VMs, whose processes it made: its thread's end is their parent's death */
         m->spawner = vm_spawner_free(m->spawner);
         for (size_t i = 0; i < m->n_quarantine; i++) {

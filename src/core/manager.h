@@ -62,6 +62,7 @@ typedef struct ManagerConfig {
         HostNotify vsock;
         AttestMode attestation;
         bool attestation_learn_golden;
+        bool firmware_run; /* --firmware-run: learn the firmware's PCRs 0-6 with firmware runs */
         usec_t install_timeout;
         usec_t boot_timeout;
         usec_t stop_timeout;
@@ -105,6 +106,8 @@ const ManagerSettings *manager_settings(Manager *m);
 /* The PCR 7 events of the OVMF variable store template, derived at start-up; NULL when the template
  * has Secure Boot keys or could not be read (PCR 7 then needs a golden value). Borrowed. */
 const AttestExpectedPcr *manager_expected_pcr7(Manager *m);
+/* The firmware runs (manager-firmware.h): the expected PCR 0, 2, 3, 6 events per VM shape. */
+FirmwareRuns *manager_firmware_runs(Manager *m);
 
 /* ---- the registries and services it owns (borrowed) ---- */
 

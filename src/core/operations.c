@@ -7,6 +7,7 @@
 #include "cleanup.h"
 #include "image-catalog.h"
 #include "json-util.h"
+#include "manager-firmware.h"
 #include "network.h"
 #include "operation.h"
 #include "parse-util.h"
@@ -57,6 +58,9 @@ static int op_get_host(Manager *m, const OperationRequest *req, json_t **ret, Ap
                                 st->attestation == ATTEST_MODE_NOOP ?
                                         "noop attestation: any quote echoing a fresh nonce passes; never for production" :
                                         "golden PCRs without a value are learned and accepted; never for production"));
+        /* what the firmware measures, per VM shape: learned by firmware runs, not golden values */
+        if (json_object_set_new(h, "firmwareRuns", firmware_runs_to_json(manager_firmware_runs(m))) < 0)
+                return -ENOMEM;
         /* VM records that did not load: set aside, not lost */
         if (json_object_set_new(h, "quarantine", manager_quarantine_to_json(m)) < 0)
                 return -ENOMEM;

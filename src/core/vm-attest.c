@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* A VM's attestation: the nonces its guest asks for and the quotes it posts to the metadata service,
  * judged by src/attest against the policy of the VM's image, and the gate they open. */
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +21,7 @@
 #include "image-catalog.h"
 #include "json-util.h"
 #include "log.h"
+#include "manager-firmware.h"
 #include "parse-util.h"
 #include "string-table.h"
 #include "vm-internal.h"
@@ -77,6 +79,9 @@ char *vm_attest_boot_rejection(Vm *v) {
 int vm_attest_check_image(Manager *m, const Image *img, const VmSpec *spec, ApiError *reterr) {
         _cleanup_(attest_policy_freep) AttestPolicy *p = NULL;
         _cleanup_(api_error_done) ApiError e = API_ERROR_NULL;
+        const AttestFirmwareExpect *fw;
+        const char *fw_why = NULL;
+        bool fw_pending = false;
         char list[3 * 32] = "";
         uint32_t missing;
 
@@ -100,9 +105,26 @@ int vm_attest_check_image(Manager *m, const Image *img, const VmSpec *spec, ApiE
                         "vm requires attestation, but the policy.json of image %s does not load: %s",
                         img->ref,
                         e.message ?: "invalid policy");
-        missing = attest_policy_missing_golden(p, manager_expected_pcr7(m) != NULL);
+        /* The firmware's PCRs: known from a firmware run for this VM's shape, or being learned now
+         * (the run takes less than the VM's boot to its first quote); only when no run can be made
+         * do they need golden values. */
+        fw = firmware_runs_lookup(
+                manager_firmware_runs(m), spec->memory_mib, spec->cpus, /* start= */ true, &fw_why, &fw_pending);
+        missing = attest_policy_missing_golden(p, manager_expected_pcr7(m) != NULL, fw || fw_pending);
         if (missing == 0)
                 return 0;
+        if ((missing & ATTEST_FIRMWARE_CHECKED) && fw_why)
+                return api_error_set(
+                        reterr,
+                        -EOPNOTSUPP,
+                        API_ERROR_UNSUPPORTED,
+                        "vm requires attestation, but this host's firmware measurements (pcr 0,2,3,6) are not "
+                        "known: %s; and image %s has no golden value for them. Pin them once with `make golden` "
+                        "(or `vm-manager image golden %s --from-vm <id>` after a boot with "
+                        "--attestation-learn-golden), or create this vm with require_attestation false",
+                        fw_why,
+                        img->ref,
+                        img->ref);
         for (unsigned i = 0, n = 0; i < 32; i++)
                 if (missing & (1U << i))
                         n += (unsigned) snprintf(list + n, sizeof(list) - n, "%s%u", n ? "," : "", i);
@@ -562,7 +584,34 @@ static void trusted_ak(Vm *v, AttestVerifyParams *p, char **ret_why) {
         p->no_ak_message = *ret_why ?: ATTEST_AK_NOT_ACTIVATED;
 }
 
-int vm_attest_quote(Vm *v, const void *body, size_t size, json_t **ret, ApiError *reterr) {
+int vm_attest_quote_wait(Vm *v, FirmwareWaitDone done, void *userdata, FirmwareWait **ret) {
+        Manager *m = vm_manager(v);
+        const char *why;
+        bool pending;
+
+        assert_return(done && ret, -EINVAL);
+
+        if (manager_settings(m)->attestation == ATTEST_MODE_NOOP)
+                return 0;
+        /* a VM from before this daemon's start may have a shape no run was asked for yet */
+        if (firmware_runs_lookup(
+                    manager_firmware_runs(m),
+                    vm_spec(v)->memory_mib,
+                    vm_spec(v)->cpus,
+                    /* start= */ true,
+                    &why,
+                    &pending) ||
+            !pending)
+                return 0;
+        return firmware_runs_wait(
+                manager_firmware_runs(m), vm_spec(v)->memory_mib, vm_spec(v)->cpus, done, userdata, ret);
+}
+
+FirmwareWait *vm_attest_quote_wait_free(FirmwareWait *w) {
+        return firmware_wait_free(w);
+}
+
+int vm_attest_quote(Vm *v, const void *body, size_t size, bool waited, json_t **ret, ApiError *reterr) {
         _cleanup_(attest_quote_request_done) AttestQuoteRequest req = {};
         _cleanup_(attest_result_done) AttestResult res = {};
         _cleanup_(attest_policy_freep) AttestPolicy *policy = NULL;
@@ -593,8 +642,35 @@ int vm_attest_quote(Vm *v, const void *body, size_t size, json_t **ret, ApiError
                         return api_error_set(reterr, -ENOMEM, API_ERROR_INTERNAL, QUOTE_NOT_PROCESSED);
         } else {
                 AttestVerifyParams params;
+                const AttestFirmwareExpect *fw;
+                const char *fw_why = NULL;
+                _cleanup_free_ char *fw_late = NULL;
+                bool fw_pending = false;
 
                 policy = policy_for(v, &why);
+                /* a VM from before this daemon's start may have a shape no run was asked for yet */
+                fw = firmware_runs_lookup(
+                        manager_firmware_runs(m),
+                        vm_spec(v)->memory_mib,
+                        vm_spec(v)->cpus,
+                        /* start= */ true,
+                        &fw_why,
+                        &fw_pending);
+                /* A quote that waited out the run's limit is judged now, for good: the agent does
+                 * not quote again on a verdict. */
+                if (fw_pending && waited) {
+                        asprintf_or_null(
+                                &fw_late,
+                                "the firmware run for %" PRIu64
+                                " MiB, %u CPUs did not finish within %u s of the quote; pin the "
+                                "firmware with `vm-manager image golden`",
+                                vm_spec(v)->memory_mib,
+                                vm_spec(v)->cpus,
+                                FIRMWARE_RUN_TIMEOUT_SEC);
+                        if (fw_late)
+                                fw_why = fw_late;
+                        fw_pending = false;
+                }
                 params = (AttestVerifyParams){
                         .vm_id = vm_id(v),
                         .now = now_usec(CLOCK_MONOTONIC),
@@ -604,6 +680,9 @@ int vm_attest_quote(Vm *v, const void *body, size_t size, json_t **ret, ApiError
                         .kubernetes_version = vm_spec(v)->kubernetes_version,
                         .expected_pcr12 = expected_pcr12(v, pcr12),
                         .expected_pcr7 = manager_expected_pcr7(m),
+                        .firmware = fw,
+                        .firmware_missing = fw_why,
+                        .firmware_retryable = fw_pending,
                         .learn_golden = manager_settings(m)->learn_golden,
                 };
                 trusted_ak(v, &params, &no_ak);

@@ -8,6 +8,7 @@
 #include "image-oci.h"
 #include "imds-keys.h"
 #include "macro.h"
+#include "manager-firmware.h"
 #include "serve.h"
 #include "version.h"
 #include "vm-exec-helper.h"
@@ -140,10 +141,12 @@ int main(int argc, char **argv) {
                 { "image", image_dispatch },
                 { "help", help_main },
                 /* hidden: the daemon's helper processes, for a host install (host-install.h), for
-                 * exec_vm's ssh session (vm-exec-helper.h) and around swtpm_setup (vm-guard.h) */
+                 * exec_vm's ssh session (vm-exec-helper.h), around swtpm_setup (vm-guard.h) and the firmware
+                 * run (manager-firmware.h) */
                 { "host-install", host_install_main },
                 { "exec-ssh", vm_exec_helper_main },
                 { "guard", vm_guard_main },
+                { "firmware-run", firmware_run_main },
         };
         const char *cmd;
 

@@ -64,6 +64,7 @@ static VmInstallMode arg_install_mode = VM_INSTALL_HOST;
 static bool arg_detach_vms_on_exit = true;
 static AttestMode arg_attestation = ATTEST_MODE_VERIFY;
 static bool arg_attestation_learn_golden = false;
+static bool arg_firmware_run = true;
 static bool arg_metrics_enabled = true;
 static uint32_t arg_metrics_guest_series_limit = GUEST_SERIES_LIMIT_DEFAULT;
 static uint32_t arg_http_max_connections = 1024;
@@ -464,6 +465,15 @@ static const Flag serve_flags[] = {
                 .help = "accept and record golden PCRs the image's policy lacks; never for production",
                 .parse = flag_parse_bool,
                 .dest = &arg_attestation_learn_golden,
+                .is_bool = true,
+        },
+        {
+                .name = "firmware-run",
+                .env = "VM_MANAGER_FIRMWARE_RUN",
+                .default_value = "true",
+                .help = "learn what this host's OVMF measures into PCRs 0-6 with a short firmware-only QEMU run per VM memory size and CPU count (cached in the state directory), so that those PCRs need no golden value",
+                .parse = flag_parse_bool,
+                .dest = &arg_firmware_run,
                 .is_bool = true,
         },
         {
@@ -1127,6 +1137,7 @@ static int run(int self_exe_fd) {
                         .loop_stats = loop_watchdog_stats(d.watchdog),
                         .attestation = arg_attestation,
                         .attestation_learn_golden = arg_attestation_learn_golden,
+                        .firmware_run = arg_firmware_run,
                         .version = vmm_version,
                         .commit = vmm_commit,
                         .built = vmm_build_time,

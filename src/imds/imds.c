@@ -16,9 +16,22 @@
 #include "log.h"
 #include "parse-util.h"
 
+typedef struct HeldQuote HeldQuote;
+
 struct ImdsServer {
         Manager *manager;
         HttpServer *http;
+        HeldQuote *held; /* quotes whose answer waits for a firmware run, at most one per VM */
+};
+
+/* A quote whose answer waits for the firmware run of its VM's shape (vm_attest_quote_wait()): its
+ * request stays suspended, the VM referenced, until the run ends or its limit passes. */
+struct HeldQuote {
+        ImdsServer *server;
+        HeldQuote *prev, *next;
+        HttpRequest *req;
+        Vm *vm;
+        FirmwareWait *wait;
 };
 
 #define TEXT "text/plain; charset=utf-8"
@@ -190,7 +203,7 @@ static unsigned quote_verdict_status(VmQuoteVerdict verdict) {
         return verdict == VM_QUOTE_VERIFIED ? 200 : 403;
 }
 
-static void serve_quote(HttpRequest *req, Vm *v) {
+static void judge_quote(HttpRequest *req, Vm *v, bool waited) {
         _cleanup_(api_error_done) ApiError e = API_ERROR_NULL;
         json_auto_t *result = NULL;
         const void *body;
@@ -198,13 +211,89 @@ static void serve_quote(HttpRequest *req, Vm *v) {
         int r;
 
         body = http_request_body(req, &size);
-        r = vm_attest_quote(v, body ?: "", size, &result, &e);
+        r = vm_attest_quote(v, body ?: "", size, waited, &result, &e);
         if (r >= 0)
                 (void) http_request_reply_json(req, quote_verdict_status(r), result);
         else if (e.code == API_ERROR_INVALID_REQUEST)
                 reply_text(req, 400, e.message ?: "malformed quote");
         else
                 reply_text(req, 500, "quote not processed");
+}
+
+static HeldQuote *held_quote_free(HeldQuote *h) {
+        if (!h)
+                return NULL;
+        if (h->prev)
+                h->prev->next = h->next;
+        else if (h->server->held == h)
+                h->server->held = h->next;
+        if (h->next)
+                h->next->prev = h->prev;
+        vm_attest_quote_wait_free(h->wait);
+        http_request_unref(h->req);
+        vm_unref(h->vm);
+        free(h);
+        return NULL;
+}
+
+static void on_quote_waited(int r, void *userdata) {
+        HeldQuote *h = userdata;
+        _cleanup_(http_request_unrefp) HttpRequest *req = http_request_ref(h->req);
+        _cleanup_(vm_unrefp) Vm *v = vm_ref(h->vm);
+        Manager *m = h->server->manager;
+
+        held_quote_free(h);
+        /* a client that went away quotes again with a new nonce: this one is not judged */
+        if (!http_request_is_connected(req))
+                return;
+        if (manager_find_vm(m, vm_id(v)) != v || vm_state(v) == VM_STATE_DELETING) {
+                reply_text(req, 403, IMDS_FORBIDDEN);
+                return;
+        }
+        judge_quote(req, v, /* waited= */ true);
+}
+
+/* A quote is judged at once, unless the firmware run of its VM's shape is still to say what PCRs 0,
+ * 2, 3 and 6 must hold: the guest's agent takes a verdict as final, so its answer waits, suspended,
+ * for the run to end (at most the run's own limit) while everything else is served. */
+static void serve_quote(HttpRequest *req, ImdsServer *s, Vm *v) {
+        HeldQuote *h;
+        int r;
+
+        /* The agent quotes one at a time: an older held quote of this VM is one it gave up on. */
+        for (h = s->held; h; h = h->next)
+                if (h->vm == v) {
+                        reply_text(h->req, 503, IMDS_QUOTE_SUPERSEDED);
+                        held_quote_free(h);
+                        break;
+                }
+
+        h = calloc(1, sizeof(HeldQuote));
+        if (!h) {
+                (void) http_request_add_header(req, "Retry-After", IMDS_RETRY_AFTER);
+                reply_text(req, 503, IMDS_QUOTE_BUSY);
+                return;
+        }
+        *h = (HeldQuote){ .server = s };
+        r = vm_attest_quote_wait(v, on_quote_waited, h, &h->wait);
+        if (r <= 0) {
+                free(h);
+                if (r < 0) {
+                        (void) http_request_add_header(req, "Retry-After", IMDS_RETRY_AFTER);
+                        reply_text(req, 503, IMDS_QUOTE_BUSY);
+                        return;
+                }
+                judge_quote(req, v, /* waited= */ false);
+                return;
+        }
+        h->req = http_request_ref(req);
+        h->vm = vm_ref(v);
+        h->next = s->held;
+        if (s->held)
+                s->held->prev = h;
+        s->held = h;
+        log_info("VM %s: its quote waits for the firmware run of its memory size and CPU count.", vm_id(v));
+        http_request_suspend(req);
 }
 
 /* The credential activation's answers: JSON on success; otherwise the text of the refusal, whose
@@ -407,7 +496,7 @@ void imds_handle(HttpRequest *req, void *userdata) {
         } else if (streq(path, "/attest/quote")) {
                 if (!post)
                         goto method;
-                serve_quote(req, v);
+                serve_quote(req, s, v);
         } else if (streq(path, "/attest/challenge")) {
                 if (!post)
                         goto method;
@@ -502,6 +591,9 @@ ImdsServer *imds_server_free(ImdsServer *s) {
                 return NULL;
         if (s->manager)
                 manager_unset_imds(s->manager, s);
+        /* the server answers their requests as it does every suspended one */
+        while (s->held)
+                held_quote_free(s->held);
         http_server_free(s->http);
         free(s);
         return NULL;

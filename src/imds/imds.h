@@ -26,6 +26,10 @@ void imds_handle(HttpRequest *req, void *userdata);
 #define IMDS_REPORT_BUSY "the previous report is still being stored; retry later"
 #define IMDS_REPORTS_BUSY "too many reports are being stored; retry later"
 #define IMDS_REPORT_RETRY_AFTER "1"
+/* A quote's answer may be held while the firmware run of its VM's shape goes on (vm_attest_quote_wait()),
+ * one per VM: a newer quote of the same VM answers the older one with this (its agent gave up on it). */
+#define IMDS_QUOTE_SUPERSEDED "superseded by a newer quote of this vm"
+#define IMDS_QUOTE_BUSY "the quote cannot be held for the firmware run; retry later"
 
 /* Connections: at most IMDS_VM_CONNECTIONS_MAX per VM (a new one beyond closes that VM's idlest) and
  * IMDS_CONNECTIONS_MAX in all; a connection idle for IMDS_IDLE_TIMEOUT is closed, and one that takes

@@ -58,7 +58,7 @@ from vmmtest import (BIN, Daemon, HOST, api, base_env, free_port, http_request, 
                      tap, wait_state)
 
 IMAGE_DIR = os.environ.get("E2E_IMAGE_DIR") or os.path.join(SOURCE_ROOT, "images", "build")
-ALL = ["create", "ignition", "metrics", "reboot", "kubernetes", "golden", "verify", "reject", "restart", "cluster"]
+ALL = ["create", "fresh", "ignition", "metrics", "reboot", "kubernetes", "golden", "verify", "reject", "restart", "cluster"]
 SELECTED = [t for t in (os.environ.get("E2E_TESTS") or ",".join(ALL)).split(",") if t]
 # TCG: an install takes 4-6 minutes, a boot 2-3; the daemon's own timeouts are raised to match.
 VM_TIMEOUT = int(os.environ.get("E2E_VM_TIMEOUT", "1800"))
@@ -343,15 +343,71 @@ def t_verify(work):
     ctx.pop("verify", None)
 
 
+def t_fresh(work):
+    """Attestation without trust on first use and without golden values: a daemon in verify mode,
+    no learn flag, an image copy whose policy.json has no golden values. PCRs 0, 2, 3, 6 come from
+    the firmware run the daemon makes at start-up for create_vm's default shape (2048 MiB, 2 CPUs),
+    4 and 7 from the image's and the variable store's events; a VM's initrd quote verifies with
+    nothing learned, and its user-data is released."""
+    if not ctx.get("ref"):
+        tap.skip("fresh", "no image reference (create)")
+        return
+    images = os.path.join(work, "images-fresh")
+    shutil.copytree(IMAGE_DIR, images, copy_function=os.link)
+    for root, _, files in os.walk(images):
+        for f in files:
+            if f == "policy.json":
+                path = os.path.join(root, f)
+                policy = json.load(open(path))
+                policy.pop("golden", None)
+                os.unlink(path)  # a hard link to the source's: written anew, never through the link
+                with open(path, "w") as out:
+                    json.dump(policy, out)
+    shared, ctx["images"] = ctx["images"], images
+    try:
+        d, port, state = start_daemon(work, "fresh", "--attestation", "verify", "--firmware-run")
+    finally:
+        ctx["images"] = shared
+    try:
+        body = {"name": "e2e-f", "image": ctx["ref"], "memory_mib": 2048, "disk_gib": 4, "require_attestation": True,
+                "user_data": json.dumps(IGNITION), "wait_for": "attested"}
+        t0 = time.monotonic()
+        status, vf = create_vm(port, body)
+        TIMINGS["fresh: create_vm request to attested (firmware run included)"] = time.monotonic() - t0
+        vid = (vf or {}).get("id", "x") if isinstance(vf, dict) else "x"
+        status, att = api(port, "GET", "/vms/%s/attestation" % vid)
+        ini = (att or {}).get("initrd") or {} if isinstance(att, dict) else {}
+        tap.result(ini.get("verified") is True and not ini.get("learned") and att.get("userDataReleased")
+                   and "pcrs 0,2,3,6 events of this host's firmware" in ini.get("message", ""),
+                   "fresh: with no golden values, the initrd quote verifies against the firmware run, nothing "
+                   "learned, user-data released", json.dumps(att)[:1500])
+        status, host = api(port, "GET", "/host")
+        runs = ((host or {}).get("firmwareRuns") or {}).get("runs", []) if isinstance(host, dict) else []
+        run = next((r for r in runs if r.get("memoryMiB") == 2048 and r.get("cpus") == 2), None)
+        tap.result(run is not None and run.get("state") == "known" and run.get("pcrs") == [0, 2, 3, 6],
+                   "fresh: get_host reports the firmware run for 2048 MiB, 2 CPUs", json.dumps(runs)[:1500])
+        if run:
+            TIMINGS["fresh: the firmware run (%s)" % run.get("kernel", "?")] = run.get("seconds", 0)
+        # TCG is two cores' worth of work per VM: nothing of this one may slow the next tests
+        if vid != "x":
+            api(port, "DELETE", "/vms/" + vid, timeout=180)
+    finally:
+        d.stop(signal.SIGTERM, timeout=180)
+
+
 def t_reject(work):
+    """The golden fallback: a daemon on another OVMF build with firmware runs off
+    (--firmware-run=false) has only the golden values recorded for the first build, so the quote
+    is a golden mismatch on PCR 0. With firmware runs on, it would learn the other build's events
+    and verify (t_fresh tests that path)."""
     if not ctx.get("golden"):
         tap.skip("reject", "no golden PCRs recorded (golden)")
         return
     if not all(os.path.exists(f) for f in OTHER_OVMF):
         tap.skip("reject", "%s missing" % OTHER_OVMF[0])
         return
-    d, port, state = start_daemon(work, "other-ovmf", "--attestation", "verify", "--ovmf-code", OTHER_OVMF[0],
-                                  "--ovmf-vars", OTHER_OVMF[1])
+    d, port, state = start_daemon(work, "other-ovmf", "--attestation", "verify", "--firmware-run=false",
+                                  "--ovmf-code", OTHER_OVMF[0], "--ovmf-vars", OTHER_OVMF[1])
     # the one test in install mode boot (an installer boot first): the verdict is the firmware's either way
     body = {"name": "e2e-c", "image": ctx["ref"], "memory_mib": 2048, "disk_gib": 4, "require_attestation": True,
             "user_data": json.dumps(IGNITION), "wait_for": "ready", "install_mode": "boot"}
@@ -804,7 +860,7 @@ def t_cluster(work):
     ctx.pop("cluster", None)
 
 
-TESTS = {"create": t_create, "ignition": t_ignition, "metrics": t_metrics, "reboot": t_reboot,
+TESTS = {"create": t_create, "fresh": t_fresh, "ignition": t_ignition, "metrics": t_metrics, "reboot": t_reboot,
          "kubernetes": t_kubernetes, "golden": t_golden, "verify": t_verify, "reject": t_reject,
          "restart": t_restart, "cluster": t_cluster}
 

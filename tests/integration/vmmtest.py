@@ -348,6 +348,9 @@ def loop_env(env, workdir, name):
     """env with the loop watchdog's report file of daemon name, unless env names one already."""
     env = dict(env)
     env.setdefault(LOOP_REPORT_ENV, os.path.join(workdir, name + ".loop.jsonl"))
+    # A daemon under test boots no firmware run of its own (a QEMU run of half a minute on the
+    # fake QEMU or the real one); test-firmware-run.py runs one on purpose.
+    env.setdefault("VM_MANAGER_FIRMWARE_RUN", "false")
     return env
 
 

@@ -4,6 +4,7 @@
 #include "test-attest-fixtures.h"
 
 #include "attest-expect.h"
+#include "attest-fwlog.h"
 #include "attest-predict.h"
 #include "attest-verify.h"
 #include "fs-util.h"
@@ -851,8 +852,12 @@ static void test_expected_events(void **state) {
         assert_ok(json_object_set_new(
                 pj, "pcr4", json_pack("{s:o}", "installer", pcr4_boot(FIXTURE_UKI, FIXTURE_LINUX))));
         edited = fixture_policy_edited(pj);
-        assert_int_equal(attest_policy_missing_golden(edited, /* pcr7_expected= */ true), 0);
-        assert_int_equal(attest_policy_missing_golden(edited, /* pcr7_expected= */ false), 1U << 7);
+        assert_int_equal(
+                attest_policy_missing_golden(edited, /* pcr7_expected= */ true, /* firmware_expected= */ false),
+                0);
+        assert_int_equal(
+                attest_policy_missing_golden(edited, /* pcr7_expected= */ false, /* firmware_expected= */ false),
+                1U << 7);
         c->params.policy = edited;
         c->params.expected_pcr7 = &pcr7;
         load(c, "ecdsa", "initrd");
@@ -904,6 +909,77 @@ static void test_expected_events(void **state) {
         attest_policy_free(edited);
 }
 
+/* PCRs 0, 2, 3, 6 against a firmware run's events (here: the fixture boot's own log), with no
+ * golden value for them: verified, and a firmware volume not this host's is named. */
+static void test_firmware_events(void **state) {
+        _cleanup_(attest_firmware_expect_done) AttestFirmwareExpect fw = {};
+        _cleanup_free_ uint8_t *log = NULL;
+        _cleanup_free_ char *fp = NULL, *want = NULL;
+        json_auto_t *pj = fixture_policy_json();
+        json_t *golden = json_object_get(json_object_get(pj, "golden"), "sha256");
+        AttestPolicy *edited;
+        size_t size = 0;
+        Ctx *c = *state;
+
+        log = fixture_read("firmware.log", &size);
+        assert_ok(attest_firmware_expect_from_log(log, size, &fw, /* ret_why= */ NULL));
+        for (const char *const *k = (const char *const[]){ "0", "2", "3", "6", NULL }; *k; k++)
+                assert_ok(json_object_del(golden, *k));
+        edited = fixture_policy_edited(pj);
+        assert_int_equal(
+                attest_policy_missing_golden(edited, /* pcr7_expected= */ false, /* firmware_expected= */ false),
+                ATTEST_FIRMWARE_CHECKED);
+        assert_int_equal(
+                attest_policy_missing_golden(edited, /* pcr7_expected= */ false, /* firmware_expected= */ true),
+                0);
+        c->params.policy = edited;
+        c->params.firmware = &fw;
+        load(c, "ecdsa", "initrd");
+        run(c);
+        assert_true(c->res.verified);
+        fp = short_fp(c->res.ak_fingerprint);
+        assert_true(
+                asprintf(
+                        &want,
+                        "verified: ak %s, pcr 11 phase enter-initrd, pcrs 0,2,3,6 events of this host's firmware",
+                        fp) > 0);
+        assert_string_equal(c->res.message, want);
+
+        /* the PEI firmware volume the quote's boot measured is not the one of the run */
+        fw.pcr[0].events[1].digest[0] ^= 0xff;
+        load(c, "ecdsa", "initrd");
+        run(c);
+        assert_false(c->res.verified);
+        assert_string_equal(
+                c->res.message,
+                "pcr 0 event 2 (EV_EFI_PLATFORM_FIRMWARE_BLOB): digest "
+                "f4f0c52697278027731926901650c9eccd0e4181d6b63339c07552c2c969915d is not this host's firmware "
+                "(expected 0bf0c52697278027731926901650c9eccd0e4181d6b63339c07552c2c969915d)");
+        fw.pcr[0].events[1].digest[0] ^= 0xff;
+
+        /* no run known yet and no golden value: a clear verdict the next quote can cure */
+        c->params.firmware = NULL;
+        c->params.firmware_missing = "the firmware run for 512 MiB, 1 CPUs is still going (started 3 s ago)";
+        c->params.firmware_retryable = true;
+        load(c, "ecdsa", "initrd");
+        run(c);
+        assert_false(c->res.verified);
+        assert_true(c->res.retryable);
+        assert_string_equal(
+                c->res.message,
+                "no expected events for pcr 0,2,3,6: the firmware run for 512 MiB, 1 CPUs is still going (started "
+                "3 s ago)");
+
+        /* golden values, where the image pins them, stand in for a run that is not known */
+        c->params.policy = c->policy;
+        load(c, "ecdsa", "initrd");
+        run(c);
+        assert_true(c->res.verified);
+        c->params.firmware_missing = NULL;
+        c->params.firmware_retryable = false;
+        attest_policy_free(edited);
+}
+
 /* An old policy.json (no "pcr4") and a daemon without the template's PCR 7: both golden, as before. */
 static void test_expected_events_absent(void **state) {
         json_auto_t *pj = fixture_policy_json();
@@ -911,10 +987,15 @@ static void test_expected_events_absent(void **state) {
         Ctx *c = *state;
 
         assert_int_equal(c->policy->n_pcr4, 0);
-        assert_int_equal(attest_policy_missing_golden(c->policy, /* pcr7_expected= */ false), 0);
+        assert_int_equal(
+                attest_policy_missing_golden(
+                        c->policy, /* pcr7_expected= */ false, /* firmware_expected= */ false),
+                0);
         assert_ok(json_object_del(json_object_get(json_object_get(pj, "golden"), "sha256"), "4"));
         edited = fixture_policy_edited(pj);
-        assert_int_equal(attest_policy_missing_golden(edited, /* pcr7_expected= */ true), 1U << 4);
+        assert_int_equal(
+                attest_policy_missing_golden(edited, /* pcr7_expected= */ true, /* firmware_expected= */ false),
+                1U << 4);
         c->params.policy = edited;
         load(c, "ecdsa", "initrd");
         run(c);
@@ -1012,6 +1093,7 @@ int main(void) {
                 cmocka_unit_test_setup_teardown(test_event_log, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_expected_events, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_expected_events_absent, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_firmware_events, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_result_json, setup, teardown),
         };
 

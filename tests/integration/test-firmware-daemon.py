@@ -1,0 +1,243 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: LGPL-2.1-or-later
+"""Firmware runs as the daemon makes them (src/core/manager-firmware.c), with the real helper
+(`vm-manager firmware-run`) and a fake QEMU that prints the console of a recorded real run
+(tests/fuzz/corpus/attest-fwlog/run-console) instead of booting:
+
+- at start-up the daemon runs the firmware once for create_vm's default shape, keeps the result in
+  <state>/firmware/, and get_host's firmwareRuns says so; a restart reuses it without a run; another
+  OVMF build (--ovmf-code) gets a run of its own;
+- a quote that arrives while the run of its VM's shape is going is not answered "still going"
+  (the agent would give up for good): its answer waits for the run, then judges the quote with the
+  run's result; after a failed run, with the image's golden values."""
+
+import hashlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+here = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, here)
+from vmmtest import Daemon, HOST, api, base_env, free_port, imds_relay, run, tap  # noqa: E402
+
+FAKES = os.path.join(here, "fakes")
+CONSOLE = os.path.join(here, "..", "fuzz", "corpus", "attest-fwlog", "run-console")
+ZERO = "00" * 32
+
+
+def firmware_file(work, name, fill):
+    path = os.path.join(work, name)
+    with open(path, "wb") as f:
+        f.write(fill * 4096)
+    return path, hashlib.sha256(fill * 4096).hexdigest()
+
+
+def setup(work):
+    """The image directory (an image whose policy has golden zeros), the fake helpers' files, and
+    the environment: firmware runs on, the fake QEMU and swtpm on PATH."""
+    images = os.path.join(work, "images")
+    os.makedirs(images, exist_ok=True)
+    for ext in (".efi", ".raw"):
+        with open(os.path.join(images, "fake_1.0" + ext), "wb") as f:
+            f.write(b"\0" * 4096)
+    policy = {"image_id": "fake", "image_version": "1.0",
+              "pcr11": {"enter-initrd": ZERO, "enter-initrd:leave-initrd:sysinit:ready": ZERO},
+              "golden": {"sha256": {str(i): ZERO for i in (0, 2, 3, 4, 6, 7)}}}
+    with open(os.path.join(images, "fake_1.0.policy.json"), "w") as f:
+        json.dump(policy, f)
+    kernel = os.path.join(work, "vmlinuz")
+    init = os.path.join(work, "fwlog-init")
+    for path in (kernel, init):
+        with open(path, "wb") as f:
+            f.write(b"not booted by the fake QEMU\n")
+    runs = os.path.join(work, "firmware-runs")
+    env = base_env(work, FAKE_QEMU="install-exit:0", FAKE_FIRMWARE_CONSOLE=CONSOLE, FAKE_FIRMWARE_RUNS=runs,
+                   VM_MANAGER_FIRMWARE_RUN="true", VM_MANAGER_FIRMWARE_KERNEL=kernel,
+                   VM_MANAGER_FWLOG_INIT=init)
+    env["PATH"] = FAKES + ":" + env.get("PATH", "/usr/bin:/bin")
+    return images, env, runs
+
+
+def runs_made(path):
+    try:
+        with open(path) as f:
+            return f.read().split("\n")[:-1]
+    except FileNotFoundError:
+        return []
+
+
+def firmware_runs(port):
+    status, host = api(port, "GET", "/host")
+    return host.get("firmwareRuns", {}) if status == 200 else {}
+
+
+def wait_run(port, mib, cpus, states=("known", "failed"), timeout=60):
+    """The run of that shape in get_host once it is in one of states, else None."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        for r in firmware_runs(port).get("runs", []):
+            if r["memoryMiB"] == mib and r["cpus"] == cpus and r["state"] in states:
+                return r
+        time.sleep(0.3)
+    return None
+
+
+def test_cache(work):
+    work = os.path.join(work, "cache")
+    os.makedirs(work)
+    images, env, runs = setup(work)
+    code_a, sha_a = firmware_file(work, "code-a", b"a")
+    code_b, sha_b = firmware_file(work, "code-b", b"b")
+    vars_, _ = firmware_file(work, "vars", b"\0")
+    state = os.path.join(work, "state")
+    port = free_port()
+
+    def daemon(name, code):
+        args = ["--listen", "%s:%d" % (HOST, port), "--state-dir", state, "--image-dir", images,
+                "--ovmf-code", code, "--ovmf-vars", vars_, "--launcher", "process"]
+        d = Daemon(work, name, args, env=env)
+        ok, why = d.wait_healthy(port, timeout=20)
+        return d, ok, why
+
+    d, ok, why = daemon("cache1", code_a)
+    try:
+        run_ = wait_run(port, 2048, 2) if ok else None
+        accel = (run_ or {}).get("accel", "?")
+        entry = os.path.join(state, "firmware", "%s-2048m-2c-%s.json" % (sha_a, accel))
+        cached = json.load(open(entry)) if os.path.exists(entry) else {}
+        tap.result(ok and run_ is not None and run_["state"] == "known" and run_.get("pcrs") == [0, 2, 3, 6]
+                   and runs_made(runs) == ["2048M 2"] and cached.get("firmwareSha256") == sha_a
+                   and [e["type"] for e in cached.get("pcrs", {}).get("0", [])] == [0x8, 0x80000008, 0x80000008, 0x4],
+                   "at start-up the daemon runs the firmware once for 2048 MiB, 2 CPUs and caches its events",
+                   "%s %r runs %r entry %r" % (why, run_, runs_made(runs), sorted(cached)))
+    finally:
+        d.stop(signal.SIGTERM, timeout=30)
+
+    d, ok, why = daemon("cache2", code_a)
+    try:
+        known = ok and wait_run(port, 2048, 2, timeout=1)
+        time.sleep(2)  # a run it would start now would have reached the fake QEMU by then
+        tap.result(bool(known) and known["state"] == "known" and runs_made(runs) == ["2048M 2"],
+                   "after a restart the cached run is reused: known at once, no second run",
+                   "%s %r runs %r" % (why, known, runs_made(runs)))
+    finally:
+        d.stop(signal.SIGTERM, timeout=30)
+
+    d, ok, why = daemon("cache3", code_b)
+    try:
+        run_ = wait_run(port, 2048, 2) if ok else None
+        accel = (run_ or {}).get("accel", "?")
+        files = sorted(os.listdir(os.path.join(state, "firmware")))
+        want = sorted("%s-2048m-2c-%s.%s" % (sha, accel, ext) for sha in (sha_a, sha_b) for ext in ("json", "log"))
+        tap.result(bool(run_) and run_["state"] == "known" and runs_made(runs) == ["2048M 2", "2048M 2"]
+                   and files == want,
+                   "another OVMF build (--ovmf-code) gets a run and a cache entry of its own",
+                   "%s %r runs %r files %r" % (why, run_, runs_made(runs), files))
+    finally:
+        d.stop(signal.SIGTERM, timeout=30)
+
+
+def test_held_quote(work):
+    agent = os.environ.get("VM_AGENT")
+    if not agent or not os.access(agent, os.X_OK) or not all(shutil.which(t) for t in ("swtpm", "swtpm_setup")):
+        tap.skip("a quote held for the firmware run", "needs agent/vm-agent, swtpm and swtpm_setup")
+        return
+    work = os.path.join(work, "held")
+    os.makedirs(work)
+    images, env, runs = setup(work)
+    vars_, _ = firmware_file(work, "vars", b"\0")
+    state = os.path.join(work, "state")
+    port = free_port()
+    procs = {"daemon": None, "swtpm": None}
+
+    def daemon(name, code, **extra):
+        args = ["--listen", "%s:%d" % (HOST, port), "--state-dir", state, "--image-dir", images,
+                "--ovmf-code", code, "--ovmf-vars", vars_, "--launcher", "process"]
+        procs["daemon"] = Daemon(work, name, args, env=dict(env, **extra))
+        return procs["daemon"].wait_healthy(port, timeout=20)
+
+    def imds_url(vid):
+        for _ in range(100):
+            try:
+                socket.socket(socket.AF_UNIX).connect(os.path.join(state, "vms", vid, "imds.sock"))
+                break
+            except OSError:
+                time.sleep(0.1)
+        return "http://127.0.0.1:%d/giantswarm/v1" % imds_relay(os.path.join(state, "vms", vid, "imds.sock"))
+
+    def attest(url, tcti):
+        t0 = time.monotonic()
+        p = subprocess.run([agent, "attest", "--stage=initrd", "--imds-url=" + url, "--tpm=" + tcti,
+                            "--timeout=60s"], capture_output=True, text=True,
+                           env=dict(os.environ, TSS2_LOG="all+none"), timeout=120)
+        return p.returncode, p.stdout + p.stderr, time.monotonic() - t0
+
+    code_a, _ = firmware_file(work, "code-a", b"a")
+    try:
+        # The default shape's run is made at once; the VM's shape (512 MiB, 1 CPU) gets its run
+        # from its first quote, slowed to 20 s: longer than the IMDS keeps an idle connection.
+        ok, why = daemon("held1", code_a, FAKE_FIRMWARE_DELAY="0")
+        ok = ok and wait_run(port, 2048, 2) is not None
+        status, vm = api(port, "POST", "/vms", {"name": "held", "memory_mib": 512, "cpus": 1, "disk_gib": 1,
+                                                       "require_attestation": False, "wait_for": "installed"})
+        tap.result(ok and status == 201, "serving, a VM of 512 MiB and 1 CPU", "%s %d %r" % (why, status, vm))
+        if status != 201:
+            return
+        vid = vm["id"]
+        guest = os.path.join(work, "guest-tpm")
+        shutil.copytree(os.path.join(state, "vms", vid, "tpm"), guest,
+                        ignore=shutil.ignore_patterns("*.sock", "*.sock.ctrl"))
+        sock = os.path.join(guest, "guest.sock")
+        procs["swtpm"] = subprocess.Popen(
+            ["swtpm", "socket", "--tpm2", "--tpmstate", "dir=" + guest, "--server", "type=unixio,path=" + sock,
+             "--ctrl", "type=unixio,path=" + sock + ".ctrl", "--flags", "not-need-init,startup-clear"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for _ in range(100):
+            if os.path.exists(sock):
+                break
+            time.sleep(0.1)
+        tcti = "swtpm:path=" + sock
+        procs["daemon"].stop(signal.SIGTERM, timeout=30)
+
+        ok, why = daemon("held2", code_a, FAKE_FIRMWARE_DELAY="20")
+        api(port, "POST", "/vms/%s/start" % vid)
+        rc, out, took = attest(imds_url(vid), tcti)
+        status, att = api(port, "GET", "/vms/%s/attestation" % vid)
+        ini = att.get("initrd", {})
+        run_ = wait_run(port, 512, 1, timeout=1)
+        # The guest's log has no firmware events (its swtpm's PCRs are zero): the run's events show.
+        tap.result(ok and rc == 2 and took >= 18 and run_ and run_["state"] == "known"
+                   and ini.get("verified") is False and "pcr 0" in ini.get("message", "")
+                   and "still going" not in out and runs_made(runs)[-1] == "512M 1",
+                   "a quote during the run of its shape is answered once the run is done, against its events",
+                   "rc %d in %.1f s %r %r %s" % (rc, took, run_, ini, out[-500:]))
+        procs["daemon"].stop(signal.SIGTERM, timeout=30)
+
+        # Another firmware build: a new run for the VM's shape, which fails after 5 s. The held
+        # quote is then judged with the image's golden values, which it matches.
+        code_c, _ = firmware_file(work, "code-c", b"c")
+        ok, why = daemon("held3", code_c, FAKE_FIRMWARE_DELAY="5", FAKE_FIRMWARE_CONSOLE="fail")
+        api(port, "POST", "/vms/%s/start" % vid)
+        rc, out, took = attest(imds_url(vid), tcti)
+        status, att = api(port, "GET", "/vms/%s/attestation" % vid)
+        ini = att.get("initrd", {})
+        run_ = wait_run(port, 512, 1, timeout=1)
+        tap.result(ok and rc == 0 and took >= 4 and run_ and run_["state"] == "failed"
+                   and ini.get("verified") is True,
+                   "a quote held for a run that fails is judged with the golden values after it",
+                   "rc %d in %.1f s %r %r %s" % (rc, took, run_, ini, out[-500:]))
+    finally:
+        if procs["daemon"]:
+            procs["daemon"].stop(signal.SIGTERM, timeout=30)
+        if procs["swtpm"]:
+            procs["swtpm"].kill()
+            procs["swtpm"].wait()
+
+
+if __name__ == "__main__":
+    sys.exit(run([test_cache, test_held_quote], 280, "vmm-fwd-"))
