@@ -603,7 +603,12 @@ static int cli_vm_exec(Cli *c, const CliCommand *cmd, CliParsed *p, const char *
                         fprintf(stderr, "Error: stdin: %s\n", k == -EFBIG ? "more than 1 MiB" : strerror(-k));
                         return CLI_EXIT_EXEC_FAILED;
                 }
-                json_object_set_new(p->args, "stdin", json_string(in));
+                json_t *text = json_string(in);
+                if (!text) {
+                        fprintf(stderr, "Error: stdin is not UTF-8 text, which is all exec_vm takes\n");
+                        return CLI_EXIT_EXEC_FAILED;
+                }
+                json_object_set_new(p->args, "stdin", text);
         }
         k = run_op(c, cmd, p->args, &a);
         if (k != 0)
