@@ -4,20 +4,18 @@
  * API_CONSOLE_CHUNK bytes of a local file, and a client that does not read only fills its stream's
  * backlog (HTTP_STREAM_MAX_BACKLOG), after which the stream waits for it without reading more. The
  * VM is looked up by id on every look, so a deleted VM ends its streams without a hook in core. */
-#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "api-console.h"
 #include "cleanup.h"
+#include "list.h"
 #include "log.h"
 #include "parse-util.h"
 #include "string-util.h"
-#include "vm.h"
 
 int api_console_parse_query(const char *offset, const char *backlog, ApiConsoleQuery *ret, ApiError *reterr) {
         ApiConsoleQuery q = { .backlog = API_CONSOLE_BACKLOG_DEFAULT };
@@ -93,12 +91,7 @@ static ConsoleStream *console_stream_free(ConsoleStream *c) {
         if (!c)
                 return NULL;
         if (c->owner) {
-                if (c->prev)
-                        c->prev->next = c->next;
-                else
-                        c->owner->streams = c->next;
-                if (c->next)
-                        c->next->prev = c->prev;
+                LIST_REMOVE(c->owner->streams, c);
                 c->owner->n_streams--;
         }
         sd_event_source_disable_unref(c->timer);
@@ -125,9 +118,9 @@ static void console_stream_end(ConsoleStream *c) {
 
 /* One look at the file: 0 to look again later, < 0 when the stream is to end. */
 static int console_stream_look(ConsoleStream *c) {
-        _cleanup_free_ char *path = NULL, *buf = NULL;
+        _cleanup_free_ char *buf = NULL;
         _cleanup_close_ int fd = -EBADF;
-        struct stat st;
+        uint64_t size, ino;
         ssize_t n;
         Vm *v;
         int r;
@@ -135,25 +128,20 @@ static int console_stream_look(ConsoleStream *c) {
         v = manager_find_vm(c->owner->manager, c->vm_id);
         if (!v || vm_state(v) == VM_STATE_DELETING)
                 return -ENOENT;
-        path = vm_path(v, "console.log");
-        if (!path)
-                return 0; /* out of memory: try again at the next look */
-        fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+        fd = vm_console_open(v, &size, &ino);
         if (fd < 0)
-                return 0; /* no console yet: QEMU has not started */
-        if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))
-                return 0;
+                return 0; /* no console yet (QEMU has not started), or out of memory: the next look */
         /* A new run truncates or replaces the file: its bytes are all new. */
-        if ((uint64_t) st.st_size < c->offset || (c->last_ino != 0 && (uint64_t) st.st_ino != c->last_ino))
+        if (size < c->offset || (c->last_ino != 0 && ino != c->last_ino))
                 c->offset = 0;
-        c->last_ino = (uint64_t) st.st_ino;
-        if ((uint64_t) st.st_size == c->offset)
+        c->last_ino = ino;
+        if (size == c->offset)
                 return 0;
 
         buf = malloc(API_CONSOLE_CHUNK);
         if (!buf)
                 return 0;
-        n = pread(fd, buf, MIN((uint64_t) API_CONSOLE_CHUNK, (uint64_t) st.st_size - c->offset), (off_t) c->offset);
+        n = pread(fd, buf, MIN((uint64_t) API_CONSOLE_CHUNK, size - c->offset), (off_t) c->offset);
         if (n <= 0)
                 return 0;
         r = http_request_stream_write(c->req, buf, (size_t) n);
@@ -202,20 +190,15 @@ ApiConsoleStreams *api_console_streams_free(ApiConsoleStreams *s) {
 
 /* Where the stream starts, from the file as it is now (absent: an empty file). */
 static uint64_t console_start_now(Vm *v, const ApiConsoleQuery *q, uint64_t *ret_ino) {
-        _cleanup_free_ char *path = vm_path(v, "console.log"), *head = NULL;
+        _cleanup_free_ char *head = NULL;
         _cleanup_close_ int fd = -EBADF;
-        struct stat st;
-        ssize_t n = 0;
         uint64_t size;
+        ssize_t n = 0;
 
         *ret_ino = 0;
-        if (!path)
+        fd = vm_console_open(v, &size, ret_ino);
+        if (fd < 0)
                 return 0;
-        fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
-        if (fd < 0 || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))
-                return 0;
-        *ret_ino = (uint64_t) st.st_ino;
-        size = (uint64_t) st.st_size;
         if (!q->has_offset && q->backlog > 0 && q->backlog < size) {
                 head = malloc(q->backlog);
                 if (head)
@@ -298,10 +281,7 @@ void api_console_stream(
         }
 
         c->owner = s;
-        c->next = s->streams;
-        if (s->streams)
-                s->streams->prev = c;
-        s->streams = c;
+        LIST_PREPEND(s->streams, c);
         s->n_streams++;
         http_request_on_done(req, on_stream_done, c);
 

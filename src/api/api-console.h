@@ -5,7 +5,7 @@
 
 #include "api-error.h"
 #include "http-server.h"
-#include "manager.h"
+#include "operation.h"
 
 /* GET /api/v1/vms/{id}/console/stream: the serial console as it grows, REST only (an MCP tool answers
  * once, so the tail of get_vm_console is what MCP has). The answer is 200 text/plain whose body is

@@ -27,102 +27,44 @@ static const char *const console_extra[] = {
         NULL,
 };
 
+/* One command: group, verb, operation, positional parameter, summary, then any of files,
+ * rest_argv and extra_flags as designated initializers. */
+#define COMMAND(g, v, o, pos, sum, ...) \
+        { .group = g, .verb = v, .op = o, .positional = pos, .summary = sum, __VA_ARGS__ }
+
 /* The order of `vm-manager help`. */
 static const CliCommand commands[] = {
-        { .group = "vm",
-          .verb = "list",
-          .op = "list_vms",
-          .positional = NULL,
-          .metavar = NULL,
-          .summary = "list the VMs" },
-        { .group = "vm",
-          .verb = "get",
-          .op = "get_vm",
-          .positional = "id",
-          .metavar = "NAME",
-          .summary = "show one VM" },
-        { .group = "vm",
-          .verb = "create",
-          .op = "create_vm",
-          .positional = "name",
-          .metavar = "NAME",
-          .summary = "create a VM and follow it until it is ready",
-          .files = create_vm_files,
-          .extra_flags = create_vm_extra },
-        { .group = "vm",
-          .verb = "start",
-          .op = "start_vm",
-          .positional = "id",
-          .metavar = "NAME",
-          .summary = "boot a stopped VM" },
-        { .group = "vm",
-          .verb = "stop",
-          .op = "stop_vm",
-          .positional = "id",
-          .metavar = "NAME",
-          .summary = "power a VM down" },
-        { .group = "vm",
-          .verb = "reboot",
-          .op = "reboot_vm",
-          .positional = "id",
-          .metavar = "NAME",
-          .summary = "stop, then start a VM" },
-        { .group = "vm",
-          .verb = "delete",
-          .op = "delete_vm",
-          .positional = "id",
-          .metavar = "NAME",
-          .summary = "delete a VM and its disk" },
-        { .group = "vm",
-          .verb = "exec",
-          .op = "exec_vm",
-          .positional = "id",
-          .metavar = "NAME -- CMD...",
-          .summary = "run a command in a VM, stdin, output and exit status passed through",
-          .rest_argv = true },
-        { .group = "vm",
-          .verb = "console",
-          .op = "get_vm_console",
-          .positional = "id",
-          .metavar = "NAME",
-          .summary = "show a VM's serial console; --follow streams it",
-          .extra_flags = console_extra },
-        { .group = "network",
-          .verb = "list",
-          .op = "list_networks",
-          .positional = NULL,
-          .metavar = NULL,
-          .summary = "list the networks" },
-        { .group = "network",
-          .verb = "get",
-          .op = "get_network",
-          .positional = "name",
-          .metavar = "NAME",
-          .summary = "show one network" },
-        { .group = "network",
-          .verb = "create",
-          .op = "create_network",
-          .positional = "name",
-          .metavar = "NAME",
-          .summary = "create a network (--cidr)" },
-        { .group = "network",
-          .verb = "delete",
-          .op = "delete_network",
-          .positional = "name",
-          .metavar = "NAME",
-          .summary = "delete a network" },
-        { .group = "image",
-          .verb = "list",
-          .op = "list_images",
-          .positional = NULL,
-          .metavar = NULL,
-          .summary = "list the images" },
-        { .group = "host",
-          .verb = NULL,
-          .op = "get_host",
-          .positional = NULL,
-          .metavar = NULL,
-          .summary = "what this host offers VMs, and what it misses" },
+        COMMAND("vm", "list", "list_vms", NULL, "list the VMs"),
+        COMMAND("vm", "get", "get_vm", "id", "show one VM"),
+        COMMAND("vm",
+                "create",
+                "create_vm",
+                "name",
+                "create a VM and follow it until it is ready",
+                .files = create_vm_files,
+                .extra_flags = create_vm_extra),
+        COMMAND("vm", "start", "start_vm", "id", "boot a stopped VM"),
+        COMMAND("vm", "stop", "stop_vm", "id", "power a VM down"),
+        COMMAND("vm", "reboot", "reboot_vm", "id", "stop, then start a VM"),
+        COMMAND("vm", "delete", "delete_vm", "id", "delete a VM and its disk"),
+        COMMAND("vm",
+                "exec",
+                "exec_vm",
+                "id",
+                "run a command in a VM, stdin, output and exit status passed through",
+                .rest_argv = true),
+        COMMAND("vm",
+                "console",
+                "get_vm_console",
+                "id",
+                "show a VM's serial console; --follow streams it",
+                .extra_flags = console_extra),
+        COMMAND("network", "list", "list_networks", NULL, "list the networks"),
+        COMMAND("network", "get", "get_network", "name", "show one network"),
+        COMMAND("network", "create", "create_network", "name", "create a network (--cidr)"),
+        COMMAND("network", "delete", "delete_network", "name", "delete a network"),
+        COMMAND("image", "list", "list_images", NULL, "list the images"),
+        COMMAND("host", NULL, "get_host", NULL, "what this host offers VMs, and what it misses"),
 };
 
 const CliCommand *cli_commands(size_t *ret_n) {
@@ -136,6 +78,12 @@ const CliCommand *cli_command_find(const char *group, const char *verb) {
                     (commands[i].verb ? verb && streq(commands[i].verb, verb) : !verb))
                         return &commands[i];
         return NULL;
+}
+
+const char *cli_command_metavar(const CliCommand *c) {
+        if (!c->positional)
+                return NULL;
+        return c->rest_argv ? "NAME -- CMD..." : "NAME";
 }
 
 void cli_flag_name(const char *param, char *buf) {
@@ -261,124 +209,201 @@ static int set_value(
         return json_object_set_new(args, p->name, v) < 0 ? -ENOMEM : 0;
 }
 
-int cli_parse(const CliCommand *c, int argc, char **argv, CliParsed *ret, char **ret_error) {
-        _cleanup_(cli_parsed_done) CliParsed p = {};
-        const Operation *op = operation_find(c->op);
-        bool positional_seen = false;
-        int i, r;
+/* A command line being parsed: where it is in argv, and what it has gathered so far. */
+typedef struct ArgParser {
+        const CliCommand *command;
+        const Operation *op;
+        int argc;
+        char **argv;
+        int i; /* the argument being parsed */
+        bool positional_seen;
+        CliParsed parsed;
+        char **ret_error;
+} ArgParser;
 
-        assert_return(op && ret && ret_error, -EINVAL);
-        p.args = json_object();
-        p.file_paths = json_object();
-        p.extra = json_object();
-        if (!p.args || !p.file_paths || !p.extra)
+/* The value of a flag that takes one: after '=' (given), else the next argument, consumed; NULL when
+ * the command line ends first. */
+static const char *take_value(ArgParser *a, const char *given) {
+        if (given)
+                return given;
+        if (a->i + 1 >= a->argc)
+                return NULL;
+        return a->argv[++a->i];
+}
+
+/* One of the client's own flags (--follow, --no-wait): 1 if flag is one, 0 if it is not. */
+static int parse_extra_flag(ArgParser *a, const char *flag, const char *value) {
+        char metavar[32];
+        int r;
+
+        if (!extra_flag_find(a->command, flag, metavar, sizeof(metavar)))
+                return 0;
+        if (!*metavar) {
+                if (value)
+                        return parse_error(a->ret_error, "--%s takes no value", flag);
+                r = json_object_set_new(a->parsed.extra, flag, json_true());
+        } else {
+                value = take_value(a, value);
+                if (!value)
+                        return parse_error(a->ret_error, "--%s needs a value (%s)", flag, metavar);
+                r = json_object_set_new(a->parsed.extra, flag, json_string(value));
+        }
+        return r < 0 ? -ENOMEM : 1;
+}
+
+/* A parameter given as a file (--user-data FILE): the path is noted, read later by the caller. 1 if
+ * flag is one, 0 if it is not. */
+static int parse_file_flag(ArgParser *a, const char *flag, const char *value) {
+        const CliFileFlag *ff = file_flag_find(a->command, flag);
+        json_t *l;
+
+        if (!ff)
+                return 0;
+        value = take_value(a, value);
+        if (!value)
+                return parse_error(a->ret_error, "--%s needs a value (FILE)", flag);
+        l = json_object_get(a->parsed.file_paths, ff->param);
+        if (!l) {
+                l = json_array();
+                if (!l || json_object_set_new(a->parsed.file_paths, ff->param, l) < 0)
+                        return -ENOMEM;
+        }
+        return json_array_append_new(l, json_string(value)) < 0 ? -ENOMEM : 1;
+}
+
+/* A parameter of the operation: --memory-mib 2048, --label k=v, --enable-tpm, --no-enable-tpm. */
+static int parse_param_flag(ArgParser *a, const char *flag, const char *value) {
+        const OperationParam *param = param_of_flag(a->command, a->op, flag);
+        bool negated = false;
+
+        if (!param && strneq(flag, "no-", 3)) {
+                param = param_of_flag(a->command, a->op, flag + 3);
+                if (param && param->type == PARAM_BOOLEAN && !value)
+                        negated = true;
+                else
+                        param = NULL;
+        }
+        if (!param)
+                return parse_error(a->ret_error, "unknown flag '--%s'", flag);
+        if (param->type == PARAM_BOOLEAN && !value)
+                value = negated ? "false" : "true";
+        value = take_value(a, value);
+        if (!value)
+                return parse_error(a->ret_error, "--%s needs a value", flag);
+        return set_value(a->parsed.args, param, negated ? flag + 3 : flag, value, a->ret_error);
+}
+
+/* --flag or --flag=value, whichever kind of flag it is. */
+static int parse_flag(ArgParser *a, const char *arg) {
+        const char *eq = strchr(arg + 2, '=');
+        _cleanup_free_ char *flag = eq ? strndup(arg + 2, eq - arg - 2) : strdup(arg + 2);
+        const char *value = eq ? eq + 1 : NULL;
+        int r;
+
+        if (!flag)
                 return -ENOMEM;
+        r = parse_extra_flag(a, flag, value);
+        if (r == 0)
+                r = parse_file_flag(a, flag, value);
+        if (r == 0)
+                r = parse_param_flag(a, flag, value);
+        return r < 0 ? r : 0;
+}
 
-        for (i = 0; i < argc; i++) {
-                const char *a = argv[i], *value = NULL;
-                _cleanup_free_ char *flag = NULL;
-                const OperationParam *param;
-                const CliFileFlag *ff;
-                char metavar[32];
-                bool negated = false;
+/* An argument that is not a flag: the positional one, or the start of the command (rest_argv).
+ * 1 when the command starts here, 0 when parsing goes on. */
+static int parse_positional(ArgParser *a, const char *arg) {
+        const CliCommand *c = a->command;
 
-                if (streq(a, "--help") || streq(a, "-h")) {
-                        p.help = true;
-                        *ret = p;
-                        p = (CliParsed){};
+        if (c->positional && !a->positional_seen) {
+                if (json_object_set_new(a->parsed.args, c->positional, json_string(arg)) < 0)
+                        return -ENOMEM;
+                a->positional_seen = true;
+                return 0;
+        }
+        if (c->rest_argv)
+                return 1;
+        return parse_error(a->ret_error, "unexpected argument '%s'", arg);
+}
+
+/* The arguments from a->i on are the command (exec's "-- CMD…"), which must not be empty. */
+static int parse_rest_argv(ArgParser *a) {
+        json_t *cmd = json_array();
+
+        if (!cmd || json_object_set_new(a->parsed.args, "command", cmd) < 0)
+                return -ENOMEM;
+        for (; a->i < a->argc; a->i++)
+                if (json_array_append_new(cmd, json_string(a->argv[a->i])) < 0)
+                        return -ENOMEM;
+        if (json_array_size(cmd) == 0)
+                return parse_error(a->ret_error, "no command: give it after --, e.g. -- uptime");
+        return 0;
+}
+
+/* Walks argv up to the end, "--", or the first word of a rest_argv command; a->i is left there. */
+static int parse_words(ArgParser *a) {
+        int r;
+
+        for (; a->i < a->argc; a->i++) {
+                const char *arg = a->argv[a->i];
+
+                if (streq(arg, "--help") || streq(arg, "-h")) {
+                        a->parsed.help = true;
                         return 0;
                 }
-                if (streq(a, "--")) {
-                        i++;
-                        break;
+                if (streq(arg, "--")) {
+                        a->i++;
+                        return 0;
                 }
-                if (!strneq(a, "--", 2) || a[2] == 0) {
-                        if (c->positional && !positional_seen) {
-                                if (json_object_set_new(p.args, c->positional, json_string(a)) < 0)
-                                        return -ENOMEM;
-                                positional_seen = true;
-                                continue;
-                        }
-                        if (c->rest_argv)
-                                break;
-                        return parse_error(ret_error, "unexpected argument '%s'", a);
-                }
-
-                const char *eq = strchr(a + 2, '=');
-                flag = eq ? strndup(a + 2, eq - a - 2) : strdup(a + 2);
-                if (!flag)
-                        return -ENOMEM;
-                if (eq)
-                        value = eq + 1;
-
-                if (extra_flag_find(c, flag, metavar, sizeof(metavar))) {
-                        if (!*metavar) {
-                                if (value)
-                                        return parse_error(ret_error, "--%s takes no value", flag);
-                                r = json_object_set_new(p.extra, flag, json_true());
-                        } else {
-                                if (!value && i + 1 >= argc)
-                                        return parse_error(ret_error, "--%s needs a value (%s)", flag, metavar);
-                                r = json_object_set_new(p.extra, flag, json_string(value ?: argv[++i]));
-                        }
-                        if (r < 0)
-                                return -ENOMEM;
-                        continue;
-                }
-
-                ff = file_flag_find(c, flag);
-                if (ff) {
-                        json_t *l;
-                        if (!value && i + 1 >= argc)
-                                return parse_error(ret_error, "--%s needs a value (FILE)", flag);
-                        l = json_object_get(p.file_paths, ff->param);
-                        if (!l) {
-                                l = json_array();
-                                if (!l || json_object_set_new(p.file_paths, ff->param, l) < 0)
-                                        return -ENOMEM;
-                        }
-                        if (json_array_append_new(l, json_string(value ?: argv[++i])) < 0)
-                                return -ENOMEM;
-                        continue;
-                }
-
-                param = param_of_flag(c, op, flag);
-                if (!param && strneq(flag, "no-", 3)) {
-                        param = param_of_flag(c, op, flag + 3);
-                        if (param && param->type == PARAM_BOOLEAN && !value)
-                                negated = true;
-                        else
-                                param = NULL;
-                }
-                if (!param)
-                        return parse_error(ret_error, "unknown flag '--%s'", flag);
-                if (param->type == PARAM_BOOLEAN && !value)
-                        value = negated ? "false" : "true";
-                if (!value) {
-                        if (i + 1 >= argc)
-                                return parse_error(ret_error, "--%s needs a value", flag);
-                        value = argv[++i];
-                }
-                r = set_value(p.args, param, negated ? flag + 3 : flag, value, ret_error);
+                if (strneq(arg, "--", 2) && arg[2] != 0)
+                        r = parse_flag(a, arg);
+                else
+                        r = parse_positional(a, arg);
                 if (r < 0)
                         return r;
+                if (r > 0)
+                        return 0;
+        }
+        return 0;
+}
+
+static void arg_parser_done(ArgParser *a) {
+        cli_parsed_done(&a->parsed);
+}
+
+int cli_parse(const CliCommand *c, int argc, char **argv, CliParsed *ret, char **ret_error) {
+        _cleanup_(arg_parser_done) ArgParser a = {
+                .command = c,
+                .op = operation_find(c->op),
+                .argc = argc,
+                .argv = argv,
+                .ret_error = ret_error,
+        };
+        int r;
+
+        assert_return(a.op && ret && ret_error, -EINVAL);
+        a.parsed.args = json_object();
+        a.parsed.file_paths = json_object();
+        a.parsed.extra = json_object();
+        if (!a.parsed.args || !a.parsed.file_paths || !a.parsed.extra)
+                return -ENOMEM;
+
+        r = parse_words(&a);
+        if (r < 0)
+                return r;
+        /* --help answers whatever else the line holds, so that a half-typed command gets its help. */
+        if (!a.parsed.help) {
+                if (c->rest_argv) {
+                        r = parse_rest_argv(&a);
+                        if (r < 0)
+                                return r;
+                }
+                if (c->positional && !a.positional_seen)
+                        return parse_error(ret_error, "missing %s", cli_command_metavar(c));
         }
 
-        if (c->rest_argv) {
-                json_t *cmd = json_array();
-                if (!cmd || json_object_set_new(p.args, "command", cmd) < 0)
-                        return -ENOMEM;
-                for (; i < argc; i++)
-                        if (json_array_append_new(cmd, json_string(argv[i])) < 0)
-                                return -ENOMEM;
-                if (json_array_size(cmd) == 0)
-                        return parse_error(ret_error, "no command: give it after --, e.g. -- uptime");
-        }
-        if (c->positional && !positional_seen)
-                return parse_error(ret_error, "missing %s", c->metavar ?: c->positional);
-
-        *ret = p;
-        p = (CliParsed){};
+        *ret = a.parsed;
+        a.parsed = (CliParsed){};
         return 0;
 }
 
@@ -409,13 +434,15 @@ void cli_command_help(FILE *f, const CliCommand *c) {
         const Operation *op = operation_find(c->op);
         char name[128];
 
+        const char *usage = cli_command_metavar(c);
+
         fprintf(f,
                 "Usage: vm-manager %s%s%s%s%s [FLAGS]\n\n",
                 c->group,
                 c->verb ? " " : "",
                 c->verb ?: "",
-                c->metavar ? " " : "",
-                c->metavar ?: "");
+                usage ? " " : "",
+                usage ?: "");
         fprintf(f, "%s.\n\n", c->summary);
         if (op)
                 fprintf(f, "The %s operation: %s\n\n", op->name, op->description);

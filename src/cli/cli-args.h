@@ -25,7 +25,6 @@ typedef struct CliCommand {
         const char *verb;         /* NULL for `vm-manager host` */
         const char *op;           /* the operation's name; NULL: the command is the client's own (shell) */
         const char *positional;   /* the parameter given as the one positional argument (NAME, ID) */
-        const char *metavar;      /* how help shows it */
         const char *summary;      /* one line for the command list; the op's description is the help */
         const CliFileFlag *files; /* terminated by a NULL param, or NULL */
         bool rest_argv;           /* takes "-- CMD…" into the op's command parameter */
@@ -35,6 +34,8 @@ typedef struct CliCommand {
 
 const CliCommand *cli_commands(size_t *ret_n);
 const CliCommand *cli_command_find(const char *group, const char *verb);
+/* How usage lines show the positional argument: "NAME", "NAME -- CMD..." (rest_argv), or NULL. */
+const char *cli_command_metavar(const CliCommand *c);
 
 /* The flag of a parameter: "memory_mib" → "memory-mib". buf holds at least strlen(name) + 1. */
 void cli_flag_name(const char *param, char *buf);

@@ -87,40 +87,11 @@ char *cli_base_url(const char *flag, const char *env_url, const char *env_listen
 
 /* ---- HTTP ---- */
 
-typedef struct Buffer {
-        char *data;
-        size_t len;
-        bool too_big;
-} Buffer;
-
-static void buffer_done(Buffer *b) {
-        free(b->data);
-}
-
-static size_t on_body(char *ptr, size_t size, size_t nmemb, void *userdata) {
-        Buffer *b = userdata;
-        size_t n = size * nmemb;
-        char *d;
-
-        if (b->len + n > CLI_BODY_MAX) {
-                b->too_big = true;
-                return 0;
-        }
-        d = realloc(b->data, b->len + n + 1);
-        if (!d)
-                return 0;
-        memcpy(d + b->len, ptr, n);
-        b->len += n;
-        d[b->len] = 0;
-        b->data = d;
-        return n;
-}
-
 typedef struct Request {
         CURL *easy;
         struct curl_slist *headers;
         char *body;
-        Buffer answer;
+        CurlBuffer answer;
         char errbuf[CURL_ERROR_SIZE];
 } Request;
 
@@ -128,13 +99,13 @@ static void request_done(Request *r) {
         curl_easy_cleanup(r->easy);
         curl_slist_free_all(r->headers);
         free(r->body);
-        buffer_done(&r->answer);
+        curl_buffer_done(&r->answer);
 }
 
 static int request_init(Cli *c, Request *r, const char *method, const char *path, const json_t *body) {
         _cleanup_free_ char *url = NULL, *auth = NULL;
 
-        *r = (Request){};
+        *r = (Request){ .answer.max = CLI_BODY_MAX };
         if (asprintf(&url, "%s/api/v1%s", c->base, path) < 0) {
                 url = NULL;
                 return -ENOMEM;
@@ -162,7 +133,7 @@ static int request_init(Cli *c, Request *r, const char *method, const char *path
         (void) curl_easy_setopt(r->easy, CURLOPT_URL, url);
         (void) curl_easy_setopt(r->easy, CURLOPT_CUSTOMREQUEST, method);
         (void) curl_easy_setopt(r->easy, CURLOPT_HTTPHEADER, r->headers);
-        (void) curl_easy_setopt(r->easy, CURLOPT_WRITEFUNCTION, on_body);
+        (void) curl_easy_setopt(r->easy, CURLOPT_WRITEFUNCTION, curl_buffer_write);
         (void) curl_easy_setopt(r->easy, CURLOPT_WRITEDATA, &r->answer);
         (void) curl_easy_setopt(r->easy, CURLOPT_ERRORBUFFER, r->errbuf);
         (void) curl_easy_setopt(r->easy, CURLOPT_NOSIGNAL, 1L);
@@ -282,29 +253,26 @@ static int resolve_vm(Cli *c, const char *ref, char **ret_id) {
 
 /* ---- output ---- */
 
-static const CliColumn vm_columns[] = {
-        { .header = "NAME", .key = "name" },
-        { .header = "ID", .key = "id" },
-        { .header = "STATE", .key = "state" },
-        { .header = "IP", .key = "ip" },
-        { .header = "IMAGE", .key = "image" },
-        { .header = "CPUS", .key = "cpus" },
-        { .header = "MEMORY", .key = "memoryMiB", .format = "mib" },
-        { .header = NULL },
-};
-static const CliColumn network_columns[] = {
-        { .header = "NAME", .key = "spec.name" },
-        { .header = "CIDR", .key = "spec.cidr" },
-        { .header = "GATEWAY", .key = "gateway" },
-        { .header = "MTU", .key = "spec.mtu" },
-        { .header = "VMS", .key = "leases", .format = "count" },
-        { .header = NULL },
-};
+/* A column: header, key, and a format (cli-table.h) given as .format = …, a few a line. */
+#define COLUMN(h, k, ...) \
+        { .header = h, .key = k, __VA_ARGS__ }
+
+static const CliColumn vm_columns[] = { COLUMN("NAME", "name"),
+                                        COLUMN("ID", "id"),
+                                        COLUMN("STATE", "state"),
+                                        COLUMN("IP", "ip"),
+                                        COLUMN("IMAGE", "image"),
+                                        COLUMN("CPUS", "cpus"),
+                                        COLUMN("MEMORY", "memoryMiB", .format = "mib"),
+                                        {} };
+static const CliColumn network_columns[] = { COLUMN("NAME", "spec.name"),
+                                             COLUMN("CIDR", "spec.cidr"),
+                                             COLUMN("GATEWAY", "gateway"),
+                                             COLUMN("MTU", "spec.mtu"),
+                                             COLUMN("VMS", "leases", .format = "count"),
+                                             {} };
 static const CliColumn image_columns[] = {
-        { .header = "ID", .key = "id" },
-        { .header = "VERSION", .key = "version" },
-        { .header = "KUBERNETES", .key = "kubernetesVersions" },
-        { .header = NULL },
+        COLUMN("ID", "id"), COLUMN("VERSION", "version"), COLUMN("KUBERNETES", "kubernetesVersions"), {}
 };
 
 static int print_text(char *s) {
@@ -341,7 +309,8 @@ static int print_result(Cli *c, const CliCommand *cmd, const json_t *v) {
 
 static int read_input(const char *path, size_t max, char **ret) {
         if (streq(path, "-")) {
-                Buffer b = {};
+                /* stdin is read as a body is received: into the same bounded buffer. */
+                _cleanup_(curl_buffer_done) CurlBuffer b = { .max = max };
                 char chunk[65536];
                 ssize_t n;
 
@@ -349,15 +318,12 @@ static int read_input(const char *path, size_t max, char **ret) {
                         if (n < 0) {
                                 if (errno == EINTR)
                                         continue;
-                                buffer_done(&b);
                                 return -errno;
                         }
-                        if (b.len + (size_t) n > max || on_body(chunk, 1, (size_t) n, &b) != (size_t) n) {
-                                buffer_done(&b);
-                                return -EFBIG;
-                        }
+                        if (curl_buffer_write(chunk, 1, (size_t) n, &b) != (size_t) n)
+                                return b.too_big ? -EFBIG : -ENOMEM;
                 }
-                *ret = b.data ?: strdup("");
+                *ret = b.data ? TAKE_PTR(b.data) : strdup("");
                 return *ret ? 0 : -ENOMEM;
         }
         return read_full_file(path, max, ret, NULL);
@@ -644,7 +610,7 @@ static size_t on_console(char *ptr, size_t size, size_t nmemb, void *userdata) {
 
         (void) curl_easy_getinfo(f->req->easy, CURLINFO_RESPONSE_CODE, &status);
         if (status != 200)
-                return on_body(ptr, size, nmemb, &f->req->answer);
+                return curl_buffer_write(ptr, size, nmemb, &f->req->answer);
         if (fwrite(ptr, 1, n, stdout) != n)
                 return 0;
         fflush(stdout);
@@ -810,7 +776,7 @@ void cli_help(FILE *f) {
                         t[i].group,
                         t[i].verb ? " " : "",
                         t[i].verb ?: "",
-                        t[i].metavar ?: "");
+                        cli_command_metavar(&t[i]) ?: "");
                 fprintf(f, "  %-24s %s\n", left, t[i].summary);
         }
         fprintf(f, "  %-24s %s\n", "vm shell NAME", "an interactive root shell in a VM (see docs/cli.md)");

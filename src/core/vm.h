@@ -61,6 +61,9 @@ json_t *vm_to_json(Vm *v);
 #define VM_CONSOLE_LINES_DEFAULT 100
 #define VM_CONSOLE_LINES_MAX 10000
 int vm_console_json(Vm *v, int64_t lines, json_t **ret, ApiError *reterr);
+/* console.log opened for reading (non-blocking), with its size and inode now: a new run of QEMU
+ * truncates or replaces it. The fd, or -ENOENT before QEMU first ran, or another negative errno. */
+int vm_console_open(Vm *v, uint64_t *ret_size, uint64_t *ret_ino);
 
 /* ---- the operations (vm-ops.c) ---- */
 
