@@ -36,8 +36,9 @@ LAYERS = {
     "api": ["basic", "http", "trace", "core"],
     "mcp": ["basic", "http", "trace", "core"],
     "imds": ["basic", "http", "core"],
+    "cli": ["basic", "core"],
     "daemon": ["basic", "http", "vm", "net", "attest", "images", "metrics", "host", "storage",
-               "trace", "auth", "oci", "core", "api", "mcp", "imds"],
+               "trace", "auth", "oci", "core", "api", "mcp", "imds", "cli"],
 }
 
 # The same section: of these (directory, included directory) pairs only the headers named.
@@ -45,6 +46,7 @@ ONLY = {
     ("api", "core"): {"operation.h"},
     ("mcp", "core"): {"operation.h"},
     ("imds", "core"): {"operation.h"},
+    ("cli", "core"): {"operation.h"},
     ("daemon", "core"): {"manager.h", "vm-exec-helper.h", "manager-firmware.h"},
 }
 

@@ -28,6 +28,7 @@ allowed=(
         "src/host/host-probe.c:waitpid               the host probe runs at start-up, before the loop serves"
         "src/host/host-probe.c:poll                  the host probe runs at start-up, before the loop serves"
         "src/oci/oci-registry.c:nanosleep            image push/pull is the command line's, not the daemon's"
+        "src/cli/cli.c:sleep                         the client commands run in their own process, never on the loop"
         "src/storage/host-install.c:waitpid          the host install runs in its own helper process"
         "src/storage/storage.c:varlink_call_sync     start-up only: GetInfo and the reattach of VMs before the loop serves"
         "src/vm/vm-process.c:waitpid                 reaps a child just SIGKILLed whose watch could not be added"

@@ -2,6 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api-console.h"
 #include "api-rest.h"
 #include "cleanup.h"
 #include "http-util.h"
@@ -22,6 +23,7 @@ struct ApiRest {
         Tracer *tracer;
         CachedBody *cache; /* one per operation of the table */
         size_t n_cache;
+        ApiConsoleStreams *consoles;
 };
 
 int api_rest_new(ApiRest **ret, Manager *m, Tracer *tracer) {
@@ -37,6 +39,9 @@ int api_rest_new(ApiRest **ret, Manager *m, Tracer *tracer) {
         a->cache = calloc(a->n_cache, sizeof(CachedBody));
         if (!a->cache)
                 return -ENOMEM;
+        a->consoles = api_console_streams_new(m);
+        if (!a->consoles)
+                return -ENOMEM;
         *ret = TAKE_PTR(a);
         return 0;
 }
@@ -44,6 +49,7 @@ int api_rest_new(ApiRest **ret, Manager *m, Tracer *tracer) {
 ApiRest *api_rest_free(ApiRest *a) {
         if (!a)
                 return NULL;
+        api_console_streams_free(a->consoles);
         for (size_t i = 0; i < a->n_cache; i++)
                 free(a->cache[i].body);
         free(a->cache);
@@ -408,9 +414,22 @@ bool api_rest_handle(ApiRest *a, HttpRequest *req) {
                 return true;
         }
 
-        /* The guest's raw report: REST only, so not an operation of the table. */
+        /* The guest's raw report and the console stream: REST only, so not operations of the table. */
         if (strneq(sub, "/vms/", 5)) {
                 const char *id = sub + 5, *slash = strchr(id, '/');
+                if (slash && slash > id && streq(slash, "/console/stream")) {
+                        _cleanup_free_ char *vid = strndup(id, slash - id);
+
+                        if (!get || !vid) {
+                                (void) api_error_set(
+                                        &e, -ENOENT, API_ERROR_NOT_FOUND, "no route %s %s", method, path);
+                                reply_error(req, &e);
+                                return true;
+                        }
+                        span_set_http_route(span, API_REST_PREFIX, "/vms/{id}/console/stream");
+                        api_console_stream(a->consoles, req, vid, span ? on_request_done : NULL, span);
+                        return true;
+                }
                 if (slash && slash > id && streq(slash, "/report")) {
                         _cleanup_free_ char *vid = strndup(id, slash - id);
                         Vm *v;

@@ -161,6 +161,7 @@ typedef struct VmExecArgs {
         VmIdArgs vm;
         char **command;
         int64_t timeout_seconds;
+        char *input;
 } VmExecArgs;
 
 typedef struct VmForwardArgs {
@@ -338,7 +339,8 @@ static int op_exec_vm(
 
         if (r < 0)
                 return r;
-        return vm_exec(v, a->command, (usec_t) a->timeout_seconds * USEC_PER_SEC, done, userdata, reterr);
+        return vm_exec(
+                v, a->command, a->input, (usec_t) a->timeout_seconds * USEC_PER_SEC, done, userdata, reterr);
 }
 
 /* The port met its range in the decoder, before the lookup. */
@@ -448,6 +450,12 @@ static const OperationParam exec_vm_params[] = {
           .range_wording = PARAM_RANGE_BETWEEN,
           .default_integer = VM_EXEC_TIMEOUT_DEFAULT / USEC_PER_SEC,
           .offset = offsetof(VmExecArgs, timeout_seconds) },
+        { .name = "stdin",
+          .type = PARAM_STRING,
+          .max_length = VM_EXEC_OUTPUT_MAX,
+          .description = "Text for the command's standard input, at most 1 MiB, followed by end of file; default none "
+                         "(end of file at once)",
+          .offset = offsetof(VmExecArgs, input) },
         { .name = NULL },
 };
 

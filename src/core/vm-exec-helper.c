@@ -20,6 +20,7 @@ DEFINE_TRIVIAL_CLEANUP_FUNC(ssh_key, ssh_key_free);
 
 typedef struct ExecParams {
         char *socket, *host, *address, *vm, *key, *pin, *command;
+        char *input; /* "stdin", optional */
 } ExecParams;
 
 static void exec_params_done(ExecParams *p) {
@@ -30,6 +31,7 @@ static void exec_params_done(ExecParams *p) {
         free(p->key);
         free(p->pin);
         free(p->command);
+        free(p->input);
 }
 
 typedef struct ExecOutput {
@@ -167,6 +169,17 @@ static int exec_session(const ExecParams *p, json_t **ret) {
                 return session_error(false, ret, "ssh session: %s", ssh_error_text(session, timeout));
         if (ssh_channel_request_exec(channel, p->command) != SSH_OK)
                 return session_error(false, ret, "ssh run: %s", ssh_error_text(session, timeout));
+        /* The input goes first and whole (at most VM_EXEC_OUTPUT_MAX): libssh keeps reading what the
+         * command writes while it waits for window to send, so a command that answers as it reads
+         * cannot stall it. Then end of file, given or not, so that a command reading stdin ends. */
+        for (size_t off = 0, n = p->input ? strlen(p->input) : 0; off < n;) {
+                int k = ssh_channel_write(channel, p->input + off, (uint32_t) MIN(n - off, (size_t) 32768));
+                if (k == SSH_ERROR)
+                        return session_error(false, ret, "ssh stdin: %s", ssh_get_error(session));
+                off += (size_t) k;
+        }
+        if (ssh_channel_send_eof(channel) != SSH_OK)
+                return session_error(false, ret, "ssh stdin: %s", ssh_get_error(session));
 
         for (;;) {
                 char buf[16384];
@@ -214,6 +227,7 @@ int vm_exec_helper_main(int argc, char **argv) {
                 { "key", json_dispatch_string, offsetof(ExecParams, key), JSON_MANDATORY },
                 { "pin", json_dispatch_string, offsetof(ExecParams, pin), JSON_MANDATORY },
                 { "command", json_dispatch_string, offsetof(ExecParams, command), JSON_MANDATORY },
+                { "stdin", json_dispatch_string, offsetof(ExecParams, input), 0 },
                 {},
         };
         _cleanup_(exec_params_done) ExecParams p = {};

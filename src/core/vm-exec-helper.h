@@ -15,6 +15,7 @@
  *   "key"      the VM's private key (root's authorized key in the guest)
  *   "pin"      the file that pins the guest's host key (written, 0600, on first use)
  *   "command"  the command line for the remote shell
+ *   "stdin"    (optional) the command's standard input; end of file follows it either way
  *
  * stdout: one JSON object, then the helper exits 0:
  *   {"stdout","stderr","exitCode"[,"stdoutTruncated","stderrTruncated"]}: the command ran

@@ -241,7 +241,8 @@ static int exec_params_fd(
         const char *id,
         const char *key,
         const char *pin,
-        const char *cmd) {
+        const char *cmd,
+        const char *input) {
         _cleanup_close_ int fd = -EBADF;
         json_auto_t *params = NULL;
         _cleanup_free_ char *text = NULL;
@@ -263,6 +264,8 @@ static int exec_params_fd(
                 pin,
                 "command",
                 cmd);
+        if (params && input && json_object_set_new(params, "stdin", json_string(input)) < 0)
+                return -ENOMEM;
         text = params ? json_dumps(params, JSON_COMPACT) : NULL;
         if (!text)
                 return -ENOMEM;
@@ -277,7 +280,8 @@ static int exec_params_fd(
         return TAKE_FD(fd);
 }
 
-int vm_exec(Vm *v, char **command, usec_t timeout, VmDoneFunc done, void *userdata, ApiError *reterr) {
+int vm_exec(
+        Vm *v, char **command, const char *input, usec_t timeout, VmDoneFunc done, void *userdata, ApiError *reterr) {
         _cleanup_free_ char *sock = vm_path(v, "ssh.sock"), *key = vm_path(v, "ssh_key"),
                             *pin = vm_path(v, "ssh_host_key"), *cmd = NULL, *addr = NULL;
         _cleanup_close_ int rfd = -EBADF, wfd = -EBADF, params_fd = -EBADF;
@@ -315,7 +319,7 @@ int vm_exec(Vm *v, char **command, usec_t timeout, VmDoneFunc done, void *userda
                         return api_error_set(reterr, r, API_ERROR_INTERNAL, "dial %s: %s", addr, strerror(-r));
         }
 
-        params_fd = exec_params_fd(sock, vm_ip(v), addr, vm_id(v), key, pin, cmd);
+        params_fd = exec_params_fd(sock, vm_ip(v), addr, vm_id(v), key, pin, cmd, input);
         if (params_fd < 0)
                 return api_error_set(reterr, params_fd, API_ERROR_INTERNAL, "ssh: %s", strerror(-params_fd));
         if (pipe2(pipefd, O_CLOEXEC) < 0)

@@ -246,6 +246,26 @@ void vm_set_error(Vm *v, const char *text) {
 
 /* ---- the console ---- */
 
+int vm_console_open(Vm *v, uint64_t *ret_size, uint64_t *ret_ino) {
+        _cleanup_free_ char *path = vm_path(v, "console.log");
+        _cleanup_close_ int fd = -EBADF;
+        struct stat st;
+
+        if (!path)
+                return -ENOMEM;
+        /* O_NONBLOCK: should the file ever be a FIFO, the open and the reads must still not wait. */
+        fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+        if (fd < 0)
+                return -errno;
+        if (fstat(fd, &st) < 0)
+                return -errno;
+        if (!S_ISREG(st.st_mode))
+                return -EBADFD;
+        *ret_size = (uint64_t) st.st_size;
+        *ret_ino = (uint64_t) st.st_ino;
+        return TAKE_FD(fd);
+}
+
 /* The last n lines of console.log, from its final 64 KiB (a line cut there is dropped). */
 static char *console_tail(Vm *v, int64_t n) {
         _cleanup_free_ char *path = vm_path(v, "console.log"), *buf = NULL;

@@ -61,6 +61,9 @@ json_t *vm_to_json(Vm *v);
 #define VM_CONSOLE_LINES_DEFAULT 100
 #define VM_CONSOLE_LINES_MAX 10000
 int vm_console_json(Vm *v, int64_t lines, json_t **ret, ApiError *reterr);
+/* console.log opened for reading (non-blocking), with its size and inode now: a new run of QEMU
+ * truncates or replaces it. The fd, or -ENOENT before QEMU first ran, or another negative errno. */
+int vm_console_open(Vm *v, uint64_t *ret_size, uint64_t *ret_ino);
 
 /* ---- the operations (vm-ops.c) ---- */
 
@@ -154,14 +157,16 @@ int vm_bootstrap_failed(Vm *v, const void *body, size_t size);
 int vm_forward_port(Vm *v, int64_t port, json_t **ret, ApiError *reterr);
 
 /* exec_vm: runs command (argv) in the guest as root over ssh with the VM's own key, the guest's host
- * key pinned on first use. Output beyond VM_EXEC_OUTPUT_MAX per stream is dropped (and flagged), and
- * a command still running after timeout is abandoned with a timeout error. done gets
+ * key pinned on first use, with input (NULL: none) as its stdin, then end of file. Output beyond
+ * VM_EXEC_OUTPUT_MAX per stream is dropped (and flagged), and a command still running after timeout is
+ * abandoned with a timeout error. done gets
  * {"stdout","stderr","exitCode"} (a non-zero exit is a result). */
 #define VM_EXEC_OUTPUT_MAX ((size_t) 1 << 20)
 #define VM_EXEC_TIMEOUT_DEFAULT (300 * USEC_PER_SEC)
 #define VM_EXEC_TIMEOUT_MAX (3600 * USEC_PER_SEC)
 #define VM_EXEC_HANDSHAKE_TIMEOUT_SEC 15
-int vm_exec(Vm *v, char **command, usec_t timeout, VmDoneFunc done, void *userdata, ApiError *reterr);
+int vm_exec(
+        Vm *v, char **command, const char *input, usec_t timeout, VmDoneFunc done, void *userdata, ApiError *reterr);
 
 /* The guest's systemd-report uploads (IMDS POST /report). The raw bytes are kept in <vm>/report.json
  * (written atomically, loaded again at start-up); the mapped series live in memory. */

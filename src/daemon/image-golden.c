@@ -11,6 +11,7 @@
 
 #include "attest-policy.h"
 #include "cleanup.h"
+#include "curl-util.h"
 #include "flags.h"
 #include "fs-util.h"
 #include "image-golden.h"
@@ -65,36 +66,11 @@ void image_golden_help(void) {
         flags_print_help(stdout, golden_flags, ELEMENTSOF(golden_flags));
 }
 
-typedef struct Buffer {
-        char *data;
-        size_t len;
-        bool too_big;
-} Buffer;
-
-static size_t on_body(char *ptr, size_t size, size_t n, void *userdata) {
-        Buffer *b = userdata;
-        size_t k = size * n;
-        char *d;
-
-        if (b->len + k > GOLDEN_RESPONSE_MAX) {
-                b->too_big = true;
-                return 0;
-        }
-        d = realloc(b->data, b->len + k + 1);
-        if (!d)
-                return 0;
-        memcpy(d + b->len, ptr, k);
-        b->len += k;
-        d[b->len] = 0;
-        b->data = d;
-        return k;
-}
-
 /* GET <server>/api/v1<path> → a JSON value, or an error printed on stderr. */
 static int get_json(const char *path, json_t **ret) {
         _cleanup_free_ char *url = NULL, *auth = NULL;
         struct curl_slist *headers = NULL;
-        Buffer b = {};
+        _cleanup_(curl_buffer_done) CurlBuffer b = { .max = GOLDEN_RESPONSE_MAX };
         long status = 0;
         CURLcode c;
         CURL *h;
@@ -107,7 +83,7 @@ static int get_json(const char *path, json_t **ret) {
                 return -ENOMEM;
         (void) curl_easy_setopt(h, CURLOPT_URL, url);
         (void) curl_easy_setopt(h, CURLOPT_TIMEOUT, GOLDEN_TIMEOUT_SEC);
-        (void) curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
+        (void) curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, curl_buffer_write);
         (void) curl_easy_setopt(h, CURLOPT_WRITEDATA, &b);
         (void) curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
         if (arg_token && asprintf(&auth, "Authorization: Bearer %s", arg_token) >= 0)
@@ -129,7 +105,6 @@ static int get_json(const char *path, json_t **ret) {
                 r = 0;
         curl_slist_free_all(headers);
         curl_easy_cleanup(h);
-        free(b.data);
         return r;
 }
 

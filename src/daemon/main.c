@@ -3,6 +3,7 @@
 #include <stdlib.h>
 
 #include "cleanup.h"
+#include "cli.h"
 #include "host-install.h"
 #include "image-golden.h"
 #include "image-oci.h"
@@ -28,8 +29,9 @@ static void main_help(void) {
                "             publish an image of --image-dir as an OCI artifact\n"
                "  image pull [FLAGS] REF\n"
                "             install an image from an OCI artifact into --image-dir\n"
-               "  help       show this help, or a command's: vm-manager help serve\n\n"
-               "Every command takes --help.\n");
+               "  help       show this help, or a command's: vm-manager help serve\n\n");
+        cli_help(stdout);
+        printf("\nEvery command takes --help.\n");
 }
 
 static void version_help(void) {
@@ -164,6 +166,10 @@ int main(int argc, char **argv) {
         }
         if (streq(cmd, "--version"))
                 return version_main(0, NULL);
+
+        /* The client commands; "image" is also push, pull and golden, which run here. */
+        if (cli_handles(argc - 1, argv + 1))
+                return cli_main(argc - 1, argv + 1, SERVE_LISTEN_DEFAULT);
 
         for (size_t i = 0; i < ELEMENTSOF(commands); i++)
                 if (streq(cmd, commands[i].name))

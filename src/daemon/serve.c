@@ -256,7 +256,7 @@ static const Flag serve_flags[] = {
         {
                 .name = "listen",
                 .env = "VM_MANAGER_LISTEN",
-                .default_value = "127.0.0.1:8080",
+                .default_value = SERVE_LISTEN_DEFAULT,
                 .metavar = "ADDR",
                 .help = "address to serve REST, MCP, health and metrics on (host:port, [ipv6]:port or :port)",
                 .parse = flag_parse_listen,

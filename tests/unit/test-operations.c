@@ -256,8 +256,8 @@ static void test_openapi_limits_match_table(void **state) {
                 }
         }
         /* cpus, memory_mib, disk_gib; image, kubernetes_version, network, user_data; mtu; command,
-         * timeout_seconds; port */
-        assert_int_equal(checked, 11);
+         * timeout_seconds, stdin; port */
+        assert_int_equal(checked, 12);
 }
 
 /* A parameter is added to an operation by declaring it, and nothing else: here "gpus" is the one
