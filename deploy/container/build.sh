@@ -122,6 +122,11 @@ fi
 version=$("$bin" version 2>/dev/null | awk 'NR == 1 { print $3 }' || true)
 c=$(buildah from "$base")
 buildah copy --quiet "$c" "$bin" /usr/bin/vm-manager
+# The firmware run's static init, looked up beside the binary: without it the daemon in a pod could
+# not learn this firmware's PCRs 0, 2, 3, 6 and would need golden values again.
+fwlog_init=$(dirname "$bin")/vm-manager-fwlog-init
+[ -x "$fwlog_init" ] || { echo "build.sh: $fwlog_init is missing (built beside the daemon)" >&2; exit 1; }
+buildah copy --quiet "$c" "$fwlog_init" /usr/bin/vm-manager-fwlog-init
 # In a pod the VMs are child processes of the daemon (a pod has no service manager of its own) and
 # the state directory is the pod's volume (the chart's persistence).
 buildah config \
