@@ -825,7 +825,12 @@ def t_cluster(work):
     # the worker
     endpoint = "%s:6443" % cp.get("ip")
     t0 = time.monotonic()
+    # One vCPU for the worker: under TCG every vCPU is a host thread, and two VMs of two vCPUs on a
+    # two-core host left the control plane's API server so little CPU while the worker booted that
+    # its liveness probe failed and kubelet restarted it in the middle of the join (kubeadm's CPU
+    # preflight asks two only of a control plane).
     status, w = create_vm(port, {"name": "e2e-worker", "image": ref, "kubernetes_version": kv, "memory_mib": 2048,
+                                 "cpus": 1,
                                  "disk_gib": 10, "require_attestation": True,
                                  "user_data": cabpk_ignition("join", join_yml("e2e-worker", endpoint, ca_hash)),
                                  "wait_for": "ready"})
