@@ -12,7 +12,7 @@
 #                the CI subset of the end-to-end suite (suite e2e-ci) last
 #   make bench   run bench/ and print the figures that go into docs/benchmarks.md
 #   make e2e     real boots of the guest image through the daemon, every test (tests/e2e; about
-#                25 minutes under TCG; E2E_TESTS=create,reject picks tests)
+#                25 minutes under TCG; E2E_TESTS=create,fresh picks tests)
 #   make image   build the guest image into images/build (or take it from the cache; images/README.md)
 #   make image-verify  check images/build's policy.json and signed manifests against its files
 #   make image-smoke   boot images/build under TCG without the daemon (install, READY=1, PCR 11)
