@@ -865,6 +865,9 @@ def test_daemon(work):
 
     def poll():
         while not stop.is_set():
+            # A short pause: without it the requests' debug lines outrun this harness's reading of
+            # the daemon's stderr, and the loop waits in write() (the loop check fails on that).
+            time.sleep(0.01)
             lst = images()
             if lst is None:
                 continue
