@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include "macro.h"
@@ -63,4 +65,28 @@ int proc_stats(pid_t pid, ProcStats *ret) {
                 .rss_bytes = resident * (unsigned long long) page,
         };
         return 0;
+}
+
+pid_t process_fork_exec(char *const *argv, int out_fd) {
+        pid_t parent = getpid(), pid;
+        sigset_t none;
+
+        pid = fork();
+        if (pid < 0)
+                return -errno;
+        if (pid > 0) {
+                /* the child's own setpgid() may not have run yet when the caller signals the group */
+                (void) setpgid(pid, pid);
+                return pid;
+        }
+        (void) setpgid(0, 0);
+        if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != parent)
+                _exit(127);
+        sigemptyset(&none);
+        (void) sigprocmask(SIG_SETMASK, &none, NULL);
+        if (out_fd >= 0 && (dup2(out_fd, STDOUT_FILENO) < 0 || dup2(out_fd, STDERR_FILENO) < 0))
+                _exit(127);
+        execvp(argv[0], argv);
+        fprintf(stderr, "cannot execute '%s': %m\n", argv[0]);
+        _exit(127);
 }

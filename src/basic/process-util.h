@@ -14,3 +14,11 @@ typedef struct ProcStats {
 /* -EINVAL for pid <= 0, -ENOENT (or another errno) when the process is gone, -EBADMSG when /proc
  * says something else than expected. */
 int proc_stats(pid_t pid, ProcStats *ret);
+
+/* Forks a child that execs argv (argv[0] searched in PATH) in a process group of its own, with no
+ * signal blocked, SIGKILL as its parent-death signal (a parent that ended before that was set makes
+ * it exit at once) and, when out_fd >= 0, stdout and stderr on out_fd. Returns the child's pid, or
+ * a negative errno when fork() fails; the child exits 127 when the exec fails, after saying so on
+ * stderr. For helper processes only (the guard, the firmware run): the daemon's loop starts its
+ * children through the VmSpawner thread. */
+pid_t process_fork_exec(char *const *argv, int out_fd);

@@ -12,7 +12,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -24,6 +23,7 @@
 #include "json-util.h"
 #include "manager-firmware.h"
 #include "parse-util.h"
+#include "process-util.h"
 #include "time-util.h"
 
 #ifndef VMM_LIBEXECDIR
@@ -234,24 +234,6 @@ static int write_initramfs(const char *path, const char *init) {
         return r;
 }
 
-static pid_t spawn(char **argv, int out_fd) {
-        pid_t parent = getpid(), pid = fork();
-
-        if (pid != 0)
-                return pid;
-        (void) prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (getppid() != parent)
-                _exit(EXIT_FAILURE);
-        (void) setpgid(0, 0);
-        if (out_fd >= 0) {
-                (void) dup2(out_fd, STDOUT_FILENO);
-                (void) dup2(out_fd, STDERR_FILENO);
-        }
-        execvp(argv[0], argv);
-        fprintf(stderr, "firmware run: cannot run %s: %s\n", argv[0], strerror(errno));
-        _exit(127);
-}
-
 /* Waits up to timeout for pid; *ret_status its wait status. -ETIMEDOUT when it is still running. */
 static int wait_for(pid_t pid, usec_t timeout, int *ret_status) {
         usec_t end = now_usec(CLOCK_MONOTONIC) + timeout;
@@ -335,9 +317,9 @@ static int boot(Run *r, const char *kernel, const char *initrd, char **ret_conso
                 (char *) "--terminate",
                 NULL,
         };
-        r->swtpm = spawn(swtpm_argv, STDERR_FILENO);
+        r->swtpm = process_fork_exec(swtpm_argv, STDERR_FILENO);
         if (r->swtpm < 0)
-                return fail("cannot fork: %s", strerror(errno));
+                return fail("cannot fork: %s", strerror((int) -r->swtpm));
         for (usec_t end = now_usec(CLOCK_MONOTONIC) + SWTPM_SOCKET_WAIT_USEC; access(sock, F_OK) < 0;) {
                 if (waitpid(r->swtpm, &status, WNOHANG) == r->swtpm) {
                         r->swtpm = 0;
@@ -393,9 +375,9 @@ static int boot(Run *r, const char *kernel, const char *initrd, char **ret_conso
                 (char *) "console=ttyS0 quiet panic=-1 rdinit=/init",
                 NULL,
         };
-        r->qemu = spawn(qemu_argv, STDERR_FILENO);
+        r->qemu = process_fork_exec(qemu_argv, STDERR_FILENO);
         if (r->qemu < 0)
-                return fail("cannot fork: %s", strerror(errno));
+                return fail("cannot fork: %s", strerror((int) -r->qemu));
         k = wait_for(r->qemu, QEMU_TIMEOUT_USEC, &status);
         if (k == -ETIMEDOUT)
                 return fail(

@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <string.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -10,6 +11,7 @@
 #include <unistd.h>
 
 #include "macro.h"
+#include "process-util.h"
 #include "time-util.h"
 #include "vm-guard.h"
 
@@ -108,25 +110,10 @@ static int end_like(int sig, int status) {
         return 128 + sig;
 }
 
-_noreturn_ static void run_program(char **argv, pid_t guard) {
-        sigset_t none;
-
-        /* A group of its own, to be ended in one kill(); and if the guard is killed with SIGKILL after
-         * all, the program goes with it (its children then cannot be helped). */
-        (void) setpgid(0, 0);
-        if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != guard)
-                _exit(127);
-        sigemptyset(&none);
-        (void) sigprocmask(SIG_SETMASK, &none, NULL);
-        execvp(argv[0], argv);
-        fprintf(stderr, "vm-manager guard: cannot execute '%s': %m\n", argv[0]);
-        _exit(127);
-}
-
 int vm_guard_main(int argc, char **argv) {
         sigset_t wait_for;
         bool program_done = false;
-        pid_t parent, guard = getpid(), program;
+        pid_t parent, program;
         int status = 0, sig = 0;
 
         if (argc < 1 || !argv[0]) {
@@ -149,15 +136,13 @@ int vm_guard_main(int argc, char **argv) {
         if (prctl(PR_SET_PDEATHSIG, SIGTERM) < 0 || getppid() != parent)
                 return 127;
 
-        program = fork();
+        /* A group of its own, to be ended in one kill(); and if the guard is killed with SIGKILL
+         * after all, the program goes with it (its children then cannot be helped). */
+        program = process_fork_exec(argv, -1);
         if (program < 0) {
-                fprintf(stderr, "vm-manager guard: cannot fork: %m\n");
+                fprintf(stderr, "vm-manager guard: cannot fork: %s\n", strerror((int) -program));
                 return 127;
         }
-        if (program == 0)
-                run_program(argv, guard);
-        /* the child's own setpgid() may not have run yet when a signal comes */
-        (void) setpgid(program, program);
 
         while (!program_done) {
                 siginfo_t si;
