@@ -11,6 +11,7 @@
 #include "fs-util.h"
 #include "host-probe.h"
 #include "json-util.h"
+#include "list.h"
 #include "log.h"
 #include "manager-firmware.h"
 #include "manager.h"
@@ -75,14 +76,8 @@ struct FirmwareRuns {
 static void wait_unlink(FirmwareWait *w) {
         if (!w->entry)
                 return;
-        if (w->prev)
-                w->prev->next = w->next;
-        else
-                w->entry->waits = w->next;
-        if (w->next)
-                w->next->prev = w->prev;
+        LIST_REMOVE(w->entry->waits, w);
         w->entry = NULL;
-        w->prev = w->next = NULL;
         w->timer = sd_event_source_disable_unref(w->timer);
 }
 
@@ -515,10 +510,7 @@ int firmware_runs_wait(
         if (r < 0)
                 return r;
         w->entry = e;
-        w->next = e->waits;
-        if (e->waits)
-                e->waits->prev = w;
-        e->waits = w;
+        LIST_PREPEND(e->waits, w);
         *ret = TAKE_PTR(w);
         return 1;
 }

@@ -13,6 +13,7 @@
 #include "imds-keys.h"
 #include "imds.h"
 #include "json-util.h"
+#include "list.h"
 #include "log.h"
 #include "parse-util.h"
 
@@ -223,12 +224,7 @@ static void judge_quote(HttpRequest *req, Vm *v, bool waited) {
 static HeldQuote *held_quote_free(HeldQuote *h) {
         if (!h)
                 return NULL;
-        if (h->prev)
-                h->prev->next = h->next;
-        else if (h->server->held == h)
-                h->server->held = h->next;
-        if (h->next)
-                h->next->prev = h->prev;
+        LIST_REMOVE(h->server->held, h);
         vm_attest_quote_wait_free(h->wait);
         http_request_unref(h->req);
         vm_unref(h->vm);
@@ -288,10 +284,7 @@ static void serve_quote(HttpRequest *req, ImdsServer *s, Vm *v) {
         }
         h->req = http_request_ref(req);
         h->vm = vm_ref(v);
-        h->next = s->held;
-        if (s->held)
-                s->held->prev = h;
-        s->held = h;
+        LIST_PREPEND(s->held, h);
         log_info("VM %s: its quote waits for the firmware run of its memory size and CPU count.", vm_id(v));
         http_request_suspend(req);
 }
