@@ -217,20 +217,12 @@ int vm_attest_nonce(Vm *v, char ret[static 65]) {
         return 0;
 }
 
-/* The image's policy, or why there is none (a rejection, not a failure). */
-static AttestPolicy *policy_for(Vm *v, char **ret_why) {
-        Manager *m = vm_manager(v);
-        const char *ref = vm_spec(v)->image;
-        const Image *img = image_catalog_resolve(manager_images(m), ref);
+static AttestPolicy *policy_of(const Image *img, char **ret_why) {
         _cleanup_(api_error_done) ApiError e = API_ERROR_NULL;
         AttestPolicy *p = NULL;
 
-        if (!img) {
-                asprintf_or_null(ret_why, "no attestation policy: image %s is not in the catalog", ref);
-                return NULL;
-        }
         if (!img->policy) {
-                asprintf_or_null(ret_why, "no attestation policy: image %s has no policy.json", ref);
+                asprintf_or_null(ret_why, "no attestation policy: image %s has no policy.json", img->ref);
                 return NULL;
         }
         if (attest_policy_from_json(img->policy, &p, &e) < 0) {
@@ -238,6 +230,71 @@ static AttestPolicy *policy_for(Vm *v, char **ret_why) {
                 return NULL;
         }
         return p;
+}
+
+/* Whether the quote's PCR 11 is the one policy p expects at the stage's phase. */
+static bool pcr11_matches(const AttestPolicy *p, AttestStage stage, const char *quoted) {
+        const char *phase = attest_stage_phase(stage), *want = phase ? attest_policy_pcr11(p, phase) : NULL;
+
+        return want && quoted && strcasecmp(want, quoted) == 0;
+}
+
+/* The policy a quote is judged by, or why there is none (a rejection, not a failure), and the image
+ * version it belongs to in *ret_version (borrowed from the catalog until its next rescan).
+ *
+ * The quote, not the record, says which version booted: a VM updates itself in place (systemd-sysupdate
+ * writes the next version into its B slot, and systemd-boot boots it on trial), so its UKI may be a
+ * later version of the image it was created from. The VM's own version is taken when the quoted PCR 11
+ * is its value, otherwise the version of the same image id whose policy expects the quoted PCR 11 (the
+ * claimed value only chooses; the verification then proves it against the signed quote). Where none
+ * does, the VM's own policy judges, and *ret_note says that no version this host serves matches. */
+static AttestPolicy *policy_for(
+                Vm *v, AttestStage stage, const char *quoted_pcr11, const char **ret_version, char **ret_note, char **ret_why) {
+        Manager *m = vm_manager(v);
+        ImageCatalog *c = manager_images(m);
+        const char *ref = vm_spec(v)->image;
+        const Image *img = image_catalog_resolve(c, ref);
+        _cleanup_(attest_policy_freep) AttestPolicy *own = NULL;
+        _cleanup_free_ char *versions = NULL;
+
+        *ret_version = NULL;
+        if (!img) {
+                asprintf_or_null(ret_why, "no attestation policy: image %s is not in the catalog", ref);
+                return NULL;
+        }
+        own = policy_of(img, ret_why);
+        if (own && (!quoted_pcr11 || pcr11_matches(own, stage, quoted_pcr11))) {
+                *ret_version = img->version;
+                return TAKE_PTR(own);
+        }
+        for (size_t k = 0; quoted_pcr11 && k < image_catalog_size(c); k++) {
+                const Image *other = image_catalog_at(c, k);
+                _cleanup_free_ char *ignored = NULL, *more = NULL;
+                AttestPolicy *p;
+
+                if (other == img || !streq(other->id, img->id))
+                        continue;
+                p = policy_of(other, &ignored);
+                if (p && pcr11_matches(p, stage, quoted_pcr11)) {
+                        *ret_version = other->version;
+                        return p;
+                }
+                attest_policy_free(p);
+                if (asprintf(&more, "%s, %s", versions ?: img->version, other->version) < 0)
+                        return NULL;
+                free(versions);
+                versions = TAKE_PTR(more);
+        }
+        if (own) {
+                *ret_version = img->version;
+                asprintf_or_null(
+                        ret_note,
+                        "; the quoted pcr 11 is no version of image %s this host serves (%s): the vm booted a uki "
+                        "that is not in the catalog",
+                        img->id,
+                        versions ?: img->version);
+        }
+        return TAKE_PTR(own);
 }
 
 /* Where the host's firmware is not the one the golden values were recorded with, the verdict says so. */
@@ -615,8 +672,9 @@ int vm_attest_quote(Vm *v, const void *body, size_t size, bool waited, json_t **
         _cleanup_(attest_quote_request_done) AttestQuoteRequest req = {};
         _cleanup_(attest_result_done) AttestResult res = {};
         _cleanup_(attest_policy_freep) AttestPolicy *policy = NULL;
-        _cleanup_free_ char *why = NULL, *note = NULL, *no_ak = NULL;
+        _cleanup_free_ char *why = NULL, *note = NULL, *no_ak = NULL, *version_note = NULL;
         char pcr12[ATTEST_SHA256_HEX + 1];
+        const char *version = NULL;
         json_auto_t *result = NULL;
         Manager *m = vm_manager(v);
         VmQuoteVerdict verdict;
@@ -647,7 +705,7 @@ int vm_attest_quote(Vm *v, const void *body, size_t size, bool waited, json_t **
                 _cleanup_free_ char *fw_late = NULL;
                 bool fw_pending = false;
 
-                policy = policy_for(v, &why);
+                policy = policy_for(v, stage, req.pcrs_sha256[11], &version, &version_note, &why);
                 /* a VM from before this daemon's start may have a shape no run was asked for yet */
                 fw = firmware_runs_lookup(
                         manager_firmware_runs(m),
@@ -689,13 +747,28 @@ int vm_attest_quote(Vm *v, const void *body, size_t size, bool waited, json_t **
                 r = attest_verify_quote(manager_nonces(m), &req, &params, &res);
                 if (r < 0)
                         return api_error_set(reterr, r, API_ERROR_INTERNAL, QUOTE_NOT_PROCESSED);
-                if (!res.verified && res.message && strstr(res.message, "golden mismatch") &&
-                    (note = firmware_note(v, policy))) {
+                if (!res.verified && res.message && strstr(res.message, "golden mismatch"))
+                        note = firmware_note(v, policy);
+                else if (!res.verified && res.message && startswith(res.message, "pcr 11 mismatch"))
+                        note = TAKE_PTR(version_note);
+                if (note) {
                         char *longer = NULL;
                         asprintf_or_null(&longer, "%s%s", res.message, note);
                         if (longer) {
                                 free(res.message);
                                 res.message = longer;
+                        }
+                }
+                if (res.verified && version && (!v->rec.att.booted_version || !streq(v->rec.att.booted_version, version))) {
+                        char *copy = strdup(version);
+                        if (copy) {
+                                if (v->rec.att.booted_version)
+                                        log_info("VM %s: boots version %s of its image now (was %s)",
+                                                 vm_id(v),
+                                                 version,
+                                                 v->rec.att.booted_version);
+                                free(v->rec.att.booted_version);
+                                v->rec.att.booted_version = copy;
                         }
                 }
                 /* Trust on first use is gone: no_ak_message is always set, so nothing enrolls. */

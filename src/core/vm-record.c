@@ -18,8 +18,8 @@
  *   {"qemu"|"swtpm"|"vsock": {"pid", "unit"? (since the systemd launcher)}}), ip?, mac?, cid,
  *   machineID, booted, status?, sshPublicKey, attestation ({"required", "userDataReleased",
  *   "nonceIssuedAt"?, "initrd"?, "ready"?, "akPinned"? (on disk), "akActivated"? (since credential
- *   activation), "kernelCmdlineExtra"? (on disk, since PCR 12 is predicted)}; the verdicts since quotes were
- * judged), createdAt, createdBy? (since OAuth), installedAt?, bootedAt?, readyAt?, lastError?, consoleTail?
+ *   activation), "kernelCmdlineExtra"? (on disk, since PCR 12 is predicted), "bootedVersion"? (since in-place
+ * updates)}; the verdicts since quotes were judged), createdAt, createdBy? (since OAuth), installedAt?, bootedAt?, readyAt?, lastError?, consoleTail?
  * (since failures kept the console), forwards (since forward_port kept them), paths ({"dir", "volume",
  * "console", "tpmState", "ovmfVars", "qmpSocket", "sshKey", "userData", "report", "qemuLog"}: derived from
  * the directory, only "volume" is read back).
@@ -44,6 +44,7 @@ void vm_attestation_done(VmAttestation *a) {
         free(a->ak_activated);
         free(a->ek_why);
         free(a->cmdline_extra);
+        free(a->booted_version);
         *a = (VmAttestation){};
 }
 
@@ -136,6 +137,8 @@ json_t *vm_attestation_to_json_full(const VmAttestation *a, bool for_disk) {
         if (for_disk && a->cmdline_extra &&
             json_object_set_new(o, "kernelCmdlineExtra", json_string(a->cmdline_extra)) < 0)
                 return NULL;
+        if (json_set_str(o, "bootedVersion", a->booted_version) < 0)
+                return NULL;
         return TAKE_PTR(o);
 }
 
@@ -219,6 +222,10 @@ json_t *vm_record_to_json(const VmRecord *r, const char *dir, bool for_disk) {
 
         att = vm_attestation_to_json_full(&r->att, for_disk);
         if (!att || json_object_set(o, "attestation", att) < 0)
+                return NULL;
+        /* get_vm names the version the VM runs beside the one it was created from ("image"); on disk
+         * it lives in the attestation only */
+        if (!for_disk && json_set_str(o, "bootedVersion", r->att.booted_version) < 0)
                 return NULL;
 
         if (vm_json_set_time(o, "createdAt", r->created_at) < 0 ||
@@ -321,6 +328,7 @@ typedef struct AttestationInput {
         char *ek;
         char *ek_why;
         char *cmdline_extra;
+        char *booted_version;
         json_t *checked;
 } AttestationInput;
 
@@ -338,6 +346,7 @@ static int attestation_from_json(json_t *o, VmAttestation *a, ApiError *reterr) 
                 { "ekPending", json_dispatch_bool, ATT(ek_pending), JSON_NULLABLE },
                 { "ekCertificate", json_dispatch_string, ATT(ek), JSON_NULLABLE },
                 { "ekCertificateMessage", json_dispatch_string, ATT(ek_why), JSON_NULLABLE },
+                { "bootedVersion", json_dispatch_string, ATT(booted_version), JSON_NULLABLE },
                 {},
         };
 #undef ATT
@@ -355,6 +364,7 @@ static int attestation_from_json(json_t *o, VmAttestation *a, ApiError *reterr) 
                 free(in.ek_why);
                 free(in.ek);
                 free(in.cmdline_extra);
+                free(in.booted_version);
                 return r == -ENOMEM ? r : bad(reterr, "field \"attestation\": %s", e.message ?: "malformed");
         }
         a->required = in.required;
@@ -368,6 +378,7 @@ static int attestation_from_json(json_t *o, VmAttestation *a, ApiError *reterr) 
         free(in.ek);
         a->ek_why = in.ek_why;
         a->cmdline_extra = in.cmdline_extra;
+        a->booted_version = in.booted_version;
         a->nonce_issued_at = time_or_unset(json_string_value(json_object_get(o, "nonceIssuedAt")));
         a->has_initrd = attest_result_from_json(json_object_get(o, "initrd"), &a->initrd) >= 0;
         a->has_ready = attest_result_from_json(json_object_get(o, "ready"), &a->ready) >= 0;

@@ -293,9 +293,39 @@ def test_attest(work):
                    and left == [], "a new boot's first nonce removes the event logs of the boot before",
                    "%r %d %d %d %r %r %r" % (kept, status, status2, st, left, stopped, started))
 
-        # a rejected quote's logs are kept too, until delete_vm removes the VM's directory
+        # An update in place: version 1.1 of the image is published beside 1.0, and the VM's quote
+        # carries 1.1's PCR 11 (its guest installed 1.1 into its B slot and booted it). The quote, not
+        # the record, says which version booted: it is judged by 1.1's policy, and get_vm shows 1.1.
+        for ext in (".efi", ".raw"):
+            with open(os.path.join(images, "fake_1.1" + ext), "wb") as f:
+                f.write(b"\0" * 4096)
+        newer = {"image_id": "fake", "image_version": "1.1",
+                 "pcr11": {"enter-initrd": extended("43" * 32), "enter-initrd:leave-initrd:sysinit:ready": ZERO},
+                 "golden": {"sha256": dict({str(i): ZERO for i in (2, 3, 4, 6, 7)}, **{"0": extended("42" * 32)})}}
+        with open(os.path.join(images, "fake_1.1.policy.json"), "w") as f:
+            json.dump(newer, f)
+        for _ in range(100):
+            status, img = api(port, "GET", "/images/fake_1.1")
+            if status == 200 and img.get("policy"):
+                break
+            time.sleep(0.1)
         rc, out = attest_logged(log0 + record(11, "43" * 32))
+        status, vmrec = api(port, "GET", "/vms/" + vid)
+        status2, att = api(port, "GET", "/vms/%s/attestation" % vid)
+        tap.result(rc == 0 and (vmrec or {}).get("bootedVersion") == "1.1" and vmrec.get("image") == "fake_1.0"
+                   and (att or {}).get("bootedVersion") == "1.1" and att.get("initrd", {}).get("verified") is True,
+                   "a quote of version 1.1's UKI is judged by 1.1's policy: verified, get_vm shows bootedVersion 1.1",
+                   "rc %d %s %r %r" % (rc, out[-300:], vmrec, att))
+
+        # a rejected quote's logs are kept too, until delete_vm removes the VM's directory; this one
+        # measured a UKI of no version the catalog holds
+        subprocess.run(["tpm2_pcrextend", "11:sha256=" + "44" * 32], env=tenv, check=True, capture_output=True)
+        rc, out = attest_logged(log0 + record(11, "43" * 32) + record(11, "44" * 32))
         kept = os.path.exists(os.path.join(vmdir, "attest-initrd-userspace.log"))
+        tap.result(rc == 2 and "pcr 11 mismatch for phase enter-initrd: expected " + ZERO in out
+                   and "the quoted pcr 11 is no version of image fake this host serves (1.0, 1.1): the vm booted a uki "
+                   "that is not in the catalog" in out,
+                   "a PCR 11 of no version in the catalog is rejected, and the verdict says so", out[-400:])
 
         # another AK after the activation
         subprocess.run(["tpm2_evictcontrol", "-C", "o", "-c", "0x81010002"], env=tenv, check=True, capture_output=True)
