@@ -249,13 +249,18 @@ static bool pcr11_matches(const AttestPolicy *p, AttestStage stage, const char *
  * claimed value only chooses; the verification then proves it against the signed quote). Where none
  * does, the VM's own policy judges, and *ret_note says that no version this host serves matches. */
 static AttestPolicy *policy_for(
-                Vm *v, AttestStage stage, const char *quoted_pcr11, const char **ret_version, char **ret_note, char **ret_why) {
+        Vm *v,
+        AttestStage stage,
+        const char *quoted_pcr11,
+        const char **ret_version,
+        char **ret_note,
+        char **ret_why) {
         Manager *m = vm_manager(v);
         ImageCatalog *c = manager_images(m);
         const char *ref = vm_spec(v)->image;
         const Image *img = image_catalog_resolve(c, ref);
         _cleanup_(attest_policy_freep) AttestPolicy *own = NULL;
-        _cleanup_free_ char *versions = NULL;
+        _cleanup_free_ char *versions = NULL, *unjudged = NULL;
 
         *ret_version = NULL;
         if (!img) {
@@ -270,6 +275,7 @@ static AttestPolicy *policy_for(
         for (size_t k = 0; quoted_pcr11 && k < image_catalog_size(c); k++) {
                 const Image *other = image_catalog_at(c, k);
                 _cleanup_free_ char *ignored = NULL, *more = NULL;
+                char **list;
                 AttestPolicy *p;
 
                 if (other == img || !streq(other->id, img->id))
@@ -279,20 +285,26 @@ static AttestPolicy *policy_for(
                         *ret_version = other->version;
                         return p;
                 }
+                list = p ? &versions : &unjudged;
                 attest_policy_free(p);
-                if (asprintf(&more, "%s, %s", versions ?: img->version, other->version) < 0)
+                if (asprintf(&more, "%s%s%s", *list ?: "", *list ? ", " : "", other->version) < 0)
                         return NULL;
-                free(versions);
-                versions = TAKE_PTR(more);
+                free(*list);
+                *list = TAKE_PTR(more);
         }
         if (own) {
                 *ret_version = img->version;
                 asprintf_or_null(
                         ret_note,
-                        "; the quoted pcr 11 is no version of image %s this host serves (%s): the vm booted a uki "
-                        "that is not in the catalog",
+                        "; the quoted pcr 11 is no version of image %s this host has a policy for (%s%s%s%s%s): the "
+                        "vm booted a uki that is not in the catalog%s",
                         img->id,
-                        versions ?: img->version);
+                        img->version,
+                        versions ? ", " : "",
+                        versions ?: "",
+                        unjudged ? "; without a policy.json: " : "",
+                        unjudged ?: "",
+                        unjudged ? " or has no policy" : "");
         }
         return TAKE_PTR(own);
 }
@@ -759,14 +771,16 @@ int vm_attest_quote(Vm *v, const void *body, size_t size, bool waited, json_t **
                                 res.message = longer;
                         }
                 }
-                if (res.verified && version && (!v->rec.att.booted_version || !streq(v->rec.att.booted_version, version))) {
+                if (res.verified && version &&
+                    (!v->rec.att.booted_version || !streq(v->rec.att.booted_version, version))) {
                         char *copy = strdup(version);
                         if (copy) {
                                 if (v->rec.att.booted_version)
-                                        log_info("VM %s: boots version %s of its image now (was %s)",
-                                                 vm_id(v),
-                                                 version,
-                                                 v->rec.att.booted_version);
+                                        log_info(
+                                                "VM %s: boots version %s of its image now (was %s)",
+                                                vm_id(v),
+                                                version,
+                                                v->rec.att.booted_version);
                                 free(v->rec.att.booted_version);
                                 v->rec.att.booted_version = copy;
                         }

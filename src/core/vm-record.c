@@ -18,11 +18,11 @@
  *   {"qemu"|"swtpm"|"vsock": {"pid", "unit"? (since the systemd launcher)}}), ip?, mac?, cid,
  *   machineID, booted, status?, sshPublicKey, attestation ({"required", "userDataReleased",
  *   "nonceIssuedAt"?, "initrd"?, "ready"?, "akPinned"? (on disk), "akActivated"? (since credential
- *   activation), "kernelCmdlineExtra"? (on disk, since PCR 12 is predicted), "bootedVersion"? (since in-place
- * updates)}; the verdicts since quotes were judged), createdAt, createdBy? (since OAuth), installedAt?, bootedAt?, readyAt?, lastError?, consoleTail?
- * (since failures kept the console), forwards (since forward_port kept them), paths ({"dir", "volume",
- * "console", "tpmState", "ovmfVars", "qmpSocket", "sshKey", "userData", "report", "qemuLog"}: derived from
- * the directory, only "volume" is read back).
+ *   activation), "kernelCmdlineExtra"? (on disk, since PCR 12 is predicted), "bootedVersion"? (since
+ * in-place updates)}; the verdicts since quotes were judged), createdAt, createdBy? (since OAuth),
+ * installedAt?, bootedAt?, readyAt?, lastError?, consoleTail? (since failures kept the console), forwards
+ * (since forward_port kept them), paths ({"dir", "volume", "console", "tpmState", "ovmfVars", "qmpSocket",
+ * "sshKey", "userData", "report", "qemuLog"}: derived from the directory, only "volume" is read back).
  *
  * A key that was never written is refused, and so is a value of the wrong type: such a record is
  * quarantined (vm-load.c), never half loaded. */

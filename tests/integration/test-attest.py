@@ -323,7 +323,7 @@ def test_attest(work):
         rc, out = attest_logged(log0 + record(11, "43" * 32) + record(11, "44" * 32))
         kept = os.path.exists(os.path.join(vmdir, "attest-initrd-userspace.log"))
         tap.result(rc == 2 and "pcr 11 mismatch for phase enter-initrd: expected " + ZERO in out
-                   and "the quoted pcr 11 is no version of image fake this host serves (1.0, 1.1): the vm booted a uki "
+                   and "the quoted pcr 11 is no version of image fake this host has a policy for (1.0, 1.1): the vm booted a uki "
                    "that is not in the catalog" in out,
                    "a PCR 11 of no version in the catalog is rejected, and the verdict says so", out[-400:])
 
