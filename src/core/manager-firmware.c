@@ -23,6 +23,7 @@
 #define RUN_LOG_MAX ((size_t) 64 << 10)
 
 typedef enum RunState {
+        RUN_NONE, /* looked up, but no run was asked for yet (and none is cached) */
         RUN_QUEUED,
         RUN_RUNNING,
         RUN_KNOWN,
@@ -30,10 +31,8 @@ typedef enum RunState {
 } RunState;
 
 static const char *const run_state_table[] = {
-        [RUN_QUEUED] = "queued",
-        [RUN_RUNNING] = "running",
-        [RUN_KNOWN] = "known",
-        [RUN_FAILED] = "failed",
+        [RUN_NONE] = "none",   [RUN_QUEUED] = "queued", [RUN_RUNNING] = "running",
+        [RUN_KNOWN] = "known", [RUN_FAILED] = "failed",
 };
 
 typedef struct FirmwareEntry FirmwareEntry;
@@ -52,7 +51,7 @@ struct FirmwareEntry {
         unsigned cpus;
         RunState state;
         AttestFirmwareExpect expect; /* RUN_KNOWN */
-        char *error;                 /* RUN_FAILED */
+        char *error;                 /* RUN_FAILED (NULL only when out of memory) */
         char *ran_at, *kernel;       /* RUN_KNOWN, from the cache entry */
         double seconds;
         usec_t started; /* CLOCK_MONOTONIC, RUN_RUNNING */
@@ -396,7 +395,7 @@ const AttestFirmwareExpect *firmware_runs_lookup(
                         *ret_why = "out of memory";
                         return NULL;
                 }
-                *e = (FirmwareEntry){ .runs = f, .memory_mib = memory_mib, .cpus = cpus, .state = RUN_FAILED };
+                *e = (FirmwareEntry){ .runs = f, .memory_mib = memory_mib, .cpus = cpus, .state = RUN_NONE };
                 f->entries[f->n++] = e;
                 r = entry_load(e);
                 if (r < 0 && r != -ENOENT)
@@ -405,11 +404,8 @@ const AttestFirmwareExpect *firmware_runs_lookup(
                                 "Firmware run cache for %" PRIu64 " MiB, %u CPUs does not load, ignoring: %m",
                                 memory_mib,
                                 cpus);
-                if (r < 0) {
-                        /* not run yet: a failure of its own only once a run was asked for */
-                        e->state = RUN_FAILED;
-                        e->error = NULL;
-                }
+                if (r < 0)
+                        e->state = RUN_NONE; /* not run yet: a failure only once a run was asked for */
         }
 
         switch (e->state) {
@@ -429,16 +425,15 @@ const AttestFirmwareExpect *firmware_runs_lookup(
                         (now_usec(CLOCK_MONOTONIC) - e->started) / USEC_PER_SEC);
                 break;
         case RUN_FAILED:
-                if (e->error) {
-                        set_why(e,
-                                "the firmware run for %" PRIu64
-                                " MiB, %u CPUs failed: %s; pin the firmware with "
-                                "`vm-manager image golden`",
-                                memory_mib,
-                                cpus,
-                                e->error);
-                        break;
-                }
+                set_why(e,
+                        "the firmware run for %" PRIu64
+                        " MiB, %u CPUs failed: %s; pin the firmware with "
+                        "`vm-manager image golden`",
+                        memory_mib,
+                        cpus,
+                        e->error ?: "out of memory");
+                break;
+        case RUN_NONE:
                 if (!f->enabled || f->disabled_why) {
                         set_why(e,
                                 "no firmware run for %" PRIu64 " MiB, %u CPUs: %s",
@@ -534,7 +529,7 @@ json_t *firmware_runs_to_json(FirmwareRuns *f) {
                 json_t *r;
 
                 /* a shape looked up but never run nor asked to run is not a run */
-                if (e->state == RUN_FAILED && !e->error)
+                if (e->state == RUN_NONE)
                         continue;
                 r = json_pack(
                         "{s:I,s:I,s:s,s:s}",
@@ -554,7 +549,7 @@ json_t *firmware_runs_to_json(FirmwareRuns *f) {
                      (e->ran_at && json_object_set_new(r, "ranAt", json_string(e->ran_at)) < 0) ||
                      (e->kernel && json_object_set_new(r, "kernel", json_string(e->kernel)) < 0)))
                         return NULL;
-                if (e->state == RUN_FAILED && json_object_set_new(r, "error", json_string(e->error)) < 0)
+                if (e->state == RUN_FAILED && json_object_set_new(r, "error", json_string(e->error ?: "?")) < 0)
                         return NULL;
         }
         return TAKE_PTR(o);

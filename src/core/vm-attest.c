@@ -680,7 +680,7 @@ FirmwareWait *vm_attest_quote_wait_free(FirmwareWait *w) {
         return firmware_wait_free(w);
 }
 
-int vm_attest_quote(Vm *v, const void *body, size_t size, bool waited, json_t **ret, ApiError *reterr) {
+int vm_attest_quote(Vm *v, const void *body, size_t size, json_t **ret, ApiError *reterr) {
         _cleanup_(attest_quote_request_done) AttestQuoteRequest req = {};
         _cleanup_(attest_result_done) AttestResult res = {};
         _cleanup_(attest_policy_freep) AttestPolicy *policy = NULL;
@@ -726,9 +726,10 @@ int vm_attest_quote(Vm *v, const void *body, size_t size, bool waited, json_t **
                         /* start= */ true,
                         &fw_why,
                         &fw_pending);
-                /* A quote that waited out the run's limit is judged now, for good: the agent does
-                 * not quote again on a verdict. */
-                if (fw_pending && waited) {
+                /* The IMDS holds every quote while its shape's run is pending (vm_attest_quote_wait()),
+                 * so a quote judged with the run still pending waited out the run's limit: it is
+                 * judged now, for good (the agent does not quote again on a verdict). */
+                if (fw_pending) {
                         asprintf_or_null(
                                 &fw_late,
                                 "the firmware run for %" PRIu64
@@ -739,7 +740,6 @@ int vm_attest_quote(Vm *v, const void *body, size_t size, bool waited, json_t **
                                 FIRMWARE_RUN_TIMEOUT_SEC);
                         if (fw_late)
                                 fw_why = fw_late;
-                        fw_pending = false;
                 }
                 params = (AttestVerifyParams){
                         .vm_id = vm_id(v),
@@ -752,7 +752,6 @@ int vm_attest_quote(Vm *v, const void *body, size_t size, bool waited, json_t **
                         .expected_pcr7 = manager_expected_pcr7(m),
                         .firmware = fw,
                         .firmware_missing = fw_why,
-                        .firmware_retryable = fw_pending,
                         .learn_golden = manager_settings(m)->learn_golden,
                 };
                 trusted_ak(v, &params, &no_ak);

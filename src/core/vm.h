@@ -115,7 +115,7 @@ VmQuoteVerdict vm_quote_verdict_from_string(const char *s) _pure_;
  * when the body does not decode (reterr's message, "malformed quote: …" or "invalid request: …", is
  * the text the guest is told), otherwise with internal_error when the quote cannot be judged (only
  * "quote not processed" is the guest's to know). */
-int vm_attest_quote(Vm *v, const void *body, size_t size, bool waited, json_t **ret, ApiError *reterr);
+int vm_attest_quote(Vm *v, const void *body, size_t size, json_t **ret, ApiError *reterr);
 /* Whether a quote of v must wait before it is judged: while the firmware run for v's shape (memory
  * size, CPU count) is queued or going, the verdict would only be "still going", and the guest's agent
  * does not quote again on a verdict; so the IMDS holds the quote's answer until the run ended or its

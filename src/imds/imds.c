@@ -204,7 +204,7 @@ static unsigned quote_verdict_status(VmQuoteVerdict verdict) {
         return verdict == VM_QUOTE_VERIFIED ? 200 : 403;
 }
 
-static void judge_quote(HttpRequest *req, Vm *v, bool waited) {
+static void judge_quote(HttpRequest *req, Vm *v) {
         _cleanup_(api_error_done) ApiError e = API_ERROR_NULL;
         json_auto_t *result = NULL;
         const void *body;
@@ -212,7 +212,7 @@ static void judge_quote(HttpRequest *req, Vm *v, bool waited) {
         int r;
 
         body = http_request_body(req, &size);
-        r = vm_attest_quote(v, body ?: "", size, waited, &result, &e);
+        r = vm_attest_quote(v, body ?: "", size, &result, &e);
         if (r >= 0)
                 (void) http_request_reply_json(req, quote_verdict_status(r), result);
         else if (e.code == API_ERROR_INVALID_REQUEST)
@@ -246,7 +246,7 @@ static void on_quote_waited(int r, void *userdata) {
                 reply_text(req, 403, IMDS_FORBIDDEN);
                 return;
         }
-        judge_quote(req, v, /* waited= */ true);
+        judge_quote(req, v);
 }
 
 /* A quote is judged at once, unless the firmware run of its VM's shape is still to say what PCRs 0,
@@ -279,7 +279,7 @@ static void serve_quote(HttpRequest *req, ImdsServer *s, Vm *v) {
                         reply_text(req, 503, IMDS_QUOTE_BUSY);
                         return;
                 }
-                judge_quote(req, v, /* waited= */ false);
+                judge_quote(req, v);
                 return;
         }
         h->req = http_request_ref(req);
