@@ -12,8 +12,12 @@ Tests (E2E_TESTS, comma-separated; default: all):
   metrics     the guest's systemd-report upload reaches /metrics
   reboot      reboot_vm: ready again; user-data's file, machine id and ssh host key unchanged
   kubernetes  the version of /kubernetes-version is pulled and merged; PCR 13 matches the policy
+  verify      attestation with no learn step anywhere: a daemon in verify mode on an image copy
+              whose policy.json has no golden values; a VM's initrd quote verifies with PCRs 0, 2, 3, 6
+              from the daemon's firmware run, 4 and 7 from the image and the variable store, nothing
+              learned, user-data released; get_host reports the run
   golden      `vm-manager image golden --from-vm` records the learned PCRs into policy.json
-  verify      a fresh VM on a daemon without learn mode verifies with nothing learned
+  pinned      a VM on a daemon with firmware runs off verifies against those recorded golden values
   reject      a VM on another OVMF build is rejected on PCR 0; its user-data stays gated (the one test
               in install mode boot: an installer boot, then the installed boot)
   cluster     a Kubernetes cluster as Cluster API's kubeadm bootstrap provider makes one (Ignition
@@ -22,6 +26,11 @@ Tests (E2E_TESTS, comma-separated; default: all):
               Ready through forward_port 6443 from the host; a worker on the same network joins with a
               token and the CA hash and is Ready; a reboot of the worker keeps it Ready; both VMs'
               ready quotes verify with PCR 13; timings recorded (not in the default run: E2E_TESTS)
+  update      an A/B update in place: version N+1 is built (IMAGE_VERSION) or taken from
+              E2E_UPDATE_IMAGE_DIR and published beside N with images/scripts/add-version.sh while a VM
+              of N runs; the guest's systemd-sysupdate installs it into the B slot; its boot without a
+              policy for N+1 is rejected and the next start boots N again; with the policy N+1
+              verifies and get_vm shows bootedVersion N+1; then the VM boots back into N
   restart     the daemon restarts while a VM runs: with the process launcher the VM is powered
               down and marked stopped; then, where a service manager is reachable (the suite runs
               under with-systemd-user.sh), start_vm runs it as units of the systemd launcher, the
@@ -29,8 +38,9 @@ Tests (E2E_TESTS, comma-separated; default: all):
               (exec_vm, forward_port and stop_vm work); without one, start_vm on the process
               launcher brings it back
 
-create, ignition, metrics, reboot and kubernetes share one VM; golden needs create's VM; verify and
-reject need golden. CI runs create, golden and reject. A create that fails because the guest kernel
+create, ignition, metrics, reboot and kubernetes share one VM; golden needs create's VM; pinned and
+reject need golden; verify and update need nothing before them. CI runs create, verify, golden and
+reject. A create that fails because the guest kernel
 panicked (QEMU 7.2's TCG, now and then, early in a boot; the daemon fails such a VM at once) is
 made once more, and the diagnostics say so.
 """
@@ -58,7 +68,8 @@ from vmmtest import (BIN, Daemon, HOST, api, base_env, free_port, http_request, 
                      tap, wait_state)
 
 IMAGE_DIR = os.environ.get("E2E_IMAGE_DIR") or os.path.join(SOURCE_ROOT, "images", "build")
-ALL = ["create", "fresh", "ignition", "metrics", "reboot", "kubernetes", "golden", "verify", "reject", "restart", "cluster"]
+ALL = ["create", "verify", "ignition", "metrics", "reboot", "kubernetes", "golden", "pinned", "reject", "restart", "update",
+       "cluster"]
 SELECTED = [t for t in (os.environ.get("E2E_TESTS") or ",".join(ALL)).split(",") if t]
 # TCG: an install takes 4-6 minutes, a boot 2-3; the daemon's own timeouts are raised to match.
 VM_TIMEOUT = int(os.environ.get("E2E_VM_TIMEOUT", "1800"))
@@ -321,9 +332,9 @@ def t_golden(work):
     ctx["golden"] = golden
 
 
-def t_verify(work):
+def t_pinned(work):
     if not ctx.get("golden"):
-        tap.skip("verify", "no golden PCRs recorded (golden)")
+        tap.skip("pinned", "no golden PCRs recorded (golden)")
         return
     d, vport, state = start_daemon(work, "verify", "--attestation", "verify")
     ctx.update(verify=d, verify_port=vport)
@@ -343,15 +354,15 @@ def t_verify(work):
     ctx.pop("verify", None)
 
 
-def t_fresh(work):
+def t_verify(work):
     """Attestation without trust on first use and without golden values: a daemon in verify mode,
     no learn flag, an image copy whose policy.json has no golden values. PCRs 0, 2, 3, 6 come from
     the firmware run the daemon makes at start-up for create_vm's default shape (2048 MiB, 2 CPUs),
     4 and 7 from the image's and the variable store's events; a VM's initrd quote verifies with
     nothing learned, and its user-data is released."""
     if not ctx.get("ref"):
-        tap.skip("fresh", "no image reference (create)")
-        return
+        policy = json.load(open(os.path.join(IMAGE_DIR, "policy.json")))
+        ctx["ref"] = "%s_%s" % (policy["image_id"], policy["image_version"])
     images = os.path.join(work, "images-fresh")
     shutil.copytree(IMAGE_DIR, images, copy_function=os.link)
     for root, _, files in os.walk(images):
@@ -373,21 +384,21 @@ def t_fresh(work):
                 "user_data": json.dumps(IGNITION), "wait_for": "attested"}
         t0 = time.monotonic()
         status, vf = create_vm(port, body)
-        TIMINGS["fresh: create_vm request to attested (firmware run included)"] = time.monotonic() - t0
+        TIMINGS["verify: create_vm request to attested (firmware run included)"] = time.monotonic() - t0
         vid = (vf or {}).get("id", "x") if isinstance(vf, dict) else "x"
         status, att = api(port, "GET", "/vms/%s/attestation" % vid)
         ini = (att or {}).get("initrd") or {} if isinstance(att, dict) else {}
         tap.result(ini.get("verified") is True and not ini.get("learned") and att.get("userDataReleased")
                    and "pcrs 0,2,3,6 events of this host's firmware" in ini.get("message", ""),
-                   "fresh: with no golden values, the initrd quote verifies against the firmware run, nothing "
+                   "verify: with no golden values, the initrd quote verifies against the firmware run, nothing "
                    "learned, user-data released", json.dumps(att)[:1500])
         status, host = api(port, "GET", "/host")
         runs = ((host or {}).get("firmwareRuns") or {}).get("runs", []) if isinstance(host, dict) else []
         run = next((r for r in runs if r.get("memoryMiB") == 2048 and r.get("cpus") == 2), None)
         tap.result(run is not None and run.get("state") == "known" and run.get("pcrs") == [0, 2, 3, 6],
-                   "fresh: get_host reports the firmware run for 2048 MiB, 2 CPUs", json.dumps(runs)[:1500])
+                   "verify: get_host reports the firmware run for 2048 MiB, 2 CPUs", json.dumps(runs)[:1500])
         if run:
-            TIMINGS["fresh: the firmware run (%s)" % run.get("kernel", "?")] = run.get("seconds", 0)
+            TIMINGS["verify: the firmware run (%s)" % run.get("kernel", "?")] = run.get("seconds", 0)
         # TCG is two cores' worth of work per VM: nothing of this one may slow the next tests
         if vid != "x":
             api(port, "DELETE", "/vms/" + vid, timeout=180)
@@ -399,7 +410,7 @@ def t_reject(work):
     """The golden fallback: a daemon on another OVMF build with firmware runs off
     (--firmware-run=false) has only the golden values recorded for the first build, so the quote
     is a golden mismatch on PCR 0. With firmware runs on, it would learn the other build's events
-    and verify (t_fresh tests that path)."""
+    and verify (t_verify tests that path)."""
     if not ctx.get("golden"):
         tap.skip("reject", "no golden PCRs recorded (golden)")
         return
@@ -449,6 +460,155 @@ def t_reject(work):
                "Ignition never saw the user-data (nothing of it on the console)", text[-1500:])
     api(port, "DELETE", "/vms/" + vid, timeout=120)
     d.stop(signal.SIGTERM, timeout=120)
+
+
+def next_version(version):
+    """The version after version for an update test: its last number one up (0.1.0 -> 0.1.1)."""
+    m = re.match(r"^(.*?)(\d+)([^\d]*)$", version)
+    return "%s%d%s" % (m.group(1), int(m.group(2)) + 1, m.group(3)) if m else version + ".1"
+
+
+def next_image(work, version):
+    """The build of version (images/scripts/build.sh with IMAGE_VERSION): E2E_UPDATE_IMAGE_DIR when
+    given (a build of a later version, whichever), else built into the work directory (a cache hit
+    after the first build)."""
+    given = os.environ.get("E2E_UPDATE_IMAGE_DIR")
+    if given:
+        return given, "E2E_UPDATE_IMAGE_DIR"
+    out = os.path.join(work, "image-next")
+    t0 = time.monotonic()
+    p = subprocess.run([os.path.join(SOURCE_ROOT, "images", "scripts", "build.sh"), out],
+                       env=dict(os.environ, VM_MANAGER=BIN, IMAGE_VERSION=version), capture_output=True, text=True)
+    TIMINGS["update: build of version %s (or cache)" % version] = time.monotonic() - t0
+    return (out if p.returncode == 0 else None), (p.stdout + p.stderr)[-3000:]
+
+
+def esp_entries(port, vid):
+    r, why = exec_vm(port, vid, "sh", "-c", "ls /boot/EFI/Linux/; . /etc/os-release; echo IMAGE_VERSION=$IMAGE_VERSION")
+    out = (r or {}).get("stdout", "")
+    version = next((l.split("=", 1)[1] for l in out.splitlines() if l.startswith("IMAGE_VERSION=")), None)
+    return sorted(l for l in out.splitlines() if l.endswith(".efi")), version, why
+
+
+def reboot_to(port, vid, states=("ready", "failed")):
+    t0 = time.monotonic()
+    status, r = api(port, "POST", "/vms/%s/reboot" % vid, timeout=VM_TIMEOUT)
+    v = wait_state(port, vid, states, VM_TIMEOUT, 5)
+    return status, v, time.monotonic() - t0
+
+
+def t_update(work):
+    """An A/B update in place, as an operator rolls version N+1 out beside N: the guest's
+    systemd-sysupdate installs N+1 from the IMDS into its B slot, systemd-boot boots it on trial, and
+    the daemon judges its quotes by the policy of the version they measured (no golden values, a
+    firmware run). First N+1 is published without its policy: that boot is rejected with its verdict,
+    the VM fails, and its next start boots N again (the trial entry is marked bad). Then with the
+    policy: N+1 verifies, get_vm shows bootedVersion N+1 and systemd-bless-boot keeps it. Last, the
+    guest boots back into N (bootctl set-oneshot) and verifies as N."""
+    policy = json.load(open(os.path.join(IMAGE_DIR, "policy.json")))
+    image_id, version = policy["image_id"], policy["image_version"]
+    newer = next_version(version)
+    built, why = next_image(work, newer)
+    tap.result(bool(built), "update: version %s of the image is built beside %s" % (newer, version), why)
+    if not built:
+        return
+    newer = json.load(open(os.path.join(built, "policy.json")))["image_version"]
+    images = os.path.join(work, "images-update")
+    shutil.copytree(IMAGE_DIR, images, copy_function=os.link)
+    for root, _, files in os.walk(images):
+        for f in files:
+            if f == "policy.json":
+                path = os.path.join(root, f)
+                pol = json.load(open(path))
+                pol.pop("golden", None)
+                os.unlink(path)
+                with open(path, "w") as out:
+                    json.dump(pol, out)
+    shared, ctx["images"] = ctx["images"], images
+    try:
+        d, port, state = start_daemon(work, "update", "--attestation", "verify", "--firmware-run")
+    finally:
+        ctx["images"] = shared
+    ctx["update"] = d
+    stem_old, stem_new = "%s_%s" % (image_id, version), "%s_%s" % (image_id, newer)
+    vid = None
+    try:
+        body = {"name": "e2e-u", "image": stem_old, "memory_mib": 2048, "disk_gib": 4, "require_attestation": True,
+                "user_data": json.dumps(IGNITION), "wait_for": "ready"}
+        status, vm = create_vm(port, body)
+        vid = vm.get("id") if isinstance(vm, dict) else None
+        tap.result(status == 201 and vm.get("state") == "ready" and vm.get("bootedVersion") == version,
+                   "update: a VM of version %s is ready, bootedVersion %s" % (version, version), repr(vm)[:1200])
+        if status != 201:
+            return
+
+        # N+1 published while the VM runs, its policy held back: an update this host cannot verify
+        p = subprocess.run([os.path.join(SOURCE_ROOT, "images", "scripts", "add-version.sh"), built, images],
+                           capture_output=True, text=True)
+        held = os.path.join(images, stem_new + ".policy.json")
+        os.rename(held, held + ".held")
+        ok, listed = wait_for(lambda: (lambda st, b: (st == 200 and not (b or {}).get("policy"), b))(
+            *api(port, "GET", "/images/" + stem_new)), 30, 0.5)
+        tap.result(p.returncode == 0 and ok, "update: add-version.sh publishes %s beside %s (its policy held back)"
+                   % (newer, version), p.stdout + p.stderr + repr(listed)[:300])
+
+        t0 = time.monotonic()
+        r, why = exec_vm(port, vid, "systemd-sysupdate", "update", timeout=1200)
+        TIMINGS["update: systemd-sysupdate update in the guest"] = time.monotonic() - t0
+        entries, running, why2 = esp_entries(port, vid)
+        tap.result(r and r.get("exitCode") == 0 and ("%s+1.efi" % stem_new) in entries,
+                   "update: systemd-sysupdate installs %s into the B slot, its UKI on one boot's trial" % newer,
+                   why[-1500:] + why2[-600:])
+
+        status, v, took = reboot_to(port, vid)
+        TIMINGS["update: reboot into %s without its policy to the verdict" % newer] = took
+        err = (v or {}).get("lastError", "") if isinstance(v, dict) else ""
+        tap.result(isinstance(v, dict) and v.get("state") == "failed"
+                   and err.startswith("initrd attestation rejected: pcr 11 mismatch")
+                   and "without a policy.json: %s" % newer in err,
+                   "update: the boot of %s, which no policy verifies, is rejected with its verdict and fails the VM"
+                   % newer, repr(v)[:1500])
+
+        t0 = time.monotonic()
+        status, v = api(port, "POST", "/vms/%s/start" % vid, timeout=VM_TIMEOUT)
+        v = wait_state(port, vid, ("ready", "failed"), VM_TIMEOUT, 5)
+        TIMINGS["update: start after the rejected update to ready"] = time.monotonic() - t0
+        entries, running, why = esp_entries(port, vid)
+        tap.result(isinstance(v, dict) and v.get("state") == "ready" and v.get("bootedVersion") == version
+                   and running == version and ("%s+0-1.efi" % stem_new) in entries,
+                   "update: the next start boots %s from the A slot again (the trial entry is marked bad)" % version,
+                   repr(v)[:800] + why[-600:])
+
+        os.rename(held + ".held", held)
+        ok, listed = wait_for(lambda: (lambda st, b: (st == 200 and bool((b or {}).get("policy")), b))(
+            *api(port, "GET", "/images/" + stem_new)), 30, 0.5)
+        # the operator retries the trial: the bad entry gets its one try back
+        r, why = exec_vm(port, vid, "mv", "/boot/EFI/Linux/%s+0-1.efi" % stem_new, "/boot/EFI/Linux/%s+1.efi" % stem_new)
+        status, v, took = reboot_to(port, vid)
+        TIMINGS["update: reboot into %s to ready" % newer] = took
+        entries, running, why = esp_entries(port, vid)
+        status, att = api(port, "GET", "/vms/%s/attestation" % vid)
+        tap.result(isinstance(v, dict) and v.get("state") == "ready" and v.get("bootedVersion") == newer
+                   and running == newer and (att.get("initrd") or {}).get("verified")
+                   and (att.get("ready") or {}).get("verified") and att.get("bootedVersion") == newer,
+                   "update: with its policy, %s boots, both quotes verify against it, get_vm shows bootedVersion %s"
+                   % (newer, newer), repr(v)[:800] + json.dumps(att)[:1200] + why[-300:])
+        tap.result(("%s.efi" % stem_new) in entries and ("%s.efi" % stem_old) in entries,
+                   "update: systemd-bless-boot kept %s (its entry lost the trial counter); %s stays beside it"
+                   % (newer, version), repr(entries))
+
+        r, why = exec_vm(port, vid, "bootctl", "set-oneshot", "%s.efi" % stem_old)
+        status, v, took = reboot_to(port, vid)
+        entries, running, why2 = esp_entries(port, vid)
+        tap.result(r and r.get("exitCode") == 0 and isinstance(v, dict) and v.get("state") == "ready"
+                   and v.get("bootedVersion") == version and running == version,
+                   "update: the VM boots back into %s (bootctl set-oneshot) and verifies as %s" % (version, version),
+                   why[-600:] + repr(v)[:800] + why2[-300:])
+    finally:
+        if vid:
+            api(port, "DELETE", "/vms/" + vid, timeout=180)
+        d.stop(signal.SIGTERM, timeout=180)
+        ctx.pop("update", None)
 
 
 def service_manager():
@@ -865,9 +1025,9 @@ def t_cluster(work):
     ctx.pop("cluster", None)
 
 
-TESTS = {"create": t_create, "fresh": t_fresh, "ignition": t_ignition, "metrics": t_metrics, "reboot": t_reboot,
-         "kubernetes": t_kubernetes, "golden": t_golden, "verify": t_verify, "reject": t_reject,
-         "restart": t_restart, "cluster": t_cluster}
+TESTS = {"create": t_create, "verify": t_verify, "ignition": t_ignition, "metrics": t_metrics, "reboot": t_reboot,
+         "kubernetes": t_kubernetes, "golden": t_golden, "pinned": t_pinned, "reject": t_reject,
+         "restart": t_restart, "cluster": t_cluster, "update": t_update}
 
 
 def ensure_image():
@@ -903,7 +1063,7 @@ def e2e(work):
                     tap.result(False, "%s: ran to the end" % name, traceback.format_exc())
                 tap.diag("%s: %.0f s" % (name, time.monotonic() - t0))
     finally:
-        for key in ("verify", "learn", "restart", "cluster"):
+        for key in ("verify", "learn", "restart", "update", "cluster"):
             if ctx.get(key):
                 try:
                     ctx[key].stop(signal.SIGTERM, timeout=180)
