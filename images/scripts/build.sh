@@ -20,7 +20,8 @@
 # KUBERNETES_BIN_DIR (Kubernetes binaries to use instead of those built from Debian's source;
 # scripts/kubernetes-sysext.sh), IMAGE_CACHE_DIR (default
 # /var/cache/vm-manager/images), IMAGE_CACHE=0 (build even on a hit), IMAGE_CACHE_KEEP (entries
-# kept, default 3).
+# kept, default 3), IMAGE_VERSION (the version to build instead of mkosi.version's, e.g. the N+1 of an
+# A/B update test; scripts/add-version.sh publishes it beside the other).
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -36,9 +37,11 @@ CACHE=${IMAGE_CACHE_DIR:-/var/cache/vm-manager/images}
 VM_MANAGER=${VM_MANAGER:-$repo/build/src/daemon/vm-manager}
 work=$images/.work
 t_start=$(date +%s)
+version=${IMAGE_VERSION:-$(cat "$images/mkosi.version")}
 
 say() { echo "image: $*" >&2; }
 die() { say "$*"; exit 1; }
+[[ "$version" =~ ^[0-9][0-9A-Za-z.~^-]*$ ]] || die "IMAGE_VERSION '$version' is not a version (digits first; letters, digits, . ~ ^ -)"
 
 [ "$(id -u)" -eq 0 ] || die "run as root (mkosi needs to create file ownership and namespaces)"
 # Every command of a build, the cache miss included, before anything starts: a missing tool must not
@@ -110,6 +113,7 @@ key=$( {
         (cd "$gen/kubernetes" && find . -type f -print0 | sort -z | xargs -0 sha256sum)
         sha256sum "$images"/keys/*.crt "$images/keys/import-pubring.pgp" | cut -d' ' -f1
         "$here/mkosi" --version
+        echo "version $version"
         echo "$closure"
 } | sha256sum | cut -c1-20)
 entry=$CACHE/image-$key
@@ -154,13 +158,13 @@ if [ "${IMAGE_REASSEMBLE:-0}" = 1 ] && [ -f "$work/out/kubernetes.raw" ]; then
         say "IMAGE_REASSEMBLE=1: reusing mkosi's last output in $work/out"
 else
         rm -rf "$work/out"
-        "$here/mkosi" -C "$images" --tools-tree="$IMAGE_TOOLS_TREE" --output-directory="$work/out" -f build >&2
+        "$here/mkosi" -C "$images" --tools-tree="$IMAGE_TOOLS_TREE" --output-directory="$work/out" \
+                --image-version="$version" -f build >&2
 fi
 t_mkosi=$(( $(date +%s) - t_mkosi ))
 
 # --- assemble
 o=$work/out
-version=$(cat "$images/mkosi.version")
 stem=giantswarm-vm-base_$version
 asm=$work/assemble
 rm -rf "$asm"

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Publishes one build of the image (scripts/build.sh's OUT_DIR) into an image directory that
+# already serves another version, the way an operator rolls out version N+1 beside N:
+#   add-version.sh BUILD_DIR IMAGE_DIR
+# Copies the UKI, the disk and its layout; writes the build's policy.json as
+# <id>_<version>.policy.json (IMAGE_DIR's policy.json names its own version, and the catalog takes
+# it only for that one); adds the build's sysupdate/<component>/ files beside those of the other
+# versions and signs the merged SHA256SUMS again with images/keys/gpg, so that the guests'
+# systemd-sysupdate, which trusts that key, sees both versions and updates to the newest.
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+images=$(cd "$here/.." && pwd)
+say() { echo "add-version: $*" >&2; }
+die() { say "$*"; exit 1; }
+
+[ $# -eq 2 ] || die "usage: add-version.sh BUILD_DIR IMAGE_DIR"
+src=$1 dst=$2
+[ -f "$src/policy.json" ] || die "$src has no policy.json: not a build of scripts/build.sh"
+[ -d "$dst" ] || die "$dst is not a directory"
+read -r id version < <(python3 -c '
+import json, sys
+p = json.load(open(sys.argv[1]))
+print(p["image_id"], p["image_version"])' "$src/policy.json") || die "$src/policy.json names no image_id and image_version"
+stem=${id}_$version
+for f in "$stem.efi" "$stem.raw"; do
+        [ -f "$src/$f" ] || die "$src has no $f"
+done
+if [ -f "$dst/policy.json" ] && python3 -c '
+import json, sys
+sys.exit(0 if json.load(open(sys.argv[1])).get("image_version") == sys.argv[2] else 1)' "$dst/policy.json" "$version"; then
+        die "$dst serves version $version already (its policy.json)"
+fi
+
+for f in "$stem.efi" "$stem.raw" "$stem.layout.json"; do
+        [ -f "$src/$f" ] && cp --sparse=always --reflink=auto "$src/$f" "$dst/$f.tmp" && mv "$dst/$f.tmp" "$dst/$f"
+done
+cp "$src/policy.json" "$dst/$stem.policy.json.tmp"
+mv "$dst/$stem.policy.json.tmp" "$dst/$stem.policy.json"
+
+for d in "$src"/sysupdate/*/; do
+        c=$(basename "$d")
+        mkdir -p "$dst/sysupdate/$c"
+        (cd "$d" && shopt -s nullglob && for f in *.raw *.efi; do
+                [ -e "$dst/sysupdate/$c/$f" ] || cp --sparse=always --reflink=auto "$f" "$dst/sysupdate/$c/$f"
+        done)
+        (cd "$dst/sysupdate/$c" && shopt -s nullglob && sha256sum -- *.raw *.efi > SHA256SUMS.tmp && mv SHA256SUMS.tmp SHA256SUMS)
+        gpg --homedir "$images/keys/gpg" --batch --quiet --yes --detach-sign \
+                --output "$dst/sysupdate/$c/SHA256SUMS.gpg.tmp" "$dst/sysupdate/$c/SHA256SUMS"
+        mv "$dst/sysupdate/$c/SHA256SUMS.gpg.tmp" "$dst/sysupdate/$c/SHA256SUMS.gpg"
+done
+say "$stem published into $dst"
