@@ -509,10 +509,11 @@ def t_update(work):
     image_id, version = policy["image_id"], policy["image_version"]
     newer = next_version(version)
     built, why = next_image(work, newer)
+    if built:
+        newer = json.load(open(os.path.join(built, "policy.json")))["image_version"]
     tap.result(bool(built), "update: version %s of the image is built beside %s" % (newer, version), why)
     if not built:
         return
-    newer = json.load(open(os.path.join(built, "policy.json")))["image_version"]
     images = os.path.join(work, "images-update")
     shutil.copytree(IMAGE_DIR, images, copy_function=os.link)
     for root, _, files in os.walk(images):
