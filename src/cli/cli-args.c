@@ -59,6 +59,8 @@ static const CliCommand commands[] = {
                 "id",
                 "show a VM's serial console; --follow streams it",
                 .extra_flags = console_extra),
+        /* not an operation (an upgraded connection, api-shell.h): get_vm's parameters, the VM alone */
+        COMMAND("vm", "shell", "get_vm", "id", "an interactive root shell in a VM; Ctrl-] detaches"),
         COMMAND("network", "list", "list_networks", NULL, "list the networks"),
         COMMAND("network", "get", "get_network", "name", "show one network"),
         COMMAND("network", "create", "create_network", "name", "create a network (--cidr)"),

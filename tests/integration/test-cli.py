@@ -87,11 +87,11 @@ def test_commands(work):
                    "vm create on a terminal: the states as they happen, ending ready", repr(out)[-600:])
         tap.result("\x1b[K" in out and any(c + " " in out for c in "|/-\\"),
                    "vm create on a terminal: one line kept alive by a spinner", repr(out)[:400])
-        tap.result("Next: vm-manager vm exec web -- uptime" in out, "vm create ends with the command to run next",
+        tap.result("Next: vm-manager vm shell web" in out, "vm create ends with the command to run next",
                    repr(out)[-300:])
 
         rc, out, err = cli(port, "vm", "create", "plain", *NO_ATTEST)
-        tap.result(rc == 0 and "\x1b" not in err and "] ready" in err and "Next: vm-manager vm exec plain -- uptime" in out,
+        tap.result(rc == 0 and "\x1b" not in err and "] ready" in err and "Next: vm-manager vm shell plain" in out,
                    "vm create into a pipe: plain lines, no terminal codes", repr(err)[-300:])
 
         rc, out, err = cli(port, "vm", "list")
@@ -125,12 +125,8 @@ def test_commands(work):
         rc, out, err = cli(port, "vm", "list", env_extra={"VM_MANAGER_URL": "127.0.0.1:%d" % free_port()})
         tap.result(rc == 10 and "cannot reach vm-manager" in err, "no daemon: exit 10", repr(err))
 
-        # vm shell is not served yet (docs/cli.md): it says so, names what works instead, and is not offered
-        rc, out, err = cli(port, "vm", "shell", "web")
-        tap.result(rc == 6 and "not served yet" in err and "vm exec NAME --" in err and out == "",
-                   "vm shell: exit 6 (unsupported), pointing at vm exec", "%d %r" % (rc, err))
         rc, out, err = cli(port, "help")
-        tap.result(rc == 0 and "vm exec" in out and "vm shell" not in out, "help does not offer vm shell", out[-600:])
+        tap.result(rc == 0 and "vm exec" in out and "vm shell" in out, "help offers vm shell", out[-600:])
 
         rc, out, err = cli(port, "vm", "create", "--help")
         tap.result(rc == 0 and "--memory-mib N" in out and "Memory in MiB" in out and "--ssh-key FILE" in out,
@@ -189,6 +185,40 @@ def test_commands(work):
         d.stop(signal.SIGTERM, timeout=30)
 
 
+def cli_pty_typed(port, keys, *args, timeout=60):
+    """Runs the client on a terminal and types keys, one item each half second after it started."""
+    env = base_env("/tmp", VM_MANAGER_URL="%s:%d" % (HOST, port))
+    master, slave = pty.openpty()
+    p = subprocess.Popen([BIN, *args], stdin=slave, stdout=slave, stderr=slave, env=env, close_fds=True)
+    os.close(slave)
+    out = b""
+    keys = list(keys)
+    deadline = time.monotonic() + timeout
+    next_key = time.monotonic() + 1.5
+    while time.monotonic() < deadline:
+        if keys and time.monotonic() >= next_key:
+            os.write(master, keys.pop(0))
+            next_key = time.monotonic() + 0.5
+        r, _, _ = select.select([master], [], [], 0.2)
+        if r:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            out += chunk
+        elif p.poll() is not None:
+            break
+    os.close(master)
+    try:
+        p.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait()
+    return p.returncode, out.decode(errors="replace")
+
+
 def test_exec(work):
     """vm exec through a real sshd that trusts the VM's key, as test-network's exec test sets it up."""
     sys.path.insert(0, here)
@@ -239,6 +269,22 @@ def test_exec(work):
         rc, out, err = cli(port, "vm", "exec", "nope", "--", "true")
         tap.result(rc == 255 and err == 'not found: vm "nope"\n', "vm exec: its own failure is 255 with the message",
                    "%d %r" % (rc, err))
+
+        # vm shell: a login shell in a pty, typed into, its exit status passed through
+        rc, out = cli_pty_typed(port, [b"echo hi; exit 3\r"], "vm", "shell", "sshguest")
+        tap.result(rc == 3 and "hi" in out, "vm shell: echo hi; exit 3 ends with status 3", "%d %r" % (rc, out[-400:]))
+        # Ctrl-] detaches with status 0, the shell left behind
+        rc, out = cli_pty_typed(port, [b"\x1d"], "vm", "shell", "sshguest")
+        tap.result(rc == 0 and "Detached" in out, "vm shell: Ctrl-] detaches", "%d %r" % (rc, out[-400:]))
+        rc, out, err = cli(port, "vm", "shell", "nope")
+        tap.result(rc == 4 and 'not found: vm "nope"' in err, "vm shell: an unknown VM is not_found", "%d %r" % (rc, err))
+        # the endpoint wants the upgrade
+        st, body = rest(port, "GET", "/vms/%s/shell" % vm["id"])
+        tap.result(st == 426 and body["error"]["code"] == "invalid_request", "vm shell: no Upgrade is 426",
+                   "%r %r" % (st, body))
+        rc, out, err = cli(port, "vm", "stop", "sshguest")
+        rc, out, err = cli(port, "vm", "shell", "sshguest")
+        tap.result(rc == 5 and "not running" in err, "vm shell: a stopped VM is a conflict", "%d %r" % (rc, err))
     finally:
         if d:
             d.stop(signal.SIGTERM, timeout=30)
