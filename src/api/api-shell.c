@@ -7,11 +7,11 @@
 #include <strings.h>
 #include <unistd.h>
 
+#include "api-session.h"
 #include "api-shell.h"
-#include "fs-util.h"
+#include "list.h"
 #include "log.h"
 #include "shell-frame.h"
-#include "vm.h"
 
 typedef struct ShellSession ShellSession;
 
@@ -40,12 +40,7 @@ ApiShells *api_shells_new(Manager *m) {
 static void session_free(ShellSession *x) {
         ApiShells *s = x->owner;
 
-        if (x->prev)
-                x->prev->next = x->next;
-        else
-                s->sessions = x->next;
-        if (x->next)
-                x->next->prev = x->prev;
+        LIST_REMOVE(s->sessions, x);
         s->n_sessions--;
         vm_shell_free(x->shell);
         http_upgrade_close(x->upgrade);
@@ -119,49 +114,32 @@ void api_shell(ApiShells *s, HttpRequest *req, const char *vm_id) {
                 (void) http_request_reply_error_status(req, 426, &e);
                 return;
         }
-        v = manager_find_vm(s->manager, vm_id);
-        if (!v) {
-                (void) api_error_set(&e, -ENOENT, API_ERROR_NOT_FOUND, "vm \"%s\"", vm_id);
-                (void) http_request_reply_error(req, &e);
+        v = api_session_vm(req, s->manager, vm_id);
+        if (!v)
                 return;
-        }
         r = vm_shell_check(v, &e);
         if (r < 0) {
                 (void) http_request_reply_error(req, &e);
                 return;
         }
-        if (s->n_sessions >= API_SHELLS_MAX) {
-                (void) http_request_add_header(req, "Retry-After", "5");
-                (void) api_error_set(
-                        &e,
-                        -EAGAIN,
-                        API_ERROR_CONFLICT,
-                        "%u shells are open, the most this server keeps; try again later",
-                        API_SHELLS_MAX);
-                (void) http_request_reply_error_status(req, 503, &e);
+        if (!api_session_admit(req, s->n_sessions, API_SHELLS_MAX, "shells"))
                 return;
-        }
 
         x = calloc(1, sizeof(ShellSession));
-        if (!x || !(x->vm_id = strdup(vm_id))) {
-                free(x);
-                (void) api_error_set(&e, -ENOMEM, API_ERROR_INTERNAL, "out of memory");
-                (void) http_request_reply_error(req, &e);
-                return;
+        if (x) {
+                x->owner = s;
+                x->vm_id = strdup(vm_id);
         }
-        x->owner = s;
-        r = http_request_reply_upgrade(req, API_SHELL_PROTOCOL, on_upgraded, x);
+        r = x && x->vm_id ? http_request_reply_upgrade(req, API_SHELL_PROTOCOL, on_upgraded, x) : -ENOMEM;
         if (r < 0) {
-                free(x->vm_id);
+                if (x)
+                        free(x->vm_id);
                 free(x);
                 (void) api_error_set(&e, r, API_ERROR_INTERNAL, "vm shell: %s", strerror(-r));
                 (void) http_request_reply_error(req, &e);
                 return;
         }
         /* counted from now: a 101 on its way is a session, lest a burst of them pass the limit */
-        x->next = s->sessions;
-        if (x->next)
-                x->next->prev = x;
-        s->sessions = x;
+        LIST_PREPEND(s->sessions, x);
         s->n_sessions++;
 }

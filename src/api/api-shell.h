@@ -2,7 +2,7 @@
 #pragma once
 
 #include "http-server.h"
-#include "manager.h"
+#include "operation.h"
 
 /* GET /api/v1/vms/{id}/shell with "Upgrade: vm-manager-shell": an interactive root shell (vm shell),
  * REST only. Refusals are the usual JSON errors; a request the VM can take is answered 101, and the

@@ -318,14 +318,49 @@ static int exec_dial_prepare(Vm *v, const char *sock, char **ret_addr, ApiError 
         return 0;
 }
 
+/* Starts `vm-manager exec-ssh` (vm-exec-helper.h) with params_fd as its stdin and out_fd as its stdout:
+ * our own executable through the handle taken at start-up, a fresh process, not a forked copy of this
+ * one (whose worker thread may hold a lock libssh, OpenSSL or malloc then needs). */
+static int exec_helper_spawn(
+        Manager *m,
+        int params_fd,
+        int out_fd,
+        VmProcessExitFunc on_exit,
+        void *userdata,
+        VmProcess **ret,
+        ApiError *reterr) {
+        char *argv[] = { (char *) "vm-manager", (char *) "exec-ssh", NULL };
+        int self_exe = manager_settings(m)->self_exe_fd;
+        int r;
+
+        r = self_exe < 0 ? -EBADF :
+                           vm_process_spawn(
+                                   ret,
+                                   manager_spawner(m),
+                                   &(VmProcessOptions){
+                                           .argv = argv,
+                                           .exec_fd = self_exe,
+                                           .stdin_fd = params_fd,
+                                           .stdout_fd = out_fd,
+                                   },
+                                   on_exit,
+                                   userdata);
+        if (r < 0)
+                return api_error_set(
+                        reterr,
+                        r,
+                        API_ERROR_INTERNAL,
+                        "ssh: cannot start the session's helper: %s",
+                        strerror(-r));
+        return 0;
+}
+
 int vm_exec(
         Vm *v, char **command, const char *input, usec_t timeout, VmDoneFunc done, void *userdata, ApiError *reterr) {
         _cleanup_free_ char *sock = vm_path(v, "ssh.sock"), *key = vm_path(v, "ssh_key"),
                             *pin = vm_path(v, "ssh_host_key"), *cmd = NULL, *addr = NULL;
         _cleanup_close_ int rfd = -EBADF, wfd = -EBADF, params_fd = -EBADF;
         Manager *m = vm_manager(v);
-        int self_exe = manager_settings(m)->self_exe_fd;
-        char *argv[] = { (char *) "vm-manager", (char *) "exec-ssh", NULL };
         ExecCall *c;
         int pipefd[2], r;
 
@@ -363,28 +398,10 @@ int vm_exec(
                 return -ENOMEM;
         }
 
-        /* our own executable through the handle taken at start-up: a fresh process, not a forked copy
-         * of this one (whose worker thread may hold a lock libssh, OpenSSL or malloc then needs) */
-        r = self_exe < 0 ? -EBADF :
-                           vm_process_spawn(
-                                   &c->helper,
-                                   manager_spawner(m),
-                                   &(VmProcessOptions){
-                                           .argv = argv,
-                                           .exec_fd = self_exe,
-                                           .stdin_fd = params_fd,
-                                           .stdout_fd = wfd,
-                                   },
-                                   on_exec_exit,
-                                   c);
+        r = exec_helper_spawn(m, params_fd, wfd, on_exec_exit, c, &c->helper, reterr);
         if (r < 0) {
                 exec_call_free(c);
-                return api_error_set(
-                        reterr,
-                        r,
-                        API_ERROR_INTERNAL,
-                        "ssh: cannot start the session's helper: %s",
-                        strerror(-r));
+                return r;
         }
         wfd = safe_close(wfd);
         params_fd = safe_close(params_fd);
@@ -459,8 +476,6 @@ int vm_shell_start(Vm *v, int fd, VmShellDoneFunc done, void *userdata, VmShell 
         _cleanup_free_ char *sock = vm_path(v, "ssh.sock"), *key = vm_path(v, "ssh_key"),
                             *pin = vm_path(v, "ssh_host_key"), *addr = NULL;
         Manager *m = vm_manager(v);
-        int self_exe = manager_settings(m)->self_exe_fd;
-        char *argv[] = { (char *) "vm-manager", (char *) "exec-ssh", NULL };
         VmShell *s;
         int r;
 
@@ -486,26 +501,10 @@ int vm_shell_start(Vm *v, int fd, VmShellDoneFunc done, void *userdata, VmShell 
                 return -ENOMEM;
         s->done = done;
         s->userdata = userdata;
-        r = self_exe < 0 ? -EBADF :
-                           vm_process_spawn(
-                                   &s->helper,
-                                   manager_spawner(m),
-                                   &(VmProcessOptions){
-                                           .argv = argv,
-                                           .exec_fd = self_exe,
-                                           .stdin_fd = params_fd,
-                                           .stdout_fd = conn,
-                                   },
-                                   on_shell_exit,
-                                   s);
+        r = exec_helper_spawn(m, params_fd, conn, on_shell_exit, s, &s->helper, reterr);
         if (r < 0) {
                 free(s);
-                return api_error_set(
-                        reterr,
-                        r,
-                        API_ERROR_INTERNAL,
-                        "ssh: cannot start the session's helper: %s",
-                        strerror(-r));
+                return r;
         }
         log_struct(LOG_DEBUG, LOG_FIELDS({ "VM_ID", vm_id(v) }), "shell in VM %s", vm_id(v));
         *ret = s;

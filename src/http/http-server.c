@@ -17,6 +17,7 @@
 #include "http-server.h"
 #include "http-util.h"
 #include "json-util.h"
+#include "list.h"
 #include "log.h"
 #include "worker.h"
 
@@ -1925,13 +1926,7 @@ static void upgrade_unlink(HttpUpgrade *u) {
         HttpServer *s = u->server;
 
         assert(s && u->urh);
-        if (u->prev)
-                u->prev->next = u->next;
-        else
-                s->upgrades = u->next;
-        if (u->next)
-                u->next->prev = u->prev;
-        u->prev = u->next = NULL;
+        LIST_REMOVE(s->upgrades, u);
         s->n_upgrades--;
         if (u->conn)
                 u->conn->upgrade = NULL;
@@ -1955,10 +1950,7 @@ static void on_upgraded(
         u->urh = urh;
         if (u->conn)
                 u->conn->upgraded = true; /* no timeout of ours, never a victim of a limit */
-        u->next = s->upgrades;
-        if (u->next)
-                u->next->prev = u;
-        s->upgrades = u;
+        LIST_PREPEND(s->upgrades, u);
         s->n_upgrades++;
         u->func(u, sock, extra, extra_size, u->userdata);
 }
