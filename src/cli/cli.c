@@ -772,6 +772,14 @@ static void on_sigwinch(int sig) {
         window_changed = 1;
 }
 
+/* SIGTERM or SIGHUP (the terminal went away) while the terminal is raw: the relay ends, the terminal
+ * is given back as it was, and the client exits 128 + the signal, the shell hung up on. */
+static volatile sig_atomic_t stop_signal;
+
+static void on_stop_signal(int sig) {
+        stop_signal = sig;
+}
+
 /* All of n bytes through curl's connection (waiting for room as it needs). */
 static int shell_send_all(CURL *e, curl_socket_t fd, const void *data, size_t n) {
         while (n > 0) {
@@ -800,45 +808,86 @@ static void shell_send_window(CURL *e, curl_socket_t fd) {
         (void) shell_send_all(e, fd, f, shell_frame_resize(f, ws.ws_row, ws.ws_col));
 }
 
-/* The answer to the upgrade request: 0 for the 101 (bytes after it stay in buf, *len of them), or the
- * exit status of the API's error. */
-static int shell_read_answer(Cli *c, CURL *e, curl_socket_t fd, char *buf, size_t size, size_t *len) {
-        char *end = NULL;
-        long status = 0;
-        size_t body_len = 0;
+/* Says that the server at c->base has no vm shell (what it answered instead is why): 255. */
+static int shell_unsupported(Cli *c, long status, const char *message) {
+        fprintf(stderr,
+                "Error: %s does not serve vm shell (it answered HTTP %ld%s%s): a vm-manager older than this "
+                "client, or a proxy that drops \"Upgrade\"?\n"
+                "vm-manager vm exec NAME -- CMD runs commands there.\n",
+                c->base,
+                status,
+                message ? ": " : "",
+                message ?: "");
+        return CLI_EXIT_EXEC_FAILED;
+}
 
+/* What a refusal of the upgrade means for the user: the API's message, or that the server has no vm
+ * shell. The VM was found a moment ago (resolve_vm()), so a 404 is asked again: a VM still there
+ * means the route is missing. Returns 255 once it was said. */
+static int shell_refused(Cli *c, const char *id, long status, const char *body, size_t body_len) {
+        _cleanup_(answer_done) Answer a = {};
+        _cleanup_free_ char *seg = escape_segment(id), *path = NULL;
+        json_auto_t *j = json_loadb(body, body_len, 0, NULL);
+        json_t *err = json_object_get(j, "error");
+        const char *m = json_string_value(json_object_get(err, "message"));
+
+        if (!m || status < 400 || status == 405 || status == 426 || status == 501)
+                return shell_unsupported(c, status, m);
+        if (status == 404) {
+                if (!seg || asprintf(&path, "/vms/%s", seg) < 0)
+                        return CLI_EXIT_EXEC_FAILED;
+                if (call(c, "GET", path, NULL, &a) != 0)
+                        return CLI_EXIT_EXEC_FAILED; /* gone meanwhile: its not_found is printed */
+                return shell_unsupported(c, status, m);
+        }
+        fprintf(stderr, "%s\n", m);
+        if (status == 401 && !c->token)
+                fprintf(stderr,
+                        "The daemon wants a bearer token: set $VM_MANAGER_TOKEN or --token-file FILE.\n");
+        return CLI_EXIT_EXEC_FAILED;
+}
+
+/* Whether the head (up to its blank line at end) names protocol in its Upgrade header. */
+static bool shell_head_upgrades_to(const char *head, const char *end, const char *protocol) {
+        const char *u = strcasestr(head, "\r\nupgrade:");
+
+        if (!u || u > end)
+                return false;
+        u += strlen("\r\nupgrade:");
+        u += strspn(u, " \t");
+        return strncasecmp(u, protocol, strlen(protocol)) == 0 && strchr("\r \t;", u[strlen(protocol)]);
+}
+
+/* The answer to the upgrade request: 0 for the 101 to vm-manager-shell (bytes after it stay in buf,
+ * *len of them), or 255 once what went wrong was printed. */
+static int shell_read_answer(
+        Cli *c, CURL *e, curl_socket_t fd, const char *id, char *buf, size_t size, size_t *len) {
         for (;;) {
                 size_t got = 0;
                 CURLcode cc;
+                char *end;
 
                 buf[*len] = 0;
                 end = strstr(buf, "\r\n\r\n");
                 if (end) {
                         const char *cl = strcasestr(buf, "\r\ncontent-length:");
                         size_t head = (size_t) (end + 4 - buf);
-                        status = strtol(buf + strcspn(buf, " "), NULL, 10);
-                        body_len = cl && cl < end ? strtoul(cl + 17, NULL, 10) : 0;
+                        long status = strtol(buf + strcspn(buf, " "), NULL, 10);
+                        size_t body_len = cl && cl < end ? strtoul(cl + 17, NULL, 10) : 0;
+
                         if (status == 101) {
+                                if (!shell_head_upgrades_to(buf, end, "vm-manager-shell"))
+                                        return shell_unsupported(c, status, "another protocol");
                                 memmove(buf, buf + head, *len - head);
                                 *len -= head;
                                 return 0;
                         }
-                        if (*len - head >= body_len || body_len >= size - head) {
-                                json_auto_t *j = json_loadb(end + 4, MIN(*len - head, body_len), 0, NULL);
-                                json_t *err = json_object_get(j, "error");
-                                const char *m = json_string_value(json_object_get(err, "message"));
-
-                                if (!m) {
-                                        fprintf(stderr, "Error: %s answered HTTP %ld\n", c->base, status);
-                                        return CLI_EXIT_INTERNAL;
-                                }
-                                fprintf(stderr, "%s\n", m);
-                                return cli_exit_code(json_string_value(json_object_get(err, "code")));
-                        }
+                        if (*len - head >= body_len || body_len >= size - head)
+                                return shell_refused(c, id, status, end + 4, MIN(*len - head, body_len));
                 }
                 if (*len >= size - 1) {
                         fprintf(stderr, "Error: %s answered with headers too large\n", c->base);
-                        return CLI_EXIT_INTERNAL;
+                        return CLI_EXIT_EXEC_FAILED;
                 }
                 cc = curl_easy_recv(e, buf + *len, size - 1 - *len, &got);
                 if (cc == CURLE_AGAIN) {
@@ -848,7 +897,7 @@ static int shell_read_answer(Cli *c, CURL *e, curl_socket_t fd, char *buf, size_
                 }
                 if (cc != CURLE_OK || got == 0) {
                         fprintf(stderr, "Error: %s closed the connection without an answer\n", c->base);
-                        return CLI_EXIT_INTERNAL;
+                        return CLI_EXIT_EXEC_FAILED;
                 }
                 *len += got;
         }
@@ -905,6 +954,8 @@ static int shell_relay(CURL *e, curl_socket_t fd, bool tty, uint8_t *in, size_t 
                 in_len -= (size_t) k;
                 if (status >= 0)
                         return status;
+                if (stop_signal)
+                        return 128 + stop_signal;
                 if (window_changed) {
                         window_changed = 0;
                         shell_send_window(e, fd);
@@ -955,10 +1006,10 @@ static int cli_vm_shell(Cli *c, const char *id) {
         int k;
 
         if (!e || !seg || !in)
-                return CLI_EXIT_INTERNAL;
+                return CLI_EXIT_EXEC_FAILED;
         host = strdup(c->base + strcspn(c->base, "/") + 2);
         if (!host)
-                return CLI_EXIT_INTERNAL;
+                return CLI_EXIT_EXEC_FAILED;
         host[strcspn(host, "/")] = 0;
         if (asprintf(
                     &req,
@@ -970,7 +1021,7 @@ static int cli_vm_shell(Cli *c, const char *id) {
                     c->token ?: "",
                     c->token ? "\r\n" : "") < 0) {
                 req = NULL;
-                return CLI_EXIT_INTERNAL;
+                return CLI_EXIT_EXEC_FAILED;
         }
         (void) curl_easy_setopt(e, CURLOPT_URL, c->base);
         (void) curl_easy_setopt(e, CURLOPT_CONNECT_ONLY, 1L);
@@ -985,13 +1036,13 @@ static int cli_vm_shell(Cli *c, const char *id) {
                         "Error: cannot reach vm-manager at %s: %s\n",
                         c->base,
                         errbuf[0] ? errbuf : curl_easy_strerror(cc));
-                return CLI_EXIT_UNREACHABLE;
+                return CLI_EXIT_EXEC_FAILED;
         }
         if (shell_send_all(e, fd, req, strlen(req)) < 0) {
                 fprintf(stderr, "Error: %s closed the connection\n", c->base);
-                return CLI_EXIT_UNREACHABLE;
+                return CLI_EXIT_EXEC_FAILED;
         }
-        k = shell_read_answer(c, e, fd, (char *) in, in_size, &in_len);
+        k = shell_read_answer(c, e, fd, id, (char *) in, in_size, &in_len);
         if (k != 0)
                 return k;
 
@@ -1002,6 +1053,8 @@ static int cli_vm_shell(Cli *c, const char *id) {
                 termios_saved = tcsetattr(STDIN_FILENO, TCSANOW, &raw) == 0;
                 atexit(restore_terminal);
                 (void) signal(SIGWINCH, on_sigwinch);
+                (void) signal(SIGTERM, on_stop_signal);
+                (void) signal(SIGHUP, on_stop_signal);
                 shell_send_window(e, fd);
         }
         k = shell_relay(e, fd, tty, in, in_len, in_size);
@@ -1161,6 +1214,14 @@ int cli_main(int argc, char **argv, const char *default_listen) {
                 cli_command_help(stdout, cmd);
                 return 0;
         }
+        /* A shell without a terminal has no keys to relay and no window to size; commands from a
+         * script or a pipe are what vm exec is for. Said before anything is sent. */
+        if (streq_ptr(cmd->verb, "shell") && !isatty(STDIN_FILENO)) {
+                fprintf(stderr,
+                        "Error: vm shell needs a terminal on stdin; from a script or a pipe use\n"
+                        "  vm-manager vm exec NAME -- sh -c 'CMD'   (stdin, output and exit status passed through)\n");
+                return CLI_EXIT_USAGE;
+        }
         if (output && !streq(output, "table") && !streq(output, "json")) {
                 fprintf(stderr, "Error: --output must be table or json, not '%s'\n", output);
                 return CLI_EXIT_USAGE;
@@ -1184,7 +1245,9 @@ int cli_main(int argc, char **argv, const char *default_listen) {
         if (cmd->positional && streq(cmd->positional, "id")) {
                 k = resolve_vm(&c, json_string_value(json_object_get(p.args, "id")), &id);
                 if (k != 0)
-                        return streq(cmd->op, "exec_vm") ? CLI_EXIT_EXEC_FAILED : k;
+                        return streq(cmd->op, "exec_vm") || streq_ptr(cmd->verb, "shell") ?
+                                CLI_EXIT_EXEC_FAILED :
+                                k;
                 json_object_set_new(p.args, "id", json_string(id));
         }
         if (streq(cmd->op, "exec_vm"))
