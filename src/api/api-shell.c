@@ -18,7 +18,8 @@ typedef struct ShellSession ShellSession;
 struct ApiShells {
         Manager *manager;
         ShellSession *sessions;
-        unsigned n_sessions; /* those answered 101, and those whose 101 is on its way */
+        unsigned n_sessions;    /* those answered 101, and those whose 101 is on its way */
+        sd_event_source *watch; /* looks at the sessions' VMs while there are sessions */
 };
 
 struct ShellSession {
@@ -26,6 +27,7 @@ struct ShellSession {
         char *vm_id;
         HttpUpgrade *upgrade; /* set once the 101 went out */
         VmShell *shell;
+        bool ending; /* vm_shell_end() was called: its VM stopped */
         ShellSession *prev, *next;
 };
 
@@ -53,8 +55,48 @@ ApiShells *api_shells_free(ApiShells *s) {
                 return NULL;
         while (s->sessions)
                 session_free(s->sessions);
+        sd_event_source_disable_unref(s->watch);
         free(s);
         return NULL;
+}
+
+/* Ends the sessions whose VM stopped or went away: the session would otherwise hang on a TCP
+ * connection to a guest that is no more, as nothing in core tells a shell of its VM's end. */
+static int on_watch(sd_event_source *source, usec_t usec, void *userdata) {
+        ApiShells *s = userdata;
+
+        for (ShellSession *x = s->sessions; x; x = x->next) {
+                Vm *v = manager_find_vm(s->manager, x->vm_id);
+
+                if (!x->shell || x->ending || (v && vm_shell_check(v, /* reterr= */ NULL) >= 0))
+                        continue;
+                log_debug("vm shell in %s: the VM is stopping or gone, ending the session", x->vm_id);
+                x->ending = vm_shell_end(x->shell) >= 0;
+        }
+        if (s->sessions) {
+                (void) sd_event_source_set_time_relative(source, API_SHELL_WATCH_USEC);
+                (void) sd_event_source_set_enabled(source, SD_EVENT_ONESHOT);
+        }
+        return 0;
+}
+
+static void watch_arm(ApiShells *s) {
+        if (s->watch) {
+                if (sd_event_source_get_enabled(s->watch, NULL) > 0)
+                        return;
+                (void) sd_event_source_set_time_relative(s->watch, API_SHELL_WATCH_USEC);
+                (void) sd_event_source_set_enabled(s->watch, SD_EVENT_ONESHOT);
+                return;
+        }
+        if (sd_event_add_time_relative(
+                    manager_event(s->manager),
+                    &s->watch,
+                    CLOCK_MONOTONIC,
+                    API_SHELL_WATCH_USEC,
+                    API_SHELL_WATCH_USEC / 10,
+                    on_watch,
+                    s) < 0)
+                log_debug("vm shell: cannot watch the sessions' VMs, ignoring");
 }
 
 static void on_shell_done(VmShell *shell, void *userdata) {
@@ -81,6 +123,8 @@ static void on_upgraded(HttpUpgrade *u, int fd, const void *extra, size_t extra_
         else {
                 cfd = fcntl(fd, F_DUPFD_CLOEXEC, 3);
                 r = cfd < 0 ? -errno : vm_shell_start(v, cfd, on_shell_done, x, &x->shell, &e);
+                if (r >= 0)
+                        watch_arm(x->owner);
         }
         if (r < 0) {
                 const char *msg = e.message ?: strerror(-r);

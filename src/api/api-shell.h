@@ -12,6 +12,8 @@
 #define API_SHELL_PROTOCOL "vm-manager-shell"
 /* Sessions at once, over all clients: each is a helper process with an ssh session. */
 #define API_SHELLS_MAX 16U
+/* How often the sessions' VMs are looked at: a VM that stopped ends its shells within this. */
+#define API_SHELL_WATCH_USEC (1 * USEC_PER_SEC)
 
 typedef struct ApiShells ApiShells;
 

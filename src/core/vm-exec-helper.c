@@ -2,6 +2,7 @@
 /* `vm-manager exec-ssh`: one ssh session for exec_vm (vm-exec-helper.h says what goes in and out). */
 #include <libssh/libssh.h>
 #include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -288,6 +289,14 @@ static int shell_take_frames(ssh_channel channel, const uint8_t *buf, size_t len
         }
 }
 
+/* SIGTERM: the daemon ends the session because the VM is stopping or gone (vm_shell_end()). The relay
+ * tells the client so in an ERROR frame, between two frames of its own, and exits. */
+static volatile sig_atomic_t shell_ended;
+
+static void on_shell_sigterm(int sig) {
+        shell_ended = 1;
+}
+
 /* Relays until the shell ends (its exit status goes to the client) or the client leaves (the shell is
  * hung up on). conn is the client's connection, read and written. */
 static void shell_relay(ssh_session session, ssh_channel channel, int conn) {
@@ -302,6 +311,11 @@ static void shell_relay(ssh_session session, ssh_channel channel, int conn) {
                 char out[SHELL_FRAME_PAYLOAD_MAX];
                 int n, e, status;
 
+                if (shell_ended) {
+                        const char *msg = "vm shell: the VM is stopping or gone; the session ended";
+                        (void) shell_send(conn, SHELL_FRAME_ERROR, msg, strlen(msg));
+                        return;
+                }
                 /* libssh may hold bytes it read already: a short poll, then a look either way */
                 if (poll(pfd, 2, 50) < 0 && errno != EINTR)
                         return;
@@ -354,6 +368,8 @@ static void shell_session(const ExecParams *p, int conn) {
         json_auto_t *error = NULL;
         long timeout = VM_EXEC_HANDSHAKE_TIMEOUT_SEC;
 
+        /* no SA_RESTART: the relay's poll() returns at once, and the flag is seen */
+        (void) sigaction(SIGTERM, &(struct sigaction){ .sa_handler = on_shell_sigterm }, NULL);
         if (ssh_open(p, &session, &error) < 0) {
                 shell_send_error(conn, error);
                 return;

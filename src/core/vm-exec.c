@@ -11,6 +11,7 @@
  * VM_EXEC_OUTPUT_MAX per stream, six times that escaped) is parsed on the manager's exec worker, off
  * the loop, which hears back through the worker's pipe. */
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -449,6 +450,12 @@ static void on_shell_exit(VmProcess *p, int code, int status, void *userdata) {
         if (vm_process_error(p) < 0)
                 log_debug("vm shell: the helper did not run: %s", strerror(-vm_process_error(p)));
         s->done(s, s->userdata);
+}
+
+int vm_shell_end(VmShell *s) {
+        assert_return(s, -EINVAL);
+        /* the helper says why in an ERROR frame, then exits: done follows */
+        return vm_process_kill(s->helper, SIGTERM);
 }
 
 int vm_shell_check(Vm *v, ApiError *reterr) {

@@ -179,6 +179,9 @@ typedef void (*VmShellDoneFunc)(VmShell *s, void *userdata);
 int vm_shell_check(Vm *v, ApiError *reterr);
 int vm_shell_start(Vm *v, int fd, VmShellDoneFunc done, void *userdata, VmShell **ret, ApiError *reterr);
 VmShell *vm_shell_free(VmShell *s);
+/* Ends the session from the server's side (the VM is stopping or gone): the helper tells the client in
+ * an ERROR frame and exits, and done is called as for any end. */
+int vm_shell_end(VmShell *s);
 
 /* The guest's systemd-report uploads (IMDS POST /report). The raw bytes are kept in <vm>/report.json
  * (written atomically, loaded again at start-up); the mapped series live in memory. */
