@@ -29,6 +29,8 @@ allowed=(
         "src/host/host-probe.c:poll                  the host probe runs at start-up, before the loop serves"
         "src/oci/oci-registry.c:nanosleep            image push/pull is the command line's, not the daemon's"
         "src/cli/cli.c:sleep                         the client commands run in their own process, never on the loop"
+        "src/cli/cli.c:poll                          vm shell's relay is the client's own process, never the loop"
+        "src/core/vm-exec-helper.c:poll              vm shell's relay runs in the exec-ssh helper process, not the loop's"
         "src/storage/host-install.c:waitpid          the host install runs in its own helper process"
         "src/storage/storage.c:varlink_call_sync     start-up only: GetInfo and the reattach of VMs before the loop serves"
         "src/vm/vm-process.c:waitpid                 reaps a child just SIGKILLed whose watch could not be added"

@@ -16,7 +16,7 @@ _vm_manager() {
         fi
         if [[ $cword -eq 2 ]]; then
                 case $group in
-                vm) COMPREPLY=($(compgen -W "list get create start stop reboot delete exec console" -- "$cur")) ;;
+                vm) COMPREPLY=($(compgen -W "list get create start stop reboot delete exec console shell" -- "$cur")) ;;
                 network) COMPREPLY=($(compgen -W "list get create delete" -- "$cur")) ;;
                 image) COMPREPLY=($(compgen -W "list golden push pull" -- "$cur")) ;;
                 esac
@@ -40,7 +40,7 @@ _vm_manager() {
         fi
         if [[ $cword -eq 3 ]]; then
                 case "$group $verb" in
-                "vm get" | "vm start" | "vm stop" | "vm reboot" | "vm delete" | "vm exec" | "vm console")
+                "vm get" | "vm start" | "vm stop" | "vm reboot" | "vm delete" | "vm exec" | "vm console" | "vm shell")
                         COMPREPLY=($(compgen -W "$(vm-manager vm list -o json 2>/dev/null |
                                 grep -o '"name": *"[^"]*"' | sed 's/.*"\([^"]*\)"$/\1/')" -- "$cur"))
                         ;;

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "api-console.h"
+#include "api-session.h"
 #include "cleanup.h"
 #include "list.h"
 #include "log.h"
@@ -223,23 +224,9 @@ void api_console_stream(
                 (void) http_request_reply_error(req, &e);
                 return;
         }
-        v = manager_find_vm(s->manager, vm_id);
-        if (!v) {
-                (void) api_error_set(&e, -ENOENT, API_ERROR_NOT_FOUND, "vm \"%s\"", vm_id);
-                (void) http_request_reply_error(req, &e);
+        v = api_session_vm(req, s->manager, vm_id);
+        if (!v || !api_session_admit(req, s->n_streams, API_CONSOLE_STREAMS_MAX, "console streams"))
                 return;
-        }
-        if (s->n_streams >= API_CONSOLE_STREAMS_MAX) {
-                (void) http_request_add_header(req, "Retry-After", "5");
-                (void) api_error_set(
-                        &e,
-                        -EAGAIN,
-                        API_ERROR_CONFLICT,
-                        "%u console streams are open, the most this server keeps; try again later",
-                        API_CONSOLE_STREAMS_MAX);
-                (void) http_request_reply_error_status(req, 503, &e);
-                return;
-        }
 
         c = calloc(1, sizeof(ConsoleStream));
         if (!c || !(c->vm_id = strdup(vm_id))) {

@@ -4,6 +4,7 @@
 
 #include "api-console.h"
 #include "api-rest.h"
+#include "api-shell.h"
 #include "cleanup.h"
 #include "http-util.h"
 #include "json-util.h"
@@ -24,6 +25,7 @@ struct ApiRest {
         CachedBody *cache; /* one per operation of the table */
         size_t n_cache;
         ApiConsoleStreams *consoles;
+        ApiShells *shells;
 };
 
 int api_rest_new(ApiRest **ret, Manager *m, Tracer *tracer) {
@@ -40,7 +42,8 @@ int api_rest_new(ApiRest **ret, Manager *m, Tracer *tracer) {
         if (!a->cache)
                 return -ENOMEM;
         a->consoles = api_console_streams_new(m);
-        if (!a->consoles)
+        a->shells = api_shells_new(m);
+        if (!a->consoles || !a->shells)
                 return -ENOMEM;
         *ret = TAKE_PTR(a);
         return 0;
@@ -50,6 +53,7 @@ ApiRest *api_rest_free(ApiRest *a) {
         if (!a)
                 return NULL;
         api_console_streams_free(a->consoles);
+        api_shells_free(a->shells);
         for (size_t i = 0; i < a->n_cache; i++)
                 free(a->cache[i].body);
         free(a->cache);
@@ -428,6 +432,19 @@ bool api_rest_handle(ApiRest *a, HttpRequest *req) {
                         }
                         span_set_http_route(span, API_REST_PREFIX, "/vms/{id}/console/stream");
                         api_console_stream(a->consoles, req, vid, span ? on_request_done : NULL, span);
+                        return true;
+                }
+                if (slash && slash > id && streq(slash, "/shell")) {
+                        _cleanup_free_ char *vid = strndup(id, slash - id);
+
+                        if (!streq(method, "GET") || !vid) {
+                                (void) api_error_set(
+                                        &e, -ENOENT, API_ERROR_NOT_FOUND, "no route %s %s", method, path);
+                                reply_error(req, &e);
+                                return true;
+                        }
+                        span_set_http_route(span, API_REST_PREFIX, "/vms/{id}/shell");
+                        api_shell(a->shells, req, vid);
                         return true;
                 }
                 if (slash && slash > id && streq(slash, "/report")) {

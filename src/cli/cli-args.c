@@ -27,6 +27,16 @@ static const char *const console_extra[] = {
         NULL,
 };
 
+static const char shell_help[] =
+        "A login shell as root in the VM, in a pseudo-terminal, over the same ssh path as vm exec (the "
+        "VM's own key, no port to forward; GET /api/v1/vms/{id}/shell upgraded to vm-manager-shell). "
+        "The terminal is raw while it runs: keys, Ctrl-C included, go to the shell, and the window size "
+        "follows the terminal's. Ctrl-] detaches (exit 0, the shell is hung up on). The command exits "
+        "with the shell's exit status, and 255 when there was no session or it broke, with the reason "
+        "on stderr (the API's message: not found, conflict when the VM is not running, ...). stdin must "
+        "be a terminal (exit 2 otherwise): from a script, use vm exec NAME -- sh. docs/cli.md has the "
+        "details.";
+
 /* One command: group, verb, operation, positional parameter, summary, then any of files,
  * rest_argv and extra_flags as designated initializers. */
 #define COMMAND(g, v, o, pos, sum, ...) \
@@ -59,6 +69,13 @@ static const CliCommand commands[] = {
                 "id",
                 "show a VM's serial console; --follow streams it",
                 .extra_flags = console_extra),
+        /* not an operation (an upgraded connection, api-shell.h): get_vm's parameters, the VM alone */
+        COMMAND("vm",
+                "shell",
+                "get_vm",
+                "id",
+                "an interactive root shell in a VM; Ctrl-] detaches",
+                .help = shell_help),
         COMMAND("network", "list", "list_networks", NULL, "list the networks"),
         COMMAND("network", "get", "get_network", "name", "show one network"),
         COMMAND("network", "create", "create_network", "name", "create a network (--cidr)"),
@@ -444,7 +461,9 @@ void cli_command_help(FILE *f, const CliCommand *c) {
                 usage ? " " : "",
                 usage ?: "");
         fprintf(f, "%s.\n\n", c->summary);
-        if (op)
+        if (c->help)
+                fprintf(f, "%s\n\n", c->help);
+        else if (op)
                 fprintf(f, "The %s operation: %s\n\n", op->name, op->description);
         fprintf(f, "Flags:\n");
         for (const OperationParam *p = op ? op->params : NULL; p && p->name; p++) {

@@ -26,6 +26,8 @@ typedef struct CliCommand {
         const char *op;           /* the operation's name; NULL: the command is the client's own (shell) */
         const char *positional;   /* the parameter given as the one positional argument (NAME, ID) */
         const char *summary;      /* one line for the command list; the op's description is the help */
+        const char *help;         /* the help instead of the op's description, for a command that is not
+                                   * that operation (vm shell takes get_vm's parameters only) */
         const CliFileFlag *files; /* terminated by a NULL param, or NULL */
         bool rest_argv;           /* takes "-- CMD…" into the op's command parameter */
         const char *const *extra_flags; /* the client's own flags, "name\tMETAVAR\thelp" (METAVAR

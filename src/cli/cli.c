@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <termios.h>
 #include <time.h>
 #include <unistd.h>
@@ -19,6 +20,7 @@
 #include "cli.h"
 #include "curl-util.h"
 #include "fs-util.h"
+#include "shell-frame.h"
 #include "string-util.h"
 
 /* Largest answer or file the client takes: a list of many VMs, user-data (1 MiB) escaped. */
@@ -549,9 +551,7 @@ static int cli_vm_create(Cli *c, const CliCommand *cmd, CliParsed *p) {
                elapsed_since(&t0),
                ip ? ", address " : "",
                ip ?: "");
-        /* vm shell is not there yet (docs/cli.md): exec is what the client offers in the guest. */
-        printf("Next: vm-manager vm exec %s -- uptime   (an ssh session: forward_port 22, docs/cli.md)\n",
-               name);
+        printf("Next: vm-manager vm shell %s   (or vm exec %s -- CMD...)\n", name, name);
         return 0;
 }
 
@@ -764,6 +764,305 @@ static int cli_vm_console(Cli *c, const CliCommand *cmd, CliParsed *p, const cha
 
 /* ---- dispatch ---- */
 
+/* ---- vm shell ---- */
+
+static volatile sig_atomic_t window_changed;
+
+static void on_sigwinch(int sig) {
+        window_changed = 1;
+}
+
+/* SIGTERM or SIGHUP (the terminal went away) while the terminal is raw: the relay ends, the terminal
+ * is given back as it was, and the client exits 128 + the signal, the shell hung up on. */
+static volatile sig_atomic_t stop_signal;
+
+static void on_stop_signal(int sig) {
+        stop_signal = sig;
+}
+
+/* All of n bytes through curl's connection (waiting for room as it needs). */
+static int shell_send_all(CURL *e, curl_socket_t fd, const void *data, size_t n) {
+        while (n > 0) {
+                size_t sent = 0;
+                CURLcode cc = curl_easy_send(e, data, n, &sent);
+
+                if (cc == CURLE_AGAIN) {
+                        struct pollfd p = { .fd = fd, .events = POLLOUT };
+                        (void) poll(&p, 1, 1000);
+                        continue;
+                }
+                if (cc != CURLE_OK)
+                        return -EIO;
+                data = (const char *) data + sent;
+                n -= sent;
+        }
+        return 0;
+}
+
+static void shell_send_window(CURL *e, curl_socket_t fd) {
+        struct winsize ws = {};
+        uint8_t f[SHELL_FRAME_HEADER_SIZE + 4];
+
+        if (ioctl(STDIN_FILENO, TIOCGWINSZ, &ws) < 0 || ws.ws_row == 0 || ws.ws_col == 0)
+                return;
+        (void) shell_send_all(e, fd, f, shell_frame_resize(f, ws.ws_row, ws.ws_col));
+}
+
+/* Says that the server at c->base has no vm shell (what it answered instead is why): 255. */
+static int shell_unsupported(Cli *c, long status, const char *message) {
+        fprintf(stderr,
+                "Error: %s does not serve vm shell (it answered HTTP %ld%s%s): a vm-manager older than this "
+                "client, or a proxy that drops \"Upgrade\"?\n"
+                "vm-manager vm exec NAME -- CMD runs commands there.\n",
+                c->base,
+                status,
+                message ? ": " : "",
+                message ?: "");
+        return CLI_EXIT_EXEC_FAILED;
+}
+
+/* What a refusal of the upgrade means for the user: the API's message, or that the server has no vm
+ * shell. The VM was found a moment ago (resolve_vm()), so a 404 is asked again: a VM still there
+ * means the route is missing. Returns 255 once it was said. */
+static int shell_refused(Cli *c, const char *id, long status, const char *body, size_t body_len) {
+        _cleanup_(answer_done) Answer a = {};
+        _cleanup_free_ char *seg = escape_segment(id), *path = NULL;
+        json_auto_t *j = json_loadb(body, body_len, 0, NULL);
+        json_t *err = json_object_get(j, "error");
+        const char *m = json_string_value(json_object_get(err, "message"));
+
+        if (!m || status < 400 || status == 405 || status == 426 || status == 501)
+                return shell_unsupported(c, status, m);
+        if (status == 404) {
+                if (!seg || asprintf(&path, "/vms/%s", seg) < 0)
+                        return CLI_EXIT_EXEC_FAILED;
+                if (call(c, "GET", path, NULL, &a) != 0)
+                        return CLI_EXIT_EXEC_FAILED; /* gone meanwhile: its not_found is printed */
+                return shell_unsupported(c, status, m);
+        }
+        fprintf(stderr, "%s\n", m);
+        if (status == 401 && !c->token)
+                fprintf(stderr,
+                        "The daemon wants a bearer token: set $VM_MANAGER_TOKEN or --token-file FILE.\n");
+        return CLI_EXIT_EXEC_FAILED;
+}
+
+/* Whether the head (up to its blank line at end) names protocol in its Upgrade header. */
+static bool shell_head_upgrades_to(const char *head, const char *end, const char *protocol) {
+        const char *u = strcasestr(head, "\r\nupgrade:");
+
+        if (!u || u > end)
+                return false;
+        u += strlen("\r\nupgrade:");
+        u += strspn(u, " \t");
+        return strncasecmp(u, protocol, strlen(protocol)) == 0 && strchr("\r \t;", u[strlen(protocol)]);
+}
+
+/* The answer to the upgrade request: 0 for the 101 to vm-manager-shell (bytes after it stay in buf,
+ * *len of them), or 255 once what went wrong was printed. */
+static int shell_read_answer(
+        Cli *c, CURL *e, curl_socket_t fd, const char *id, char *buf, size_t size, size_t *len) {
+        for (;;) {
+                size_t got = 0;
+                CURLcode cc;
+                char *end;
+
+                buf[*len] = 0;
+                end = strstr(buf, "\r\n\r\n");
+                if (end) {
+                        const char *cl = strcasestr(buf, "\r\ncontent-length:");
+                        size_t head = (size_t) (end + 4 - buf);
+                        long status = strtol(buf + strcspn(buf, " "), NULL, 10);
+                        size_t body_len = cl && cl < end ? strtoul(cl + 17, NULL, 10) : 0;
+
+                        if (status == 101) {
+                                if (!shell_head_upgrades_to(buf, end, "vm-manager-shell"))
+                                        return shell_unsupported(c, status, "another protocol");
+                                memmove(buf, buf + head, *len - head);
+                                *len -= head;
+                                return 0;
+                        }
+                        if (*len - head >= body_len || body_len >= size - head)
+                                return shell_refused(c, id, status, end + 4, MIN(*len - head, body_len));
+                }
+                if (*len >= size - 1) {
+                        fprintf(stderr, "Error: %s answered with headers too large\n", c->base);
+                        return CLI_EXIT_EXEC_FAILED;
+                }
+                cc = curl_easy_recv(e, buf + *len, size - 1 - *len, &got);
+                if (cc == CURLE_AGAIN) {
+                        struct pollfd p = { .fd = fd, .events = POLLIN };
+                        (void) poll(&p, 1, 1000);
+                        continue;
+                }
+                if (cc != CURLE_OK || got == 0) {
+                        fprintf(stderr, "Error: %s closed the connection without an answer\n", c->base);
+                        return CLI_EXIT_EXEC_FAILED;
+                }
+                *len += got;
+        }
+}
+
+/* The server's frames in buf: output to stdout; *ret_status once EXIT or ERROR came (255 for an
+ * ERROR, as ssh exits when it could not run). Returns the bytes taken, or -EBADMSG. */
+static int shell_take_frames(const uint8_t *buf, size_t len, int *ret_status) {
+        size_t off = 0;
+
+        for (;;) {
+                ShellFrame f;
+                int k = shell_frame_parse(buf + off, len - off, &f);
+
+                if (k <= 0)
+                        return k < 0 ? k : (int) off;
+                off += (size_t) k;
+                if (f.type == SHELL_FRAME_DATA) {
+                        if (fwrite(f.payload, 1, f.size, stdout) != f.size)
+                                return -EIO;
+                        fflush(stdout);
+                } else if (f.type == SHELL_FRAME_EXIT)
+                        *ret_status = (int) f.status;
+                else if (f.type == SHELL_FRAME_ERROR) {
+                        fprintf(stderr,
+                                "%s%.*s\n",
+                                termios_saved ? "\r\n" : "",
+                                (int) f.size,
+                                (const char *) f.payload);
+                        *ret_status = 255;
+                } else
+                        return -EBADMSG;
+        }
+}
+
+/* Relays stdin and stdout to the session until its end: the exit status to exit with. */
+static int shell_relay(CURL *e, curl_socket_t fd, bool tty, uint8_t *in, size_t in_len, size_t in_size) {
+        bool stdin_open = true;
+        int status = -1;
+
+        for (;;) {
+                struct pollfd p[2] = { { .fd = fd, .events = POLLIN },
+                                       { .fd = STDIN_FILENO, .events = POLLIN } };
+                size_t got = 0;
+                CURLcode cc;
+                int k;
+
+                k = shell_take_frames(in, in_len, &status);
+                if (k < 0) {
+                        fprintf(stderr, "\r\nvm shell: the server sent a frame it may not send\r\n");
+                        return 255;
+                }
+                memmove(in, in + k, in_len - (size_t) k);
+                in_len -= (size_t) k;
+                if (status >= 0)
+                        return status;
+                if (stop_signal)
+                        return 128 + stop_signal;
+                if (window_changed) {
+                        window_changed = 0;
+                        shell_send_window(e, fd);
+                }
+                (void) poll(p, stdin_open ? 2 : 1, 1000);
+                if (stdin_open && (p[1].revents & (POLLIN | POLLHUP | POLLERR))) {
+                        char keys[4096];
+                        ssize_t n = read(STDIN_FILENO, keys, sizeof(keys));
+                        char *detach = tty && n > 0 ? memchr(keys, CLI_DETACH_KEY, (size_t) n) : NULL;
+                        uint8_t h[SHELL_FRAME_HEADER_SIZE];
+
+                        if (detach)
+                                n = detach - keys;
+                        if (n > 0) {
+                                shell_frame_header(h, SHELL_FRAME_DATA, (size_t) n);
+                                if (shell_send_all(e, fd, h, sizeof(h)) < 0 ||
+                                    shell_send_all(e, fd, keys, (size_t) n) < 0)
+                                        return 255;
+                        } else if (!detach)
+                                stdin_open = false; /* the shell goes on: it ends when it exits */
+                        if (detach) {
+                                fprintf(stderr, "\r\nDetached from the shell.\r\n");
+                                return 0;
+                        }
+                }
+                cc = curl_easy_recv(e, in + in_len, in_size - in_len, &got);
+                if (cc == CURLE_AGAIN)
+                        continue;
+                if (cc != CURLE_OK || got == 0) {
+                        fprintf(stderr,
+                                "%svm shell: the session ended without an exit status\n",
+                                tty ? "\r\n" : "");
+                        return 255;
+                }
+                in_len += got;
+        }
+}
+
+static int cli_vm_shell(Cli *c, const char *id) {
+        _cleanup_(curl_easy_cleanupp) CURL *e = curl_easy_init();
+        _cleanup_free_ char *seg = escape_segment(id), *req = NULL, *host = NULL;
+        _cleanup_free_ uint8_t *in = malloc(2 * (SHELL_FRAME_HEADER_SIZE + SHELL_FRAME_PAYLOAD_MAX));
+        size_t in_len = 0, in_size = 2 * (SHELL_FRAME_HEADER_SIZE + SHELL_FRAME_PAYLOAD_MAX);
+        bool tty = isatty(STDIN_FILENO);
+        curl_socket_t fd = CURL_SOCKET_BAD;
+        char errbuf[CURL_ERROR_SIZE] = "";
+        CURLcode cc;
+        int k;
+
+        if (!e || !seg || !in)
+                return CLI_EXIT_EXEC_FAILED;
+        host = strdup(c->base + strcspn(c->base, "/") + 2);
+        if (!host)
+                return CLI_EXIT_EXEC_FAILED;
+        host[strcspn(host, "/")] = 0;
+        if (asprintf(
+                    &req,
+                    "GET /api/v1/vms/%s/shell HTTP/1.1\r\nHost: %s\r\nUpgrade: vm-manager-shell\r\n"
+                    "Connection: Upgrade\r\n%s%s%s\r\n",
+                    seg,
+                    host,
+                    c->token ? "Authorization: Bearer " : "",
+                    c->token ?: "",
+                    c->token ? "\r\n" : "") < 0) {
+                req = NULL;
+                return CLI_EXIT_EXEC_FAILED;
+        }
+        (void) curl_easy_setopt(e, CURLOPT_URL, c->base);
+        (void) curl_easy_setopt(e, CURLOPT_CONNECT_ONLY, 1L);
+        (void) curl_easy_setopt(e, CURLOPT_ERRORBUFFER, errbuf);
+        (void) curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT, 10L);
+        (void) curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
+        cc = curl_easy_perform(e);
+        if (cc == CURLE_OK)
+                cc = curl_easy_getinfo(e, CURLINFO_ACTIVESOCKET, &fd);
+        if (cc != CURLE_OK || fd == CURL_SOCKET_BAD) {
+                fprintf(stderr,
+                        "Error: cannot reach vm-manager at %s: %s\n",
+                        c->base,
+                        errbuf[0] ? errbuf : curl_easy_strerror(cc));
+                return CLI_EXIT_EXEC_FAILED;
+        }
+        if (shell_send_all(e, fd, req, strlen(req)) < 0) {
+                fprintf(stderr, "Error: %s closed the connection\n", c->base);
+                return CLI_EXIT_EXEC_FAILED;
+        }
+        k = shell_read_answer(c, e, fd, id, (char *) in, in_size, &in_len);
+        if (k != 0)
+                return k;
+
+        if (tty && tcgetattr(STDIN_FILENO, &saved_termios) == 0) {
+                struct termios raw = saved_termios;
+
+                cfmakeraw(&raw);
+                termios_saved = tcsetattr(STDIN_FILENO, TCSANOW, &raw) == 0;
+                atexit(restore_terminal);
+                (void) signal(SIGWINCH, on_sigwinch);
+                (void) signal(SIGTERM, on_stop_signal);
+                (void) signal(SIGHUP, on_stop_signal);
+                shell_send_window(e, fd);
+        }
+        k = shell_relay(e, fd, tty, in, in_len, in_size);
+        restore_terminal();
+        termios_saved = false;
+        return k;
+}
+
 void cli_help(FILE *f) {
         size_t n;
         const CliCommand *t = cli_commands(&n);
@@ -894,12 +1193,6 @@ int cli_main(int argc, char **argv, const char *default_listen) {
                 verb = argv[1];
                 rest = 2;
         }
-        if (streq(group, "vm") && streq_ptr(verb, "shell")) {
-                fprintf(stderr,
-                        "vm shell is not served yet: the daemon has no interactive session endpoint (docs/cli.md).\n"
-                        "Meanwhile: vm-manager vm exec NAME -- CMD...\n");
-                return CLI_EXIT_UNSUPPORTED;
-        }
         cmd = cli_command_find(group, verb);
         if (!cmd) {
                 fprintf(stderr, "Error: unknown command '%s %s'\n", group, verb ?: "");
@@ -920,6 +1213,14 @@ int cli_main(int argc, char **argv, const char *default_listen) {
         if (p.help) {
                 cli_command_help(stdout, cmd);
                 return 0;
+        }
+        /* A shell without a terminal has no keys to relay and no window to size; commands from a
+         * script or a pipe are what vm exec is for. Said before anything is sent. */
+        if (streq_ptr(cmd->verb, "shell") && !isatty(STDIN_FILENO)) {
+                fprintf(stderr,
+                        "Error: vm shell needs a terminal on stdin; from a script or a pipe use\n"
+                        "  vm-manager vm exec NAME -- sh -c 'CMD'   (stdin, output and exit status passed through)\n");
+                return CLI_EXIT_USAGE;
         }
         if (output && !streq(output, "table") && !streq(output, "json")) {
                 fprintf(stderr, "Error: --output must be table or json, not '%s'\n", output);
@@ -944,13 +1245,17 @@ int cli_main(int argc, char **argv, const char *default_listen) {
         if (cmd->positional && streq(cmd->positional, "id")) {
                 k = resolve_vm(&c, json_string_value(json_object_get(p.args, "id")), &id);
                 if (k != 0)
-                        return streq(cmd->op, "exec_vm") ? CLI_EXIT_EXEC_FAILED : k;
+                        return streq(cmd->op, "exec_vm") || streq_ptr(cmd->verb, "shell") ?
+                                CLI_EXIT_EXEC_FAILED :
+                                k;
                 json_object_set_new(p.args, "id", json_string(id));
         }
         if (streq(cmd->op, "exec_vm"))
                 return cli_vm_exec(&c, cmd, &p, id);
         if (streq(cmd->op, "get_vm_console"))
                 return cli_vm_console(&c, cmd, &p, id);
+        if (streq_ptr(cmd->verb, "shell"))
+                return cli_vm_shell(&c, id);
 
         k = run_op(&c, cmd, p.args, &a);
         if (k != 0)

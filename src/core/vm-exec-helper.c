@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* `vm-manager exec-ssh`: one ssh session for exec_vm (vm-exec-helper.h says what goes in and out). */
 #include <libssh/libssh.h>
+#include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,6 +11,7 @@
 #include "cleanup.h"
 #include "fs-util.h"
 #include "json-util.h"
+#include "shell-frame.h"
 #include "socket-util.h"
 #include "string-util.h"
 #include "vm-exec-helper.h"
@@ -21,6 +24,7 @@ DEFINE_TRIVIAL_CLEANUP_FUNC(ssh_key, ssh_key_free);
 typedef struct ExecParams {
         char *socket, *host, *address, *vm, *key, *pin, *command;
         char *input; /* "stdin", optional */
+        bool shell;  /* "shell", optional: an interactive session on stdout (vm_shell_start()) */
 } ExecParams;
 
 static void exec_params_done(ExecParams *p) {
@@ -120,15 +124,12 @@ static const char *ssh_error_text(ssh_session session, long timeout) {
         snprintf(buf, sizeof(buf), "the guest's sshd did not answer within %ld s (a busy guest?)", timeout);
         return buf;
 }
-static int exec_session(const ExecParams *p, json_t **ret) {
+/* Connects, checks the host key and logs in as root: *ret_session, or *ret the error object. */
+static int ssh_open(const ExecParams *p, ssh_session *ret_session, json_t **ret) {
         _cleanup_(ssh_freep) ssh_session session = NULL;
-        _cleanup_(ssh_channel_freep) ssh_channel channel = NULL;
         _cleanup_(ssh_key_freep) ssh_key key = NULL;
-        _cleanup_(exec_output_done) ExecOutput out = {}, err = {};
         _cleanup_close_ int fd = -EBADF;
-        json_t *result;
         long timeout = VM_EXEC_HANDSHAKE_TIMEOUT_SEC;
-        int status;
 
         fd = unix_stream_connect(p->socket, /* nonblock= */ false);
         if (fd < 0)
@@ -163,7 +164,20 @@ static int exec_session(const ExecParams *p, json_t **ret) {
         if (ssh_userauth_publickey(session, NULL, key) != SSH_AUTH_SUCCESS)
                 return session_error(
                         false, ret, "ssh %s: root refused the VM's key: %s", p->address, ssh_get_error(session));
+        *ret_session = TAKE_PTR(session);
+        return 0;
+}
 
+static int exec_session(const ExecParams *p, json_t **ret) {
+        _cleanup_(ssh_freep) ssh_session session = NULL;
+        _cleanup_(ssh_channel_freep) ssh_channel channel = NULL;
+        _cleanup_(exec_output_done) ExecOutput out = {}, err = {};
+        json_t *result;
+        long timeout = VM_EXEC_HANDSHAKE_TIMEOUT_SEC;
+        int status;
+
+        if (ssh_open(p, &session, ret) < 0)
+                return -EIO;
         channel = ssh_channel_new(session);
         if (!channel || ssh_channel_open_session(channel) != SSH_OK)
                 return session_error(false, ret, "ssh session: %s", ssh_error_text(session, timeout));
@@ -218,6 +232,160 @@ static int exec_session(const ExecParams *p, json_t **ret) {
         return result ? 0 : -ENOMEM;
 }
 
+/* ---- the interactive session (vm shell) ---- */
+
+/* Writes a frame of type, data split into frames of SHELL_FRAME_PAYLOAD_MAX at most. */
+static int shell_send(int fd, ShellFrameType type, const void *data, size_t n) {
+        size_t off = 0;
+
+        do {
+                uint8_t h[SHELL_FRAME_HEADER_SIZE];
+                size_t chunk = MIN(n - off, SHELL_FRAME_PAYLOAD_MAX);
+                int r;
+
+                shell_frame_header(h, type, chunk);
+                r = loop_write(fd, h, sizeof(h));
+                if (r >= 0 && chunk > 0)
+                        r = loop_write(fd, (const char *) data + off, chunk);
+                if (r < 0)
+                        return r;
+                off += chunk;
+        } while (off < n);
+        return 0;
+}
+
+static void shell_send_error(int fd, json_t *error) {
+        const char *msg = json_string_value(json_object_get(error, "error"));
+
+        msg = msg ?: "ssh: out of memory";
+        (void) shell_send(fd, SHELL_FRAME_ERROR, msg, strlen(msg));
+}
+
+/* The client's frames in buf (len bytes): keys go to the shell, window sizes to its pty. Returns the
+ * bytes taken, -EBADMSG for a frame the client should not send. */
+static int shell_take_frames(ssh_channel channel, const uint8_t *buf, size_t len) {
+        size_t off = 0;
+
+        for (;;) {
+                ShellFrame f;
+                int k = shell_frame_parse(buf + off, len - off, &f);
+
+                if (k < 0)
+                        return k;
+                if (k == 0)
+                        return (int) off;
+                if (f.type == SHELL_FRAME_DATA) {
+                        for (size_t w = 0; w < f.size;) {
+                                int n = ssh_channel_write(channel, f.payload + w, (uint32_t) (f.size - w));
+                                if (n == SSH_ERROR)
+                                        return -EIO;
+                                w += (size_t) n;
+                        }
+                } else if (f.type == SHELL_FRAME_RESIZE)
+                        (void) ssh_channel_change_pty_size(channel, f.cols, f.rows);
+                else
+                        return -EBADMSG;
+                off += (size_t) k;
+        }
+}
+
+/* SIGTERM: the daemon ends the session because the VM is stopping or gone (vm_shell_end()). The relay
+ * tells the client so in an ERROR frame, between two frames of its own, and exits. */
+static volatile sig_atomic_t shell_ended;
+
+static void on_shell_sigterm(int sig) {
+        shell_ended = 1;
+}
+
+/* Relays until the shell ends (its exit status goes to the client) or the client leaves (the shell is
+ * hung up on). conn is the client's connection, read and written. */
+static void shell_relay(ssh_session session, ssh_channel channel, int conn) {
+        uint8_t in[SHELL_FRAME_HEADER_SIZE + SHELL_FRAME_PAYLOAD_MAX];
+        size_t in_len = 0;
+
+        for (;;) {
+                struct pollfd pfd[2] = {
+                        { .fd = conn, .events = POLLIN },
+                        { .fd = ssh_get_fd(session), .events = POLLIN },
+                };
+                char out[SHELL_FRAME_PAYLOAD_MAX];
+                int n, e, status;
+
+                if (shell_ended) {
+                        const char *msg = "vm shell: the VM is stopping or gone; the session ended";
+                        (void) shell_send(conn, SHELL_FRAME_ERROR, msg, strlen(msg));
+                        return;
+                }
+                /* libssh may hold bytes it read already: a short poll, then a look either way */
+                if (poll(pfd, 2, 50) < 0 && errno != EINTR)
+                        return;
+                if (pfd[0].revents & (POLLIN | POLLHUP | POLLERR)) {
+                        ssize_t k = read(conn, in + in_len, sizeof(in) - in_len);
+                        int taken;
+
+                        if (k <= 0)
+                                return; /* the client detached */
+                        in_len += (size_t) k;
+                        taken = shell_take_frames(channel, in, in_len);
+                        if (taken < 0) {
+                                const char *msg = taken == -EBADMSG ?
+                                        "vm shell: a frame the client may not send" :
+                                        "vm shell: the session broke";
+                                (void) shell_send(conn, SHELL_FRAME_ERROR, msg, strlen(msg));
+                                return;
+                        }
+                        memmove(in, in + taken, in_len - (size_t) taken);
+                        in_len -= (size_t) taken;
+                }
+                n = ssh_channel_read_nonblocking(channel, out, sizeof(out), 0);
+                if (n > 0 && shell_send(conn, SHELL_FRAME_DATA, out, (size_t) n) < 0)
+                        return;
+                e = ssh_channel_read_nonblocking(channel, out, sizeof(out), 1);
+                if (e > 0 && shell_send(conn, SHELL_FRAME_DATA, out, (size_t) e) < 0)
+                        return;
+                if (n == SSH_ERROR || e == SSH_ERROR) {
+                        const char *msg = ssh_get_error(session);
+                        (void) shell_send(conn, SHELL_FRAME_ERROR, msg, strlen(msg));
+                        return;
+                }
+                if (n > 0 || e > 0 || !ssh_channel_is_eof(channel))
+                        continue;
+                status = ssh_channel_get_exit_status(channel);
+                if (status < 0 || status > 255) {
+                        const char *msg = "ssh run: the shell ended without an exit status";
+                        (void) shell_send(conn, SHELL_FRAME_ERROR, msg, strlen(msg));
+                } else {
+                        uint8_t f[SHELL_FRAME_HEADER_SIZE + 4];
+                        (void) loop_write(conn, f, shell_frame_exit(f, (uint32_t) status));
+                }
+                return;
+        }
+}
+
+static void shell_session(const ExecParams *p, int conn) {
+        _cleanup_(ssh_freep) ssh_session session = NULL;
+        _cleanup_(ssh_channel_freep) ssh_channel channel = NULL;
+        json_auto_t *error = NULL;
+        long timeout = VM_EXEC_HANDSHAKE_TIMEOUT_SEC;
+
+        /* no SA_RESTART: the relay's poll() returns at once, and the flag is seen */
+        (void) sigaction(SIGTERM, &(struct sigaction){ .sa_handler = on_shell_sigterm }, NULL);
+        if (ssh_open(p, &session, &error) < 0) {
+                shell_send_error(conn, error);
+                return;
+        }
+        /* 80x24 until the client's first RESIZE frame, which it sends at once */
+        channel = ssh_channel_new(session);
+        if (!channel || ssh_channel_open_session(channel) != SSH_OK ||
+            ssh_channel_request_pty_size(channel, "xterm", 80, 24) != SSH_OK ||
+            ssh_channel_request_shell(channel) != SSH_OK) {
+                (void) session_error(false, &error, "ssh shell: %s", ssh_error_text(session, timeout));
+                shell_send_error(conn, error);
+                return;
+        }
+        shell_relay(session, channel, conn);
+}
+
 int vm_exec_helper_main(int argc, char **argv) {
         static const JsonDispatch table[] = {
                 { "socket", json_dispatch_string, offsetof(ExecParams, socket), JSON_MANDATORY },
@@ -228,6 +396,7 @@ int vm_exec_helper_main(int argc, char **argv) {
                 { "pin", json_dispatch_string, offsetof(ExecParams, pin), JSON_MANDATORY },
                 { "command", json_dispatch_string, offsetof(ExecParams, command), JSON_MANDATORY },
                 { "stdin", json_dispatch_string, offsetof(ExecParams, input), 0 },
+                { "shell", json_dispatch_bool, offsetof(ExecParams, shell), 0 },
                 {},
         };
         _cleanup_(exec_params_done) ExecParams p = {};
@@ -250,6 +419,10 @@ int vm_exec_helper_main(int argc, char **argv) {
                 return 2;
         }
 
+        if (p.shell) {
+                shell_session(&p, STDOUT_FILENO);
+                return 0;
+        }
         (void) exec_session(&p, &result);
         text = result ? json_dumps(result, JSON_COMPACT) : NULL;
         if (!text || loop_write(STDOUT_FILENO, text, strlen(text)) < 0)

@@ -16,6 +16,10 @@
  *   "pin"      the file that pins the guest's host key (written, 0600, on first use)
  *   "command"  the command line for the remote shell
  *   "stdin"    (optional) the command's standard input; end of file follows it either way
+ *   "shell"    (optional, boolean) vm shell: no command, an interactive login shell in a pty instead
+ *              (vm_shell_start()); stdout is then the client's connection, read and written in the
+ *              frames of shell-frame.h, nothing else written on it, and the helper exits when the
+ *              shell does (an EXIT frame out) or the client leaves (an end of file in)
  *
  * stdout: one JSON object, then the helper exits 0:
  *   {"stdout","stderr","exitCode"[,"stdoutTruncated","stderrTruncated"]}: the command ran

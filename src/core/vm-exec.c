@@ -11,6 +11,7 @@
  * VM_EXEC_OUTPUT_MAX per stream, six times that escaped) is parsed on the manager's exec worker, off
  * the loop, which hears back through the worker's pipe. */
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -242,7 +243,8 @@ static int exec_params_fd(
         const char *key,
         const char *pin,
         const char *cmd,
-        const char *input) {
+        const char *input,
+        bool shell) {
         _cleanup_close_ int fd = -EBADF;
         json_auto_t *params = NULL;
         _cleanup_free_ char *text = NULL;
@@ -266,6 +268,8 @@ static int exec_params_fd(
                 cmd);
         if (params && input && json_object_set_new(params, "stdin", json_string(input)) < 0)
                 return -ENOMEM;
+        if (params && shell && json_object_set_new(params, "shell", json_true()) < 0)
+                return -ENOMEM;
         text = params ? json_dumps(params, JSON_COMPACT) : NULL;
         if (!text)
                 return -ENOMEM;
@@ -280,20 +284,8 @@ static int exec_params_fd(
         return TAKE_FD(fd);
 }
 
-int vm_exec(
-        Vm *v, char **command, const char *input, usec_t timeout, VmDoneFunc done, void *userdata, ApiError *reterr) {
-        _cleanup_free_ char *sock = vm_path(v, "ssh.sock"), *key = vm_path(v, "ssh_key"),
-                            *pin = vm_path(v, "ssh_host_key"), *cmd = NULL, *addr = NULL;
-        _cleanup_close_ int rfd = -EBADF, wfd = -EBADF, params_fd = -EBADF;
-        Manager *m = vm_manager(v);
-        int self_exe = manager_settings(m)->self_exe_fd;
-        char *argv[] = { (char *) "vm-manager", (char *) "exec-ssh", NULL };
-        ExecCall *c;
-        NetPort *p;
-        int pipefd[2], r;
-
-        /* exec_vm's declaration refuses an empty command before the VM is looked up */
-        assert_return(command && command[0], -EINVAL);
+/* Whether the guest can be reached at all: a running QEMU and an address. */
+static int exec_running(Vm *v, ApiError *reterr) {
         if (!vm_has_process(v) || !vm_state_is_live(vm_state(v)) || !vm_ip(v))
                 return api_error_set(
                         reterr,
@@ -302,13 +294,18 @@ int vm_exec(
                         "vm %s is not running (%s)",
                         vm_id(v),
                         vm_state_to_string(vm_state(v)));
-        if (!sock || !key || !pin)
-                return -ENOMEM;
-        cmd = shell_join(command);
-        if (!cmd || asprintf(&addr, "%s:22", vm_ip(v) ?: "?") < 0)
-                return -ENOMEM;
+        return 0;
+}
 
-        /* the gateway's unix listener for the guest's sshd, once per port */
+/* The gateway's unix listener sock for the guest's sshd, made once per port; *ret_addr is
+ * "<ip>:22", for messages. */
+static int exec_dial_prepare(Vm *v, const char *sock, char **ret_addr, ApiError *reterr) {
+        _cleanup_free_ char *addr = NULL;
+        NetPort *p;
+        int r;
+
+        if (!sock || asprintf(&addr, "%s:22", vm_ip(v) ?: "?") < 0)
+                return -ENOMEM;
         p = vm_port(v, true);
         if (!p)
                 return api_error_set(
@@ -318,8 +315,71 @@ int vm_exec(
                 if (r < 0 && r != -EEXIST)
                         return api_error_set(reterr, r, API_ERROR_INTERNAL, "dial %s: %s", addr, strerror(-r));
         }
+        *ret_addr = TAKE_PTR(addr);
+        return 0;
+}
 
-        params_fd = exec_params_fd(sock, vm_ip(v), addr, vm_id(v), key, pin, cmd, input);
+/* Starts `vm-manager exec-ssh` (vm-exec-helper.h) with params_fd as its stdin and out_fd as its stdout:
+ * our own executable through the handle taken at start-up, a fresh process, not a forked copy of this
+ * one (whose worker thread may hold a lock libssh, OpenSSL or malloc then needs). */
+static int exec_helper_spawn(
+        Manager *m,
+        int params_fd,
+        int out_fd,
+        VmProcessExitFunc on_exit,
+        void *userdata,
+        VmProcess **ret,
+        ApiError *reterr) {
+        char *argv[] = { (char *) "vm-manager", (char *) "exec-ssh", NULL };
+        int self_exe = manager_settings(m)->self_exe_fd;
+        int r;
+
+        r = self_exe < 0 ? -EBADF :
+                           vm_process_spawn(
+                                   ret,
+                                   manager_spawner(m),
+                                   &(VmProcessOptions){
+                                           .argv = argv,
+                                           .exec_fd = self_exe,
+                                           .stdin_fd = params_fd,
+                                           .stdout_fd = out_fd,
+                                   },
+                                   on_exit,
+                                   userdata);
+        if (r < 0)
+                return api_error_set(
+                        reterr,
+                        r,
+                        API_ERROR_INTERNAL,
+                        "ssh: cannot start the session's helper: %s",
+                        strerror(-r));
+        return 0;
+}
+
+int vm_exec(
+        Vm *v, char **command, const char *input, usec_t timeout, VmDoneFunc done, void *userdata, ApiError *reterr) {
+        _cleanup_free_ char *sock = vm_path(v, "ssh.sock"), *key = vm_path(v, "ssh_key"),
+                            *pin = vm_path(v, "ssh_host_key"), *cmd = NULL, *addr = NULL;
+        _cleanup_close_ int rfd = -EBADF, wfd = -EBADF, params_fd = -EBADF;
+        Manager *m = vm_manager(v);
+        ExecCall *c;
+        int pipefd[2], r;
+
+        /* exec_vm's declaration refuses an empty command before the VM is looked up */
+        assert_return(command && command[0], -EINVAL);
+        r = exec_running(v, reterr);
+        if (r < 0)
+                return r;
+        if (!sock || !key || !pin)
+                return -ENOMEM;
+        cmd = shell_join(command);
+        if (!cmd)
+                return -ENOMEM;
+        r = exec_dial_prepare(v, sock, &addr, reterr);
+        if (r < 0)
+                return r;
+
+        params_fd = exec_params_fd(sock, vm_ip(v), addr, vm_id(v), key, pin, cmd, input, /* shell= */ false);
         if (params_fd < 0)
                 return api_error_set(reterr, params_fd, API_ERROR_INTERNAL, "ssh: %s", strerror(-params_fd));
         if (pipe2(pipefd, O_CLOEXEC) < 0)
@@ -339,28 +399,10 @@ int vm_exec(
                 return -ENOMEM;
         }
 
-        /* our own executable through the handle taken at start-up: a fresh process, not a forked copy
-         * of this one (whose worker thread may hold a lock libssh, OpenSSL or malloc then needs) */
-        r = self_exe < 0 ? -EBADF :
-                           vm_process_spawn(
-                                   &c->helper,
-                                   manager_spawner(m),
-                                   &(VmProcessOptions){
-                                           .argv = argv,
-                                           .exec_fd = self_exe,
-                                           .stdin_fd = params_fd,
-                                           .stdout_fd = wfd,
-                                   },
-                                   on_exec_exit,
-                                   c);
+        r = exec_helper_spawn(m, params_fd, wfd, on_exec_exit, c, &c->helper, reterr);
         if (r < 0) {
                 exec_call_free(c);
-                return api_error_set(
-                        reterr,
-                        r,
-                        API_ERROR_INTERNAL,
-                        "ssh: cannot start the session's helper: %s",
-                        strerror(-r));
+                return r;
         }
         wfd = safe_close(wfd);
         params_fd = safe_close(params_fd);
@@ -383,5 +425,95 @@ int vm_exec(
                 return r;
         }
         log_struct(LOG_DEBUG, LOG_FIELDS({ "VM_ID", vm_id(v) }), "exec in VM %s: %s", vm_id(v), cmd);
+        return 0;
+}
+
+/* ---- vm shell ---- */
+
+struct VmShell {
+        VmProcess *helper;
+        VmShellDoneFunc done;
+        void *userdata;
+};
+
+VmShell *vm_shell_free(VmShell *s) {
+        if (!s)
+                return NULL;
+        vm_process_free(s->helper); /* a helper still running is killed and reaped */
+        free(s);
+        return NULL;
+}
+
+static void on_shell_exit(VmProcess *p, int code, int status, void *userdata) {
+        VmShell *s = userdata;
+
+        if (vm_process_error(p) < 0)
+                log_debug("vm shell: the helper did not run: %s", strerror(-vm_process_error(p)));
+        s->done(s, s->userdata);
+}
+
+int vm_shell_end(VmShell *s) {
+        assert_return(s, -EINVAL);
+        /* the helper says why in an ERROR frame, then exits: done follows */
+        return vm_process_kill(s->helper, SIGTERM);
+}
+
+int vm_shell_check(Vm *v, ApiError *reterr) {
+        _cleanup_free_ char *key = vm_path(v, "ssh_key");
+        int r;
+
+        r = exec_running(v, reterr);
+        if (r < 0)
+                return r;
+        if (!key)
+                return -ENOMEM;
+        if (access(key, R_OK) < 0)
+                return api_error_set(
+                        reterr,
+                        -ENOKEY,
+                        API_ERROR_CONFLICT,
+                        "vm %s has no ssh key of its own (%s), so no shell",
+                        vm_id(v),
+                        errno == ENOENT ? "none was made" : strerror(errno));
+        return 0;
+}
+
+int vm_shell_start(Vm *v, int fd, VmShellDoneFunc done, void *userdata, VmShell **ret, ApiError *reterr) {
+        _cleanup_close_ int conn = fd, params_fd = -EBADF;
+        _cleanup_free_ char *sock = vm_path(v, "ssh.sock"), *key = vm_path(v, "ssh_key"),
+                            *pin = vm_path(v, "ssh_host_key"), *addr = NULL;
+        Manager *m = vm_manager(v);
+        VmShell *s;
+        int r;
+
+        assert_return(fd >= 0 && done && ret, -EINVAL);
+        r = vm_shell_check(v, reterr);
+        if (r < 0)
+                return r;
+        if (!key || !pin)
+                return -ENOMEM;
+        r = exec_dial_prepare(v, sock, &addr, reterr);
+        if (r < 0)
+                return r;
+        /* a login shell, as ssh without a command starts; the helper asks for the pty first */
+        params_fd = exec_params_fd(sock, vm_ip(v), addr, vm_id(v), key, pin, "", NULL, /* shell= */ true);
+        if (params_fd < 0)
+                return api_error_set(reterr, params_fd, API_ERROR_INTERNAL, "ssh: %s", strerror(-params_fd));
+        /* the helper blocks on it: the descriptor is shared, and the loop no longer touches it */
+        r = fcntl(conn, F_GETFL);
+        if (r < 0 || fcntl(conn, F_SETFL, r & ~O_NONBLOCK) < 0)
+                return -errno;
+        s = calloc(1, sizeof(VmShell));
+        if (!s)
+                return -ENOMEM;
+        s->done = done;
+        s->userdata = userdata;
+        r = exec_helper_spawn(m, params_fd, conn, on_shell_exit, s, &s->helper, reterr);
+        if (r < 0) {
+                free(s);
+                return r;
+        }
+        log_struct(LOG_DEBUG, LOG_FIELDS({ "VM_ID", vm_id(v) }), "shell in VM %s", vm_id(v));
+        *ret = s;
         return 0;
 }

@@ -168,6 +168,21 @@ int vm_forward_port(Vm *v, int64_t port, json_t **ret, ApiError *reterr);
 int vm_exec(
         Vm *v, char **command, const char *input, usec_t timeout, VmDoneFunc done, void *userdata, ApiError *reterr);
 
+/* vm shell: an interactive root shell in a pty, over the same ssh path as exec_vm, for a client
+ * connection (an upgraded HTTP connection) that speaks the frames of shell-frame.h. The session is the
+ * helper's (vm-exec-helper.h): the loop hands it the connection and watches it exit, nothing else.
+ * vm_shell_check() refuses what cannot take one: a VM not running (-ESRCH, conflict), without its ssh
+ * key (-ENOKEY, conflict). vm_shell_start() takes fd whatever happens and calls done once the helper
+ * exited; *ret is the caller's, and vm_shell_free() kills a helper still running (done not called). */
+typedef struct VmShell VmShell;
+typedef void (*VmShellDoneFunc)(VmShell *s, void *userdata);
+int vm_shell_check(Vm *v, ApiError *reterr);
+int vm_shell_start(Vm *v, int fd, VmShellDoneFunc done, void *userdata, VmShell **ret, ApiError *reterr);
+VmShell *vm_shell_free(VmShell *s);
+/* Ends the session from the server's side (the VM is stopping or gone): the helper tells the client in
+ * an ERROR frame and exits, and done is called as for any end. */
+int vm_shell_end(VmShell *s);
+
 /* The guest's systemd-report uploads (IMDS POST /report). The raw bytes are kept in <vm>/report.json
  * (written atomically, loaded again at start-up); the mapped series live in memory. */
 typedef struct VmGuest {

@@ -17,6 +17,7 @@
 #include "http-server.h"
 #include "http-util.h"
 #include "json-util.h"
+#include "list.h"
 #include "log.h"
 #include "worker.h"
 
@@ -97,6 +98,8 @@ struct HttpConnection {
         HttpConnection *peer_prev, *peer_next; /* the peer's connections, by since */
         bool served;                           /* a request of it was answered */
         bool refused;                          /* over the limits: answered 503 on accept */
+        bool upgraded;                         /* its socket is an HttpUpgrade's owner's now */
+        HttpUpgrade *upgrade;                  /* answered 101: the upgrade, activated or not yet */
         HttpConnection *prev, *next;
 };
 
@@ -122,6 +125,17 @@ struct HttpServer {
         /* parses large bodies and renders large answers (http_request_body_json_async(),
          * http_request_render_async()); made on first use */
         Worker *worker;
+        HttpUpgrade *upgrades; /* upgraded connections still open */
+        unsigned n_upgrades;
+};
+
+struct HttpUpgrade {
+        HttpServer *server; /* NULL once the server closed it (freed first) */
+        HttpConnection *conn;
+        struct MHD_UpgradeResponseHandle *urh;
+        HttpUpgradeFunc func;
+        void *userdata;
+        HttpUpgrade *prev, *next;
 };
 
 #define HTTP_FREE_FLUSH_TIMEOUT (1 * USEC_PER_SEC)
@@ -410,7 +424,7 @@ static int request_set_response(
         for (char **h = r->headers; h && h[0]; h += 2)
                 if (MHD_add_response_header(resp, h[0], h[1]) != MHD_YES)
                         goto oom;
-        if ((r->server->quiesced || r->close) &&
+        if ((r->server->quiesced || r->close) && status != MHD_HTTP_SWITCHING_PROTOCOLS &&
             MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close") != MHD_YES)
                 goto oom;
 
@@ -1454,7 +1468,7 @@ int http_server_new(HttpServer **ret, sd_event *event, const HttpServerOptions *
                 (s->options.max_connections_per_peer > 0 ? HTTP_CONNECTION_SLACK : 0);
 
         s->daemon = MHD_start_daemon(
-                MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG |
+                MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_ALLOW_UPGRADE | MHD_USE_ERROR_LOG |
                         (fd < 0 ? MHD_USE_NO_LISTEN_SOCKET : 0),
                 0,
                 NULL,
@@ -1583,6 +1597,8 @@ static void peer_unref(HttpServer *s, HttpPeer *p) {
 static bool connection_waits_on_client(HttpConnection *c) {
         HttpRequest *r = c->request;
 
+        if (c->upgraded)
+                return false;
         if (!r || r->state == REQUEST_RECEIVING)
                 return true;
         return r->state == REQUEST_DONE && !r->streaming && !r->file;
@@ -1590,7 +1606,8 @@ static bool connection_waits_on_client(HttpConnection *c) {
 
 /* Whether closing the connection loses no work: nothing on it reached a handler. */
 static bool connection_evictable(HttpConnection *c) {
-        return !c->closing && (c->refused || !c->request || c->request->state == REQUEST_RECEIVING);
+        return !c->closing && !c->upgraded &&
+                (c->refused || !c->request || c->request->state == REQUEST_RECEIVING);
 }
 
 /* Whether the kernel holds bytes of the connection that MHD has yet to read: a request that
@@ -1844,6 +1861,15 @@ static void on_connection(
         *socket_context = NULL;
         if (c->request)
                 c->request->conn = NULL;
+        if (c->upgrade) {
+                /* A 101 that never went out (the client left first): its owner hears so. One that
+                 * went out is closed before its connection is, and is no longer the connection's. */
+                HttpUpgrade *u = TAKE_PTR(c->upgrade);
+
+                assert(!u->urh);
+                u->func(/* u= */ NULL, -EBADF, /* extra= */ NULL, 0, u->userdata);
+                free(u);
+        }
         if (!c->closing) {
                 s->n_open--;
                 if (c->peer)
@@ -1895,6 +1921,85 @@ bool http_server_is_loopback(HttpServer *s) {
         return s && s->loopback;
 }
 
+/* Hands the socket back to MHD, which closes it, and forgets the upgrade; u stays for its owner. */
+static void upgrade_unlink(HttpUpgrade *u) {
+        HttpServer *s = u->server;
+
+        assert(s && u->urh);
+        LIST_REMOVE(s->upgrades, u);
+        s->n_upgrades--;
+        if (u->conn)
+                u->conn->upgrade = NULL;
+        (void) MHD_upgrade_action(TAKE_PTR(u->urh), MHD_UPGRADE_ACTION_CLOSE);
+        u->server = NULL;
+        u->conn = NULL;
+        server_kick(s);
+}
+
+static void on_upgraded(
+        void *cls,
+        struct MHD_Connection *mc,
+        void *con_cls,
+        const char *extra,
+        size_t extra_size,
+        MHD_socket sock,
+        struct MHD_UpgradeResponseHandle *urh) {
+        HttpUpgrade *u = cls;
+        HttpServer *s = u->server;
+
+        u->urh = urh;
+        if (u->conn)
+                u->conn->upgraded = true; /* no timeout of ours, never a victim of a limit */
+        LIST_PREPEND(s->upgrades, u);
+        s->n_upgrades++;
+        u->func(u, sock, extra, extra_size, u->userdata);
+}
+
+int http_request_reply_upgrade(HttpRequest *r, const char *protocol, HttpUpgradeFunc func, void *userdata) {
+        struct MHD_Response *resp;
+        HttpUpgrade *u;
+        int k;
+
+        assert_return(protocol && func, -EINVAL);
+        k = request_can_reply(r);
+        if (k < 0)
+                return k;
+        if (!r->conn)
+                return -ECONNRESET;
+        assert_return(!r->conn->upgrade, -EALREADY);
+        u = calloc(1, sizeof(HttpUpgrade));
+        if (!u)
+                return -ENOMEM;
+        *u = (HttpUpgrade){ .server = r->server, .conn = r->conn, .func = func, .userdata = userdata };
+        resp = MHD_create_response_for_upgrade(on_upgraded, u);
+        if (!resp || MHD_add_response_header(resp, MHD_HTTP_HEADER_UPGRADE, protocol) != MHD_YES) {
+                if (resp)
+                        MHD_destroy_response(resp);
+                free(u);
+                return -ENOMEM;
+        }
+        k = request_set_response(r, MHD_HTTP_SWITCHING_PROTOCOLS, /* content_type= */ NULL, resp);
+        if (k < 0) {
+                free(u);
+                return k;
+        }
+        r->conn->upgrade = u;
+        return 0;
+}
+
+HttpUpgrade *http_upgrade_close(HttpUpgrade *u) {
+        if (!u)
+                return NULL;
+        if (u->server)
+                upgrade_unlink(u);
+        free(u);
+        return NULL;
+}
+
+unsigned http_server_upgrades(HttpServer *s) {
+        return s ? s->n_upgrades : 0;
+}
+
 int http_request_check_site(HttpRequest *r, ApiError *reterr) {
         const char *origin, *host;
 
@@ -1929,6 +2034,10 @@ HttpServer *http_server_free(HttpServer *s) {
         /* Bodies still queued are handed back as -ESHUTDOWN, and answered as such; one being parsed
          * is waited for. */
         s->worker = worker_free(s->worker);
+        /* Upgraded connections are closed here, their owners told nothing: they free their handles
+         * later, with http_upgrade_close(). */
+        while (s->upgrades)
+                upgrade_unlink(s->upgrades);
         if (s->daemon) {
                 usec_t deadline = now_usec(CLOCK_MONOTONIC) + HTTP_FREE_FLUSH_TIMEOUT;
 

@@ -197,6 +197,23 @@ int http_request_stream_end_take(HttpRequest *r, char *data, size_t size);
 int http_request_stream_keepalive(HttpRequest *r, usec_t interval, const char *data);
 #define HTTP_STREAM_MAX_BACKLOG ((size_t) 1 << 20)
 
+/* An HTTP/1.1 upgrade (101 Switching Protocols): after the 101, the connection's socket speaks
+ * another protocol and belongs to whoever http_request_reply_upgrade() gave it to, until
+ * http_upgrade_close(). The server does not read, write, time out or evict it meanwhile. */
+typedef struct HttpUpgrade HttpUpgrade;
+/* Called from the loop once the 101 went out. fd is the socket (blocking or not, as the server left
+ * it: non-blocking), borrowed: dup() it to give it on. extra/extra_size: bytes the client sent after
+ * its request that the server already read. The callee owns u and ends it with http_upgrade_close(). */
+typedef void (*HttpUpgradeFunc)(HttpUpgrade *u, int fd, const void *extra, size_t extra_size, void *userdata);
+/* Answers 101 with "Upgrade: protocol" and "Connection: Upgrade". When the connection ends before
+ * the 101 is out (the client left, the server is freed), func is called with u NULL and fd -EBADF. */
+int http_request_reply_upgrade(HttpRequest *r, const char *protocol, HttpUpgradeFunc func, void *userdata);
+/* Closes the upgraded connection (NULL is fine). The server closes those still open when it is
+ * freed: u then only waits for this call to be freed. */
+HttpUpgrade *http_upgrade_close(HttpUpgrade *u);
+/* Upgraded connections not yet closed. */
+unsigned http_server_upgrades(HttpServer *s);
+
 /* The DNS-rebinding and cross-site guard of a server that listens on loopback only: a request
  * whose Origin or Host names anything but loopback (a web page's cross-site request, or a name an
  * attacker rebound to 127.0.0.1) is -EPERM, with an invalid_request error in reterr naming the

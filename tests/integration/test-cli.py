@@ -5,9 +5,11 @@ console followed as it grows, exec with stdin and the exit status through a real
 tap mode in a network namespace, as test-network does), and the exit status and message of each
 error code a user meets first: not_found, conflict, invalid_request."""
 
+import http.server
 import json
 import os
 import pty
+import re
 import select
 import signal
 import subprocess
@@ -16,7 +18,7 @@ import time
 
 here = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, here)
-from vmmtest import BIN, FAKES, HOST, Daemon, base_env, fake_image_dir, free_port, run, tap  # noqa: E402
+from vmmtest import BIN, FAKES, HOST, Daemon, base_env, fake_image_dir, free_port, run, start_thread, tap  # noqa: E402
 from vmmtest import api as rest  # noqa: E402
 
 NO_ATTEST = ["--memory-mib", "512", "--disk-gib", "1", "--no-require-attestation"]
@@ -87,11 +89,11 @@ def test_commands(work):
                    "vm create on a terminal: the states as they happen, ending ready", repr(out)[-600:])
         tap.result("\x1b[K" in out and any(c + " " in out for c in "|/-\\"),
                    "vm create on a terminal: one line kept alive by a spinner", repr(out)[:400])
-        tap.result("Next: vm-manager vm exec web -- uptime" in out, "vm create ends with the command to run next",
+        tap.result("Next: vm-manager vm shell web" in out, "vm create ends with the command to run next",
                    repr(out)[-300:])
 
         rc, out, err = cli(port, "vm", "create", "plain", *NO_ATTEST)
-        tap.result(rc == 0 and "\x1b" not in err and "] ready" in err and "Next: vm-manager vm exec plain -- uptime" in out,
+        tap.result(rc == 0 and "\x1b" not in err and "] ready" in err and "Next: vm-manager vm shell plain" in out,
                    "vm create into a pipe: plain lines, no terminal codes", repr(err)[-300:])
 
         rc, out, err = cli(port, "vm", "list")
@@ -125,19 +127,33 @@ def test_commands(work):
         rc, out, err = cli(port, "vm", "list", env_extra={"VM_MANAGER_URL": "127.0.0.1:%d" % free_port()})
         tap.result(rc == 10 and "cannot reach vm-manager" in err, "no daemon: exit 10", repr(err))
 
-        # vm shell is not served yet (docs/cli.md): it says so, names what works instead, and is not offered
-        rc, out, err = cli(port, "vm", "shell", "web")
-        tap.result(rc == 6 and "not served yet" in err and "vm exec NAME --" in err and out == "",
-                   "vm shell: exit 6 (unsupported), pointing at vm exec", "%d %r" % (rc, err))
         rc, out, err = cli(port, "help")
-        tap.result(rc == 0 and "vm exec" in out and "vm shell" not in out, "help does not offer vm shell", out[-600:])
+        tap.result(rc == 0 and "vm exec" in out and "vm shell" in out, "help offers vm shell", out[-600:])
+
+        # vm shell: what a user meets before any session (the fake guest has no sshd; test_exec has one)
+        rc, out, err = cli(port, "vm", "shell", "--help")
+        tap.result(rc == 0 and "A login shell as root in the VM" in out and "get_vm operation" not in out,
+                   "vm shell --help: its own description, not get_vm's", out[:300])
+        rc, out, err = cli(port, "vm", "shell", "web")
+        tap.result(rc == 2 and out == "" and "vm shell needs a terminal on stdin" in err and "vm exec NAME --" in err,
+                   "vm shell without a terminal: exit 2, pointing at vm exec", "%d %r" % (rc, err))
+        rc, out = cli_pty_typed(port, [], "vm", "shell", "nope", timeout=30)
+        tap.result(rc == 255 and 'not found: vm "nope"' in out, "vm shell: an unknown VM is 255 with not_found's message",
+                   "%d %r" % (rc, out))
+        rc, _, err = cli(port, "vm", "stop", "plain")
+        rc, out = cli_pty_typed(port, [], "vm", "shell", "plain", timeout=30)
+        tap.result(rc == 255 and ("conflict: vm %s is not running (stopped)" % plain_id) in out,
+                   "vm shell: a VM not running is 255 with conflict's message", "%d %r" % (rc, out))
+        rc, out = shell_against_old_server()
+        tap.result(rc == 255 and "does not serve vm shell (it answered HTTP 404" in out and "vm exec NAME" in out
+                   and "not found" in out, "vm shell against a server without it: 255, says so", "%d %r" % (rc, out))
 
         rc, out, err = cli(port, "vm", "create", "--help")
         tap.result(rc == 0 and "--memory-mib N" in out and "Memory in MiB" in out and "--ssh-key FILE" in out,
                    "vm create --help: flags from the operation table", out[:300])
         missing = []
         for args in (["vm", "list"], ["vm", "get"], ["vm", "start"], ["vm", "stop"], ["vm", "reboot"],
-                     ["vm", "delete"], ["vm", "exec"], ["vm", "console"], ["network", "list"],
+                     ["vm", "delete"], ["vm", "exec"], ["vm", "console"], ["vm", "shell"], ["network", "list"],
                      ["network", "create"], ["network", "delete"], ["image", "list"], ["host"]):
             rc, out, err = cli(port, *args, "--help")
             if rc != 0 or not out.startswith("Usage: vm-manager " + " ".join(args)):
@@ -187,6 +203,72 @@ def test_commands(work):
                    "console stream: a bad offset is invalid_request", repr(body)[:200])
     finally:
         d.stop(signal.SIGTERM, timeout=30)
+
+
+def cli_pty_typed(port, keys, *args, timeout=60):
+    """Runs the client on a terminal and types keys, one item each half second after it started."""
+    env = base_env("/tmp", VM_MANAGER_URL="%s:%d" % (HOST, port))
+    master, slave = pty.openpty()
+    p = subprocess.Popen([BIN, *args], stdin=slave, stdout=slave, stderr=slave, env=env, close_fds=True)
+    os.close(slave)
+    out = b""
+    keys = list(keys)
+    deadline = time.monotonic() + timeout
+    next_key = time.monotonic() + 1.5
+    while time.monotonic() < deadline:
+        if keys and time.monotonic() >= next_key:
+            os.write(master, keys.pop(0))
+            next_key = time.monotonic() + 0.5
+        r, _, _ = select.select([master], [], [], 0.2)
+        if r:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            out += chunk
+        elif p.poll() is not None:
+            break
+    os.close(master)
+    try:
+        p.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait()
+    return p.returncode, out.decode(errors="replace")
+
+
+class OldServer(http.server.BaseHTTPRequestHandler):
+    """A vm-manager from before vm shell: its VM is there, /vms/{id}/shell is no route."""
+    VM = {"id": "0123abcd", "name": "old", "state": "ready"}
+
+    def do_GET(self):
+        if self.path == "/api/v1/vms":
+            status, body = 200, [self.VM]
+        elif self.path == "/api/v1/vms/" + self.VM["id"]:
+            status, body = 200, self.VM
+        else:
+            status, body = 404, {"error": {"code": "not_found", "message": "not found: no route GET " + self.path}}
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):
+        pass
+
+
+def shell_against_old_server():
+    srv = http.server.ThreadingHTTPServer((HOST, 0), OldServer)
+    start_thread(srv.serve_forever)
+    try:
+        return cli_pty_typed(srv.server_address[1], [], "vm", "shell", "old", timeout=30)
+    finally:
+        srv.shutdown()
+        srv.server_close()
 
 
 def test_exec(work):
@@ -239,6 +321,27 @@ def test_exec(work):
         rc, out, err = cli(port, "vm", "exec", "nope", "--", "true")
         tap.result(rc == 255 and err == 'not found: vm "nope"\n', "vm exec: its own failure is 255 with the message",
                    "%d %r" % (rc, err))
+
+        # vm shell: a login shell in a pty, typed into, its exit status passed through
+        # (the output, 42, is not in the echo of what was typed)
+        rc, out = cli_pty_typed(port, [b"echo $((6*7)); exit 3\r"], "vm", "shell", "sshguest")
+        tap.result(rc == 3 and re.search(r"[\r\n]42\r\n", out) is not None, "vm shell: a typed command's output, then exit 3 is the status",
+                   "%d %r" % (rc, out[-200:]))
+        # Ctrl-] detaches with status 0, the shell left behind
+        rc, out = cli_pty_typed(port, [b"\x1d"], "vm", "shell", "sshguest")
+        tap.result(rc == 0 and "Detached" in out, "vm shell: Ctrl-] detaches", "%d %r" % (rc, out[-400:]))
+        # the endpoint wants the upgrade
+        st, body = rest(port, "GET", "/vms/%s/shell" % vm["id"])
+        tap.result(st == 426 and body["error"]["code"] == "invalid_request", "vm shell: no Upgrade is 426",
+                   "%r %r" % (st, body))
+        # the VM stopping under an open shell ends it: 255 and why, not a hang
+        started = time.monotonic()
+        t = start_thread(lambda: (time.sleep(5), cli(port, "vm", "stop", "sshguest")))
+        rc, out = cli_pty_typed(port, [b"echo started; sleep 300\r"], "vm", "shell", "sshguest", timeout=90)
+        t.join()
+        tap.result(rc == 255 and "started" in out and "the VM is stopping or gone" in out and time.monotonic() - started < 80,
+                   "vm shell: the VM stopped under it: 255 with the reason", "%d %.1fs %r" % (
+                       rc, time.monotonic() - started, out[-400:]))
     finally:
         if d:
             d.stop(signal.SIGTERM, timeout=30)
