@@ -9,6 +9,7 @@
 #include "http-util.h"
 #include "json-util.h"
 #include "log.h"
+#include "mcp-schema.h"
 #include "mcp-server.h"
 #include "operation.h"
 #include "time-util.h"
@@ -94,7 +95,10 @@ struct McpServer {
         usec_t keepalive;
         McpSession *sessions;
         size_t n_sessions, max_sessions;
+        json_t *tools; /* tools/list's array: the table and the schemas never change while we run */
 };
+
+static json_t *tools_new(void);
 
 int mcp_server_new(McpServer **ret, Manager *m, const McpServerOptions *o) {
         _cleanup_(mcp_server_freep) McpServer *s = NULL;
@@ -111,6 +115,9 @@ int mcp_server_new(McpServer **ret, Manager *m, const McpServerOptions *o) {
         s->path = strdup(o->path);
         s->sessions = calloc(s->max_sessions, sizeof(McpSession));
         if (!s->path || !s->sessions)
+                return -ENOMEM;
+        s->tools = tools_new();
+        if (!s->tools)
                 return -ENOMEM;
         *ret = TAKE_PTR(s);
         return 0;
@@ -130,6 +137,7 @@ McpServer *mcp_server_free(McpServer *s) {
                 session_close_stream(&s->sessions[i]);
         free(s->sessions);
         free(s->path);
+        json_decref(s->tools);
         free(s);
         return NULL;
 }
@@ -419,27 +427,36 @@ static int tool_cmp(const void *a, const void *b) {
                 json_string_value(json_object_get(*(json_t *const *) b, "name")));
 }
 
-static json_t *handle_tools_list(McpServer *s) {
-        json_auto_t *tools = json_array();
+/* Every tool of the operation table, sorted by name, each with the outputSchema of its result. */
+static json_t *tools_new(void) {
+        json_auto_t *tools = json_array(), *schemas = NULL;
         size_t n;
         const Operation *table = operation_table(&n);
         _cleanup_free_ json_t **sorted = calloc(n, sizeof(json_t *));
 
-        if (!tools || !sorted)
+        if (!tools || !sorted || mcp_schemas_load(&schemas) < 0)
                 return NULL;
         for (size_t i = 0; i < n; i++) {
                 sorted[i] = operation_tool_json(&table[i]);
-                if (!sorted[i]) {
-                        for (size_t j = 0; j < i; j++)
+                if (!sorted[i] ||
+                    json_object_set_new(sorted[i], "outputSchema", mcp_output_schema(&table[i], schemas)) < 0) {
+                        for (size_t j = 0; j <= i; j++)
                                 json_decref(sorted[j]);
                         return NULL;
                 }
         }
         qsort(sorted, n, sizeof(json_t *), tool_cmp);
         for (size_t i = 0; i < n; i++)
-                if (json_array_append_new(tools, sorted[i]) < 0)
+                if (json_array_append_new(tools, sorted[i]) < 0) {
+                        for (size_t j = i + 1; j < n; j++)
+                                json_decref(sorted[j]);
                         return NULL;
-        return json_pack("{s:O}", "tools", tools);
+                }
+        return TAKE_PTR(tools);
+}
+
+static json_t *handle_tools_list(McpServer *s) {
+        return json_pack("{s:O}", "tools", s->tools);
 }
 
 /* A tool result: the resource JSON as text and as structured content. The text is rendered with the
