@@ -16,7 +16,8 @@ set -euo pipefail
 build=(meson ninja-build pkgconf gcc libc6-dev
        libsystemd-dev libmicrohttpd-dev libjansson-dev libssl-dev
        libslirp-dev libglib2.0-dev libssh-dev libtss2-dev libcurl4-openssl-dev
-       libcjose-dev libarchive-dev)
+       libcjose-dev libarchive-dev
+       python3 python3-yaml)  # tools/gen-schemas.py: api/openapi.yaml's schemas as MCP's outputSchema
 # tests: exec_vm against sshd in a network namespace, swtpm and tpm2-tools for quotes
 check=(libcmocka-dev clang-format-14 curl python3 procps iproute2 openssh-server openssh-client tpm2-tools swtpm-tools)
 # the style suite's gates (issue 35): complexity (tools/check-complexity.sh), static analysis

@@ -135,11 +135,15 @@ struct Operation {
         const char *name; /* the MCP tool name */
         const char *description;
         OperationHints hints;
-        const char *method;           /* REST method, NULL: MCP only */
-        const char *path;             /* REST path below /api/v1, with {param} segments */
-        OperationSuccess success;     /* what REST answers a success with */
-        bool rest_body;               /* REST: the body is a JSON object holding the non-path params */
-        const char *list_key;         /* MCP: structuredContent key wrapping an array result */
+        const char *method;       /* REST method, NULL: MCP only */
+        const char *path;         /* REST path below /api/v1, with {param} segments */
+        OperationSuccess success; /* what REST answers a success with */
+        bool rest_body;           /* REST: the body is a JSON object holding the non-path params */
+        const char *list_key;     /* MCP: structuredContent key wrapping an array result */
+        /* The schema of api/openapi.yaml (components/schemas) a result follows, of each element for
+         * a list: the REST response's schema, and MCP's outputSchema (test-operations holds the
+         * document's responses to it) */
+        const char *result_schema;
         bool cacheable;               /* the result depends only on the records (manager_generation()) */
         const OperationParam *params; /* terminated by a NULL name */
         OperationHandler handler;

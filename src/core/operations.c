@@ -573,6 +573,7 @@ static const OperationParam create_vm_params[] = {
 static const Operation operations[] = {
         {
                 .name = "get_info",
+                .result_schema = "Info",
                 .description = "Read-only. This server's build (release version, commit, build time) and the names of its tools. "
                                "Call get_host next to learn whether this host can run VMs.",
                 .hints = OP_HINTS_READ,
@@ -581,6 +582,7 @@ static const Operation operations[] = {
         },
         {
                 .name = "get_host",
+                .result_schema = "Host",
                 .description =
                         "Read-only. Host capabilities: kernel, CPUs, memory, /dev/kvm and /dev/vhost-vsock, the qemu, swtpm "
                         "and systemd versions, the OVMF firmware image and its build (sha256, package, version), "
@@ -595,6 +597,7 @@ static const Operation operations[] = {
         },
         {
                 .name = "list_images",
+                .result_schema = "Image",
                 .description =
                         "Read-only. The bootable OS images found in the image directory: id, version, UKI and disk "
                         "paths, the Kubernetes sysext versions offered, and the PCR policy. An empty list means no "
@@ -611,6 +614,7 @@ static const Operation operations[] = {
         },
         {
                 .name = "get_image",
+                .result_schema = "Image",
                 .description = "Read-only. Describe one image by \"<id>_<version>\", or by a bare id for its newest version. "
                                "Call list_images first to see what exists.",
                 .hints = OP_HINTS_READ,
@@ -623,6 +627,7 @@ static const Operation operations[] = {
         },
         {
                 .name = "list_networks",
+                .result_schema = "Network",
                 .description = "Read-only. The virtual networks with their CIDR, gateway and leases (the MAC and IP of each "
                                "attached VM). A network named \"default\" exists from start-up. Call this before "
                                "create_vm to pick a network, or create_network to make another.",
@@ -637,6 +642,7 @@ static const Operation operations[] = {
         },
         {
                 .name = "get_network",
+                .result_schema = "Network",
                 .description = "Read-only. Describe one network: spec, gateway and leases. Call list_networks first for the "
                                "names.",
                 .hints = OP_HINTS_READ,
@@ -649,6 +655,7 @@ static const Operation operations[] = {
         },
         {
                 .name = "list_vms",
+                .result_schema = "VM",
                 .description = "Read-only. Every VM record, oldest first: state, address, attestation, last error. "
                                "Call get_host first to know whether VMs can run here.",
                 .hints = OP_HINTS_READ,
@@ -661,6 +668,7 @@ static const Operation operations[] = {
         },
         {
                 .name = "get_vm",
+                .result_schema = "VM",
                 .description =
                         "Read-only. One VM record: state (creating, installing, booting, attesting, ready, running, "
                         "stopping, stopped, failed, deleting), IP and MAC, attestation, the guest's STATUS= and "
@@ -676,6 +684,7 @@ static const Operation operations[] = {
         },
         {
                 .name = "get_vm_console",
+                .result_schema = "Console",
                 .description =
                         "Read-only. The tail of the VM's serial console (lines, default 100, at most 10000). The "
                         "first stop when a VM failed or seems stuck; call get_vm first for its state and lastError.",
@@ -689,6 +698,7 @@ static const Operation operations[] = {
         },
         {
                 .name = "get_vm_metrics",
+                .result_schema = "Metrics",
                 .description =
                         "Read-only. The VM seen from the host (state, attestation, QEMU pid, CPU seconds and resident "
                         "memory, disk bytes, install and boot-to-ready seconds, its network's byte counters and "
@@ -705,6 +715,7 @@ static const Operation operations[] = {
         },
         {
                 .name = "get_vm_attestation",
+                .result_schema = "Attestation",
                 .description =
                         "Read-only. The attestation of the VM's current boot: whether it is required, whether "
                         "user-data was released, when the guest asked for its first nonce, and the verdicts of its "
@@ -720,6 +731,7 @@ static const Operation operations[] = {
         },
         {
                 .name = "create_network",
+                .result_schema = "Network",
                 .description =
                         "WRITES: create a rootless virtual network with DHCP, DNS, NAT to whatever the host reaches, "
                         "and the instance metadata service at 169.254.169.254. VMs on different networks never see "
@@ -736,6 +748,7 @@ static const Operation operations[] = {
         },
         {
                 .name = "delete_network",
+                .result_schema = "Deleted",
                 .description = "WRITES (destructive): delete a network. Fails with conflict while any VM is attached: call "
                                "get_network to see its leases and delete those VMs first.",
                 .hints = OP_HINTS_DESTRUCTIVE,
@@ -748,6 +761,7 @@ static const Operation operations[] = {
         },
         {
                 .name = "create_vm",
+                .result_schema = "VM",
                 .description =
                         "WRITES: create a VM: allocates a disk, a vTPM, an address on the network and a notify id, "
                         "writes the disk (on the host from the image's layout, or with an installer boot: "
@@ -768,6 +782,7 @@ static const Operation operations[] = {
         },
         {
                 .name = "start_vm",
+                .result_schema = "VM",
                 .description = "WRITES: boot a stopped or failed VM from its disk (attestation runs again) and return it in "
                                "state booting; poll get_vm for ready. A conflict when it runs or never finished "
                                "installing; call get_vm first.",
@@ -781,6 +796,7 @@ static const Operation operations[] = {
         },
         {
                 .name = "stop_vm",
+                .result_schema = "VM",
                 .description =
                         "WRITES: power a VM down: ACPI first, then SIGTERM and SIGKILL after the stop timeout; "
                         "returns once it stopped. The disk stays, start_vm boots it again. Call get_vm first.",
@@ -794,6 +810,7 @@ static const Operation operations[] = {
         },
         {
                 .name = "reboot_vm",
+                .result_schema = "VM",
                 .description = "WRITES: stop, then start a VM; returns it in state booting. Call get_vm first.",
                 .hints = OP_HINTS_IDEMPOTENT,
                 .method = "POST",
@@ -805,6 +822,7 @@ static const Operation operations[] = {
         },
         {
                 .name = "delete_vm",
+                .result_schema = "Deleted",
                 .description = "WRITES (destructive): stop the VM if it runs and remove its disk, vTPM state, address "
                                "lease and record; not undoable. Call get_vm first to be sure of the id.",
                 .hints = OP_HINTS_DESTRUCTIVE,
@@ -817,6 +835,7 @@ static const Operation operations[] = {
         },
         {
                 .name = "exec_vm",
+                .result_schema = "ExecResult",
                 .description =
                         "WRITES (destructive): run a command in the guest as root over ssh with the VM's own key (the "
                         "guest's host key is pinned on first use) and return {stdout, stderr, exitCode}; a non-zero "
@@ -836,6 +855,7 @@ static const Operation operations[] = {
         },
         {
                 .name = "forward_port",
+                .result_schema = "Forward",
                 .description =
                         "WRITES: expose a guest TCP port (e.g. 22 or 6443) on a listener at 127.0.0.1 and "
                         "return its address; asking again for the same port returns the same forward. Forwards "

@@ -5,13 +5,16 @@
 #include <sys/random.h>
 
 #include "cleanup.h"
+#include "hex-util.h"
 #include "http-util.h"
 #include "json-util.h"
 #include "log.h"
+#include "mcp-schema.h"
 #include "mcp-server.h"
 #include "operation.h"
 #include "time-util.h"
 
+/* The newest revision with sessions: what initialize offers a client asking for one we do not know. */
 #define MCP_LATEST_VERSION "2025-11-25"
 #define MCP_SESSIONS_DEFAULT 1024
 #define MCP_SESSION_IDLE_MAX (24 * USEC_PER_HOUR)
@@ -32,8 +35,30 @@
 #define JSONRPC_METHOD_NOT_FOUND -32601
 #define JSONRPC_INVALID_PARAMS -32602
 #define JSONRPC_INTERNAL_ERROR -32603
+/* MCP's own codes (2026-07-28): headers that disagree with the body or are missing, and a protocol
+ * version this server does not speak. Both come with HTTP 400. */
+#define MCP_ERROR_HEADER_MISMATCH -32020
+#define MCP_ERROR_UNSUPPORTED_VERSION -32022
 
-static const char *const supported_versions[] = {
+/* The keys of a request's and a result's _meta in revision 2026-07-28. */
+#define MCP_META_PROTOCOL_VERSION "io.modelcontextprotocol/protocolVersion"
+#define MCP_META_CLIENT_CAPABILITIES "io.modelcontextprotocol/clientCapabilities"
+#define MCP_META_CLIENT_INFO "io.modelcontextprotocol/clientInfo"
+#define MCP_META_LOG_LEVEL "io.modelcontextprotocol/logLevel"
+#define MCP_META_SERVER_INFO "io.modelcontextprotocol/serverInfo"
+
+/* How long a client or a gateway may keep tools/list and server/discover (ttlMs): both change only
+ * with the binary, and a few minutes bound how long an upgraded daemon's new tools stay unseen. They
+ * hold nothing of the caller, so shared caches may keep them too (cacheScope "public"). */
+#define MCP_LIST_TTL_MS 300000
+
+/* The revisions served statelessly, newest first. */
+static const char *const stateless_versions[] = {
+        "2026-07-28",
+};
+
+/* The revisions with an initialize handshake and sessions, newest first. */
+static const char *const session_versions[] = {
         "2025-11-25",
         "2025-06-18",
         "2025-03-26",
@@ -70,7 +95,10 @@ struct McpServer {
         usec_t keepalive;
         McpSession *sessions;
         size_t n_sessions, max_sessions;
+        json_t *tools; /* tools/list's array: the table and the schemas never change while we run */
 };
+
+static json_t *tools_new(void);
 
 int mcp_server_new(McpServer **ret, Manager *m, const McpServerOptions *o) {
         _cleanup_(mcp_server_freep) McpServer *s = NULL;
@@ -87,6 +115,9 @@ int mcp_server_new(McpServer **ret, Manager *m, const McpServerOptions *o) {
         s->path = strdup(o->path);
         s->sessions = calloc(s->max_sessions, sizeof(McpSession));
         if (!s->path || !s->sessions)
+                return -ENOMEM;
+        s->tools = tools_new();
+        if (!s->tools)
                 return -ENOMEM;
         *ret = TAKE_PTR(s);
         return 0;
@@ -106,6 +137,7 @@ McpServer *mcp_server_free(McpServer *s) {
                 session_close_stream(&s->sessions[i]);
         free(s->sessions);
         free(s->path);
+        json_decref(s->tools);
         free(s);
         return NULL;
 }
@@ -155,11 +187,36 @@ static McpSession *session_new(McpServer *s, const char *version) {
         return x;
 }
 
-static bool version_supported(const char *v) {
-        for (size_t i = 0; i < ELEMENTSOF(supported_versions); i++)
-                if (streq(v, supported_versions[i]))
+static bool version_in(const char *v, const char *const *list, size_t n) {
+        for (size_t i = 0; i < n; i++)
+                if (streq(v, list[i]))
                         return true;
         return false;
+}
+
+/* A revision with sessions (initialize echoes it). */
+static bool version_supported(const char *v) {
+        return version_in(v, session_versions, ELEMENTSOF(session_versions));
+}
+
+static bool version_stateless(const char *v) {
+        return version_in(v, stateless_versions, ELEMENTSOF(stateless_versions));
+}
+
+/* Every revision this endpoint speaks, newest first: server/discover's supportedVersions, and the
+ * list an unsupported version is refused with. */
+static json_t *versions_json(void) {
+        json_auto_t *a = json_array();
+
+        if (!a)
+                return NULL;
+        for (size_t i = 0; i < ELEMENTSOF(stateless_versions); i++)
+                if (json_array_append_new(a, json_string(stateless_versions[i])) < 0)
+                        return NULL;
+        for (size_t i = 0; i < ELEMENTSOF(session_versions); i++)
+                if (json_array_append_new(a, json_string(session_versions[i])) < 0)
+                        return NULL;
+        return TAKE_PTR(a);
 }
 
 /* Whether an Accept header lists text/event-stream (and not with q=0). Wildcards do not count: the
@@ -217,6 +274,46 @@ static json_t *jsonrpc_error(json_t *id, int code, const char *message) {
 
 static json_t *jsonrpc_result(json_t *id, json_t *result) {
         return json_pack("{s:s,s:O,s:o}", "jsonrpc", "2.0", "id", id, "result", result);
+}
+
+/* An error with data (taken; NULL: out of memory, and the answer is an internal error). */
+static json_t *jsonrpc_error_data(json_t *id, int code, const char *message, json_t *data) {
+        json_auto_t *msg = NULL;
+
+        if (!data)
+                return jsonrpc_error(id, JSONRPC_INTERNAL_ERROR, "out of memory");
+        msg = jsonrpc_error(id, code, message);
+        if (!msg || json_object_set_new(json_object_get(msg, "error"), "data", data) < 0)
+                return NULL;
+        return TAKE_PTR(msg);
+}
+
+/* The _meta every result of a stateless request carries: who answered. */
+static json_t *result_meta_new(McpServer *s) {
+        return json_pack(
+                "{s:{s:s,s:s,s:s}}",
+                MCP_META_SERVER_INFO,
+                "name",
+                "vm-manager",
+                "title",
+                "vm-manager",
+                "version",
+                manager_version(s->manager));
+}
+
+/* Marks result as the complete answer to a stateless request (result_meta: result_meta_new(), borrowed;
+ * NULL: a session's request, left as it is). A list others may cache says for how long. */
+static int result_finish(json_t *result, json_t *result_meta, bool cacheable) {
+        if (!result_meta)
+                return 0;
+        if (json_object_set_new(result, "resultType", json_string("complete")) < 0 ||
+            json_object_set(result, "_meta", result_meta) < 0)
+                return -ENOMEM;
+        if (cacheable &&
+            (json_object_set_new(result, "ttlMs", json_integer(MCP_LIST_TTL_MS)) < 0 ||
+             json_object_set_new(result, "cacheScope", json_string("public")) < 0))
+                return -ENOMEM;
+        return 0;
 }
 
 /* A JSON-RPC message as it goes out, prefix, the message in one line, suffix: a tool result's text,
@@ -330,27 +427,36 @@ static int tool_cmp(const void *a, const void *b) {
                 json_string_value(json_object_get(*(json_t *const *) b, "name")));
 }
 
-static json_t *handle_tools_list(McpServer *s) {
-        json_auto_t *tools = json_array();
+/* Every tool of the operation table, sorted by name, each with the outputSchema of its result. */
+static json_t *tools_new(void) {
+        json_auto_t *tools = json_array(), *schemas = NULL;
         size_t n;
         const Operation *table = operation_table(&n);
         _cleanup_free_ json_t **sorted = calloc(n, sizeof(json_t *));
 
-        if (!tools || !sorted)
+        if (!tools || !sorted || mcp_schemas_load(&schemas) < 0)
                 return NULL;
         for (size_t i = 0; i < n; i++) {
                 sorted[i] = operation_tool_json(&table[i]);
-                if (!sorted[i]) {
-                        for (size_t j = 0; j < i; j++)
+                if (!sorted[i] ||
+                    json_object_set_new(sorted[i], "outputSchema", mcp_output_schema(&table[i], schemas)) < 0) {
+                        for (size_t j = 0; j <= i; j++)
                                 json_decref(sorted[j]);
                         return NULL;
                 }
         }
         qsort(sorted, n, sizeof(json_t *), tool_cmp);
         for (size_t i = 0; i < n; i++)
-                if (json_array_append_new(tools, sorted[i]) < 0)
+                if (json_array_append_new(tools, sorted[i]) < 0) {
+                        for (size_t j = i + 1; j < n; j++)
+                                json_decref(sorted[j]);
                         return NULL;
-        return json_pack("{s:O}", "tools", tools);
+                }
+        return TAKE_PTR(tools);
+}
+
+static json_t *handle_tools_list(McpServer *s) {
+        return json_pack("{s:O}", "tools", s->tools);
 }
 
 /* A tool result: the resource JSON as text and as structured content. The text is rendered with the
@@ -410,7 +516,17 @@ typedef struct ToolCall {
         Span *tool_span;               /* ends when the tool produced its result */
         Span *call_span;               /* the request's, when its answer is deferred: ends with the answer */
         Span *post_span;               /* the POST's, ended with the HTTP request */
+        json_t *result_meta;           /* a stateless request's: the result's _meta; NULL in a session */
 } ToolCall;
+
+static ToolCall *tool_call_free(ToolCall *c) {
+        if (!c)
+                return NULL;
+        json_decref(c->id);
+        json_decref(c->progress_token);
+        json_decref(c->result_meta);
+        return mfree(c);
+}
 
 /* A span "<prefix><name>" below parent; NULL without a tracer. */
 static Span *mcp_span_start(McpServer *s, const char *prefix, const char *name, const Span *parent) {
@@ -528,6 +644,10 @@ static void tool_call_done(int r, json_t *resource, const ApiError *e, void *use
                 json_auto_t *empty = resource ? NULL : json_object();
                 result = tool_result(c->op, resource ?: empty);
         }
+        if (result && result_finish(result, c->result_meta, /* cacheable= */ false) < 0) {
+                json_decref(result);
+                result = NULL;
+        }
         span_end(TAKE_PTR(c->tool_span));
         if (c->in_call) {
                 c->result = result;
@@ -557,17 +677,17 @@ static void tool_call_done(int r, json_t *resource, const ApiError *e, void *use
         } else
                 json_decref(result);
         span_end(c->call_span);
-        json_decref(c->id);
-        json_decref(c->progress_token);
-        free(c);
+        tool_call_free(c);
 }
 
-/* call_span: the request's span; a deferred answer takes it. */
+/* call_span: the request's span; a deferred answer takes it. result_meta: a stateless request's
+ * (borrowed), which a deferred result is finished with; NULL in a session. */
 static json_t *handle_tools_call(
         McpServer *s,
         McpPost *post,
         json_t *id,
         json_t *params,
+        json_t *result_meta,
         Span **call_span,
         int *ret_code,
         const char **ret_message) {
@@ -617,6 +737,7 @@ static json_t *handle_tools_call(
                         return NULL;
                 c->op = op;
                 c->id = json_incref(id);
+                c->result_meta = json_incref(result_meta);
                 token = json_object_get(json_object_get(params, "_meta"), "progressToken");
                 if (json_is_string(token) || json_is_integer(token))
                         c->progress_token = json_incref(token);
@@ -628,9 +749,7 @@ static json_t *handle_tools_call(
                 if (r < 0) {
                         span_set_error(c->tool_span, e.message);
                         span_end(c->tool_span);
-                        json_decref(c->id);
-                        json_decref(c->progress_token);
-                        free(c);
+                        tool_call_free(c);
                         return tool_error(&e);
                 }
                 if (c->result || !post->request) {
@@ -638,11 +757,8 @@ static json_t *handle_tools_call(
                         result = c->result;
                         if (!result && !post->request)
                                 c->req = NULL; /* a late completion only frees */
-                        else {
-                                json_decref(c->id);
-                                json_decref(c->progress_token);
-                                free(c);
-                        }
+                        else
+                                tool_call_free(c);
                         if (!result) {
                                 *ret_code = JSONRPC_INTERNAL_ERROR;
                                 *ret_message = "the tool needs a connection to answer later";
@@ -693,13 +809,219 @@ static void post_reply(McpPost *p, unsigned status, json_t *msg) {
         p->status = (!msg && status != 202) ? 500 : status;
 }
 
+/* The body field each method's Mcp-Name header mirrors (2026-07-28), for the methods that have one;
+ * listed whether or not this server serves the method, so the header is checked before the method
+ * is looked up, as for any other. */
+static const struct {
+        const char *method;
+        const char *field;
+} name_header_sources[] = {
+        { "tools/call", "name" },  { "prompts/get", "name" },    { "resources/read", "uri" },
+        { "tasks/get", "taskId" }, { "tasks/update", "taskId" }, { "tasks/cancel", "taskId" },
+};
+
+static const char *name_header_source(const char *method) {
+        for (size_t i = 0; i < ELEMENTSOF(name_header_sources); i++)
+                if (streq(method, name_header_sources[i].method))
+                        return name_header_sources[i].field;
+        return NULL;
+}
+
+/* Whether a header's value, without the optional whitespace around it (RFC 9110 §5.5), is want. A
+ * value in the =?base64?…?= form is compared decoded. */
+static bool header_matches(const char *header, const char *want) {
+        static const char prefix[] = "=?base64?", suffix[] = "?=";
+        _cleanup_free_ uint8_t *decoded = NULL;
+        size_t n, size;
+
+        header += strspn(header, " \t");
+        n = strlen(header);
+        while (n > 0 && (header[n - 1] == ' ' || header[n - 1] == '\t'))
+                n--;
+        if (n >= strlen(prefix) + strlen(suffix) && strncmp(header, prefix, strlen(prefix)) == 0 &&
+            strncmp(header + n - strlen(suffix), suffix, strlen(suffix)) == 0) {
+                if (base64_decode(
+                            header + strlen(prefix),
+                            n - strlen(prefix) - strlen(suffix),
+                            PARAM_STRING_MAX,
+                            &decoded,
+                            &size,
+                            /* reterr_offset= */ NULL) < 0)
+                        return false;
+                return size == strlen(want) && memcmp(decoded, want, size) == 0;
+        }
+        return n == strlen(want) && strncmp(header, want, n) == 0;
+}
+
+/* A stateless request's envelope: params._meta as revision 2026-07-28 defines it. Everything a
+ * handler may depend on comes from here, the rest of the request, or the manager's records, never
+ * from an earlier request (the Tasks extension will find the client's extensions in capabilities). */
+typedef struct McpEnvelope {
+        const char *version;
+        json_t *capabilities; /* borrowed: the client's, for this request alone */
+        json_t *client_info;  /* borrowed; NULL: not sent (it is optional) */
+} McpEnvelope;
+
+/* Checks params._meta; returns false with *ret_message set when it is not a valid envelope. The
+ * protocol version is checked by the caller. */
+static bool envelope_parse(json_t *params, McpEnvelope *ret, const char **ret_message) {
+        json_t *meta = json_object_get(params, "_meta"), *v;
+
+        if (!json_is_object(meta)) {
+                *ret_message = "params._meta is required: it carries " MCP_META_PROTOCOL_VERSION
+                               " and " MCP_META_CLIENT_CAPABILITIES;
+                return false;
+        }
+        v = json_object_get(meta, MCP_META_PROTOCOL_VERSION);
+        if (!json_is_string(v) || !json_string_cstr(v)) {
+                *ret_message = "params._meta." MCP_META_PROTOCOL_VERSION " is required, a string";
+                return false;
+        }
+        ret->version = json_string_cstr(v);
+        ret->capabilities = json_object_get(meta, MCP_META_CLIENT_CAPABILITIES);
+        if (!json_is_object(ret->capabilities)) {
+                *ret_message = "params._meta." MCP_META_CLIENT_CAPABILITIES " is required, an object";
+                return false;
+        }
+        ret->client_info = json_object_get(meta, MCP_META_CLIENT_INFO);
+        if (ret->client_info &&
+            !(json_is_object(ret->client_info) && json_is_string(json_object_get(ret->client_info, "name")) &&
+              json_is_string(json_object_get(ret->client_info, "version")))) {
+                *ret_message = "params._meta." MCP_META_CLIENT_INFO " must be an object with name and version";
+                return false;
+        }
+        v = json_object_get(meta, MCP_META_LOG_LEVEL);
+        if (v && !json_is_string(v)) {
+                *ret_message = "params._meta." MCP_META_LOG_LEVEL " must be a string";
+                return false;
+        }
+        return true;
+}
+
+static json_t *handle_discover(McpServer *s) {
+        return json_pack(
+                "{s:o,s:{s:{s:b}},s:s}",
+                "supportedVersions",
+                versions_json(),
+                "capabilities",
+                "tools",
+                "listChanged",
+                false,
+                "instructions",
+                mcp_instructions);
+}
+
+/* One request of a stateless revision (2026-07-28): the checks in the order the revision ranks them
+ * (the protocol version, the envelope, the standard headers, the method), then the method. Nothing
+ * of a session is read or made. The answer is in p. */
+static void handle_stateless(McpServer *s, McpPost *p, json_t *id, const char *method, json_t *params) {
+        json_t *meta = json_object_get(params, "_meta");
+        json_t *body_version = json_is_object(meta) ? json_object_get(meta, MCP_META_PROTOCOL_VERSION) : NULL;
+        json_auto_t *result = NULL, *result_meta = NULL;
+        McpEnvelope envelope = {};
+        const char *message = NULL, *field;
+        bool cacheable = false;
+        int code = 0;
+
+        if (!method) {
+                /* this revision sends no requests to clients, so there is nothing to answer */
+                post_reply(p, 400, jsonrpc_error(id, JSONRPC_INVALID_REQUEST, "a request needs a method"));
+                return;
+        }
+        if (p->protocol_version && json_is_string(body_version) &&
+            !streq(p->protocol_version, json_string_value(body_version))) {
+                post_reply(
+                        p,
+                        400,
+                        jsonrpc_error(
+                                id,
+                                MCP_ERROR_HEADER_MISMATCH,
+                                "the MCP-Protocol-Version header does not match params._meta." MCP_META_PROTOCOL_VERSION));
+                return;
+        }
+        if (!id) {
+                /* notifications (cancelled, …) need no answer, nor the headers of a request */
+                post_reply(p, 202, NULL);
+                return;
+        }
+        if (!envelope_parse(params, &envelope, &message)) {
+                post_reply(p, 400, jsonrpc_error(id, JSONRPC_INVALID_PARAMS, message));
+                return;
+        }
+        if (!version_stateless(envelope.version)) {
+                post_reply(
+                        p,
+                        400,
+                        jsonrpc_error_data(
+                                id,
+                                MCP_ERROR_UNSUPPORTED_VERSION,
+                                "unsupported protocol version",
+                                json_pack("{s:o,s:s}", "supported", versions_json(), "requested", envelope.version)));
+                return;
+        }
+        if (!p->protocol_version)
+                message = "missing MCP-Protocol-Version header";
+        else if (!p->mcp_method)
+                message = "missing Mcp-Method header";
+        else if (!header_matches(p->mcp_method, method))
+                message = "the Mcp-Method header does not match the method";
+        else if ((field = name_header_source(method)) && json_string_cstr(json_object_get(params, field))) {
+                if (!p->mcp_name)
+                        message = "missing Mcp-Name header";
+                else if (!header_matches(p->mcp_name, json_string_cstr(json_object_get(params, field))))
+                        message = "the Mcp-Name header does not match the request";
+        }
+        if (message) {
+                post_reply(p, 400, jsonrpc_error(id, MCP_ERROR_HEADER_MISMATCH, message));
+                return;
+        }
+
+        bool known = streq(method, "server/discover") || streq(method, "tools/list") ||
+                streq(method, "tools/call");
+        _cleanup_(span_endp) Span *span = mcp_span_start(s, "mcp.", known ? method : "unknown", p->span);
+        span_set_attr_string(span, "mcp.method.name", method);
+        span_set_attr_string(span, "mcp.protocol.version", envelope.version);
+
+        result_meta = result_meta_new(s);
+        if (!result_meta) {
+                post_reply(p, 200, jsonrpc_error(id, JSONRPC_INTERNAL_ERROR, "out of memory"));
+                return;
+        }
+        if (streq(method, "server/discover")) {
+                result = handle_discover(s);
+                cacheable = true;
+        } else if (streq(method, "tools/list")) {
+                result = handle_tools_list(s);
+                cacheable = true;
+        } else if (streq(method, "tools/call")) {
+                result = handle_tools_call(s, p, id, params, result_meta, &span, &code, &message);
+                if (p->deferred)
+                        return; /* answered when the operation completes */
+        } else {
+                /* a method of 2025-11-25 alone (initialize, ping, logging/setLevel, …) too */
+                span_set_attr_int(span, "rpc.jsonrpc.error_code", JSONRPC_METHOD_NOT_FOUND);
+                span_set_error(span, "method not found");
+                post_reply(p, 404, jsonrpc_error(id, JSONRPC_METHOD_NOT_FOUND, "method not found"));
+                return;
+        }
+
+        if (!result || result_finish(result, result_meta, cacheable) < 0) {
+                span_set_attr_int(span, "rpc.jsonrpc.error_code", code ?: JSONRPC_INTERNAL_ERROR);
+                span_set_error(span, message ?: "out of memory");
+                post_reply(
+                        p, 200, jsonrpc_error(id, code ?: JSONRPC_INTERNAL_ERROR, message ?: "out of memory"));
+                return;
+        }
+        post_reply(p, 200, jsonrpc_result(id, TAKE_PTR(result)));
+}
+
 int mcp_server_process_post(McpServer *s, McpPost *p) {
         _cleanup_(api_error_done) ApiError e = API_ERROR_NULL;
         json_auto_t *msg = NULL, *result = NULL;
         const char *ctype = p->content_type, *sid = p->session_id, *pver = p->protocol_version;
         const char *method, *jsonrpc;
         McpSession *session = NULL;
-        json_t *id, *params, *v;
+        json_t *id, *params, *v, *meta;
         int code = 0;
         const char *message = NULL;
 
@@ -758,11 +1080,25 @@ int mcp_server_process_post(McpServer *s, McpPost *p) {
                 return 0;
         }
 
+        /* The revision decides the lifecycle: the body's envelope names it (and a revision with
+         * sessions named there keeps its session), else the MCP-Protocol-Version header. */
+        meta = json_object_get(params, "_meta");
+        v = json_is_object(meta) ? json_object_get(meta, MCP_META_PROTOCOL_VERSION) : NULL;
+        if (v ? !(json_is_string(v) && version_supported(json_string_value(v))) :
+                pver && version_stateless(pver)) {
+                handle_stateless(s, p, id, method, params);
+                return 0;
+        }
+
         if (pver && !version_supported(pver)) {
                 post_reply(
                         p,
                         400,
-                        jsonrpc_error(id, JSONRPC_INVALID_REQUEST, "unsupported MCP-Protocol-Version header"));
+                        jsonrpc_error_data(
+                                id,
+                                MCP_ERROR_UNSUPPORTED_VERSION,
+                                "unsupported MCP-Protocol-Version header",
+                                json_pack("{s:o,s:s}", "supported", versions_json(), "requested", pver)));
                 return 0;
         }
 
@@ -824,7 +1160,7 @@ int mcp_server_process_post(McpServer *s, McpPost *p) {
         else if (streq(method, "tools/list"))
                 result = handle_tools_list(s);
         else if (streq(method, "tools/call")) {
-                result = handle_tools_call(s, p, id, params, &span, &code, &message);
+                result = handle_tools_call(s, p, id, params, /* result_meta= */ NULL, &span, &code, &message);
                 if (p->deferred)
                         return 0; /* answered when the operation completes */
         } else {
@@ -851,6 +1187,8 @@ static void post_answer(McpServer *s, HttpRequest *req, Span *span, json_t *mess
                 .session_id = http_request_header(req, "Mcp-Session-Id"),
                 .protocol_version = http_request_header(req, "MCP-Protocol-Version"),
                 .accept = http_request_header(req, "Accept"),
+                .mcp_method = http_request_header(req, "Mcp-Method"),
+                .mcp_name = http_request_header(req, "Mcp-Name"),
                 .message = message,
                 .message_error = error,
                 .span = span,

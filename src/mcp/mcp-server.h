@@ -7,7 +7,11 @@
 #include "trace.h"
 
 /* MCP over streamable HTTP: JSON-RPC 2.0 on one endpoint, tools derived from the operation table.
- * Speaks 2025-11-25 and answers clients of 2025-06-18, 2025-03-26 and 2024-11-05. */
+ * Two lifecycles share the endpoint. A request of revision 2026-07-28 is stateless: it carries its
+ * protocol version, client information and capabilities in params._meta and is served from the
+ * request and the manager's records alone, so any daemon on the same state directory (or the same
+ * one after a restart) can answer it. Clients of 2025-11-25, 2025-06-18, 2025-03-26 and 2024-11-05
+ * initialize a session first, as before. */
 
 typedef struct McpServer McpServer;
 
@@ -33,7 +37,9 @@ typedef struct McpPost {
         const char *content_type;
         const char *session_id;
         const char *protocol_version;
-        const char *accept; /* the Accept header: a slow tools/call streams only where it names SSE */
+        const char *accept;     /* the Accept header: a slow tools/call streams only where it names SSE */
+        const char *mcp_method; /* the Mcp-Method header (2026-07-28: must match the body's method) */
+        const char *mcp_name;   /* the Mcp-Name header (2026-07-28: must match params.name or .uri) */
         const void *body;
         size_t size;
         /* The body already parsed (http_request_body_json_async()), borrowed: the message, or why

@@ -1252,9 +1252,19 @@ def test_mcp_protocol(work):
         return status == 200 and json.loads(data).get("result") == {}, "%r %r" % (status, data[:200])
 
     tap.check("Content-Type application/json; charset=utf-8 is accepted", charset_ok)
-    tap.check("unsupported MCP-Protocol-Version header: HTTP 400",
-              rpc_error({"jsonrpc": "2.0", "id": 13, "method": "ping"}, -32600, 400,
+    tap.check("unsupported MCP-Protocol-Version header: HTTP 400, -32022 (the code of 2026-07-28)",
+              rpc_error({"jsonrpc": "2.0", "id": 13, "method": "ping"}, -32022, 400,
                         headers={"MCP-Protocol-Version": "1999-01-01"}))
+
+    def unsupported_lists_versions():
+        status, _, data = c.post_raw(json.dumps({"jsonrpc": "2.0", "id": 13, "method": "ping"}),
+                                     headers={"MCP-Protocol-Version": "1999-01-01"})
+        d = json.loads(data).get("error", {}).get("data", {})
+        return (d.get("requested") == "1999-01-01" and "2026-07-28" in d.get("supported", [])
+                and all(v in d.get("supported", []) for v in MCP_VERSIONS)), data[:300]
+
+    tap.check("unsupported MCP-Protocol-Version header: error.data lists every revision served and echoes it",
+              unsupported_lists_versions)
 
     def supported_header():
         ok = True

@@ -16,6 +16,8 @@ typedef struct Route {
         char path[256];
         char method[16];
         char op[64];
+        char schema[64]; /* the success response's schema (its elements' for an array); "": none */
+        bool array;
 } Route;
 
 /* Reads the routes from api/openapi.yaml. The document is ours and keeps one layout: paths at two
@@ -23,7 +25,7 @@ typedef struct Route {
 static size_t read_routes(Route *routes, size_t max) {
         _cleanup_free_ char *text = NULL;
         char path[256] = "", method[16] = "";
-        bool in_paths = false;
+        bool in_paths = false, in_success = false;
         size_t n = 0;
 
         assert_ok(read_full_file(openapi_path, 1 << 20, &text, NULL));
@@ -36,8 +38,10 @@ static size_t read_routes(Route *routes, size_t max) {
                         continue;
                 if (strneq(line, "  /", 3) && sscanf(line, "  %255[^:]:", path) == 1)
                         continue;
-                if (strneq(line, "    ", 4) && line[4] != ' ' && sscanf(line, "    %15[a-z]:", method) == 1)
+                if (strneq(line, "    ", 4) && line[4] != ' ' && sscanf(line, "    %15[a-z]:", method) == 1) {
+                        in_success = false;
                         continue;
+                }
                 char op[64];
                 if (sscanf(line, "      operationId: %63s", op) == 1) {
                         assert_true(n < max);
@@ -45,7 +49,18 @@ static size_t read_routes(Route *routes, size_t max) {
                         snprintf(routes[n].method, sizeof(routes[n].method), "%s", method);
                         snprintf(routes[n].op, sizeof(routes[n].op), "%s", op);
                         n++;
+                        continue;
                 }
+                /* responses at eight spaces: the first schema below a 2xx one is the route's */
+                if (strneq(line, "        \"", 9))
+                        in_success = line[9] == '2';
+                if (!in_success || n == 0 || routes[n - 1].schema[0])
+                        continue;
+                if (strstr(line, "type: array"))
+                        routes[n - 1].array = true;
+                const char *ref = strstr(line, "$ref: \"#/components/schemas/");
+                if (ref)
+                        (void) sscanf(ref, "$ref: \"#/components/schemas/%63[A-Za-z0-9]", routes[n - 1].schema);
         }
         return n;
 }
@@ -96,6 +111,77 @@ static void test_openapi_matches_table(void **state) {
                                 routes[j].op);
         }
         assert_true(n_routes > 0);
+}
+
+/* The names under components/schemas. */
+static size_t read_schema_names(char names[][64], size_t max) {
+        _cleanup_free_ char *text = NULL;
+        bool in_components = false, in_schemas = false;
+        size_t n = 0;
+
+        assert_ok(read_full_file(openapi_path, 1 << 20, &text, NULL));
+        for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+                if (!isspace((unsigned char) line[0])) {
+                        in_components = strneq(line, "components:", 11);
+                        continue;
+                }
+                if (in_components && strneq(line, "  ", 2) && line[2] != ' ') {
+                        in_schemas = strneq(line, "  schemas:", 10);
+                        continue;
+                }
+                if (in_schemas && strneq(line, "    ", 4) && line[4] != ' ') {
+                        assert_true(n < max);
+                        assert_int_equal(sscanf(line, "    %63[A-Za-z0-9]:", names[n]), 1);
+                        n++;
+                }
+        }
+        return n;
+}
+
+/* MCP's outputSchema of a tool is the schema its result_schema names: for a REST operation, the one
+ * api/openapi.yaml gives its success response (an array of it for a list), so the two surfaces cannot
+ * describe one result twice and differently. */
+static void test_result_schemas_match_openapi(void **state) {
+        Route routes[128];
+        char names[128][64];
+        size_t n_routes = read_routes(routes, ELEMENTSOF(routes)), n_names = read_schema_names(names, 128), n;
+        const Operation *table = operation_table(&n);
+
+        assert_true(n_names > 0);
+        for (size_t i = 0; i < n; i++) {
+                const Operation *op = &table[i];
+                bool known = false;
+
+                if (!op->result_schema)
+                        fail_msg("%s declares no result_schema", op->name);
+                for (size_t j = 0; j < n_names; j++)
+                        known = known || streq(names[j], op->result_schema);
+                if (!known)
+                        fail_msg(
+                                "%s: result_schema %s is not in openapi.yaml's components/schemas",
+                                op->name,
+                                op->result_schema);
+                for (size_t j = 0; j < n_routes; j++) {
+                        if (!streq(routes[j].op, op->name))
+                                continue;
+                        if (op->success == OPERATION_SUCCESS_EMPTY) {
+                                if (routes[j].schema[0])
+                                        fail_msg(
+                                                "%s answers REST with no body, openapi.yaml gives it %s",
+                                                op->name,
+                                                routes[j].schema);
+                                continue;
+                        }
+                        if (!streq(routes[j].schema, op->result_schema) || routes[j].array != !!op->list_key)
+                                fail_msg(
+                                        "%s: the table says %s%s, openapi.yaml's response %s%s",
+                                        op->name,
+                                        op->list_key ? "a list of " : "",
+                                        op->result_schema,
+                                        routes[j].array ? "a list of " : "",
+                                        routes[j].schema[0] ? routes[j].schema : "(none)");
+                }
+        }
 }
 
 static void test_descriptions_and_hints(void **state) {
@@ -371,6 +457,7 @@ static void test_decode_new_param(void **state) {
 int main(int argc, char **argv) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_openapi_matches_table),
+                cmocka_unit_test(test_result_schemas_match_openapi),
                 cmocka_unit_test(test_descriptions_and_hints),
                 cmocka_unit_test(test_check_args),
                 cmocka_unit_test(test_tool_json),
