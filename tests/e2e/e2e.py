@@ -180,6 +180,47 @@ def pcr_from_console(text, pcr):
     return found
 
 
+def cli_terminal(port, args, steps, timeout=120):
+    """Runs `vm-manager ARGS` (the client) on a pseudo-terminal, as a person at a terminal does. steps
+    is a list of (text to wait for in the output, or None; bytes to type, or a function to call): each
+    step waits until its text has appeared (at most timeout) and then types or calls. Returns (exit
+    status, everything written)."""
+    import pty
+    import select
+    env = dict(base_env("/tmp"), VM_MANAGER_URL="http://%s:%d" % (HOST, port))
+    master, slave = pty.openpty()
+    p = subprocess.Popen([BIN, *args], stdin=slave, stdout=slave, stderr=slave, env=env, close_fds=True)
+    os.close(slave)
+    out = b""
+    steps = list(steps)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        while steps and (steps[0][0] is None or steps[0][0].encode() in out):
+            _, act = steps.pop(0)
+            if callable(act):
+                act()
+            else:
+                os.write(master, act)
+        r, _, _ = select.select([master], [], [], 0.2)
+        if r:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            out += chunk
+        elif p.poll() is not None:
+            break
+    os.close(master)
+    try:
+        p.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait()
+    return p.returncode, out.decode(errors="replace")
+
+
 def create_vm(port, body):
     """create_vm, once more when the guest kernel panicked (QEMU 7.2's TCG does so now and then early in
     a boot; the daemon fails such a VM at once): the failed VM is deleted and the same body sent again."""
@@ -241,6 +282,22 @@ def t_create(work):
     tap.result(facts and facts["hostname"] == "e2e-a", "the guest took its hostname from the IMDS", repr(facts))
     r, why = exec_vm(port, vid, "cat", "/root/.ssh/authorized_keys")
     tap.result(r and key in r.get("stdout", ""), "the guest took the user's ssh key from the IMDS", why[:600])
+
+    # the person at the terminal: vm shell types into a root shell on a pty, vm console --follow
+    # shows the boot and then what the guest writes to its console, until Ctrl-]
+    t0 = time.monotonic()
+    rc, out = cli_terminal(port, ["vm", "shell", "e2e-a"],
+                           [("#", b"echo shell-$((6*7)); tty; exit 3\r")], timeout=120)
+    TIMINGS["create: vm shell, a command typed and the exit"] = time.monotonic() - t0
+    tap.result(rc == 3 and "shell-42" in out and "/dev/pts/" in out,
+               "vm shell: a command typed into the VM's root shell runs on a pty, `exit 3` is the client's status",
+               "rc %r %r" % (rc, out[-1500:]))
+    rc, out = cli_terminal(port, ["vm", "console", "e2e-a", "--follow"],
+                           [("vm-pcrs:", lambda: exec_vm(port, vid, "sh", "-c", "echo e2e-console-mark > /dev/ttyS0")),
+                            ("e2e-console-mark", b"\x1d")], timeout=120)
+    tap.result(rc == 0 and "vm-pcrs:" in out and "e2e-console-mark" in out,
+               "vm console --follow shows the end of the boot (vm-pcrs), then a line the guest writes as it comes; Ctrl-] detaches",
+               "rc %r %r" % (rc, out[-1500:]))
 
 
 def t_ignition(work):
@@ -554,7 +611,7 @@ def t_update(work):
                    % (newer, version), p.stdout + p.stderr + repr(listed)[:300])
 
         t0 = time.monotonic()
-        r, why = exec_vm(port, vid, "systemd-sysupdate", "update", timeout=1200)
+        r, why = exec_vm(port, vid, "/usr/lib/systemd/systemd-sysupdate", "update", timeout=1200)
         TIMINGS["update: systemd-sysupdate update in the guest"] = time.monotonic() - t0
         entries, running, why2 = esp_entries(port, vid)
         tap.result(r and r.get("exitCode") == 0 and ("%s+1.efi" % stem_new) in entries,
