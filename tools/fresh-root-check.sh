@@ -5,7 +5,9 @@
 # under test in /root/vm-manager. Inside, as root and with nothing else installed:
 #   1. `make run` (on a port of 127.0.0.1 the kernel picks), until GET /healthz answers 200 and
 #      GET /api/v1/images lists the guest image and offers the Kubernetes version whose sysext
-#      images/build/manifest.json says holds kubelet and kubeadm; then SIGTERM to the daemon, and make must exit 0;
+#      images/build/manifest.json says holds kubelet and kubeadm; a first create_vm (attestation
+#      required, as the README's quick start) verifies with nothing learned, and is deleted; then
+#      SIGTERM to the daemon, and make must exit 0;
 #   2. `make build-check`, make check's set-up (its packages and the ASan build), not its tests.
 # A package missing from an install-deps group makes one of them fail, and the failure names it.
 #
@@ -113,6 +115,42 @@ if [ "${1:-}" = --steps ]; then
         fi
         say "guest image: $image"
         images=$(http_get /api/v1/images)
+        # A first VM as the README's quick start makes it: attestation required (the default), nothing
+        # learned and no golden values anywhere. Its initrd quote must verify against the daemon's
+        # firmware run and the image's policy, and its user-data be released; then it is deleted.
+        t=$(date +%s)
+        first=$(python3 - "$port" <<'PY' 2>&1
+import json, sys, urllib.request
+base = "http://127.0.0.1:%s/api/v1" % sys.argv[1]
+def call(method, path, body=None, timeout=900):
+    req = urllib.request.Request(base + path, method=method, data=json.dumps(body).encode() if body else None,
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            data = r.read()
+            return r.status, json.loads(data) if data else None
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read() or b"null")
+st, vm = call("POST", "/vms", {"name": "first", "wait_for": "attested"})
+if st != 201:
+    print("create_vm answered %d: %s" % (st, json.dumps(vm)[:600]))
+    sys.exit(1)
+st, att = call("GET", "/vms/%s/attestation" % vm["id"])
+ini = att.get("initrd") or {}
+ok = ini.get("verified") is True and not ini.get("learned") and att.get("userDataReleased")
+print(("verified: " if ok else "not verified: ") + (ini.get("message") or json.dumps(att)[:600]))
+call("DELETE", "/vms/" + vm["id"])
+sys.exit(0 if ok else 1)
+PY
+)
+        rc=$?
+        t_vm=$(($(date +%s) - t))
+        if [ "$rc" != 0 ]; then
+                why /root/make-run.log
+                kill -TERM -- "-$mk" 2>/dev/null
+                bad "the first attested VM of make run's daemon: $first"
+        fi
+        say "a first VM (require_attestation, nothing learned) verified in $t_vm s: $first"
         # the daemon: make's child (make execs the recipe's command, or a shell that execs it)
         daemon=
         for s in /proc/[0-9]*/stat; do
@@ -171,7 +209,7 @@ print(k.get("version", ""), "node" if k.get("node") and "kubelet" in bins and "k
         t_check=$(($(date +%s) - t))
         [ "$rc" = 0 ] || { why /root/make-build-check.log; bad "make build-check exited with status $rc"; }
         say "make build-check passed in $t_check s"
-        echo "fresh-root: times: make run to serving $t_run s ($image), make build-check $t_check s"
+        echo "fresh-root: times: make run to serving $t_run s ($image), the first attested VM $t_vm s, make build-check $t_check s"
         exit 0
 fi
 
