@@ -29,7 +29,7 @@ int proc_memory_parse(const char *text, ProcMemory *ret);
 
 /* proc_memory_parse() of /proc/<pid>/smaps_rollup: -EINVAL for pid <= 0, -ENOENT (or -EACCES, -ESRCH)
  * when the process is gone or not ours to read. The kernel walks the process's page tables for it:
- * about a millisecond per GiB mapped. */
+ * about 10 ms per GiB resident (measured on Linux 6.1), so not on an event loop. */
 int proc_memory(pid_t pid, ProcMemory *ret);
 
 /* Forks a child that execs argv (argv[0] searched in PATH) in a process group of its own, with no

@@ -97,8 +97,7 @@ static double get_disk(Vm *v, bool *ok) {
 }
 
 /* The PSS of each process of each VM's run (QEMU, swtpm, vhost-device-vsock): what the host spends on
- * it, shared pages split among their users. smaps_rollup makes the kernel walk the page tables, about
- * a millisecond per GiB mapped. */
+ * it, shared pages split among their users, as a worker thread last read them (vm_process_memory()). */
 static void write_vm_memory(MetricsBuf *f, Manager *m) {
         metrics_write_family(
                 f,

@@ -113,6 +113,14 @@ struct Vm {
         usec_t balloon_asked; /* CLOCK_MONOTONIC, of the last qom-get */
         char *balloon_error;  /* QEMU's answer to the last failed command (no balloon device …) */
 
+        /* the PSS of the run's processes (vm-metrics.c): smaps_rollup makes the kernel walk a
+         * process's page tables (about 10 ms per GiB mapped), so a worker thread reads it when a
+         * reader of metrics comes, at most every VM_MEMORY_REFRESH, and the figures wait here */
+        ProcMemory mem[_VM_ROLE_MAX];
+        pid_t mem_pid[_VM_ROLE_MAX]; /* whose figures mem holds; 0: none */
+        bool mem_pending;
+        usec_t mem_asked; /* CLOCK_MONOTONIC */
+
         /* the credential activation's outstanding challenge (vm-attest.c), in memory only: one per
          * VM, a new one replaces it, and any answer uses it up */
         VmChallenge challenge;

@@ -12,6 +12,7 @@
 #include "network.h"
 #include "process-util.h"
 #include "vm-internal.h"
+#include "worker.h"
 
 #define GUEST_NOTE_NONE "no systemd-report upload from the guest yet; host metrics only"
 #define GUEST_NOTE_NOT_REPORT \
@@ -163,19 +164,91 @@ static json_t *balloon_json(Vm *v) {
 
 /* ---- host memory ---------------------------------------------------------------------------------- */
 
-int vm_process_memory(Vm *v, VmRole role, pid_t *ret_pid, ProcMemory *ret) {
+/* How often a reader's visit measures the processes again. */
+#define VM_MEMORY_REFRESH (10 * USEC_PER_SEC)
+
+/* One measurement of a VM's processes, on the exec worker's thread. */
+typedef struct VmMemoryJob {
+        Vm *vm; /* a reference (the worker ends before the manager drops its VMs) */
+        pid_t pid[_VM_ROLE_MAX];
+        ProcMemory mem[_VM_ROLE_MAX];
+        bool ok[_VM_ROLE_MAX];
+} VmMemoryJob;
+
+/* The pid of role in the current run, or 0. */
+static pid_t role_pid(Vm *v, VmRole role) {
         VmLaunched *procs[_VM_ROLE_MAX] = { v->qemu, v->swtpm, v->vsockd };
+
+        if (!vm_qemu_pid(v))
+                return 0; /* no run: whatever pids linger belong to no one of ours */
+        if (role == VM_ROLE_QEMU)
+                return v->qemu_pid;
+        return procs[role] ? vm_launched_pid(procs[role]) : 0;
+}
+
+static void memory_job_run(void *userdata) {
+        VmMemoryJob *j = userdata;
+
+        for (VmRole i = 0; i < _VM_ROLE_MAX; i++)
+                j->ok[i] = j->pid[i] > 0 && proc_memory(j->pid[i], &j->mem[i]) >= 0;
+}
+
+static void memory_job_done(void *userdata, bool ran) {
+        VmMemoryJob *j = userdata;
+        Vm *v = j->vm;
+
+        v->mem_pending = false;
+        for (VmRole i = 0; ran && i < _VM_ROLE_MAX; i++) {
+                /* only figures of processes that still run for this VM */
+                v->mem_pid[i] = j->ok[i] && j->pid[i] == role_pid(v, i) ? j->pid[i] : 0;
+                v->mem[i] = j->mem[i];
+        }
+        vm_unref(v);
+        free(j);
+}
+
+/* Measures the run's processes off the loop unless that is under way or recent. */
+static void memory_refresh(Vm *v) {
+        usec_t now = now_usec(CLOCK_MONOTONIC);
+        VmMemoryJob *j;
+        Worker *w;
+        int r;
+
+        if (v->mem_pending || !vm_qemu_pid(v) || (v->mem_asked > 0 && now < v->mem_asked + VM_MEMORY_REFRESH))
+                return;
+        if (manager_exec_worker(v->manager, &w) < 0)
+                return;
+        j = calloc(1, sizeof(VmMemoryJob));
+        if (!j)
+                return;
+        for (VmRole i = 0; i < _VM_ROLE_MAX; i++)
+                j->pid[i] = role_pid(v, i);
+        j->vm = vm_ref(v);
+        r = worker_submit(w, j, memory_job_run, memory_job_done);
+        if (r < 0) {
+                log_debug_errno(r, "VM %s: measuring its processes' memory failed, ignoring: %m", v->rec.id);
+                vm_unref(j->vm);
+                free(j);
+                return;
+        }
+        v->mem_pending = true;
+        v->mem_asked = now;
+}
+
+int vm_process_memory(Vm *v, VmRole role, pid_t *ret_pid, ProcMemory *ret) {
         pid_t pid;
 
         assert_return(role >= 0 && role < _VM_ROLE_MAX, -EINVAL);
 
-        if (!vm_qemu_pid(v))
-                return -ESRCH; /* no run: whatever pids linger belong to no one of ours */
-        pid = role == VM_ROLE_QEMU ? v->qemu_pid : procs[role] ? vm_launched_pid(procs[role]) : 0;
+        memory_refresh(v);
+        pid = role_pid(v, role);
         if (pid <= 0)
                 return -ESRCH;
+        if (v->mem_pid[role] != pid)
+                return -ENODATA; /* not measured yet */
         *ret_pid = pid;
-        return proc_memory(pid, ret);
+        *ret = v->mem[role];
+        return 0;
 }
 
 /* "processes": each process of the run with its memory, and the sum of their PSS. */

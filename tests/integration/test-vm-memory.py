@@ -101,12 +101,14 @@ def check_ksm(host, where):
 
 
 def wait_balloon(port, vid, timeout=20):
-    """get_vm_metrics once its balloon has statistics (the first read asks QEMU, a later one has them)."""
+    """get_vm_metrics once its balloon has statistics and its processes a measurement (the first read
+    asks QEMU and the worker thread, a later one has their answers)."""
     deadline = time.monotonic() + timeout
     while True:
         status, m = api(port, "GET", "/vms/%s/metrics" % vid)
         b = m.get("balloon") if status == 200 else None
-        if (b and b.get("stats") and b["stats"].get("updated_at")) or time.monotonic() > deadline:
+        ready = b and b.get("stats") and b["stats"].get("updated_at") and m["host"].get("processes")
+        if ready or time.monotonic() > deadline:
             return status, m
         time.sleep(0.5)
 
@@ -221,7 +223,7 @@ def test_no_balloon(work):
         while True:
             status, m = api(port, "GET", "/vms/%s/metrics" % vid)
             b = m.get("balloon") or {}
-            if "not found" in b.get("note", "") or time.monotonic() > deadline:
+            if ("not found" in b.get("note", "") and m["host"].get("processes")) or time.monotonic() > deadline:
                 break
             time.sleep(0.5)
         tap.result(status == 200 and b.get("stats") is None and "not found" in b.get("note", "")
