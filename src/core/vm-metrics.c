@@ -31,8 +31,13 @@
 #define VM_BALLOON_ERROR_MAX 256
 
 static void balloon_set_error(Vm *v, int error, const char *desc) {
+        char *text;
+
+        /* QEMU's text, cut; on OOM the last one goes without a successor */
+        if (asprintf(&text, "%.*s", (int) VM_BALLOON_ERROR_MAX, desc ?: strerror(-error)) < 0)
+                text = NULL;
         free(v->balloon_error);
-        v->balloon_error = strndup(desc ?: strerror(-error), VM_BALLOON_ERROR_MAX);
+        v->balloon_error = text;
 }
 
 static void on_balloon_interval(QmpClient *c, int error, json_t *result, const char *error_desc, void *userdata) {
