@@ -8,7 +8,10 @@
 #include <sys/prctl.h>
 #include <unistd.h>
 
+#include "cleanup.h"
+#include "fs-util.h"
 #include "macro.h"
+#include "parse-util.h"
 #include "process-util.h"
 
 /* /proc/<pid>/stat (utime, stime, starttime, vsize after the last ')') and statm (resident pages). */
@@ -65,6 +68,71 @@ int proc_stats(pid_t pid, ProcStats *ret) {
                 .rss_bytes = resident * (unsigned long long) page,
         };
         return 0;
+}
+
+/* The field of m that smaps_rollup's line key fills, or NULL for the lines we do not keep. */
+static uint64_t *rollup_field(ProcMemory *m, const char *key, size_t len) {
+        const char *const names[] = { "Rss", "Pss", "Pss_Anon", "Pss_File", "Pss_Shmem", "SwapPss" };
+        uint64_t *const fields[] = { &m->rss,      &m->pss,       &m->pss_anon,
+                                     &m->pss_file, &m->pss_shmem, &m->swap_pss };
+
+        for (size_t i = 0; i < ELEMENTSOF(names); i++)
+                if (strlen(names[i]) == len && strncmp(names[i], key, len) == 0)
+                        return fields[i];
+        return NULL;
+}
+
+int proc_memory_parse(const char *text, ProcMemory *ret) {
+        ProcMemory m = {};
+        bool have_rss = false, have_pss = false;
+
+        assert_return(text, -EINVAL);
+        assert_return(ret, -EINVAL);
+
+        for (const char *line = text; *line;) {
+                size_t len = strcspn(line, "\n"), klen = strcspn(line, ":\n");
+                uint64_t *field = klen < len ? rollup_field(&m, line, klen) : NULL;
+
+                if (field) {
+                        /* "   1234 kB": the digits, then exactly " kB" to the end of the line */
+                        const char *p = line + klen + 1, *e;
+                        char num[24];
+                        uint64_t kib;
+
+                        p += strspn(p, " \t");
+                        e = p + strspn(p, "0123456789");
+                        if (e == p || (size_t) (e - p) >= sizeof(num) || line + len - e != 3 ||
+                            strncmp(e, " kB", 3) != 0)
+                                return -EBADMSG;
+                        memcpy(num, p, (size_t) (e - p));
+                        num[e - p] = 0;
+                        if (safe_atou64(num, &kib) < 0 || kib > UINT64_MAX / 1024)
+                                return -EBADMSG;
+                        *field = kib * 1024;
+                        have_rss = have_rss || field == &m.rss;
+                        have_pss = have_pss || field == &m.pss;
+                }
+                line += len + (line[len] == '\n');
+        }
+        if (!have_rss || !have_pss)
+                return -EBADMSG;
+        *ret = m;
+        return 0;
+}
+
+int proc_memory(pid_t pid, ProcMemory *ret) {
+        _cleanup_free_ char *text = NULL;
+        char path[64];
+        int r;
+
+        if (pid <= 0)
+                return -EINVAL;
+        snprintf(path, sizeof(path), "/proc/%d/smaps_rollup", (int) pid);
+        /* about 1 KiB in Linux 6.x; anything much longer is not smaps_rollup */
+        r = read_full_file(path, 64 * 1024, &text, NULL);
+        if (r < 0)
+                return r;
+        return proc_memory_parse(text, ret);
 }
 
 pid_t process_fork_exec(char *const *argv, int out_fd) {

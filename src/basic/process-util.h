@@ -15,6 +15,23 @@ typedef struct ProcStats {
  * says something else than expected. */
 int proc_stats(pid_t pid, ProcStats *ret);
 
+/* What /proc/<pid>/smaps_rollup says of a process's memory, in bytes. PSS shares each page among
+ * the processes that map it, so the PSS of all processes adds up to the memory they use. */
+typedef struct ProcMemory {
+        uint64_t rss, pss;
+        uint64_t pss_anon, pss_file, pss_shmem; /* Linux 5.10 on: 0 where the kernel has no such line */
+        uint64_t swap_pss;
+} ProcMemory;
+
+/* Parses the text of smaps_rollup (its header line, then "Key:   N kB" lines). Returns 0, or
+ * -EBADMSG when Rss or Pss is missing or a value of the known keys does not parse. */
+int proc_memory_parse(const char *text, ProcMemory *ret);
+
+/* proc_memory_parse() of /proc/<pid>/smaps_rollup: -EINVAL for pid <= 0, -ENOENT (or -EACCES, -ESRCH)
+ * when the process is gone or not ours to read. The kernel walks the process's page tables for it:
+ * about 10 ms per GiB resident (measured on Linux 6.1), so not on an event loop. */
+int proc_memory(pid_t pid, ProcMemory *ret);
+
 /* Forks a child that execs argv (argv[0] searched in PATH) in a process group of its own, with no
  * signal blocked, SIGKILL as its parent-death signal (a parent that ended before that was set makes
  * it exit at once) and, when out_fd >= 0, stdout and stderr on out_fd. Returns the child's pid, or

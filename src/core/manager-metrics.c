@@ -9,6 +9,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include "host-probe.h"
 #include "log.h"
 #include "manager.h"
 #include "metrics-guest.h"
@@ -93,6 +94,105 @@ static double get_ready(Vm *v, bool *ok) {
 
 static double get_disk(Vm *v, bool *ok) {
         return (double) vm_disk_bytes(v);
+}
+
+/* The PSS of each process of each VM's run (QEMU, swtpm, vhost-device-vsock): what the host spends on
+ * it, shared pages split among their users, as a worker thread last read them (vm_process_memory()). */
+static void write_vm_memory(MetricsBuf *f, Manager *m) {
+        metrics_write_family(
+                f,
+                "vm_manager_vm_process_memory_pss_bytes",
+                "gauge",
+                "Proportional set size of each process of the VM's run (qemu, swtpm, vsock), from smaps_rollup.");
+        for (size_t i = 0; i < manager_n_vms(m); i++) {
+                Vm *v = manager_vm_at(m, i);
+
+                for (VmRole r = 0; r < _VM_ROLE_MAX; r++) {
+                        ProcMemory pm;
+                        pid_t pid;
+
+                        if (vm_process_memory(v, r, &pid, &pm) >= 0)
+                                metrics_write_samplel(
+                                        f,
+                                        "vm_manager_vm_process_memory_pss_bytes",
+                                        (double) pm.pss,
+                                        VM_LABELS(v),
+                                        "process",
+                                        vm_role_to_string(r),
+                                        NULL);
+                }
+        }
+}
+
+/* The balloon's guest statistics, as QEMU last had them: levels of memory as gauges, the guest's swap
+ * traffic and page faults since its boot as counters (vm_manager_vm_balloon_<name>[_total]). */
+static void write_vm_balloon(MetricsBuf *f, Manager *m) {
+        const VmBalloonStats **st = calloc(manager_n_vms(m) ?: 1, sizeof(VmBalloonStats *));
+
+        if (!st)
+                return;
+        for (size_t i = 0; i < manager_n_vms(m); i++)
+                if (!vm_balloon_stats(manager_vm_at(m, i), &st[i]))
+                        st[i] = NULL;
+        for (VmBalloonStat k = 0; k < _VM_BALLOON_STAT_MAX; k++) {
+                const VmBalloonStatInfo *info = vm_balloon_stat_info(k);
+                char name[128], help[192];
+
+                snprintf(
+                        name,
+                        sizeof(name),
+                        "vm_manager_vm_balloon_%s%s",
+                        info->name,
+                        info->cumulative ? "_total" : "");
+                snprintf(
+                        help,
+                        sizeof(help),
+                        "The guest's %s (QEMU's %s)%s, from the balloon's statistics.",
+                        info->name,
+                        info->qemu,
+                        info->cumulative ? " since it booted" : "");
+                metrics_write_family(f, name, info->cumulative ? "counter" : "gauge", help);
+                for (size_t i = 0; i < manager_n_vms(m); i++)
+                        if (st[i] && st[i]->have[k])
+                                metrics_write_samplel(
+                                        f, name, (double) st[i]->value[k], VM_LABELS(manager_vm_at(m, i)), NULL);
+        }
+        free(st);
+}
+
+/* A family of one unlabelled gauge. */
+static void write_gauge(MetricsBuf *f, const char *name, const char *help, double value) {
+        metrics_write_family(f, name, "gauge", help);
+        metrics_write_sample(f, name, NULL, NULL, 0, value);
+}
+
+/* KSM as the host's sysfs says now; nothing where the kernel has none. */
+static void write_host_ksm(MetricsBuf *f, Manager *m) {
+        long page = sysconf(_SC_PAGESIZE);
+        HostKsm k;
+
+        if (host_probe_ksm(manager_host(m), &k) < 0 || !k.available)
+                return;
+        write_gauge(
+                f,
+                "vm_manager_host_ksm_running",
+                "Whether kernel samepage merging runs (1) or not (0).",
+                k.run == 1);
+        write_gauge(
+                f,
+                "vm_manager_host_ksm_pages_shared",
+                "Merged pages KSM keeps (pages_shared).",
+                (double) k.pages_shared);
+        write_gauge(
+                f,
+                "vm_manager_host_ksm_pages_sharing",
+                "Sites sharing the merged pages, the pages KSM saves (pages_sharing).",
+                (double) k.pages_sharing);
+        write_gauge(
+                f,
+                "vm_manager_host_ksm_saved_bytes",
+                "Memory KSM saves: pages_sharing times the page size.",
+                (double) host_ksm_saved_bytes(&k, page > 0 ? (uint64_t) page : 4096));
 }
 
 static void write_host_families(MetricsBuf *f, Manager *m) {
@@ -205,7 +305,12 @@ static void write_host_families(MetricsBuf *f, Manager *m) {
         free(ps);
         free(has_ps);
 
+        write_vm_memory(f, m);
+        write_vm_balloon(f, m);
+
         write_vm_gauge(f, m, "vm_manager_vm_disk_bytes", "Size of the VM's disk volume.", get_disk);
+
+        write_host_ksm(f, m);
 
         metrics_write_family(f, "vm_manager_vms", "gauge", "Number of VMs per lifecycle state.");
         for (VmState s = 0; s < _VM_STATE_MAX; s++)

@@ -27,6 +27,7 @@
 #include "manager.h"
 #include "net-switch.h"
 #include "storage.h"
+#include "vm-balloon.h"
 #include "vm-launch.h"
 #include "vm-qmp.h"
 #include "vm-record.h"
@@ -102,6 +103,23 @@ struct Vm {
 
         /* guest reports (vm-report.c) */
         VmGuest guest;
+
+        /* the balloon's statistics of the current monitor (vm-metrics.c): asked of QEMU when a
+         * reader of metrics comes, at most every VM_BALLOON_REFRESH, and kept for the next one */
+        VmBalloonStats balloon;
+        bool balloon_started; /* the polling interval was sent on this monitor */
+        bool balloon_have;    /* balloon holds a reply of this monitor */
+        bool balloon_pending; /* a qom-get of this monitor awaits its reply */
+        usec_t balloon_asked; /* CLOCK_MONOTONIC, of the last qom-get */
+        char *balloon_error;  /* QEMU's answer to the last failed command (no balloon device …) */
+
+        /* the PSS of the run's processes (vm-metrics.c): smaps_rollup makes the kernel walk a
+         * process's page tables (about 10 ms per GiB mapped), so a worker thread reads it when a
+         * reader of metrics comes, at most every VM_MEMORY_REFRESH, and the figures wait here */
+        ProcMemory mem[_VM_ROLE_MAX];
+        pid_t mem_pid[_VM_ROLE_MAX]; /* whose figures mem holds; 0: none */
+        bool mem_pending;
+        usec_t mem_asked; /* CLOCK_MONOTONIC */
 
         /* the credential activation's outstanding challenge (vm-attest.c), in memory only: one per
          * VM, a new one replaces it, and any answer uses it up */
@@ -329,6 +347,17 @@ char *vm_attest_boot_rejection(Vm *v);
 /* The attestation of a new installed boot starts afresh. */
 void vm_attest_reset(Vm *v);
 VmGate vm_attest_gate(Vm *v);
+
+/* ---- vm-metrics.c ---- */
+
+/* A monitor of a new run answers: the guest is asked for balloon statistics every
+ * VM_BALLOON_POLL_SECONDS from now on (qom-set, not waited for). */
+void vm_balloon_start(Vm *v);
+/* The monitor goes: what it said is forgotten. */
+void vm_balloon_forget(Vm *v);
+/* A reader of metrics comes: QEMU is asked for the statistics again unless a reply is pending or the
+ * last question is younger than VM_BALLOON_REFRESH. The reply lands in v->balloon for the next reader. */
+void vm_balloon_refresh(Vm *v);
 
 /* ---- vm-load.c ---- */
 

@@ -74,6 +74,8 @@ static void on_qmp_reattached(QmpClient *c, int error, void *userdata) {
                 v->rec.id,
                 v->rec.spec.name,
                 vm_state_to_string(v->rec.state));
+        /* a QEMU of an older daemon may have no balloon: its statistics then say so */
+        vm_balloon_start(v);
         (void) vm_set_state(v, VM_EVENT_REATTACHED, NULL, NULL);
 }
 

@@ -329,6 +329,7 @@ static void on_qmp_ready(QmpClient *c, int error, void *userdata) {
                         return;
                 }
                 v->qemu_paused = true;
+                vm_balloon_start(v);
                 if (v->sub == VM_SUB_HOST_INSTALL)
                         (void) vm_set_state(v, VM_EVENT_QMP_UP, NULL, NULL);
                 return;
@@ -339,6 +340,7 @@ static void on_qmp_ready(QmpClient *c, int error, void *userdata) {
                 on_qmp_failed(v, error);
                 return;
         }
+        vm_balloon_start(v);
         if (v->qemu_prestarted) {
                 /* the install finished before the monitor answered: the guest goes now */
                 v->qemu_paused = true;
@@ -473,6 +475,7 @@ static int spawn_qemu(Vm *v, bool paused) {
                         .n_credentials = n,
                         .kernel_cmdline_extra = extra,
                         .paused = paused,
+                        .tb_size_mib = manager_settings(v->manager)->tcg_tb_size_mib,
                 },
                 &argv);
         if (r < 0)

@@ -16,6 +16,7 @@ void vm_qmp_drop(Vm *v) {
         QmpClient *q = TAKE_PTR(v->qmp);
 
         v->qmp_grace = sd_event_source_disable_unref(v->qmp_grace);
+        vm_balloon_forget(v);
 
         if (!q)
                 return;

@@ -57,6 +57,7 @@ static Vm *vm_free(Vm *v) {
         sd_event_source_disable_unref(v->imds_source);
         free(v->notify_path);
         free(v->guest_exit_status);
+        free(v->balloon_error);
         vm_guest_done(&v->guest);
         explicit_bzero(&v->challenge, sizeof(v->challenge));
         vm_vars_copy_forget(v);

@@ -14,7 +14,10 @@
 #include "cleanup.h"
 #include "core-forward.h"
 #include "metrics-guest.h"
+#include "process-util.h"
 #include "time-util.h"
+#include "vm-balloon.h"
+#include "vm-record.h"
 #include "vm-spec.h"
 #include "vm-state.h"
 
@@ -221,6 +224,13 @@ int vm_report_open(Vm *v, int *ret_fd, uint64_t *ret_size, ApiError *reterr);
 int vm_report_json(Vm *v, json_t **ret, ApiError *reterr);
 /* get_vm_metrics: the host's view of the VM and a summary of its last report (api-contract §5.10). */
 int vm_metrics_json(Vm *v, json_t **ret, ApiError *reterr);
+/* The memory of one process of the VM's current run (QEMU, swtpm, vhost-device-vsock), from its
+ * smaps_rollup as a worker thread last read it (at most 10 s ago; each call may ask for a new
+ * reading): -ESRCH when the run has no such process, -ENODATA before the first reading of it. */
+int vm_process_memory(Vm *v, VmRole role, pid_t *ret_pid, ProcMemory *ret);
+/* The balloon statistics QEMU last gave for the current run (borrowed; false when there are none),
+ * and QEMU asked again for the next reader (vm_balloon_refresh()). */
+bool vm_balloon_stats(Vm *v, const VmBalloonStats **ret);
 
 /* ---- for the manager: start-up, shutdown, and what it holds for every VM ---- */
 

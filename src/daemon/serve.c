@@ -32,6 +32,7 @@
 #include "serve.h"
 #include "trace.h"
 #include "version.h"
+#include "vm-cmdline.h"
 
 /* Debug builds (meson buildtype debug: the check build) carry test hooks and have the loop watchdog on. */
 #ifndef VMM_TEST_HOOKS
@@ -58,6 +59,7 @@ static usec_t arg_install_timeout = 0; /* 0: the manager's default for the accel
 static usec_t arg_boot_timeout = 0;
 static usec_t arg_stop_timeout = 30 * USEC_PER_SEC;
 static usec_t arg_qmp_timeout = 30 * USEC_PER_SEC;
+static uint32_t arg_tcg_tb_size_mib = 256; /* docs/operations.md has the measurement behind it */
 static uint32_t arg_notify_port = 0;
 static VmLauncherKind arg_launcher = VM_LAUNCHER_AUTO;
 static VmInstallMode arg_install_mode = VM_INSTALL_HOST;
@@ -172,14 +174,20 @@ static int parse_network_name(const Flag *f, const char *value, const char **ret
         return flag_parse_string(f, value, ret_reason);
 }
 
-static int parse_series_limit(const Flag *f, const char *value, const char **ret_reason) {
+/* flag_parse_uint32() within min..max; reason says why another value is refused. */
+static int parse_uint32_within(
+        const Flag *f, const char *value, const char **ret_reason, uint32_t min, uint32_t max, const char *reason) {
         int r = flag_parse_uint32(f, value, ret_reason);
 
-        if (r >= 0 && *(uint32_t *) f->dest < 1) {
-                *ret_reason = "must be at least 1";
+        if (r >= 0 && (*(uint32_t *) f->dest < min || *(uint32_t *) f->dest > max)) {
+                *ret_reason = reason;
                 return -EINVAL;
         }
         return r;
+}
+
+static int parse_series_limit(const Flag *f, const char *value, const char **ret_reason) {
+        return parse_uint32_within(f, value, ret_reason, 1, UINT32_MAX, "must be at least 1");
 }
 
 static int parse_keepalive(const Flag *f, const char *value, const char **ret_reason) {
@@ -200,13 +208,7 @@ static int parse_keepalive(const Flag *f, const char *value, const char **ret_re
 }
 
 static int parse_max_connections(const Flag *f, const char *value, const char **ret_reason) {
-        int r = flag_parse_uint32(f, value, ret_reason);
-
-        if (r >= 0 && (*(uint32_t *) f->dest < 1 || *(uint32_t *) f->dest > 65536)) {
-                *ret_reason = "want 1 to 65536";
-                return -EINVAL;
-        }
-        return r;
+        return parse_uint32_within(f, value, ret_reason, 1, 65536, "want 1 to 65536");
 }
 
 static int parse_request_timeout(const Flag *f, const char *value, const char **ret_reason) {
@@ -217,6 +219,11 @@ static int parse_request_timeout(const Flag *f, const char *value, const char **
                 return -EINVAL;
         }
         return r;
+}
+
+static int parse_tb_size(const Flag *f, const char *value, const char **ret_reason) {
+        return parse_uint32_within(
+                f, value, ret_reason, 0, VM_TB_SIZE_MIB_MAX, "want 0 (QEMU's default) to 4096");
 }
 
 static int parse_accel(const Flag *f, const char *value, const char **ret_reason) {
@@ -373,6 +380,16 @@ static const Flag serve_flags[] = {
                 .help = "auto, kvm or tcg; auto uses KVM only where it can run a standard guest, else TCG (get_host says why)",
                 .parse = parse_accel,
                 .dest = &arg_accel,
+        },
+        {
+                .name = "tcg-tb-size-mib",
+                .env = "VM_MANAGER_TCG_TB_SIZE_MIB",
+                .default_value = "256",
+                .metavar = "MIB",
+                .help = "under TCG, the size of each VM's translation cache (anonymous host memory QEMU fills as the "
+                        "guest runs code); 0 keeps QEMU's default of 1024",
+                .parse = parse_tb_size,
+                .dest = &arg_tcg_tb_size_mib,
         },
         {
                 .name = "vsock",
@@ -1128,6 +1145,7 @@ static int run(int self_exe_fd) {
                         .boot_timeout = arg_boot_timeout,
                         .stop_timeout = arg_stop_timeout,
                         .qmp_timeout = arg_qmp_timeout,
+                        .tcg_tb_size_mib = arg_tcg_tb_size_mib,
                         .notify_port = arg_notify_port,
                         .launcher = arg_launcher,
                         .install_mode = arg_install_mode,

@@ -65,6 +65,7 @@ typedef enum HostFile {
         HOST_FILE_MODULE_KVM_AMD,
         HOST_FILE_MODULE_KVM_PVM,
         HOST_FILE_STORAGE_PROVIDERS,
+        HOST_FILE_KSM,
         _HOST_FILE_MAX,
 } HostFile;
 
@@ -77,6 +78,7 @@ static const char *const host_files[_HOST_FILE_MAX] = {
         [HOST_FILE_MODULE_KVM_AMD] = "/sys/module/kvm_amd",
         [HOST_FILE_MODULE_KVM_PVM] = "/sys/module/kvm_pvm",
         [HOST_FILE_STORAGE_PROVIDERS] = "/run/systemd/io.systemd.StorageProvider",
+        [HOST_FILE_KSM] = "/sys/kernel/mm/ksm",
 };
 
 /* The tools probed once at start-up; version = the field after marker on the first output line. */
@@ -975,6 +977,29 @@ uint64_t host_probe_memory(HostProbe *p) {
         return read_mem_total(p);
 }
 
+int host_probe_ksm(HostProbe *p, HostKsm *ret) {
+        assert_return(p, -EINVAL);
+        return host_ksm_read(p->files[HOST_FILE_KSM], ret);
+}
+
+static json_t *ksm_to_json(HostProbe *p) {
+        long page = sysconf(_SC_PAGESIZE);
+        HostKsm k;
+        int r;
+
+        r = host_probe_ksm(p, &k);
+        if (r < 0)
+                return json_pack(
+                        "{s:b,s:b,s:s}",
+                        "available",
+                        false,
+                        "running",
+                        false,
+                        "note",
+                        "/sys/kernel/mm/ksm does not read as KSM's");
+        return host_ksm_to_json(&k, page > 0 ? (uint64_t) page : 4096);
+}
+
 static int usable_cpus(void) {
         cpu_set_t set;
         long n;
@@ -1002,7 +1027,8 @@ static int put_facts(HostProbe *p, json_t *o, const DeviceState *kvm, const Devi
             put(o, "cpus", json_integer(usable_cpus())) < 0 ||
             put(o, "memoryBytes", json_integer((json_int_t) MIN(read_mem_total(p), (uint64_t) INT64_MAX))) < 0 ||
             put(o, "kvm", device_to_json(host_files[HOST_FILE_KVM], kvm)) < 0 ||
-            put(o, "vhostVsock", device_to_json(host_files[HOST_FILE_VSOCK], vsock)) < 0)
+            put(o, "vhostVsock", device_to_json(host_files[HOST_FILE_VSOCK], vsock)) < 0 ||
+            put(o, "ksm", ksm_to_json(p)) < 0)
                 return -ENOMEM;
         for (HostTool t = 0; t < _HOST_TOOL_MAX; t++)
                 if (put(o, host_tools[t].key, tool_to_json(&p->tools[t])) < 0)

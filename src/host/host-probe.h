@@ -4,6 +4,7 @@
 #include <jansson.h>
 
 #include "cleanup.h"
+#include "host-ksm.h"
 #include "macro.h"
 #include "time-util.h"
 
@@ -140,6 +141,8 @@ json_t *host_probe_to_json(HostProbe *p);
 HostAccel host_probe_accel(HostProbe *p, const char **ret_reason);
 /* The host's memory (MemTotal) in bytes; 0 when it cannot be read. */
 uint64_t host_probe_memory(HostProbe *p);
+/* KSM as <root>/sys/kernel/mm/ksm says now (host-ksm.h): read on each call, a few small sysfs files. */
+int host_probe_ksm(HostProbe *p, HostKsm *ret);
 
 /* The READY=1 transport the next VM start uses, and why, as a static sentence (*ret_reason, optional):
  *   --vsock=vhost, vhost-user or none: that one (a missing device or helper shows up in "missing");

@@ -22,6 +22,11 @@
 #define VM_CPUS_MAX 256U
 #define VM_MEMORY_MIB_MIN 256U
 #define VM_CREDENTIAL_NAME_MAX 255U
+/* QEMU takes any tb-size; above 4 GiB is a typo more likely than a wish. */
+#define VM_TB_SIZE_MIB_MAX 4096U
+/* The balloon device's id: QMP reaches it as /machine/peripheral/<id>. */
+#define VM_BALLOON_ID "balloon0"
+#define VM_BALLOON_QOM_PATH "/machine/peripheral/" VM_BALLOON_ID
 /* Guest CIDs 0-2 are the hypervisor, loopback and host; 0xFFFFFFFF is VMADDR_CID_ANY. */
 #define VM_CID_MIN 3U
 #define VM_CID_MAX 0xFFFFFFFEU
@@ -99,6 +104,10 @@ typedef struct VmCmdlineSpec {
         const char *kernel_cmdline_extra; /* io.systemd.stub.kernel-cmdline-extra, or NULL */
 
         bool paused; /* -S: the vCPUs wait for QMP's cont (a QEMU started before its disk is written) */
+
+        /* VM_ACCEL_TCG: the translation cache (-accel tcg,tb-size=<MiB>), at most VM_TB_SIZE_MIB_MAX;
+         * 0 leaves QEMU's default (1 GiB of anonymous memory per VM). Ignored under KVM. */
+        unsigned tb_size_mib;
 } VmCmdlineSpec;
 
 /* Doubles every comma, so that QEMU's option parser reads value as one literal option value.

@@ -42,6 +42,56 @@ static bool is_blank(const char *s, size_t len) {
         return true;
 }
 
+/* A real that holds a whole value of json_int_t's range; -2^63 and 2^63 are exact doubles, so the
+ * range test is exact too. */
+static bool real_is_integer(const json_t *v, json_int_t *ret) {
+        double d = json_real_value(v);
+
+        if (!json_is_real(v) || !(d >= -9223372036854775808.0 && d < 9223372036854775808.0) ||
+            d != (double) (json_int_t) d)
+                return false;
+        *ret = (json_int_t) d;
+        return true;
+}
+
+static int restore_integers(json_t *v);
+
+/* What item becomes: a new integer for a whole real (*ret), else NULL and item with its inside
+ * restored. Returns 0 or -ENOMEM. */
+static int restore_item(json_t *item, json_t **ret) {
+        json_int_t n;
+
+        *ret = NULL;
+        if (!real_is_integer(item, &n))
+                return restore_integers(item);
+        *ret = json_integer(n);
+        return *ret ? 0 : -ENOMEM;
+}
+
+/* After a parse with JSON_DECODE_INT_AS_REAL: every number that is a whole value of json_int_t's range
+ * an integer again, so that ids and ordinary counts read as before. The depth is jansson's parser's
+ * limit. Returns 0 or -ENOMEM. */
+static int restore_integers(json_t *v) {
+        json_t *n;
+
+        if (json_is_object(v)) {
+                for (void *iter = json_object_iter(v); iter; iter = json_object_iter_next(v, iter)) {
+                        if (restore_item(json_object_iter_value(iter), &n) < 0)
+                                return -ENOMEM;
+                        if (n && json_object_iter_set_new(v, iter, n) < 0)
+                                return -ENOMEM;
+                }
+        } else if (json_is_array(v)) {
+                for (size_t i = 0; i < json_array_size(v); i++) {
+                        if (restore_item(json_array_get(v, i), &n) < 0)
+                                return -ENOMEM;
+                        if (n && json_array_set_new(v, i, n) < 0)
+                                return -ENOMEM;
+                }
+        }
+        return 0;
+}
+
 int qmp_parse_message(const char *line, size_t len, QmpMessage *ret) {
         json_auto_t *root = NULL;
         QmpMessage m = QMP_MESSAGE_NULL;
@@ -60,6 +110,15 @@ int qmp_parse_message(const char *line, size_t len, QmpMessage *ret) {
         /* Without JSON_DECODE_ANY only an object or array is accepted, and trailing bytes are
          * rejected; duplicate keys would make the message mean two things. */
         root = json_loadb(line, len, JSON_REJECT_DUPLICATES, &error);
+        if (!root && json_error_code(&error) == json_error_numeric_overflow) {
+                /* QEMU prints uint64 values past json_int_t: the balloon's guest-stats say "not
+                 * reported" with 18446744073709551615. Such a message is read with its numbers as
+                 * doubles, and the whole ones that fit json_int_t are integers again: only the values
+                 * past it stay reals (rounded; whole values up to 2^53 are exact either way). */
+                root = json_loadb(line, len, JSON_REJECT_DUPLICATES | JSON_DECODE_INT_AS_REAL, &error);
+                if (root && restore_integers(root) < 0)
+                        return -ENOMEM;
+        }
         if (!root)
                 return json_error_code(&error) == json_error_out_of_memory ? -ENOMEM : -EBADMSG;
         if (!json_is_object(root))

@@ -3,10 +3,12 @@
 #include <string.h>
 
 #include "fuzz.h"
+#include "vm-balloon.h"
 #include "vm-qmp.h"
 
 /* The QMP stream as the client sees it: cut at '\n' into lines, each parsed on its own. Whatever a
- * line holds, the parser returns a message with the fields its type promises, or an error. */
+ * line holds, the parser returns a message with the fields its type promises, or an error; a reply
+ * also goes through the balloon statistics' reader. */
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
         return 0;
 }
@@ -28,9 +30,18 @@ static void check_line(const char *line, size_t len) {
         case QMP_MESSAGE_GREETING:
                 assert(json_is_object(m.value));
                 break;
-        case QMP_MESSAGE_RETURN:
+        case QMP_MESSAGE_RETURN: {
+                VmBalloonStats st;
+
                 assert(m.value);
+                /* any reply may be read as the balloon's statistics (the guest chooses their values):
+                 * what is had is whole and non-negative, and renders */
+                if (vm_balloon_stats_parse(m.value, &st) >= 0) {
+                        json_t *j = vm_balloon_stats_to_json(&st);
+                        json_decref(j);
+                }
                 break;
+        }
         case QMP_MESSAGE_ERROR:
                 assert(m.error_class && m.error_desc);
                 break;

@@ -236,7 +236,7 @@ static void test_ready_host(void **state) {
 
         assert_keys(
                 o,
-                "hostname,kernel,cpus,memoryBytes,kvm,vhostVsock,qemu,swtpm,systemd,ovmfCode,firmware,"
+                "hostname,kernel,cpus,memoryBytes,kvm,vhostVsock,ksm,qemu,swtpm,systemd,ovmfCode,firmware,"
                 "storageProviders,accelerator,notify,ready");
         assert_ok(RET_NERRNO(uname(&u)));
         assert_string_equal(str(o, "hostname", NULL), u.nodename);
@@ -286,6 +286,38 @@ static void test_ready_host(void **state) {
 }
 
 /* Our CI machines: /dev/kvm opens, but it is PVM. auto must not pick it, and must say so. */
+/* KSM below the probe's root: absent, then off with its figures. */
+static void test_ksm(void **state) {
+        Fixture *f = *state;
+        json_auto_t *o = NULL, *o2 = NULL;
+        HostKsm k;
+
+        good_host(f);
+        _cleanup_(host_probe_freep) HostProbe *p = probe(f, HOST_ACCEL_AUTO);
+
+        o = host_probe_to_json(p);
+        assert_non_null(o);
+        assert_false(json_is_true(json_object_get(json_object_get(o, "ksm"), "available")));
+        assert_ok(host_probe_ksm(p, &k));
+        assert_false(k.available);
+
+        mkdir_in(f->root, "sys/kernel/mm/ksm");
+        put(f->root, "sys/kernel/mm/ksm/run", "0\n", 0644);
+        put(f->root, "sys/kernel/mm/ksm/pages_shared", "2\n", 0644);
+        put(f->root, "sys/kernel/mm/ksm/pages_sharing", "10\n", 0644);
+        put(f->root, "sys/kernel/mm/ksm/pages_unshared", "0\n", 0644);
+        put(f->root, "sys/kernel/mm/ksm/pages_volatile", "0\n", 0644);
+        put(f->root, "sys/kernel/mm/ksm/full_scans", "1\n", 0644);
+        o2 = host_probe_to_json(p);
+        assert_non_null(o2);
+        assert_true(json_is_true(json_object_get(json_object_get(o2, "ksm"), "available")));
+        assert_int_equal(
+                json_integer_value(json_object_get(json_object_get(o2, "ksm"), "savedBytes")),
+                10 * sysconf(_SC_PAGESIZE));
+        assert_ok(host_probe_ksm(p, &k));
+        assert_int_equal(k.pages_shared, 2);
+}
+
 static void test_pvm_auto_picks_tcg(void **state) {
         Fixture *f = *state;
         const char *reason = NULL;
@@ -393,7 +425,7 @@ static void test_missing_order(void **state) {
 
         assert_keys(
                 o,
-                "hostname,kernel,cpus,memoryBytes,kvm,vhostVsock,qemu,swtpm,systemd,storageProviders,accelerator,"
+                "hostname,kernel,cpus,memoryBytes,kvm,vhostVsock,ksm,qemu,swtpm,systemd,storageProviders,accelerator,"
                 "notify,ready,missing");
         assert_string_equal(str(o, "kernel", NULL), "");
         assert_int_equal(json_integer_value(json_object_get(o, "memoryBytes")), 0);
@@ -647,6 +679,7 @@ int main(void) {
                 cmocka_unit_test(test_accel_strings),
                 cmocka_unit_test(test_bad_config),
                 cmocka_unit_test_setup_teardown(test_ready_host, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_ksm, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_pvm_auto_picks_tcg, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_forced_accels, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_auto_without_kvm, setup, teardown),

@@ -67,6 +67,8 @@ static VmCmdlineSpec spec_new(VmPhase phase, VmAccel accel, VmVsock vsock) {
                 .tpm_socket = VMDIR "/tpm/swtpm.sock",
                 .credentials = install ? install_credentials : boot_credentials,
                 .n_credentials = install ? ELEMENTSOF(install_credentials) : ELEMENTSOF(boot_credentials),
+                /* the daemon's default; under KVM the builder leaves it out */
+                .tb_size_mib = 256,
         };
 }
 
@@ -177,6 +179,52 @@ static void test_nic_mtu(void **state) {
                         found = true;
                 }
         assert_true(found);
+}
+
+/* The argument after option, or NULL. */
+static const char *option_value(char **argv, const char *option) {
+        for (char **a = argv; *a && a[1]; a++)
+                if (streq(*a, option))
+                        return a[1];
+        return NULL;
+}
+
+/* The translation cache's size goes to TCG only; 0 leaves QEMU's default. */
+static void test_tb_size(void **state) {
+        VmCmdlineSpec spec = spec_new(VM_PHASE_BOOT, VM_ACCEL_TCG, VM_VSOCK_VHOST_USER);
+        char **argv = NULL;
+
+        spec.tb_size_mib = 64;
+        assert_ok(vm_cmdline_build(&spec, &argv));
+        assert_string_equal(option_value(argv, "-accel"), "tcg,thread=multi,tb-size=64");
+        argv = strv_free(argv);
+
+        spec.tb_size_mib = 0;
+        assert_ok(vm_cmdline_build(&spec, &argv));
+        assert_string_equal(option_value(argv, "-accel"), "tcg,thread=multi");
+        argv = strv_free(argv);
+
+        spec = spec_new(VM_PHASE_BOOT, VM_ACCEL_KVM, VM_VSOCK_VHOST);
+        spec.tb_size_mib = 64;
+        assert_ok(vm_cmdline_build(&spec, &argv));
+        assert_string_equal(option_value(argv, "-accel"), "kvm");
+        argv = strv_free(argv);
+}
+
+/* Every VM gets the balloon with free page reporting, whatever its memory backend. */
+static void test_balloon(void **state) {
+        static const VmVsock kinds[] = { VM_VSOCK_VHOST, VM_VSOCK_VHOST_USER, VM_VSOCK_NONE };
+
+        for (size_t i = 0; i < ELEMENTSOF(kinds); i++) {
+                VmCmdlineSpec spec = spec_new(VM_PHASE_BOOT, VM_ACCEL_TCG, kinds[i]);
+                _cleanup_strv_free_ char **argv = NULL;
+                size_t n = 0;
+
+                assert_ok(vm_cmdline_build(&spec, &argv));
+                for (char **a = argv; *a; a++)
+                        n += streq(*a, "virtio-balloon-pci,id=balloon0,free-page-reporting=on");
+                assert_int_equal(n, 1);
+        }
 }
 
 /* --vsock=none: no vsock device at all, plain guest RAM. */
@@ -381,6 +429,10 @@ static void test_validate_numbers(void **state) {
         check_invalid(&spec, "memory_mib", "memory 0");
         spec.memory_mib = VM_MEMORY_MIB_MIN - 1;
         check_invalid(&spec, "memory_mib", "memory 255");
+
+        spec = spec_new(VM_PHASE_BOOT, VM_ACCEL_TCG, VM_VSOCK_VHOST);
+        spec.tb_size_mib = VM_TB_SIZE_MIB_MAX + 1;
+        check_invalid(&spec, "tb_size_mib", "tb-size past its ceiling");
 
         spec = spec_new(VM_PHASE_INSTALL, VM_ACCEL_KVM, VM_VSOCK_VHOST);
         spec.cid = 0;
@@ -620,6 +672,8 @@ int main(void) {
                 cmocka_unit_test(test_golden_boot_tcg_vhost),
                 cmocka_unit_test(test_golden_boot_tcg_no_vsock),
                 cmocka_unit_test(test_nic_mtu),
+                cmocka_unit_test(test_tb_size),
+                cmocka_unit_test(test_balloon),
                 cmocka_unit_test(test_golden_commas),
                 cmocka_unit_test(test_golden_swtpm),
                 cmocka_unit_test(test_golden_vhost_device_vsock),

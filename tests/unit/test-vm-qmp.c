@@ -589,6 +589,38 @@ static void test_parse_message(void **state) {
         assert_null(qmp_message_type_to_string(_QMP_MESSAGE_TYPE_MAX));
 }
 
+/* QEMU prints uint64 values past json_int_t (the balloon's guest-stats, before the guest reports
+ * any): the reply still parses, its id stays an id, its ordinary numbers integers. */
+static void test_parse_uint64(void **state) {
+        _cleanup_(qmp_message_done) QmpMessage m = QMP_MESSAGE_NULL;
+        json_t *stats;
+        const char *s;
+
+        s = "{\"return\": {\"stats\": {\"stat-free-memory\": 18446744073709551615, "
+            "\"stat-total-memory\": 2061062144, \"list\": [18446744073709551615, 3, 0.5]}, "
+            "\"last-update\": 0}, \"id\": 12}";
+        assert_ok(qmp_parse_message(s, strlen(s), &m));
+        assert_int_equal(m.type, QMP_MESSAGE_RETURN);
+        assert_true(m.has_id);
+        assert_int_equal(m.id, 12);
+        stats = json_object_get(m.value, "stats");
+        assert_true(json_is_real(json_object_get(stats, "stat-free-memory")));
+        assert_true(json_real_value(json_object_get(stats, "stat-free-memory")) >= 18446744073709551615.0);
+        assert_true(json_is_integer(json_object_get(stats, "stat-total-memory")));
+        assert_int_equal(json_integer_value(json_object_get(stats, "stat-total-memory")), 2061062144);
+        assert_true(json_is_integer(json_object_get(m.value, "last-update")));
+        assert_true(json_is_real(json_array_get(json_object_get(stats, "list"), 0)));
+        assert_int_equal(json_integer_value(json_array_get(json_object_get(stats, "list"), 1)), 3);
+        assert_true(json_is_real(json_array_get(json_object_get(stats, "list"), 2)));
+        qmp_message_done(&m);
+
+        /* still one message with one meaning */
+        s = "{\"return\": 18446744073709551615, \"return\": 1}";
+        assert_errno(qmp_parse_message(s, strlen(s), &m), -EBADMSG);
+        s = "{\"return\": 1e999999}";
+        assert_errno(qmp_parse_message(s, strlen(s), &m), -EBADMSG);
+}
+
 static void test_connect_errors(void **state) {
         Fixture *f = *state;
         _cleanup_free_ char *long_path = NULL;
@@ -950,6 +982,7 @@ int main(void) {
         const char *level = getenv("VM_MANAGER_LOG_LEVEL"); /* debug shows the client's view */
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_parse_message),
+                cmocka_unit_test(test_parse_uint64),
                 cmocka_unit_test_setup_teardown(test_connect_errors, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_handshake_and_close, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_query_status, setup, teardown),
