@@ -4,7 +4,8 @@
 #   add-version.sh BUILD_DIR IMAGE_DIR
 # Copies the UKI, the disk and its layout; writes the build's policy.json as
 # <id>_<version>.policy.json (IMAGE_DIR's policy.json names its own version, and the catalog takes
-# it only for that one); adds the build's sysupdate/<component>/ files beside those of the other
+# it only for that one), its PCR 13 values for the Kubernetes versions the directory serves already
+# taken from the directory's policies; adds the build's sysupdate/<component>/ files beside those of the other
 # versions and signs the merged SHA256SUMS again with images/keys/gpg, so that the guests'
 # systemd-sysupdate, which trusts that key, sees both versions and updates to the newest.
 set -euo pipefail
@@ -35,7 +36,27 @@ fi
 for f in "$stem.efi" "$stem.raw" "$stem.layout.json"; do
         [ -f "$src/$f" ] && cp --sparse=always --reflink=auto "$src/$f" "$dst/$f.tmp" && mv "$dst/$f.tmp" "$dst/$f"
 done
-cp "$src/policy.json" "$dst/$stem.policy.json.tmp"
+# The directory serves one kubernetes_<kv>.raw per Kubernetes version: a version it serves already
+# stays (the VMs that run it measured it into PCR 13), and the new policy's pcr13 entry for it is
+# taken from the directory's policies, which describe the file served, instead of the build's own
+# (its sysext is another build of the same version, with another verity root hash).
+python3 - "$src/policy.json" "$dst" "$dst/$stem.policy.json.tmp" <<'PY' || die "cannot write $stem.policy.json"
+import glob, json, os, sys
+src, dst, out = sys.argv[1:]
+policy = json.load(open(src))
+served = {}
+for path in [os.path.join(dst, "policy.json")] + sorted(glob.glob(os.path.join(dst, "*.policy.json"))):
+    try:
+        served.update({k: v for k, v in json.load(open(path)).get("pcr13", {}).items() if k not in served})
+    except (OSError, ValueError):
+        pass
+for kv in list(policy.get("pcr13", {})):
+    if os.path.exists(os.path.join(dst, "sysupdate", "kubernetes", "kubernetes_%s.raw" % kv)) and kv in served:
+        policy["pcr13"][kv] = served[kv]
+with open(out, "w") as f:
+    json.dump(policy, f, indent=2)
+    f.write("\n")
+PY
 mv "$dst/$stem.policy.json.tmp" "$dst/$stem.policy.json"
 
 for d in "$src"/sysupdate/*/; do

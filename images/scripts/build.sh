@@ -190,6 +190,13 @@ print(next((p["uuid"].lower() for p in json.loads(sys.argv[2])["partitiontable"]
         split=$o/$stem.${name/root/root-x86-64}.raw
         cp --sparse=always "$split" "$asm/sysupdate/base/${stem}_$uuid.$name.raw"
 done
+# The signature partition's file is padded with zeros to its slot's size (16 KiB, the
+# repart.sysinstall.d configs): systemd-pull writes a shorter file into the slot and then zeroes the
+# rest with BLKZEROOUT on the whole disk, which the kernel refuses (EBUSY) while the running root's
+# partitions are open, so the update failed at its last partition.
+sig=$(echo "$asm"/sysupdate/base/"${stem}"_*.root-verity-sig.raw)
+[ "$(stat -c %s "$sig")" -le 16384 ] || die "$sig is larger than its 16 KiB slot"
+truncate -s 16384 "$sig"
 
 [ -f "$o/kubernetes.manifest" ] || die "mkosi left no kubernetes.manifest in $o"
 cp --sparse=always "$o/kubernetes.raw" "$asm/sysupdate/kubernetes/kubernetes_$kver.raw"
