@@ -309,6 +309,115 @@ static int merge_body(json_t *args, json_t *body, ApiError *reterr) {
         return 0;
 }
 
+/* Whether the request asks for an asynchronous answer: a respond-async preference in Prefer (RFC 7240,
+ * a comma-separated list of preferences, each with optional parameters after ";"). */
+static bool prefers_async(HttpRequest *req) {
+        const char *p = http_request_header(req, "Prefer");
+
+        while (p && *p) {
+                size_t n;
+
+                p += strspn(p, " \t,");
+                n = strcspn(p, " \t,;=");
+                if (n == strlen("respond-async") && strncasecmp(p, "respond-async", n) == 0)
+                        return true;
+                p += strcspn(p, ",");
+        }
+        return false;
+}
+
+/* A task's record is on disk: 202, with where to follow it. */
+static void rest_task_started(int r, Task *t, const ApiError *e, void *userdata) {
+        _cleanup_(rest_call_freep) RestCall *c = userdata;
+        _cleanup_free_ char *location = NULL;
+        json_auto_t *j = task_to_json(t);
+
+        asprintf_or_null(&location, "%s/operations/%s", API_REST_PREFIX, task_id(t));
+        if (!j || !location || http_request_add_header(c->req, "Location", location) < 0 ||
+            http_request_add_header(c->req, "Preference-Applied", "respond-async") < 0) {
+                ApiError oom = API_ERROR_NULL;
+
+                (void) api_error_set(&oom, -ENOMEM, API_ERROR_INTERNAL, "out of memory");
+                reply_error(c->req, &oom);
+                api_error_done(&oom);
+                return;
+        }
+        (void) reply(c->req, 202, j);
+}
+
+/* A cancellation is on disk: the operation as it is now. */
+static void rest_task_cancelled(int r, Task *t, const ApiError *e, void *userdata) {
+        _cleanup_(rest_call_freep) RestCall *c = userdata;
+        json_auto_t *j = task_to_json(t);
+
+        (void) reply(c->req, 200, j);
+}
+
+/* /operations and /operations/{id}: the durable tasks (task.h), REST's view of MCP's tasks. GET lists
+ * or reads them; DELETE cancels one. */
+static void handle_operations(ApiRest *a, HttpRequest *req, const char *method, const char *sub, Span *span) {
+        _cleanup_(api_error_done) ApiError e = API_ERROR_NULL;
+        bool get = streq(method, "GET") || streq(method, "HEAD");
+        TaskRegistry *reg = manager_tasks(a->manager);
+        const char *id = NULL;
+        json_auto_t *j = NULL;
+        Task *t;
+        int r;
+
+        if (streq(sub, "/operations")) {
+                span_set_http_route(span, API_REST_PREFIX, "/operations");
+                if (!get) {
+                        (void) api_error_set(
+                                &e, -ENOENT, API_ERROR_NOT_FOUND, "no route %s %s%s", method, API_REST_PREFIX, sub);
+                        reply_error(req, &e);
+                        return;
+                }
+                j = json_pack("{s:o}", "operations", task_registry_to_json(reg));
+                (void) reply(req, 200, j);
+                return;
+        }
+        id = sub + strlen("/operations/");
+        span_set_http_route(span, API_REST_PREFIX, "/operations/{id}");
+        if ((!get && !streq(method, "DELETE")) || strchr(id, '/')) {
+                (void) api_error_set(
+                        &e, -ENOENT, API_ERROR_NOT_FOUND, "no route %s %s%s", method, API_REST_PREFIX, sub);
+                reply_error(req, &e);
+                return;
+        }
+        t = task_registry_get(reg, id);
+        if (!t) {
+                (void) api_error_set(&e, -ENOENT, API_ERROR_NOT_FOUND, "operation \"%s\"", id);
+                reply_error(req, &e);
+                return;
+        }
+        if (get) {
+                j = task_to_json(t);
+                (void) reply(req, 200, j);
+                return;
+        }
+        RestCall *c;
+        r = rest_call_new(a, req, /* op= */ NULL, /* args= */ NULL, &c);
+        if (r < 0) {
+                (void) api_error_set(&e, r, API_ERROR_INTERNAL, "out of memory");
+                reply_error(req, &e);
+                return;
+        }
+        http_request_suspend(req);
+        r = task_cancel(t, rest_task_cancelled, c, &e);
+        if (r == 0)
+                return; /* answered once the cancellation is on disk */
+        rest_call_free(c);
+        if (r > 0)
+                (void) api_error_set(
+                        &e,
+                        -EBUSY,
+                        API_ERROR_CONFLICT,
+                        "operation %s has ended already (%s): there is nothing to cancel",
+                        task_id(t),
+                        task_status_to_string(task_status(t)));
+        reply_error(req, &e);
+}
+
 /* The rest of a request once its arguments are complete: the query, then the operation. */
 static void rest_run(ApiRest *a, HttpRequest *req, const Operation *op, json_t *args) {
         _cleanup_(api_error_done) ApiError e = API_ERROR_NULL;
@@ -324,7 +433,9 @@ static void rest_run(ApiRest *a, HttpRequest *req, const Operation *op, json_t *
 
         if (op->async_handler || !(op->hints & OP_READ_ONLY)) {
                 /* The answer comes when the VM gets there and the records are on disk; other
-                 * requests flow meanwhile. */
+                 * requests flow meanwhile. With Prefer: respond-async an operation that can run as a
+                 * task answers 202 at once instead, once the task's record is on disk. */
+                bool as_task = op->task && prefers_async(req);
                 RestCall *c;
 
                 r = rest_call_new(a, req, op, /* args= */ NULL, &c);
@@ -334,8 +445,25 @@ static void rest_run(ApiRest *a, HttpRequest *req, const Operation *op, json_t *
                         return;
                 }
                 http_request_suspend(req);
-                r = operation_run_async(
-                        op, a->manager, http_request_caller(req), args, rest_done, /* progress= */ NULL, c, &e);
+                if (as_task)
+                        r = task_start(
+                                manager_tasks(a->manager),
+                                op,
+                                http_request_caller(req),
+                                args,
+                                rest_task_started,
+                                c,
+                                &e);
+                else
+                        r = operation_run_async(
+                                op,
+                                a->manager,
+                                http_request_caller(req),
+                                args,
+                                rest_done,
+                                /* progress= */ NULL,
+                                c,
+                                &e);
                 if (r < 0) {
                         rest_call_free(c);
                         reply_error(req, &e);
@@ -479,6 +607,11 @@ bool api_rest_handle(ApiRest *a, HttpRequest *req) {
                                 (void) reply(req, 200, result);
                         return true;
                 }
+        }
+
+        if (streq(sub, "/operations") || strneq(sub, "/operations/", strlen("/operations/"))) {
+                handle_operations(a, req, method, sub, span);
+                return true;
         }
 
         table = operation_table(&n);

@@ -20,6 +20,8 @@ typedef struct FirmwareRuns FirmwareRuns; /* manager-firmware.c: the firmware's 
 typedef struct FirmwareWait FirmwareWait; /* manager-firmware.c: a wait for one shape's run */
 typedef void (*FirmwareWaitDone)(int r, void *userdata);
 
+typedef struct TaskRegistry TaskRegistry; /* task.c: the durable tasks, <state-dir>/tasks */
+
 typedef struct Network Network; /* network.h */
 typedef struct NetworkRegistry NetworkRegistry;
 typedef struct NetworkCreateArgs NetworkCreateArgs; /* network.h: a decoded create_network request */

@@ -21,6 +21,7 @@
 #include "parse-util.h"
 #include "storage.h"
 #include "string-table.h"
+#include "task.h"
 #include "vm-process.h"
 #include "vm-spec.h"
 #include "vm-unit.h"
@@ -49,6 +50,7 @@ struct Manager {
         Worker *exec_worker;    /* exec_vm's results parsed off the loop; made on first use */
         VmSpawner *spawner;     /* the thread that clones plain children, their parent until we end */
         FileWriter *writer;     /* records and VM files, written and fsynced off the loop, in order */
+        TaskRegistry *tasks;    /* the durable tasks, judged against the VMs when read */
         bool writer_on;         /* false during start-up: files are written at once */
         ManagerMetrics *metrics;
         const LoopStats *loop_stats; /* the daemon's (borrowed) */
@@ -423,6 +425,9 @@ int manager_new(Manager **ret, sd_event *event, const ManagerConfig *cfg, ApiErr
         r = vm_load_all(m, reterr);
         if (r < 0)
                 return r;
+        r = task_registry_new(m, &m->tasks);
+        if (r < 0)
+                return api_error_set(reterr, r, API_ERROR_INTERNAL, "loading the tasks: %s", strerror(-r));
         /* From here on a failed start-up must not take the VMs just attached to down with it. */
         manager_hold_vms(m, true);
 
@@ -463,6 +468,8 @@ Manager *manager_free(Manager *m) {
         while (m->n_vms > 0)
                 manager_remove_vm(m, m->vms[m->n_vms - 1]);
         free(m->vms);
+        /* after the VMs: the operations they answered ended the tasks they ran */
+        m->tasks = task_registry_free(m->tasks);
         /* a firmware run under way is killed; before the spawner, its parent */
         m->firmware = firmware_runs_free(m->firmware);
         /* after the VMs, whose processes it made: its thread's end is their parent's death */
@@ -578,6 +585,10 @@ int manager_exec_worker(Manager *m, Worker **ret) {
 
 FileWriter *manager_writer(Manager *m) {
         return m->writer;
+}
+
+TaskRegistry *manager_tasks(Manager *m) {
+        return m->tasks;
 }
 
 static void on_file_written(int r, const char *path, void *userdata) {

@@ -131,6 +131,8 @@ VmSpawner *manager_spawner(Manager *m);
 /* The pool that parses exec_vm's results off the loop (vm-exec.c), made on first use. Borrowed. */
 int manager_exec_worker(Manager *m, Worker **ret);
 FileWriter *manager_writer(Manager *m);
+/* The durable tasks (task.h), loaded after the VMs. */
+TaskRegistry *manager_tasks(Manager *m);
 ManagerMetrics *manager_metrics(Manager *m);
 /* The event loop's iterations as the daemon measures them; NULL when it does not. */
 const LoopStats *manager_loop_stats(Manager *m);

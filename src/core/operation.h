@@ -8,6 +8,7 @@
 
 #include "api-error.h"
 #include "manager.h"
+#include "task.h"
 #include "vm.h"
 
 /* The operation table: every operation is declared once, and the REST router, MCP tools/list and
@@ -144,7 +145,8 @@ struct Operation {
          * a list: the REST response's schema, and MCP's outputSchema (test-operations holds the
          * document's responses to it) */
         const char *result_schema;
-        bool cacheable;               /* the result depends only on the records (manager_generation()) */
+        bool cacheable; /* the result depends only on the records (manager_generation()) */
+        bool task; /* may run as a durable task (task.h): MCP's Tasks extension, REST's Prefer: respond-async */
         const OperationParam *params; /* terminated by a NULL name */
         OperationHandler handler;
         OperationAsyncHandler async_handler; /* instead of handler */

@@ -776,6 +776,7 @@ static const Operation operations[] = {
                 .rest_body = true,
                 .params = create_vm_params,
                 .async_handler = op_create_vm,
+                .task = true,
                 .args_size = sizeof(VmSpecInput),
                 .args_done = create_vm_args_done,
                 .args_check = vm_spec_check_request,
@@ -792,6 +793,7 @@ static const Operation operations[] = {
                 .success = OPERATION_SUCCESS_RESULT,
                 .params = vm_id_params,
                 .async_handler = op_start_vm,
+                .task = true,
                 .args_size = sizeof(VmIdArgs),
         },
         {
@@ -806,6 +808,7 @@ static const Operation operations[] = {
                 .success = OPERATION_SUCCESS_RESULT,
                 .params = vm_id_params,
                 .async_handler = op_stop_vm,
+                .task = true,
                 .args_size = sizeof(VmIdArgs),
         },
         {
@@ -818,6 +821,7 @@ static const Operation operations[] = {
                 .success = OPERATION_SUCCESS_RESULT,
                 .params = vm_id_params,
                 .async_handler = op_reboot_vm,
+                .task = true,
                 .args_size = sizeof(VmIdArgs),
         },
         {
@@ -831,6 +835,7 @@ static const Operation operations[] = {
                 .success = OPERATION_SUCCESS_EMPTY,
                 .params = vm_id_params,
                 .async_handler = op_delete_vm,
+                .task = true,
                 .args_size = sizeof(VmIdArgs),
         },
         {

@@ -196,20 +196,25 @@ int vm_waiter_set_milestone(Vm *v, VmWaiter *w, VmWaitFor milestone, usec_t time
 }
 
 /* A waiter the VM's state settles now: 0 and the record, < 0 and why, or nothing yet (1). */
-static int waiter_settles(Vm *v, VmWaiter *w, ApiError *reterr) {
+VmWaitVerdict vm_wait_verdict(Vm *v, VmWaitFor milestone) {
         VmStatus s = vm_status(v);
         VmMilestones m = {
                 .installed = v->rec.installed_at != 0,
                 .attested = v->rec.booted_at != 0 && v->rec.att.released,
                 .ready = v->rec.ready_at != 0,
         };
+
+        return vm_state_wait(&s, &m, milestone);
+}
+
+static int waiter_settles(Vm *v, VmWaiter *w, ApiError *reterr) {
         _cleanup_free_ char *text = NULL;
 
         switch (w->kind) {
         case VM_WAITER_STOPPED:
                 return !v->qemu && !IN_SET(v->sub, VM_SUB_START_HELPERS, VM_SUB_START_QMP) ? 0 : 1;
         case VM_WAITER_MILESTONE:
-                switch (vm_state_wait(&s, &m, w->milestone)) {
+                switch (vm_wait_verdict(v, w->milestone)) {
                 case VM_WAIT_REACHED:
                         return 0;
                 case VM_WAIT_FAILED:

@@ -87,6 +87,10 @@ int vm_stop(Vm *v, VmDoneFunc done, void *userdata, ApiError *reterr);
 int vm_reboot(Vm *v, VmDoneFunc done, void *userdata, ApiError *reterr);
 int vm_delete(Vm *v, VmDoneFunc done, void *userdata, ApiError *reterr);
 
+/* Where v stands against create_vm's milestone: what a waiter for it would be answered now. A task
+ * that outlived the daemon which ran its create judges the VM with it (task.c). */
+VmWaitVerdict vm_wait_verdict(Vm *v, VmWaitFor milestone);
+
 /* Reports v's state changes to progress until the operation whose userdata this is completes. */
 int vm_observe(Vm *v, VmProgressFunc progress, void *userdata);
 void vm_unobserve(Vm *v, void *userdata);

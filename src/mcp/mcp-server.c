@@ -39,6 +39,13 @@
  * version this server does not speak. Both come with HTTP 400. */
 #define MCP_ERROR_HEADER_MISMATCH -32020
 #define MCP_ERROR_UNSUPPORTED_VERSION -32022
+/* A method that needs a capability the request's envelope does not declare (the Tasks extension's
+ * methods without the extension). */
+#define MCP_ERROR_MISSING_CAPABILITY -32021
+
+/* The Tasks extension (SEP-2663): the five tools that wait for a VM answer a client that declares it
+ * with a task at once, and tasks/get, tasks/update and tasks/cancel read the record (task.h). */
+#define MCP_TASKS_EXTENSION "io.modelcontextprotocol/tasks"
 
 /* The keys of a request's and a result's _meta in revision 2026-07-28. */
 #define MCP_META_PROTOCOL_VERSION "io.modelcontextprotocol/protocolVersion"
@@ -680,6 +687,14 @@ static void tool_call_done(int r, json_t *resource, const ApiError *e, void *use
         tool_call_free(c);
 }
 
+/* A task-augmented tools/call's answer, and tasks/cancel's, wait for the task's record (below). */
+typedef struct TaskCall TaskCall;
+static TaskCall *task_call_new(json_t *id, json_t *result_meta, bool create);
+static TaskCall *task_call_free(TaskCall *c);
+DEFINE_TRIVIAL_CLEANUP_FUNC(TaskCall *, task_call_free);
+static void task_call_synced(int r, Task *t, const ApiError *e, void *userdata);
+static void task_call_defer(TaskCall *c, McpPost *p);
+
 /* call_span: the request's span; a deferred answer takes it. result_meta: a stateless request's
  * (borrowed), which a deferred result is finished with; NULL in a session. */
 static json_t *handle_tools_call(
@@ -688,6 +703,7 @@ static json_t *handle_tools_call(
         json_t *id,
         json_t *params,
         json_t *result_meta,
+        bool as_task,
         Span **call_span,
         int *ret_code,
         const char **ret_message) {
@@ -727,6 +743,22 @@ static json_t *handle_tools_call(
         span_set_attr_string(*call_span, "gen_ai.tool.name", op->name);
         _cleanup_(span_endp) Span *tool_span = mcp_span_start(s, "tool.", op->name, *call_span);
         span_set_attr_string(tool_span, "gen_ai.tool.name", op->name);
+
+        if (as_task && op->task) {
+                /* the Tasks extension: a task at once, recorded before the answer */
+                _cleanup_(task_call_freep) TaskCall *c = task_call_new(id, result_meta, /* create= */ true);
+
+                if (!c)
+                        return NULL;
+                r = task_start(manager_tasks(s->manager), op, caller, args, task_call_synced, c, &e);
+                if (r < 0) {
+                        /* refused before anything ran: the tool's own answer, as without a task */
+                        span_set_error(tool_span, e.message);
+                        return tool_error(&e);
+                }
+                task_call_defer(TAKE_PTR(c), post);
+                return NULL;
+        }
 
         if (op->async_handler || !(op->hints & OP_READ_ONLY)) {
                 /* answered once the VM gets there and the records are on disk */
@@ -900,15 +932,257 @@ static bool envelope_parse(json_t *params, McpEnvelope *ret, const char **ret_me
 
 static json_t *handle_discover(McpServer *s) {
         return json_pack(
-                "{s:o,s:{s:{s:b}},s:s}",
+                "{s:o,s:{s:{s:b},s:{s:{}}},s:s}",
                 "supportedVersions",
                 versions_json(),
                 "capabilities",
                 "tools",
                 "listChanged",
                 false,
+                "extensions",
+                MCP_TASKS_EXTENSION,
                 "instructions",
                 mcp_instructions);
+}
+
+/* Whether the request's envelope declares the Tasks extension among the client's capabilities. */
+static bool envelope_has_tasks(const McpEnvelope *envelope) {
+        return json_object_get(json_object_get(envelope->capabilities, "extensions"), MCP_TASKS_EXTENSION);
+}
+
+/* A task's status on the wire. A failed operation is a tool's failure, which the extension reports as
+ * a completed task whose result is the error, as the blocking call answers it; "failed" is for
+ * what went wrong outside the tool (internal errors). */
+static const char *task_wire_status(Task *t) {
+        const ApiError *e = task_error(t);
+
+        switch (task_status(t)) {
+        case TASK_WORKING:
+                return "working";
+        case TASK_FAILED:
+                return e && e->code == API_ERROR_INTERNAL ? "failed" : "completed";
+        case TASK_CANCELLED:
+                return "cancelled";
+        default:
+                return "completed";
+        }
+}
+
+/* A tool result whose text is rendered now: inside a task it is not where message_render() looks. */
+static json_t *tool_result_rendered(const Operation *op, json_t *resource) {
+        json_auto_t *result = tool_result(op, resource);
+        json_t *item = json_array_get(json_object_get(result, "content"), 0);
+        _cleanup_free_ char *text = NULL;
+
+        if (!item)
+                return NULL;
+        text = json_dumps(resource, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_ENCODE_ANY);
+        if (!text || json_object_set_new(item, "text", json_string(text)) < 0)
+                return NULL;
+        return TAKE_PTR(result);
+}
+
+/* The Task of the extension: its status and times; with detailed (tasks/get), the result or error of
+ * an ended one. */
+static json_t *task_wire(Task *t, bool detailed) {
+        _cleanup_free_ char *message = task_status_message(t);
+        char created[RFC3339_MAX], updated[RFC3339_MAX];
+        json_auto_t *j = NULL;
+        const ApiError *e = task_error(t);
+
+        if (!message)
+                return NULL;
+        j = json_pack(
+                "{s:s,s:s,s:s,s:s,s:s,s:I}",
+                "taskId",
+                task_id(t),
+                "status",
+                task_wire_status(t),
+                "statusMessage",
+                message,
+                "createdAt",
+                format_rfc3339(task_created_at(t), created),
+                "lastUpdatedAt",
+                format_rfc3339(task_updated_at(t), updated),
+                "ttlMs",
+                (json_int_t) (TASK_KEEP / USEC_PER_MSEC));
+        if (!j)
+                return NULL;
+        if (task_status(t) == TASK_WORKING &&
+            json_object_set_new(j, "pollIntervalMs", json_integer(TASK_POLL_INTERVAL_MS)) < 0)
+                return NULL;
+        if (!detailed)
+                return TAKE_PTR(j);
+        if (task_status(t) == TASK_COMPLETED) {
+                if (json_object_set_new(j, "result", tool_result_rendered(task_operation(t), task_result(t))) <
+                    0)
+                        return NULL;
+        } else if (task_status(t) == TASK_FAILED && e->code != API_ERROR_INTERNAL) {
+                if (json_object_set_new(j, "result", tool_error(e)) < 0)
+                        return NULL;
+        } else if (task_status(t) == TASK_FAILED) {
+                if (json_object_set_new(
+                            j,
+                            "error",
+                            json_pack("{s:i,s:s}", "code", JSONRPC_INTERNAL_ERROR, "message", e->message)) < 0)
+                        return NULL;
+        }
+        return TAKE_PTR(j);
+}
+
+/* A task-augmented tools/call or a tasks/cancel waiting for its record to be on disk. */
+typedef struct TaskCall {
+        HttpRequest *req; /* a reference */
+        json_t *id;
+        json_t *result_meta;
+        bool create; /* the answer is the CreateTaskResult; else tasks/cancel's acknowledgement */
+} TaskCall;
+
+static TaskCall *task_call_free(TaskCall *c) {
+        if (!c)
+                return NULL;
+        http_request_unref(c->req);
+        json_decref(c->id);
+        json_decref(c->result_meta);
+        return mfree(c);
+}
+static void task_call_synced(int r, Task *t, const ApiError *e, void *userdata) {
+        _cleanup_(task_call_freep) TaskCall *c = userdata;
+        json_auto_t *result = NULL, *msg = NULL;
+
+        if (!c->req)
+                return;
+        if (c->create) {
+                result = task_wire(t, /* detailed= */ false);
+                if (result &&
+                    (json_object_set_new(result, "resultType", json_string("task")) < 0 ||
+                     json_object_set(result, "_meta", c->result_meta) < 0)) {
+                        json_decref(result);
+                        result = NULL;
+                }
+        } else {
+                result = json_object();
+                if (result && result_finish(result, c->result_meta, /* cacheable= */ false) < 0) {
+                        json_decref(result);
+                        result = NULL;
+                }
+        }
+        msg = result ? jsonrpc_result(c->id, TAKE_PTR(result)) :
+                       jsonrpc_error(c->id, JSONRPC_INTERNAL_ERROR, "out of memory");
+        reply_jsonrpc(c->req, 200, msg);
+}
+
+/* The context of an answer that waits for a task's record; NULL on OOM. */
+static TaskCall *task_call_new(json_t *id, json_t *result_meta, bool create) {
+        TaskCall *c = calloc(1, sizeof(TaskCall));
+
+        if (!c)
+                return NULL;
+        *c = (TaskCall){ .id = json_incref(id), .result_meta = json_incref(result_meta), .create = create };
+        return c;
+}
+
+/* p's answer comes through its request once the record is on disk; without a request (the fuzz
+ * target) nobody hears it. */
+static void task_call_defer(TaskCall *c, McpPost *p) {
+        c->req = http_request_ref(p->request);
+        p->deferred = p->request != NULL;
+        if (!p->request)
+                post_reply(p, 202, NULL);
+}
+
+/* An unknown (or forgotten) task, a task that cannot be cancelled: invalid params, with the stable code
+ * REST answers with in data. */
+static json_t *task_error_reply(json_t *id, const ApiError *e, const char *task_id) {
+        return jsonrpc_error_data(
+                id,
+                JSONRPC_INVALID_PARAMS,
+                e->message,
+                json_pack("{s:s,s:s}", "code", api_error_code_to_string(e->code), "taskId", task_id));
+}
+
+/* tasks/get, tasks/update and tasks/cancel. The answer is in p. */
+static void handle_task_method(
+        McpServer *s,
+        McpPost *p,
+        json_t *id,
+        const char *method,
+        json_t *params,
+        const McpEnvelope *envelope,
+        json_t *result_meta) {
+        _cleanup_(api_error_done) ApiError e = API_ERROR_NULL;
+        json_auto_t *result = NULL;
+        const char *task_id;
+        Task *t;
+        int r;
+
+        if (!envelope_has_tasks(envelope)) {
+                post_reply(
+                        p,
+                        200,
+                        jsonrpc_error_data(
+                                id,
+                                MCP_ERROR_MISSING_CAPABILITY,
+                                "the Tasks extension is not declared in this request's client capabilities",
+                                json_pack(
+                                        "{s:{s:{s:{}}}}",
+                                        "requiredCapabilities",
+                                        "extensions",
+                                        MCP_TASKS_EXTENSION)));
+                return;
+        }
+        task_id = json_string_cstr(json_object_get(params, "taskId"));
+        if (!task_id) {
+                post_reply(
+                        p,
+                        200,
+                        jsonrpc_error(id, JSONRPC_INVALID_PARAMS, "params.taskId is required, a string"));
+                return;
+        }
+        if (streq(method, "tasks/update") && json_object_get(params, "inputResponses") &&
+            !json_is_object(json_object_get(params, "inputResponses"))) {
+                post_reply(
+                        p,
+                        200,
+                        jsonrpc_error(id, JSONRPC_INVALID_PARAMS, "params.inputResponses must be an object"));
+                return;
+        }
+        t = task_registry_get(manager_tasks(s->manager), task_id);
+        if (!t) {
+                (void) api_error_set(&e, -ENOENT, API_ERROR_NOT_FOUND, "task \"%s\"", task_id);
+                post_reply(p, 200, task_error_reply(id, &e, task_id));
+                return;
+        }
+        if (streq(method, "tasks/get"))
+                result = task_wire(t, /* detailed= */ true);
+        else if (streq(method, "tasks/update"))
+                /* none of these tasks ever asks for input: there is nothing outstanding to answer */
+                result = json_object();
+        else {
+                _cleanup_(task_call_freep) TaskCall *c = task_call_new(id, result_meta, /* create= */ false);
+
+                if (!c) {
+                        post_reply(p, 200, jsonrpc_error(id, JSONRPC_INTERNAL_ERROR, "out of memory"));
+                        return;
+                }
+                r = task_cancel(t, task_call_synced, c, &e);
+                if (r < 0) {
+                        post_reply(p, 200, task_error_reply(id, &e, task_id));
+                        return;
+                }
+                if (r == 0) {
+                        /* answered once the cancellation is on disk */
+                        task_call_defer(TAKE_PTR(c), p);
+                        return;
+                }
+                /* ended already: the extension acknowledges it all the same, and nothing changes */
+                result = json_object();
+        }
+        if (!result || result_finish(result, result_meta, /* cacheable= */ false) < 0) {
+                post_reply(p, 200, jsonrpc_error(id, JSONRPC_INTERNAL_ERROR, "out of memory"));
+                return;
+        }
+        post_reply(p, 200, jsonrpc_result(id, TAKE_PTR(result)));
 }
 
 /* One request of a stateless revision (2026-07-28): the checks in the order the revision ranks them
@@ -976,8 +1250,10 @@ static void handle_stateless(McpServer *s, McpPost *p, json_t *id, const char *m
                 return;
         }
 
+        bool task_method = streq(method, "tasks/get") || streq(method, "tasks/update") ||
+                streq(method, "tasks/cancel");
         bool known = streq(method, "server/discover") || streq(method, "tools/list") ||
-                streq(method, "tools/call");
+                streq(method, "tools/call") || task_method;
         _cleanup_(span_endp) Span *span = mcp_span_start(s, "mcp.", known ? method : "unknown", p->span);
         span_set_attr_string(span, "mcp.method.name", method);
         span_set_attr_string(span, "mcp.protocol.version", envelope.version);
@@ -994,9 +1270,13 @@ static void handle_stateless(McpServer *s, McpPost *p, json_t *id, const char *m
                 result = handle_tools_list(s);
                 cacheable = true;
         } else if (streq(method, "tools/call")) {
-                result = handle_tools_call(s, p, id, params, result_meta, &span, &code, &message);
+                result = handle_tools_call(
+                        s, p, id, params, result_meta, envelope_has_tasks(&envelope), &span, &code, &message);
                 if (p->deferred)
                         return; /* answered when the operation completes */
+        } else if (task_method) {
+                handle_task_method(s, p, id, method, params, &envelope, result_meta);
+                return;
         } else {
                 /* a method of 2025-11-25 alone (initialize, ping, logging/setLevel, …) too */
                 span_set_attr_int(span, "rpc.jsonrpc.error_code", JSONRPC_METHOD_NOT_FOUND);
@@ -1160,7 +1440,8 @@ int mcp_server_process_post(McpServer *s, McpPost *p) {
         else if (streq(method, "tools/list"))
                 result = handle_tools_list(s);
         else if (streq(method, "tools/call")) {
-                result = handle_tools_call(s, p, id, params, /* result_meta= */ NULL, &span, &code, &message);
+                result = handle_tools_call(
+                        s, p, id, params, /* result_meta= */ NULL, /* as_task= */ false, &span, &code, &message);
                 if (p->deferred)
                         return 0; /* answered when the operation completes */
         } else {
