@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """Writes or checks an image's policy.json: the expected PCR 11 values per boot phase path, computed
 by systemd-measure from the UKI's own sections, and the expected PCR 13 per Kubernetes version
-(from the signed verity root hash of each version's sysext). It also declares "pcr12": "predicted":
-the image's vm-agent quotes PCR 12, which vm-manager predicts per VM from the kernel-cmdline-extra
-string it passes (systemd-stub measures only that there; the ESP holds no addons or credentials).
+(from the signed verity root hash of each version's sysext). It also declares "pcr12":
+"predicted-credentials": the image's vm-agent quotes PCR 12, which vm-manager predicts per VM from
+the kernel-cmdline-extra string it passes (systemd-stub measures only that there; the ESP holds no
+addons or credentials) and from the credentials it passes, which the initrd measures there
+(vm-measure-credentials).
 And "pcr4": per way the image boots, the PCR 4 events OVMF and the stub measure and the value they
 give, from the Authenticode SHA-256 of each PE image that runs (docs/design.md, "Attestation"):
   installed  firmware -> \EFI\BOOT\BOOTX64.EFI (systemd-boot) -> the UKI in \EFI\Linux
@@ -42,8 +44,9 @@ SECTIONS = ["linux", "osrel", "cmdline", "initrd", "ucode", "splash", "dtb", "un
 PHASES = ["enter-initrd", "enter-initrd:leave-initrd", "enter-initrd:leave-initrd:sysinit",
           "enter-initrd:leave-initrd:sysinit:ready"]
 SEPARATOR = "os-separator"
-# How vm-manager judges PCR 12 of this image's quotes (its agent quotes it since issue 36).
-PCR12 = "predicted"
+# How vm-manager judges PCR 12 of this image's quotes (its agent quotes it since issue 36; its initrd
+# measures its credentials there too).
+PCR12 = "predicted-credentials"
 
 
 def pe_sections(path):

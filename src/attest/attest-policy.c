@@ -438,15 +438,17 @@ static int validate(const PolicyJson *j, AttestPolicy *p, ApiError *reterr) {
         }
 
         if (j->pcr12) {
-                /* Only the one word is known: a later kind of PCR 12 expectation must not be read
-                 * as this one by a verifier that does not know it. */
-                if (!streq(j->pcr12, ATTEST_POLICY_PCR12_PREDICTED)) {
+                /* Only the known words: a later kind of PCR 12 expectation must not be read as one
+                 * of these by a verifier that does not know it. */
+                if (streq(j->pcr12, ATTEST_POLICY_PCR12_CREDENTIALS))
+                        p->pcr12_credentials = true;
+                else if (!streq(j->pcr12, ATTEST_POLICY_PCR12_PREDICTED)) {
                         _cleanup_free_ char *q = attest_go_quote(j->pcr12, strlen(j->pcr12));
                         return attest_error_set(
                                 reterr,
                                 -EINVAL,
                                 "policy: pcr12 %s is not supported, only \"" ATTEST_POLICY_PCR12_PREDICTED
-                                "\"",
+                                "\" or \"" ATTEST_POLICY_PCR12_CREDENTIALS "\"",
                                 q ?: "\"?\"");
                 }
                 p->pcr12_predicted = true;

@@ -50,6 +50,10 @@ typedef struct AttestPolicy {
          * compares it with the value predicted from that string. Absent in policies written before
          * (their agents do not quote PCR 12), which keep being judged without it. */
         bool pcr12_predicted;
+        /* "pcr12": "predicted-credentials": as "predicted", and the image's initrd also extends PCR
+         * 12 with the credentials it was handed (attest_credentials_word()), so those are in the
+         * prediction too. */
+        bool pcr12_credentials;
 
         /* "pcr4": the PCR 4 events per way the image boots, computed at build time from its PE
          * images (attest-expect.h): {"installed": {"events": [{"type": "EV_EFI_ACTION", "sha256":
@@ -60,8 +64,9 @@ typedef struct AttestPolicy {
         size_t n_pcr4;
 } AttestPolicy;
 
-/* The one value "pcr12" takes. */
+/* The values "pcr12" takes. */
 #define ATTEST_POLICY_PCR12_PREDICTED "predicted"
+#define ATTEST_POLICY_PCR12_CREDENTIALS "predicted-credentials"
 
 /* Decodes and validates a policy.json. Errors carry the reference's texts, all starting "policy: "
  * ("policy: pcr11 lacks phase \"enter-initrd\"", "policy: golden.sha256[3]: 31 bytes, want 32", …);

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 #include <errno.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -8,6 +9,7 @@
 
 #include "attest-predict.h"
 #include "cleanup.h"
+#include "hex-util.h"
 #include "macro.h"
 #include "openssl-util.h"
 
@@ -476,22 +478,7 @@ int attest_digest_stub_cmdline_extra(const char *extra, uint8_t ret[static ATTES
 }
 
 int attest_predict_pcr12_booted(const char *extra, uint8_t ret[static ATTEST_SHA256_SIZE]) {
-        static const char separator[] = "os-separator";
-        uint8_t digests[2][ATTEST_SHA256_SIZE];
-        size_t n = 0;
-        int r;
-
-        assert_return(ret, -EINVAL);
-
-        r = attest_digest_stub_cmdline_extra(extra, digests[0]);
-        if (r < 0)
-                return r;
-        if (r > 0)
-                n++;
-        r = attest_sha256(separator, strlen(separator), digests[n]);
-        if (r < 0)
-                return r;
-        return attest_pcr_replay(digests, n + 1, ret);
+        return attest_predict_pcr12_credentials(extra, NULL, ret);
 }
 
 int attest_predict_pcr12(const char *extra, uint8_t ret[static ATTEST_SHA256_SIZE]) {
@@ -504,4 +491,81 @@ int attest_predict_pcr12(const char *extra, uint8_t ret[static ATTEST_SHA256_SIZ
         if (r < 0)
                 return r;
         return attest_pcr_replay(&digest, r > 0 ? 1 : 0, ret);
+}
+
+static int credential_compare(const void *a, const void *b) {
+        const AttestVmCredential *x = a, *y = b;
+
+        return strcmp(x->name, y->name);
+}
+
+int attest_credentials_word(const AttestVmCredential *c, size_t n, char **ret) {
+        _cleanup_free_ AttestVmCredential *sorted = NULL;
+        _cleanup_free_ char *lines = NULL;
+        char hex[ATTEST_SHA256_HEX + 1];
+        uint8_t digest[ATTEST_SHA256_SIZE];
+        size_t size = 0;
+        char *word;
+        int r;
+
+        assert_return(c || n == 0, -EINVAL);
+        assert_return(ret, -EINVAL);
+
+        sorted = calloc(MAX(n, (size_t) 1), sizeof(AttestVmCredential));
+        if (!sorted)
+                return -ENOMEM;
+        for (size_t i = 0; i < n; i++) {
+                if (!c[i].name || !c[i].value || strpbrk(c[i].name, "=\n"))
+                        return -EINVAL;
+                sorted[i] = c[i];
+        }
+        if (n > 1)
+                qsort(sorted, n, sizeof(AttestVmCredential), credential_compare);
+
+        for (size_t i = 0; i < n; i++) {
+                char *more;
+
+                r = attest_sha256(sorted[i].value, strlen(sorted[i].value), digest);
+                if (r < 0)
+                        return r;
+                hex_format(digest, sizeof(digest), hex);
+                if (asprintf(&more, "%s%s=%s\n", lines ?: "", sorted[i].name, hex) < 0)
+                        return -ENOMEM;
+                free(lines);
+                lines = more;
+                size = strlen(lines);
+        }
+        r = attest_sha256(lines ?: "", size, digest);
+        if (r < 0)
+                return r;
+        hex_format(digest, sizeof(digest), hex);
+        if (asprintf(&word, ATTEST_CREDENTIALS_PREFIX "%s", hex) < 0)
+                return -ENOMEM;
+        *ret = word;
+        return 0;
+}
+
+int attest_predict_pcr12_credentials(
+        const char *extra, const char *credentials_word, uint8_t ret[static ATTEST_SHA256_SIZE]) {
+        static const char separator[] = "os-separator";
+        uint8_t digests[3][ATTEST_SHA256_SIZE];
+        size_t n = 0;
+        int r;
+
+        assert_return(ret, -EINVAL);
+
+        r = attest_digest_stub_cmdline_extra(extra, digests[0]);
+        if (r < 0)
+                return r;
+        if (r > 0)
+                n++;
+        r = attest_sha256(separator, strlen(separator), digests[n++]);
+        if (r < 0)
+                return r;
+        if (credentials_word) {
+                r = attest_sha256(credentials_word, strlen(credentials_word), digests[n++]);
+                if (r < 0)
+                        return r;
+        }
+        return attest_pcr_replay(digests, n, ret);
 }

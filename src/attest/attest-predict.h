@@ -111,3 +111,24 @@ int attest_predict_pcr12(const char *extra, uint8_t ret[static ATTEST_SHA256_SIZ
  * systemd (262) measures into PCRs 0-7 and 12 early in the initrd and records in its userspace
  * event log. Seen on a real boot of the image under OVMF: "ignition.firstboot" gives a48c9068…. */
 int attest_predict_pcr12_booted(const char *extra, uint8_t ret[static ATTEST_SHA256_SIZE]);
+
+/* A credential as the daemon hands it to a VM (an SMBIOS type 11 io.systemd.credential string): the
+ * guest's PID 1 stores value's bytes as /run/credentials/@system/NAME. */
+typedef struct AttestVmCredential {
+        const char *name;
+        const char *value;
+} AttestVmCredential;
+
+#define ATTEST_CREDENTIALS_PREFIX "vm-credentials:"
+/* The word the image's initrd extends PCR 12 with for the credentials it was handed
+ * (vm-measure-credentials, after systemd's os-separator): "vm-credentials:" and the lower-case hex
+ * SHA-256 of one line "NAME=<hex SHA-256 of the value>\n" per credential, the names in byte order.
+ * systemd-pcrextend extends PCR 12 with the SHA-256 of that word. n may be 0. Returns a new string
+ * in *ret; -EINVAL for a name holding '=' or a newline (it would make two sets read alike). */
+int attest_credentials_word(const AttestVmCredential *c, size_t n, char **ret);
+
+/* PCR 12 as above, followed by the credentials event of an image that measures them: extended with
+ * the SHA-256 of credentials_word (attest_credentials_word()); NULL: no such event, as
+ * attest_predict_pcr12_booted(). */
+int attest_predict_pcr12_credentials(
+        const char *extra, const char *credentials_word, uint8_t ret[static ATTEST_SHA256_SIZE]);

@@ -293,8 +293,10 @@ static int check_golden(
         if (p->policy->pcr12_predicted && p->expected_pcr12 && !streq(p->expected_pcr12, res->pcrs[12]))
                 return set_message(
                         res,
-                        "pcr 12 mismatch: the kernel command line handed to the vm differs from the one "
-                        "vm-manager passed: expected %s, got %s",
+                        "pcr 12 mismatch: %s from what vm-manager passed: expected %s, got %s",
+                        p->policy->pcr12_credentials ?
+                                "the kernel command line or the credentials handed to the vm differ" :
+                                "the kernel command line handed to the vm differs",
                         p->expected_pcr12,
                         res->pcrs[12]);
         *ret_pcr12 = p->policy->pcr12_predicted && p->expected_pcr12;

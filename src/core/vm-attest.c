@@ -330,14 +330,21 @@ static char *firmware_note(Vm *v, const AttestPolicy *p) {
 /* PCR 12 as systemd-stub leaves it for the kernel-cmdline-extra string this run was started with, as
  * 64 lowercase hex into ret; NULL when the daemon does not know what it passed (a run an older
  * vm-manager started), or passed something the prediction does not cover. */
-static const char *expected_pcr12(Vm *v, char ret[static ATTEST_SHA256_HEX + 1]) {
-        const char *extra = v->rec.att.cmdline_extra;
+/* PCR 12 as this run of the VM must show it: from the command-line addition it was started with,
+ * and, where the image measures its credentials (its policy says so), from those too. */
+static const char *expected_pcr12(Vm *v, const AttestPolicy *policy, char ret[static ATTEST_SHA256_HEX + 1]) {
+        const char *extra = v->rec.att.cmdline_extra, *word = NULL;
         uint8_t pcr[ATTEST_SHA256_SIZE];
         int r;
 
         if (!extra)
                 return NULL;
-        r = attest_predict_pcr12_booted(*extra ? extra : NULL, pcr);
+        if (policy && policy->pcr12_credentials) {
+                word = v->rec.att.credentials_word;
+                if (!word) /* a run an older vm-manager started: not predictable */
+                        return NULL;
+        }
+        r = attest_predict_pcr12_credentials(*extra ? extra : NULL, word, pcr);
         if (r < 0) {
                 log_debug_errno(r, "VM %s: no PCR 12 prediction for its command line, ignoring: %m", vm_id(v));
                 return NULL;
@@ -748,7 +755,7 @@ int vm_attest_quote(Vm *v, const void *body, size_t size, json_t **ret, ApiError
                         .policy = policy,
                         .no_policy_message = why ?: "no attestation policy",
                         .kubernetes_version = vm_spec(v)->kubernetes_version,
-                        .expected_pcr12 = expected_pcr12(v, pcr12),
+                        .expected_pcr12 = expected_pcr12(v, policy, pcr12),
                         .expected_pcr7 = manager_expected_pcr7(m),
                         .firmware = fw,
                         .firmware_missing = fw_why,
@@ -760,8 +767,8 @@ int vm_attest_quote(Vm *v, const void *body, size_t size, json_t **ret, ApiError
                         return api_error_set(reterr, r, API_ERROR_INTERNAL, QUOTE_NOT_PROCESSED);
                 if (!res.verified && res.message && strstr(res.message, "golden mismatch"))
                         note = firmware_note(v, policy);
-                else if (!res.verified && res.message && startswith(res.message, "pcr 11 mismatch"))
-                        note = TAKE_PTR(version_note);
+                else if (!res.verified && res.message && (startswith(res.message, "pcr 11 ") || startswith(res.message, "pcr 4 ")))
+                        note = TAKE_PTR(version_note); /* the UKI is none the catalog has a policy for */
                 if (note) {
                         char *longer = NULL;
                         asprintf_or_null(&longer, "%s%s", res.message, note);

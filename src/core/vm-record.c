@@ -19,10 +19,11 @@
  *   machineID, booted, status?, sshPublicKey, attestation ({"required", "userDataReleased",
  *   "nonceIssuedAt"?, "initrd"?, "ready"?, "akPinned"? (on disk), "akActivated"? (since credential
  *   activation), "kernelCmdlineExtra"? (on disk, since PCR 12 is predicted), "bootedVersion"? (since
- * in-place updates)}; the verdicts since quotes were judged), createdAt, createdBy? (since OAuth),
- * installedAt?, bootedAt?, readyAt?, lastError?, consoleTail? (since failures kept the console), forwards
- * (since forward_port kept them), paths ({"dir", "volume", "console", "tpmState", "ovmfVars", "qmpSocket",
- * "sshKey", "userData", "report", "qemuLog"}: derived from the directory, only "volume" is read back).
+ * in-place updates), "credentialsWord"? (on disk, since PCR 12 covers credentials)}; the verdicts since
+ * quotes were judged), createdAt, createdBy? (since OAuth), installedAt?, bootedAt?, readyAt?, lastError?,
+ * consoleTail? (since failures kept the console), forwards (since forward_port kept them), paths ({"dir",
+ * "volume", "console", "tpmState", "ovmfVars", "qmpSocket", "sshKey", "userData", "report", "qemuLog"}:
+ * derived from the directory, only "volume" is read back).
  *
  * A key that was never written is refused, and so is a value of the wrong type: such a record is
  * quarantined (vm-load.c), never half loaded. */
@@ -44,6 +45,7 @@ void vm_attestation_done(VmAttestation *a) {
         free(a->ak_activated);
         free(a->ek_why);
         free(a->cmdline_extra);
+        free(a->credentials_word);
         free(a->booted_version);
         *a = (VmAttestation){};
 }
@@ -136,6 +138,8 @@ json_t *vm_attestation_to_json_full(const VmAttestation *a, bool for_disk) {
                 return NULL;
         if (for_disk && a->cmdline_extra &&
             json_object_set_new(o, "kernelCmdlineExtra", json_string(a->cmdline_extra)) < 0)
+                return NULL;
+        if (for_disk && json_set_str(o, "credentialsWord", a->credentials_word) < 0)
                 return NULL;
         if (json_set_str(o, "bootedVersion", a->booted_version) < 0)
                 return NULL;
@@ -329,6 +333,7 @@ typedef struct AttestationInput {
         char *ek_why;
         char *cmdline_extra;
         char *booted_version;
+        char *credentials_word;
         json_t *checked;
 } AttestationInput;
 
@@ -347,6 +352,7 @@ static int attestation_from_json(json_t *o, VmAttestation *a, ApiError *reterr) 
                 { "ekCertificate", json_dispatch_string, ATT(ek), JSON_NULLABLE },
                 { "ekCertificateMessage", json_dispatch_string, ATT(ek_why), JSON_NULLABLE },
                 { "bootedVersion", json_dispatch_string, ATT(booted_version), JSON_NULLABLE },
+                { "credentialsWord", json_dispatch_string, ATT(credentials_word), JSON_NULLABLE },
                 {},
         };
 #undef ATT
@@ -365,6 +371,7 @@ static int attestation_from_json(json_t *o, VmAttestation *a, ApiError *reterr) 
                 free(in.ek);
                 free(in.cmdline_extra);
                 free(in.booted_version);
+                free(in.credentials_word);
                 return r == -ENOMEM ? r : bad(reterr, "field \"attestation\": %s", e.message ?: "malformed");
         }
         a->required = in.required;
@@ -379,6 +386,7 @@ static int attestation_from_json(json_t *o, VmAttestation *a, ApiError *reterr) 
         a->ek_why = in.ek_why;
         a->cmdline_extra = in.cmdline_extra;
         a->booted_version = in.booted_version;
+        a->credentials_word = in.credentials_word;
         a->nonce_issued_at = time_or_unset(json_string_value(json_object_get(o, "nonceIssuedAt")));
         a->has_initrd = attest_result_from_json(json_object_get(o, "initrd"), &a->initrd) >= 0;
         a->has_ready = attest_result_from_json(json_object_get(o, "ready"), &a->ready) >= 0;

@@ -43,6 +43,10 @@ typedef struct VmAttestation {
          * which PCR 12 is predicted from; kept on disk for a successor attaching to the run, NULL
          * for a run an older vm-manager started. */
         char *cmdline_extra;
+        /* The credentials word of that run (attest_credentials_word() of the credentials QEMU was
+         * started with), which an image that measures its credentials adds to PCR 12; NULL for a run
+         * an older vm-manager started. */
+        char *credentials_word;
         /* The version of the VM's image its last verified quote measured (the catalog version whose
          * PCR 11 the quote carried): the version it was created from until it updates itself in
          * place (A/B, systemd-sysupdate), NULL before its first verified quote. */

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "attest-ca.h"
+#include "attest-predict.h"
 #include "file-writer.h"
 #include "fs-util.h"
 #include "host-probe.h"
@@ -441,11 +442,21 @@ static int spawn_qemu(Vm *v, bool paused) {
          * its quotes: kept in the record before QEMU starts. */
         extra = phase == VM_PHASE_BOOT && !v->rec.booted ? "ignition.firstboot" : NULL;
         {
-                char *copy = strdup(extra ?: "");
+                AttestVmCredential measured[ELEMENTSOF(creds)];
+                char *copy = strdup(extra ?: ""), *word = NULL;
+
                 if (!copy)
                         return -ENOMEM;
                 free(v->rec.att.cmdline_extra);
                 v->rec.att.cmdline_extra = copy;
+
+                for (size_t i = 0; i < n; i++)
+                        measured[i] = (AttestVmCredential){ creds[i].name, creds[i].value };
+                r = attest_credentials_word(measured, n, &word);
+                if (r < 0)
+                        return r;
+                free(v->rec.att.credentials_word);
+                v->rec.att.credentials_word = word;
         }
 
         r = vm_cmdline_build(

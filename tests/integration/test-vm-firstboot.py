@@ -20,6 +20,7 @@ notify socket, as vhost-device-vsock would hand it over:
     is judged as before (the cases above, whose swtpm leaves PCR 12 at zero).
 """
 
+import base64
 import hashlib
 import json
 import os
@@ -58,8 +59,27 @@ def policy(golden, pcr12=False):
     if golden:
         p["golden"] = {"sha256": {str(i): golden for i in (0, 2, 3, 4, 6, 7)}}
     if pcr12:
-        p["pcr12"] = "predicted"
+        p["pcr12"] = pcr12 if isinstance(pcr12, str) else "predicted"
     return p
+
+
+def credentials_word(argv, change=None):
+    """What the image's vm-measure-credentials extends PCR 12 with, from the credentials of QEMU's
+    command line (-smbios type=11 io.systemd.credential strings, QEMU's ",," unescaped), as the
+    guest's PID 1 would store them; change maps a name to another value (a credential altered on the
+    way)."""
+    creds = {}
+    for i, a in enumerate(argv[:-1]):
+        if a != "-smbios" or not argv[i + 1].startswith("type=11,value="):
+            continue
+        v = argv[i + 1][len("type=11,value="):].replace(",,", ",")
+        for prefix, binary in (("io.systemd.credential:", False), ("io.systemd.credential.binary:", True)):
+            if v.startswith(prefix):
+                name, _, value = v[len(prefix):].partition("=")
+                creds[name] = base64.b64decode(value) if binary else value.encode()
+    creds.update({k: v.encode() for k, v in (change or {}).items()})
+    lines = "".join("%s=%s\n" % (n, hashlib.sha256(creds[n]).hexdigest()) for n in sorted(creds))
+    return "vm-credentials:" + hashlib.sha256(lines.encode()).hexdigest()
 
 
 def stub_cmdline_digest(extra):
@@ -155,6 +175,16 @@ class Swtpm:
         log = os.path.join(self.dir, "firmware.log")
         stub_cmdline_log(log, extra)
         return log
+
+    def measures_credentials(self, word):
+        """PCR 12 extended with the credentials word, after the separator, as vm-measure-credentials
+        does with systemd-pcrextend, and its record in the userspace log."""
+        digest = hashlib.sha256(word.encode()).hexdigest()
+        subprocess.run(["tpm2_pcrextend", "-T", self.tcti, "12:sha256=" + digest],
+                       check=True, capture_output=True, timeout=30)
+        with open(os.path.join(self.dir, "userspace.log"), "a") as f:
+            f.write("\x1e" + json.dumps({"pcr": 12, "digests": [{"hashAlg": "sha256", "digest": digest}],
+                                          "content_type": "systemd", "content": {"string": word}}) + "\n")
 
     def stop(self):
         if self.proc:
@@ -424,7 +454,7 @@ def test_pcr12(work):
         msg = (err or {}).get("error", {}).get("message", "")
         tap.result(rc == 2 and status == 500 and err["error"]["code"] == "vm_failed"
                    and "initrd attestation rejected: pcr 12 mismatch: the kernel command line handed to the vm "
-                       "differs from the one vm-manager passed" in msg,
+                       "differs from what vm-manager passed" in msg,
                    "a changed command line (another PCR 12) is rejected with the PCR 12 verdict",
                    "rc %r %s; %r %r" % (rc, out[-300:], status, err))
 
@@ -450,6 +480,47 @@ def test_timings(work):
         tap.diag("timing: %s: %.3f s" % (k, v))
 
 
+def test_pcr12_credentials(work):
+    """An image whose initrd measures its credentials ("pcr12": "predicted-credentials"): PCR 12 must
+    also show the credentials the daemon handed the VM; one changed on the way is rejected."""
+    if not AGENT or not shutil.which("swtpm") or not shutil.which("swtpm_setup") or not shutil.which("tpm2_pcrextend"):
+        tap.skip("PCR 12 with the credentials", "needs agent/vm-agent, swtpm, swtpm_setup and tpm2-tools")
+        return
+    d, port, state = daemon(work, "pcr12c", golden=ZERO, pcr12="predicted-credentials")
+    tpms = []
+    try:
+        for name, change, want in (("same-creds", None, True), ("other-creds", {"firstboot.hostname": "evil"}, False)):
+            tpm = Swtpm(work, "pcr12c-" + name)
+            tpms.append(tpm)
+            create = Create(port, dict(CREATE, name=name, wait_for="none" if want else "ready"))
+            vm = booting_vm(port, name)
+            if not vm:
+                tap.result(False, "pcr12c: the VM %s boots" % name, "")
+                return
+            tpm.adopt(state, vm["id"])
+            with open(os.path.join(state, "vms", vm["id"], "qemu.argv.json")) as f:
+                word = credentials_word(json.load(f), change)
+            log = tpm.stub_measures("ignition.firstboot")
+            tpm.measures_credentials(word)
+            rc, out = tpm.attest(imds_url(state, vm["id"]), "initrd", log)
+            status, att = api(port, "GET", "/vms/%s/attestation" % vm["id"])
+            msg = (att or {}).get("initrd", {}).get("message", "")
+            if want:
+                tap.result(rc == 0 and "pcr 12 command line as passed" in msg,
+                           "PCR 12 with the credentials the daemon passed (measured by the initrd) verifies",
+                           "rc %r %s %r" % (rc, out[-300:], att))
+            else:
+                tap.result(rc == 2 and msg.startswith("pcr 12 mismatch: the kernel command line or the credentials "
+                                                      "handed to the vm differ from what vm-manager passed"),
+                           "a credential changed on the way (another PCR 12) is rejected with its own verdict",
+                           "rc %r %s %r" % (rc, out[-300:], att))
+    finally:
+        for t in tpms:
+            t.stop()
+        d.stop(signal.SIGTERM, timeout=30)
+
+
 if __name__ == "__main__":
     sys.exit(run([test_refused, test_rejected, test_ready_without_attestation, test_ready_waits_for_quote, test_pcr12,
+                  test_pcr12_credentials,
                   test_timings], deadline=300, prefix="vmm-first-"))

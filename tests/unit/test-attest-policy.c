@@ -138,7 +138,7 @@ static void test_pcr12(void **state) {
 
         check("{" PCR11_OK ",\"pcr12\":\"golden\"}",
               -EINVAL,
-              "policy: pcr12 \"golden\" is not supported, only \"predicted\"");
+              "policy: pcr12 \"golden\" is not supported, only \"predicted\" or \"predicted-credentials\"");
         check("{" PCR11_OK ",\"pcr12\":true}",
               -EBADMSG,
               "policy: json: cannot unmarshal bool into Go struct field Policy.pcr12 of type string");

@@ -322,6 +322,37 @@ static void test_pcr12(void **state) {
         assert_memory_not_equal(pcr, (uint8_t[ATTEST_SHA256_SIZE]){}, ATTEST_SHA256_SIZE);
 }
 
+/* The credentials word: names in byte order, each value's SHA-256, the SHA-256 of the lines (what
+ * the image's vm-measure-credentials computes with ls, sha256sum and cut); then PCR 12 with it after
+ * the os-separator. The expected values are computed independently (Python's hashlib). */
+static void test_pcr12_credentials(void **state) {
+        const AttestVmCredential creds[] = {
+                { "system.machine_id", "0123456789abcdef0123456789abcdef" },
+                { "firstboot.hostname", "e2e-a" },
+        };
+        _cleanup_free_ char *word = NULL, *empty = NULL, *bad = NULL;
+        uint8_t pcr[ATTEST_SHA256_SIZE];
+
+        assert_ok(attest_credentials_word(creds, ELEMENTSOF(creds), &word));
+        assert_string_equal(
+                word, "vm-credentials:84b7d02300bec3b9b048a6861ee0e4202d37188f92116ca7e7f498832a8ff73d");
+        /* none at all: the SHA-256 of nothing */
+        assert_ok(attest_credentials_word(NULL, 0, &empty));
+        assert_string_equal(
+                empty, "vm-credentials:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+        /* a name that would make two sets read alike */
+        assert_errno(attest_credentials_word((const AttestVmCredential[]){ { "a=b", "c" } }, 1, &bad), -EINVAL);
+        assert_null(bad);
+
+        assert_ok(attest_predict_pcr12_credentials(NULL, word, pcr));
+        assert_hex(pcr, "969e601710b0a4fa12cdea7f488b01ac55b14e02fd9f99afe2445ee82b02824f");
+        /* without a word, as the image that does not measure its credentials */
+        uint8_t booted[ATTEST_SHA256_SIZE];
+        assert_ok(attest_predict_pcr12_credentials("ignition.firstboot", NULL, pcr));
+        assert_ok(attest_predict_pcr12_booted("ignition.firstboot", booted));
+        assert_memory_equal(pcr, booted, ATTEST_SHA256_SIZE);
+}
+
 static void test_replay(void **state) {
         uint8_t digests[2][ATTEST_SHA256_SIZE] = {}, pcr[ATTEST_SHA256_SIZE], manual[ATTEST_SHA256_SIZE] = {};
 
@@ -348,6 +379,7 @@ int main(void) {
                 cmocka_unit_test(test_fixture_separator_pcrs),
                 cmocka_unit_test(test_fixture_pcr4),
                 cmocka_unit_test(test_pcr12),
+                cmocka_unit_test(test_pcr12_credentials),
                 cmocka_unit_test(test_replay),
         };
 
