@@ -1929,6 +1929,37 @@ static void handle_stateless(McpServer *s, McpPost *p, json_t *id, const char *m
         post_reply(p, 200, jsonrpc_result(id, TAKE_PTR(result)));
 }
 
+static bool session_resource_method(const char *method) {
+        return streq(method, "resources/list") || streq(method, "resources/templates/list") ||
+                streq(method, "resources/read") || streq(method, "resources/subscribe") ||
+                streq(method, "resources/unsubscribe");
+}
+
+/* The resource methods of a session (2025-11-25 and older). The answer is in p. */
+static void handle_session_resources(
+        McpServer *s, McpPost *p, McpSession *session, json_t *id, const char *method, json_t *params) {
+        json_t *result = NULL;
+
+        if (streq(method, "resources/read")) {
+                handle_resources_read(s, p, id, params, /* result_meta= */ NULL);
+                return;
+        }
+        if (streq(method, "resources/subscribe") || streq(method, "resources/unsubscribe")) {
+                post_reply(
+                        p,
+                        200,
+                        handle_session_subscribe(
+                                session, id, params, streq(method, "resources/subscribe"), s->manager));
+                return;
+        }
+        result = streq(method, "resources/list") ? handle_resources_list(s) : handle_resource_templates_list();
+        post_reply(
+                p,
+                200,
+                result ? jsonrpc_result(id, result) :
+                         jsonrpc_error(id, JSONRPC_INTERNAL_ERROR, "out of memory"));
+}
+
 int mcp_server_process_post(McpServer *s, McpPost *p) {
         _cleanup_(api_error_done) ApiError e = API_ERROR_NULL;
         json_auto_t *msg = NULL, *result = NULL;
@@ -2061,9 +2092,7 @@ int mcp_server_process_post(McpServer *s, McpPost *p) {
          * method we do not serve is named "unknown": span names must not take any string a client
          * sends (the attribute keeps it). */
         bool known = streq(method, "initialize") || streq(method, "ping") || streq(method, "tools/list") ||
-                streq(method, "tools/call") || streq(method, "resources/list") ||
-                streq(method, "resources/templates/list") || streq(method, "resources/read") ||
-                streq(method, "resources/subscribe") || streq(method, "resources/unsubscribe");
+                streq(method, "tools/call") || session_resource_method(method);
         _cleanup_(span_endp) Span *span = mcp_span_start(s, "mcp.", known ? method : "unknown", p->span);
         span_set_attr_string(span, "mcp.method.name", method);
 
@@ -2080,19 +2109,8 @@ int mcp_server_process_post(McpServer *s, McpPost *p) {
                         s, p, id, params, /* result_meta= */ NULL, /* as_task= */ false, &span, &code, &message);
                 if (p->deferred)
                         return 0; /* answered when the operation completes */
-        } else if (streq(method, "resources/list"))
-                result = handle_resources_list(s);
-        else if (streq(method, "resources/templates/list"))
-                result = handle_resource_templates_list();
-        else if (streq(method, "resources/read")) {
-                handle_resources_read(s, p, id, params, /* result_meta= */ NULL);
-                return 0;
-        } else if (streq(method, "resources/subscribe") || streq(method, "resources/unsubscribe")) {
-                post_reply(
-                        p,
-                        200,
-                        handle_session_subscribe(
-                                session, id, params, streq(method, "resources/subscribe"), s->manager));
+        } else if (session_resource_method(method)) {
+                handle_session_resources(s, p, session, id, method, params);
                 return 0;
         } else {
                 span_set_attr_int(span, "rpc.jsonrpc.error_code", JSONRPC_METHOD_NOT_FOUND);
