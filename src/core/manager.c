@@ -58,6 +58,12 @@ struct Manager {
         /* VMs, oldest first */
         Vm **vms;
         size_t n_vms;
+        /* who hears of every VM's changes (manager_watch_vms()) */
+        struct ManagerVmWatcher {
+                ManagerVmWatchFunc fn;
+                void *userdata;
+        } vm_watchers[MANAGER_VM_WATCHERS_MAX];
+        size_t n_vm_watchers;
         ManagerQuarantine *quarantine;
         size_t n_quarantine;
         /* the data plane: one switch per network record, in no particular order */
@@ -702,6 +708,7 @@ int manager_add_vm(Manager *m, Vm *v) {
                 return -ENOMEM;
         m->vms = a;
         m->vms[m->n_vms++] = vm_ref(v);
+        manager_vm_event(m, v, MANAGER_VM_ADDED);
         return 0;
 }
 
@@ -710,9 +717,36 @@ void manager_remove_vm(Manager *m, Vm *v) {
                 if (m->vms[i] == v) {
                         memmove(m->vms + i, m->vms + i + 1, (m->n_vms - i - 1) * sizeof(Vm *));
                         m->n_vms--;
+                        /* while v is still whole: the manager's was perhaps the last reference */
+                        manager_vm_event(m, v, MANAGER_VM_REMOVED);
                         vm_unref(v);
                         return;
                 }
+}
+
+int manager_watch_vms(Manager *m, ManagerVmWatchFunc fn, void *userdata) {
+        assert_return(m && fn, -EINVAL);
+        if (m->n_vm_watchers >= MANAGER_VM_WATCHERS_MAX)
+                return -E2BIG;
+        m->vm_watchers[m->n_vm_watchers++] = (struct ManagerVmWatcher){ .fn = fn, .userdata = userdata };
+        return 0;
+}
+
+void manager_unwatch_vms(Manager *m, void *userdata) {
+        for (size_t i = 0; m && i < m->n_vm_watchers;)
+                if (m->vm_watchers[i].userdata == userdata) {
+                        memmove(m->vm_watchers + i,
+                                m->vm_watchers + i + 1,
+                                (m->n_vm_watchers - i - 1) * sizeof(m->vm_watchers[0]));
+                        m->n_vm_watchers--;
+                } else
+                        i++;
+}
+
+void manager_vm_event(Manager *m, Vm *v, ManagerVmEvent event) {
+        /* a VM of a unit test may have no manager */
+        for (size_t i = 0; m && i < m->n_vm_watchers; i++)
+                m->vm_watchers[i].fn(v, event, m->vm_watchers[i].userdata);
 }
 
 void manager_sort_vms(Manager *m, int (*cmp)(const void *a, const void *b)) {

@@ -173,6 +173,24 @@ Vm *manager_find_vm_by_name(Manager *m, const char *name);
 int manager_add_vm(Manager *m, Vm *v);     /* takes a reference; -E2BIG beyond MANAGER_VMS_MAX */
 void manager_remove_vm(Manager *m, Vm *v); /* drops the manager's reference */
 void manager_sort_vms(Manager *m, int (*cmp)(const void *a, const void *b));
+/* Who hears of every VM, whichever operation moves it: MCP's resource subscriptions. A watcher is
+ * called on the loop, inside the change (from vm_set_state(), manager_add_vm() or
+ * manager_remove_vm()): it must not block, nor change the VM or the registry; it copies what it
+ * needs and returns. At most MANAGER_VM_WATCHERS_MAX watchers (-E2BIG beyond). */
+typedef enum ManagerVmEvent {
+        MANAGER_VM_ADDED,   /* the VM entered the registry (a create, or loaded at start-up) */
+        MANAGER_VM_STATE,   /* its state changed: vm_state() is the new one */
+        MANAGER_VM_REMOVED, /* it left the registry (deleted, or a create that failed) */
+        _MANAGER_VM_EVENT_MAX,
+        _MANAGER_VM_EVENT_INVALID = -EINVAL,
+} ManagerVmEvent;
+typedef void (*ManagerVmWatchFunc)(Vm *v, ManagerVmEvent event, void *userdata);
+#define MANAGER_VM_WATCHERS_MAX 8U
+int manager_watch_vms(Manager *m, ManagerVmWatchFunc fn, void *userdata);
+void manager_unwatch_vms(Manager *m, void *userdata);
+/* Tells the watchers (vm.c calls it for state changes). */
+void manager_vm_event(Manager *m, Vm *v, ManagerVmEvent event);
+
 /* The name of the VM holding a lease, for messages; NULL when unknown. */
 const char *manager_vm_name(const char *vm_id, void *userdata);
 

@@ -463,6 +463,7 @@ static void vm_state_change(Vm *v, VmState s) {
                 vm_state_to_string(s));
         v->rec.state = s;
         vm_observers_notify(v);
+        manager_vm_event(v->manager, v, MANAGER_VM_STATE);
 }
 
 /* The text of the transition's message: what lastError becomes, or why the event is refused. */

@@ -569,6 +569,12 @@ int http_request_stream_write(HttpRequest *r, const void *data, size_t size) {
         return 0;
 }
 
+size_t http_request_stream_unsent(HttpRequest *r) {
+        if (!r || !r->streaming || !r->connection)
+                return 0;
+        return r->stream_len - r->stream_off;
+}
+
 int http_request_stream_end(HttpRequest *r) {
         assert_return(r && r->streaming, -EINVAL);
         r->stream_ended = true;

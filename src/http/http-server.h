@@ -196,6 +196,9 @@ int http_request_stream_end_take(HttpRequest *r, char *data, size_t size);
  * client went away (noticed when a write fails, so at the latest at the second filler after). */
 int http_request_stream_keepalive(HttpRequest *r, usec_t interval, const char *data);
 #define HTTP_STREAM_MAX_BACKLOG ((size_t) 1 << 20)
+/* The bytes written to the stream that have not gone out yet (0 once it ended or its client left):
+ * a writer of events that may pile up bounds them with its own, tighter, rule. */
+size_t http_request_stream_unsent(HttpRequest *r);
 
 /* An HTTP/1.1 upgrade (101 Switching Protocols): after the 101, the connection's socket speaks
  * another protocol and belongs to whoever http_request_reply_upgrade() gave it to, until

@@ -42,6 +42,8 @@
 /* A method that needs a capability the request's envelope does not declare (the Tasks extension's
  * methods without the extension). */
 #define MCP_ERROR_MISSING_CAPABILITY -32021
+/* A resource that does not exist, in the revisions with sessions (2026-07-28 uses -32602). */
+#define MCP_ERROR_RESOURCE_NOT_FOUND -32002
 
 /* The Tasks extension (SEP-2663): the five tools that wait for a VM answer a client that declares it
  * with a task at once, and tasks/get, tasks/update and tasks/cancel read the record (task.h). */
@@ -87,11 +89,15 @@ const char mcp_instructions[] =
         "state, address, attestation and last error; get_vm_console is the first stop for a failed "
         "VM. delete_network succeeds only once no VM is attached.";
 
+typedef struct McpSubscriptions McpSubscriptions;
+typedef struct McpListen McpListen;
+
 typedef struct McpSession {
         char id[33];
         char version[16];
         usec_t last_used;
-        HttpRequest *stream; /* the client's GET stream, if open */
+        HttpRequest *stream;    /* the client's GET stream, if open */
+        McpSubscriptions *subs; /* the resources it subscribed to; NULL: none yet */
 } McpSession;
 
 struct McpServer {
@@ -102,13 +108,19 @@ struct McpServer {
         usec_t keepalive;
         McpSession *sessions;
         size_t n_sessions, max_sessions;
-        json_t *tools; /* tools/list's array: the table and the schemas never change while we run */
+        json_t *tools;      /* tools/list's array: the table and the schemas never change while we run */
+        McpListen *listens; /* the subscriptions/listen streams open */
+        size_t n_listens;
 };
 
 static json_t *tools_new(void);
+static void on_vm_event(Vm *v, ManagerVmEvent event, void *userdata);
+static McpListen *listen_free(McpListen *l);
+static void subscriptions_free(McpSubscriptions *x);
 
 int mcp_server_new(McpServer **ret, Manager *m, const McpServerOptions *o) {
         _cleanup_(mcp_server_freep) McpServer *s = NULL;
+        int r;
 
         assert_return(ret && m && o && o->path, -EINVAL);
         s = calloc(1, sizeof(McpServer));
@@ -126,6 +138,9 @@ int mcp_server_new(McpServer **ret, Manager *m, const McpServerOptions *o) {
         s->tools = tools_new();
         if (!s->tools)
                 return -ENOMEM;
+        r = manager_watch_vms(m, on_vm_event, s);
+        if (r < 0)
+                return r;
         *ret = TAKE_PTR(s);
         return 0;
 }
@@ -140,8 +155,13 @@ static void session_close_stream(McpSession *x) {
 McpServer *mcp_server_free(McpServer *s) {
         if (!s)
                 return NULL;
-        for (size_t i = 0; i < s->n_sessions; i++)
+        manager_unwatch_vms(s->manager, s);
+        while (s->listens)
+                listen_free(s->listens);
+        for (size_t i = 0; i < s->n_sessions; i++) {
                 session_close_stream(&s->sessions[i]);
+                subscriptions_free(s->sessions[i].subs);
+        }
         free(s->sessions);
         free(s->path);
         json_decref(s->tools);
@@ -160,6 +180,7 @@ static McpSession *session_find(McpServer *s, const char *id) {
 
 static void session_remove(McpServer *s, McpSession *x) {
         session_close_stream(x);
+        subscriptions_free(x->subs);
         *x = s->sessions[--s->n_sessions];
         memset(&s->sessions[s->n_sessions], 0, sizeof(McpSession));
 }
@@ -410,13 +431,18 @@ static json_t *handle_initialize(McpServer *s, json_t *params, McpSession **ret_
                 return NULL;
         *ret_session = x;
         return json_pack(
-                "{s:s,s:{s:{s:b}},s:{s:s,s:s,s:s},s:s}",
+                "{s:s,s:{s:{s:b},s:{s:b,s:b}},s:{s:s,s:s,s:s},s:s}",
                 "protocolVersion",
                 version,
                 "capabilities",
                 "tools",
                 "listChanged",
                 false,
+                "resources",
+                "subscribe",
+                true,
+                "listChanged",
+                true,
                 "serverInfo",
                 "name",
                 "vm-manager",
@@ -932,13 +958,18 @@ static bool envelope_parse(json_t *params, McpEnvelope *ret, const char **ret_me
 
 static json_t *handle_discover(McpServer *s) {
         return json_pack(
-                "{s:o,s:{s:{s:b},s:{s:{}}},s:s}",
+                "{s:o,s:{s:{s:b},s:{s:b,s:b},s:{s:{}}},s:s}",
                 "supportedVersions",
                 versions_json(),
                 "capabilities",
                 "tools",
                 "listChanged",
                 false,
+                "resources",
+                "subscribe",
+                true,
+                "listChanged",
+                true,
                 "extensions",
                 MCP_TASKS_EXTENSION,
                 "instructions",
@@ -1185,6 +1216,589 @@ static void handle_task_method(
         post_reply(p, 200, jsonrpc_result(id, TAKE_PTR(result)));
 }
 
+/* ---- VMs as resources ----
+ *
+ * Each VM is two resources: vm://{id}, its record as get_vm returns it (JSON), and vm://{id}/console,
+ * the tail of its serial console as get_vm_console returns it (text). A client that follows them
+ * hears notifications/resources/updated when the VM's state changes (a session on its GET stream,
+ * after resources/subscribe; revision 2026-07-28 on a subscriptions/listen stream), and
+ * notifications/resources/list_changed when a VM is created or removed. The console is not watched
+ * byte by byte: its subscribers hear the same state changes. */
+
+#define MCP_RESOURCE_SCHEME "vm://"
+#define MCP_RESOURCE_CONSOLE_SUFFIX "/console"
+/* The longest VM id a resource URI may carry (ids are 32 hex digits; names are not ids). */
+#define MCP_RESOURCE_ID_MAX 64
+/* The URIs one session or one listen stream may follow, and the listen streams open at once. */
+#define MCP_SUBSCRIPTIONS_MAX 64
+#define MCP_LISTENS_MAX 256
+/* The most a notification stream may hold unsent: about 250 notifications. A consumer further behind
+ * loses its stream (ended, not trimmed): it learns from the end that it missed notifications, and
+ * re-reads what it follows when it comes back, which silently dropped events would never tell it. */
+#define MCP_NOTIFY_BACKLOG_MAX ((size_t) 64 * 1024)
+/* Resource reads answer what is true now: nobody may keep them, and under OAuth they are the
+ * caller's. */
+#define MCP_RESOURCE_TTL_MS 0
+/* The state a notifications/resources/updated carries in its _meta, so that a client sees each
+ * transition even when its read comes after the next one. */
+#define MCP_META_VM_STATE "vm-manager/state"
+#define MCP_META_SUBSCRIPTION_ID "io.modelcontextprotocol/subscriptionId"
+
+typedef enum McpResourceKind {
+        MCP_RESOURCE_RECORD,
+        MCP_RESOURCE_CONSOLE,
+} McpResourceKind;
+
+/* Splits a resource URI of this server into the VM id (copied into id) and the kind; false when it
+ * is none. */
+static bool resource_uri_parse(
+        const char *uri, char id[static MCP_RESOURCE_ID_MAX + 1], McpResourceKind *ret_kind) {
+        size_t n;
+
+        if (!uri || strncmp(uri, MCP_RESOURCE_SCHEME, strlen(MCP_RESOURCE_SCHEME)) != 0)
+                return false;
+        uri += strlen(MCP_RESOURCE_SCHEME);
+        n = strspn(uri, "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ-_");
+        if (n == 0 || n > MCP_RESOURCE_ID_MAX)
+                return false;
+        if (uri[n] == 0)
+                *ret_kind = MCP_RESOURCE_RECORD;
+        else if (streq(uri + n, MCP_RESOURCE_CONSOLE_SUFFIX))
+                *ret_kind = MCP_RESOURCE_CONSOLE;
+        else
+                return false;
+        memcpy(id, uri, n);
+        id[n] = 0;
+        return true;
+}
+
+/* The "not found" of a resource: -32002 in the sessions' revisions, -32602 from 2026-07-28 on
+ * (SEP-2164), with the URI in data either way. */
+static json_t *resource_not_found(json_t *id, bool stateless, const char *uri, const char *message) {
+        return jsonrpc_error_data(
+                id,
+                stateless ? JSONRPC_INVALID_PARAMS : MCP_ERROR_RESOURCE_NOT_FOUND,
+                message,
+                json_pack("{s:s}", "uri", uri));
+}
+
+static json_t *handle_resources_list(McpServer *s) {
+        json_auto_t *list = json_array();
+        Vm *v;
+
+        if (!list)
+                return NULL;
+        MANAGER_FOREACH_VM(v, s->manager, i) {
+                _cleanup_free_ char *uri = NULL, *console = NULL, *title = NULL, *description = NULL;
+                const char *state = vm_state_to_string(vm_state(v));
+
+                if (asprintf(&uri, MCP_RESOURCE_SCHEME "%s", vm_id(v)) < 0 ||
+                    asprintf(&console, MCP_RESOURCE_SCHEME "%s" MCP_RESOURCE_CONSOLE_SUFFIX, vm_id(v)) < 0 ||
+                    asprintf(&title, "%s console", vm_name(v)) < 0 ||
+                    asprintf(&description, "VM %s (%s): its record, as get_vm returns it", vm_name(v), state) <
+                            0)
+                        return NULL;
+                if (json_array_append_new(
+                            list,
+                            json_pack(
+                                    "{s:s,s:s,s:s,s:s,s:s}",
+                                    "uri",
+                                    uri,
+                                    "name",
+                                    vm_name(v),
+                                    "title",
+                                    vm_name(v),
+                                    "description",
+                                    description,
+                                    "mimeType",
+                                    "application/json")) < 0 ||
+                    json_array_append_new(
+                            list,
+                            json_pack(
+                                    "{s:s,s:s,s:s,s:s,s:s}",
+                                    "uri",
+                                    console,
+                                    "name",
+                                    title,
+                                    "title",
+                                    title,
+                                    "description",
+                                    "the tail of the VM's serial console, as get_vm_console returns it",
+                                    "mimeType",
+                                    "text/plain")) < 0)
+                        return NULL;
+        }
+        return json_pack("{s:O}", "resources", list);
+}
+
+static json_t *handle_resource_templates_list(void) {
+        return json_pack(
+                "{s:[{s:s,s:s,s:s,s:s,s:s},{s:s,s:s,s:s,s:s,s:s}]}",
+                "resourceTemplates",
+                "uriTemplate",
+                MCP_RESOURCE_SCHEME "{id}",
+                "name",
+                "vm",
+                "title",
+                "VM record",
+                "description",
+                "A VM's record by its id (list_vms), as get_vm returns it: state, address, attestation, "
+                "lastError. Subscribe to hear its state changes.",
+                "mimeType",
+                "application/json",
+                "uriTemplate",
+                MCP_RESOURCE_SCHEME "{id}" MCP_RESOURCE_CONSOLE_SUFFIX,
+                "name",
+                "vm-console",
+                "title",
+                "VM console",
+                "description",
+                "The last 100 lines of a VM's serial console, as get_vm_console returns them.",
+                "mimeType",
+                "text/plain");
+}
+
+/* resources/read: a VM's record or its console, read through the same operation as the tool, so a
+ * resource and a tool result cannot differ. The answer is in p. */
+static void handle_resources_read(McpServer *s, McpPost *p, json_t *id, json_t *params, json_t *result_meta) {
+        _cleanup_(api_error_done) ApiError e = API_ERROR_NULL;
+        json_auto_t *args = NULL, *resource = NULL, *result = NULL;
+        const char *uri = json_string_cstr(json_object_get(params, "uri"));
+        const Caller *caller = p->request ? http_request_caller(p->request) : NULL;
+        char vm[MCP_RESOURCE_ID_MAX + 1];
+        _cleanup_free_ char *text = NULL;
+        McpResourceKind kind;
+        const Operation *op;
+        bool stateless = result_meta;
+
+        if (!uri) {
+                post_reply(
+                        p, 200, jsonrpc_error(id, JSONRPC_INVALID_PARAMS, "params.uri is required, a string"));
+                return;
+        }
+        if (!resource_uri_parse(uri, vm, &kind)) {
+                post_reply(
+                        p,
+                        200,
+                        resource_not_found(
+                                id,
+                                stateless,
+                                uri,
+                                "not a resource of this server: its resources are vm://{id} and "
+                                "vm://{id}/console"));
+                return;
+        }
+        op = operation_find(kind == MCP_RESOURCE_RECORD ? "get_vm" : "get_vm_console");
+        args = json_pack("{s:s}", "id", vm);
+        if (!op || !args) {
+                post_reply(p, 200, jsonrpc_error(id, JSONRPC_INTERNAL_ERROR, "out of memory"));
+                return;
+        }
+        if (operation_run(op, s->manager, caller, args, &resource, &e) < 0) {
+                if (e.code == API_ERROR_NOT_FOUND) {
+                        _cleanup_free_ char *message = NULL;
+
+                        asprintf_or_null(&message, "no VM \"%s\" (resource %s)", vm, uri);
+                        post_reply(p, 200, resource_not_found(id, stateless, uri, message ?: "no such VM"));
+                } else
+                        post_reply(p, 200, jsonrpc_error(id, JSONRPC_INTERNAL_ERROR, e.message));
+                return;
+        }
+        if (kind == MCP_RESOURCE_RECORD)
+                text = json_dumps(resource, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+        else
+                text = strdup(json_string_value(json_object_get(resource, "console")) ?: "");
+        if (text)
+                result = json_pack(
+                        "{s:[{s:s,s:s,s:s}]}",
+                        "contents",
+                        "uri",
+                        uri,
+                        "mimeType",
+                        kind == MCP_RESOURCE_RECORD ? "application/json" : "text/plain",
+                        "text",
+                        text);
+        if (!result || result_finish(result, result_meta, /* cacheable= */ false) < 0 ||
+            (stateless &&
+             (json_object_set_new(result, "ttlMs", json_integer(MCP_RESOURCE_TTL_MS)) < 0 ||
+              json_object_set_new(result, "cacheScope", json_string("private")) < 0))) {
+                post_reply(p, 200, jsonrpc_error(id, JSONRPC_INTERNAL_ERROR, "out of memory"));
+                return;
+        }
+        post_reply(p, 200, jsonrpc_result(id, TAKE_PTR(result)));
+}
+
+/* A set of resource URIs that one session or one listen stream follows. */
+typedef struct McpSubscriptions {
+        char *uris[MCP_SUBSCRIPTIONS_MAX];
+        size_t n;
+        bool list_changed; /* also notifications/resources/list_changed */
+} McpSubscriptions;
+
+static void subscriptions_done(McpSubscriptions *x) {
+        for (size_t i = 0; i < x->n; i++)
+                free(x->uris[i]);
+        *x = (McpSubscriptions){};
+}
+
+static bool subscriptions_has(const McpSubscriptions *x, const char *uri) {
+        for (size_t i = 0; i < x->n; i++)
+                if (streq(x->uris[i], uri))
+                        return true;
+        return false;
+}
+
+/* Adds uri (0, or 0 again when it is there already); -E2BIG past MCP_SUBSCRIPTIONS_MAX. */
+static int subscriptions_add(McpSubscriptions *x, const char *uri) {
+        if (subscriptions_has(x, uri))
+                return 0;
+        if (x->n >= MCP_SUBSCRIPTIONS_MAX)
+                return -E2BIG;
+        x->uris[x->n] = strdup(uri);
+        if (!x->uris[x->n])
+                return -ENOMEM;
+        x->n++;
+        return 0;
+}
+
+static void subscriptions_remove(McpSubscriptions *x, const char *uri) {
+        for (size_t i = 0; i < x->n; i++)
+                if (streq(x->uris[i], uri)) {
+                        free(x->uris[i]);
+                        x->uris[i] = x->uris[--x->n];
+                        return;
+                }
+}
+
+/* Writes one notification on a stream whose reader may lag. Past MCP_NOTIFY_BACKLOG_MAX unsent bytes
+ * the stream is ended instead (-ENOBUFS): the caller forgets it. Other errors: the client left. */
+static int stream_notify(HttpRequest *req, json_t *msg) {
+        int r;
+
+        if (!msg)
+                return 0; /* out of memory: this notification is lost, the stream goes on */
+        if (http_request_stream_unsent(req) > MCP_NOTIFY_BACKLOG_MAX) {
+                log_debug(
+                        "MCP: a notification stream fell %zu bytes behind, ending it.",
+                        http_request_stream_unsent(req));
+                (void) http_request_stream_end(req);
+                return -ENOBUFS;
+        }
+        r = stream_message(req, msg);
+        if (r == -ENOBUFS)
+                (void) http_request_stream_end(req);
+        return r;
+}
+
+/* notifications/resources/updated for uri; subscription_id: the listen stream's (NULL: a session's GET
+ * stream); state: the VM's new state, NULL once it is gone. */
+static json_t *resource_updated_new(const char *uri, json_t *subscription_id, const char *state) {
+        json_auto_t *meta = json_object(), *msg = NULL;
+
+        if (!meta ||
+            (subscription_id && json_object_set(meta, MCP_META_SUBSCRIPTION_ID, subscription_id) < 0) ||
+            (state && json_object_set_new(meta, MCP_META_VM_STATE, json_string(state)) < 0))
+                return NULL;
+        msg = json_pack(
+                "{s:s,s:s,s:{s:s,s:O}}",
+                "jsonrpc",
+                "2.0",
+                "method",
+                "notifications/resources/updated",
+                "params",
+                "uri",
+                uri,
+                "_meta",
+                meta);
+        return TAKE_PTR(msg);
+}
+
+static json_t *resource_list_changed_new(json_t *subscription_id) {
+        if (!subscription_id)
+                return json_pack(
+                        "{s:s,s:s}", "jsonrpc", "2.0", "method", "notifications/resources/list_changed");
+        return json_pack(
+                "{s:s,s:s,s:{s:{s:O}}}",
+                "jsonrpc",
+                "2.0",
+                "method",
+                "notifications/resources/list_changed",
+                "params",
+                "_meta",
+                MCP_META_SUBSCRIPTION_ID,
+                subscription_id);
+}
+
+/* What one stream hears of a VM's change; false when the stream had to go. */
+static bool subscriptions_notify(
+        const McpSubscriptions *x,
+        HttpRequest *req,
+        json_t *subscription_id,
+        char *const uris[static 2],
+        const char *state,
+        bool list_changed) {
+        for (size_t i = 0; i < 2; i++)
+                if (subscriptions_has(x, uris[i])) {
+                        json_auto_t *msg = resource_updated_new(uris[i], subscription_id, state);
+                        if (stream_notify(req, msg) < 0)
+                                return false;
+                }
+        if (list_changed && x->list_changed) {
+                json_auto_t *msg = resource_list_changed_new(subscription_id);
+                if (stream_notify(req, msg) < 0)
+                        return false;
+        }
+        return true;
+}
+
+static void subscriptions_free(McpSubscriptions *x) {
+        if (!x)
+                return;
+        subscriptions_done(x);
+        free(x);
+}
+
+/* A subscriptions/listen stream (2026-07-28): the answer to one POST, held open, on which the VMs it
+ * follows are notified. It ends when its client leaves, when it falls behind (stream_notify()), or
+ * when the server goes. */
+struct McpListen {
+        McpServer *server;
+        HttpRequest *req; /* a reference */
+        json_t *id;       /* the listen request's id: the subscription's, in each notification's _meta */
+        Span *post_span;  /* the POST's, ended with the stream */
+        McpSubscriptions subs;
+        McpListen *prev, *next;
+};
+
+static McpListen *listen_free(McpListen *l) {
+        if (!l)
+                return NULL;
+        if (l->prev)
+                l->prev->next = l->next;
+        else if (l->server->listens == l)
+                l->server->listens = l->next;
+        if (l->next)
+                l->next->prev = l->prev;
+        l->server->n_listens--;
+        if (l->req) {
+                http_request_on_done(l->req, /* done= */ NULL, /* userdata= */ NULL);
+                (void) http_request_stream_end(l->req);
+                http_request_unref(l->req);
+        }
+        span_end_http_server(l->post_span, 0);
+        subscriptions_done(&l->subs);
+        json_decref(l->id);
+        return mfree(l);
+}
+
+static void listen_on_done(unsigned status, void *userdata) {
+        McpListen *l = userdata;
+
+        span_end_http_server(TAKE_PTR(l->post_span), status);
+        http_request_on_done(l->req, /* done= */ NULL, /* userdata= */ NULL);
+        l->req = http_request_unref(l->req);
+        listen_free(l);
+}
+
+/* subscriptions/listen: the notifications asked for that this server can send (the resources of VMs
+ * that exist, the resource list), acknowledged as the stream's first event. The answer is in p, or
+ * the stream itself (p->answered). */
+static void handle_listen(McpServer *s, McpPost *p, json_t *id, json_t *params) {
+        json_t *filter = json_object_get(params, "notifications"), *uris, *uri;
+        json_auto_t *honored = NULL, *ack = NULL;
+        McpListen *l;
+        size_t i;
+        int r;
+
+        if (!json_is_object(filter)) {
+                post_reply(
+                        p,
+                        200,
+                        jsonrpc_error(
+                                id, JSONRPC_INVALID_PARAMS, "params.notifications is required, an object"));
+                return;
+        }
+        uris = json_object_get(filter, "resourceSubscriptions");
+        if (uris && (!json_is_array(uris) || json_array_size(uris) > MCP_SUBSCRIPTIONS_MAX)) {
+                post_reply(
+                        p,
+                        200,
+                        jsonrpc_error(
+                                id,
+                                JSONRPC_INVALID_PARAMS,
+                                "params.notifications.resourceSubscriptions must be an array of at most 64 URIs"));
+                return;
+        }
+        json_array_foreach(uris, i, uri) if (!json_string_cstr(uri)) {
+                post_reply(
+                        p,
+                        200,
+                        jsonrpc_error(
+                                id,
+                                JSONRPC_INVALID_PARAMS,
+                                "params.notifications.resourceSubscriptions must hold strings"));
+                return;
+        }
+        if (!p->request) {
+                post_reply(
+                        p,
+                        200,
+                        jsonrpc_error(id, JSONRPC_INTERNAL_ERROR, "subscriptions/listen needs a connection"));
+                return;
+        }
+        if (!accepts_event_stream(p->accept)) {
+                post_reply(
+                        p,
+                        406,
+                        jsonrpc_error(
+                                id,
+                                JSONRPC_INVALID_REQUEST,
+                                "subscriptions/listen answers with an event stream: Accept must list "
+                                "text/event-stream"));
+                return;
+        }
+        if (s->n_listens >= MCP_LISTENS_MAX) {
+                post_reply(
+                        p,
+                        503,
+                        jsonrpc_error(
+                                id,
+                                JSONRPC_INTERNAL_ERROR,
+                                "too many subscriptions/listen streams are open, try again later"));
+                return;
+        }
+
+        l = calloc(1, sizeof(McpListen));
+        honored = json_array();
+        if (!l || !honored) {
+                free(l);
+                post_reply(p, 200, jsonrpc_error(id, JSONRPC_INTERNAL_ERROR, "out of memory"));
+                return;
+        }
+        *l = (McpListen){ .server = s, .id = json_incref(id), .next = s->listens };
+        if (s->listens)
+                s->listens->prev = l;
+        s->listens = l;
+        s->n_listens++;
+
+        /* a URI that is none of ours, or of a VM that does not exist, is left out of the acknowledgement */
+        json_array_foreach(uris, i, uri) {
+                char vm[MCP_RESOURCE_ID_MAX + 1];
+                McpResourceKind kind;
+
+                if (!resource_uri_parse(json_string_cstr(uri), vm, &kind) || !manager_find_vm(s->manager, vm))
+                        continue;
+                if (subscriptions_add(&l->subs, json_string_cstr(uri)) < 0 ||
+                    json_array_append(honored, uri) < 0) {
+                        listen_free(l);
+                        post_reply(p, 200, jsonrpc_error(id, JSONRPC_INTERNAL_ERROR, "out of memory"));
+                        return;
+                }
+        }
+        l->subs.list_changed = json_is_true(json_object_get(filter, "resourcesListChanged"));
+        ack = json_pack(
+                "{s:s,s:s,s:{s:{},s:{s:O}}}",
+                "jsonrpc",
+                "2.0",
+                "method",
+                "notifications/subscriptions/acknowledged",
+                "params",
+                "notifications",
+                "_meta",
+                MCP_META_SUBSCRIPTION_ID,
+                id);
+        filter = json_object_get(json_object_get(ack, "params"), "notifications");
+        if (!ack || (uris && json_object_set(filter, "resourceSubscriptions", honored) < 0) ||
+            (l->subs.list_changed && json_object_set_new(filter, "resourcesListChanged", json_true()) < 0)) {
+                listen_free(l);
+                post_reply(p, 200, jsonrpc_error(id, JSONRPC_INTERNAL_ERROR, "out of memory"));
+                return;
+        }
+
+        r = http_request_add_header(p->request, "Cache-Control", "no-cache");
+        if (r >= 0)
+                r = http_request_reply_stream(p->request, 200, "text/event-stream");
+        if (r < 0) {
+                listen_free(l);
+                post_reply(p, 200, jsonrpc_error(id, JSONRPC_INTERNAL_ERROR, "out of memory"));
+                return;
+        }
+        l->req = http_request_ref(p->request);
+        l->post_span = p->span;
+        http_request_on_done(l->req, listen_on_done, l);
+        p->answered = true;
+        (void) stream_message(l->req, ack);
+        r = http_request_stream_keepalive(l->req, s->keepalive, MCP_KEEPALIVE_EVENT);
+        if (r < 0)
+                log_debug_errno(r, "subscriptions/listen: no keep-alives on its stream, ignoring: %m");
+}
+
+/* resources/subscribe and resources/unsubscribe of a session (2025-11-25): the notifications go on its
+ * GET stream, while one is open. */
+static json_t *handle_session_subscribe(McpSession *x, json_t *id, json_t *params, bool subscribe, Manager *m) {
+        const char *uri = json_string_cstr(json_object_get(params, "uri"));
+        char vm[MCP_RESOURCE_ID_MAX + 1];
+        McpResourceKind kind;
+        int r;
+
+        if (!uri)
+                return jsonrpc_error(id, JSONRPC_INVALID_PARAMS, "params.uri is required, a string");
+        if (!subscribe) {
+                if (x->subs)
+                        subscriptions_remove(x->subs, uri);
+                return jsonrpc_result(id, json_object());
+        }
+        if (!resource_uri_parse(uri, vm, &kind))
+                return resource_not_found(
+                        id,
+                        /* stateless= */ false,
+                        uri,
+                        "not a resource of this server: its resources are vm://{id} and vm://{id}/console");
+        if (!manager_find_vm(m, vm))
+                return resource_not_found(id, /* stateless= */ false, uri, "no such VM");
+        if (!x->subs) {
+                x->subs = calloc(1, sizeof(McpSubscriptions));
+                if (!x->subs)
+                        return jsonrpc_error(id, JSONRPC_INTERNAL_ERROR, "out of memory");
+                x->subs->list_changed = true;
+        }
+        r = subscriptions_add(x->subs, uri);
+        if (r == -E2BIG)
+                return jsonrpc_error(id, JSONRPC_INVALID_PARAMS, "a session follows at most 64 resources");
+        if (r < 0)
+                return jsonrpc_error(id, JSONRPC_INTERNAL_ERROR, "out of memory");
+        return jsonrpc_result(id, json_object());
+}
+
+/* A VM changed (manager_watch_vms()): the streams that follow it hear of it. Runs inside the VM's
+ * transition: it only formats and queues, never waits. */
+static void on_vm_event(Vm *v, ManagerVmEvent event, void *userdata) {
+        McpServer *s = userdata;
+        _cleanup_free_ char *record = NULL, *console = NULL;
+        const char *state = event == MANAGER_VM_REMOVED ? NULL : vm_state_to_string(vm_state(v));
+        bool list_changed = event != MANAGER_VM_STATE;
+
+        if (asprintf(&record, MCP_RESOURCE_SCHEME "%s", vm_id(v)) < 0 ||
+            asprintf(&console, MCP_RESOURCE_SCHEME "%s" MCP_RESOURCE_CONSOLE_SUFFIX, vm_id(v)) < 0)
+                return;
+        char *const uris[2] = { record, console };
+
+        for (size_t i = 0; i < s->n_sessions; i++) {
+                McpSession *x = &s->sessions[i];
+                /* every session's stream hears list changes, as the capability promises */
+                static const McpSubscriptions none = { .list_changed = true };
+
+                if (x->stream &&
+                    !subscriptions_notify(
+                            x->subs ?: &none, x->stream, /* subscription_id= */ NULL, uris, state, list_changed))
+                        session_close_stream(x);
+        }
+        /* a stream that has to go ends, and goes when its request is done, not here */
+        for (McpListen *l = s->listens; l; l = l->next)
+                if (l->req)
+                        (void) subscriptions_notify(&l->subs, l->req, l->id, uris, state, list_changed);
+}
+
 /* One request of a stateless revision (2026-07-28): the checks in the order the revision ranks them
  * (the protocol version, the envelope, the standard headers, the method), then the method. Nothing
  * of a session is read or made. The answer is in p. */
@@ -1252,8 +1866,10 @@ static void handle_stateless(McpServer *s, McpPost *p, json_t *id, const char *m
 
         bool task_method = streq(method, "tasks/get") || streq(method, "tasks/update") ||
                 streq(method, "tasks/cancel");
+        bool resource_method = streq(method, "resources/list") || streq(method, "resources/templates/list") ||
+                streq(method, "resources/read") || streq(method, "subscriptions/listen");
         bool known = streq(method, "server/discover") || streq(method, "tools/list") ||
-                streq(method, "tools/call") || task_method;
+                streq(method, "tools/call") || task_method || resource_method;
         _cleanup_(span_endp) Span *span = mcp_span_start(s, "mcp.", known ? method : "unknown", p->span);
         span_set_attr_string(span, "mcp.method.name", method);
         span_set_attr_string(span, "mcp.protocol.version", envelope.version);
@@ -1277,6 +1893,24 @@ static void handle_stateless(McpServer *s, McpPost *p, json_t *id, const char *m
         } else if (task_method) {
                 handle_task_method(s, p, id, method, params, &envelope, result_meta);
                 return;
+        } else if (streq(method, "resources/list")) {
+                result = handle_resources_list(s);
+                /* what is true now, and under OAuth the caller's: nobody keeps it */
+                if (result &&
+                    (json_object_set_new(result, "ttlMs", json_integer(MCP_RESOURCE_TTL_MS)) < 0 ||
+                     json_object_set_new(result, "cacheScope", json_string("private")) < 0)) {
+                        json_decref(result);
+                        result = NULL;
+                }
+        } else if (streq(method, "resources/templates/list")) {
+                result = handle_resource_templates_list();
+                cacheable = true;
+        } else if (streq(method, "resources/read")) {
+                handle_resources_read(s, p, id, params, result_meta);
+                return;
+        } else if (streq(method, "subscriptions/listen")) {
+                handle_listen(s, p, id, params);
+                return;
         } else {
                 /* a method of 2025-11-25 alone (initialize, ping, logging/setLevel, …) too */
                 span_set_attr_int(span, "rpc.jsonrpc.error_code", JSONRPC_METHOD_NOT_FOUND);
@@ -1293,6 +1927,37 @@ static void handle_stateless(McpServer *s, McpPost *p, json_t *id, const char *m
                 return;
         }
         post_reply(p, 200, jsonrpc_result(id, TAKE_PTR(result)));
+}
+
+static bool session_resource_method(const char *method) {
+        return streq(method, "resources/list") || streq(method, "resources/templates/list") ||
+                streq(method, "resources/read") || streq(method, "resources/subscribe") ||
+                streq(method, "resources/unsubscribe");
+}
+
+/* The resource methods of a session (2025-11-25 and older). The answer is in p. */
+static void handle_session_resources(
+        McpServer *s, McpPost *p, McpSession *session, json_t *id, const char *method, json_t *params) {
+        json_t *result = NULL;
+
+        if (streq(method, "resources/read")) {
+                handle_resources_read(s, p, id, params, /* result_meta= */ NULL);
+                return;
+        }
+        if (streq(method, "resources/subscribe") || streq(method, "resources/unsubscribe")) {
+                post_reply(
+                        p,
+                        200,
+                        handle_session_subscribe(
+                                session, id, params, streq(method, "resources/subscribe"), s->manager));
+                return;
+        }
+        result = streq(method, "resources/list") ? handle_resources_list(s) : handle_resource_templates_list();
+        post_reply(
+                p,
+                200,
+                result ? jsonrpc_result(id, result) :
+                         jsonrpc_error(id, JSONRPC_INTERNAL_ERROR, "out of memory"));
 }
 
 int mcp_server_process_post(McpServer *s, McpPost *p) {
@@ -1427,7 +2092,7 @@ int mcp_server_process_post(McpServer *s, McpPost *p) {
          * method we do not serve is named "unknown": span names must not take any string a client
          * sends (the attribute keeps it). */
         bool known = streq(method, "initialize") || streq(method, "ping") || streq(method, "tools/list") ||
-                streq(method, "tools/call");
+                streq(method, "tools/call") || session_resource_method(method);
         _cleanup_(span_endp) Span *span = mcp_span_start(s, "mcp.", known ? method : "unknown", p->span);
         span_set_attr_string(span, "mcp.method.name", method);
 
@@ -1444,6 +2109,9 @@ int mcp_server_process_post(McpServer *s, McpPost *p) {
                         s, p, id, params, /* result_meta= */ NULL, /* as_task= */ false, &span, &code, &message);
                 if (p->deferred)
                         return 0; /* answered when the operation completes */
+        } else if (session_resource_method(method)) {
+                handle_session_resources(s, p, session, id, method, params);
+                return 0;
         } else {
                 span_set_attr_int(span, "rpc.jsonrpc.error_code", JSONRPC_METHOD_NOT_FOUND);
                 span_set_error(span, "method not found");
@@ -1478,6 +2146,8 @@ static void post_answer(McpServer *s, HttpRequest *req, Span *span, json_t *mess
         p.body = http_request_body(req, &p.size);
         p.request = req;
         (void) mcp_server_process_post(s, &p);
+        if (p.answered)
+                return; /* a stream: subscriptions/listen */
         if (p.deferred) {
                 http_request_suspend(req);
                 return;

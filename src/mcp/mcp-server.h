@@ -56,6 +56,7 @@ typedef struct McpPost {
         json_t *reply;
         const char *new_session_id; /* borrowed; set by initialize */
         bool deferred;              /* a tool still runs: it answers through request */
+        bool answered;              /* answered through request already: a stream (subscriptions/listen) */
 } McpPost;
 
 /* Handles one JSON-RPC message: the whole protocol except the HTTP plumbing (and the fuzz target's

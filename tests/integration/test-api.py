@@ -1210,7 +1210,7 @@ def test_mcp_protocol(work):
             return ok, "HTTP %r %r" % (status, data[:300])
         return check
 
-    tap.check("unknown method: -32601", rpc_error({"jsonrpc": "2.0", "id": 5, "method": "resources/list"}, -32601))
+    tap.check("unknown method: -32601", rpc_error({"jsonrpc": "2.0", "id": 5, "method": "prompts/list"}, -32601))
     tap.check("tools/call of an unknown tool: -32602",
               rpc_error({"jsonrpc": "2.0", "id": 6, "method": "tools/call", "params": {"name": "nope"}}, -32602))
     tap.check("tools/call without a tool name: -32602",

@@ -306,10 +306,12 @@ def pass_through(out):
     return seen, failed, plan, bailed
 
 
-def start_daemon(work, name, extra=(), fakes=False, policy=None, ready_after=FAKE_READY_AFTER):
+def start_daemon(work, name, extra=(), fakes=False, policy=None, ready_after=FAKE_READY_AFTER, port=None):
     """vm-manager serve on a free port: (process, port, stderr path, (ok, diag) of its /healthz).
-    policy: a policy.json for the fake image; ready_after None: the fake guest never sends READY=1."""
-    port = free_port()
+    policy: a policy.json for the fake image; ready_after None: the fake guest never sends READY=1.
+    Started again with the same name and port, it is the same daemon restarted (its state directory,
+    its log appended to)."""
+    port = port or free_port()
     stderr_path = os.path.join(work, name + ".stderr")
     env = loop_env(daemon_env(work), work, name)
     args = [BIN, "serve", "--listen", "%s:%d" % (HOST, port), "--state-dir", os.path.join(work, name),
@@ -317,7 +319,7 @@ def start_daemon(work, name, extra=(), fakes=False, policy=None, ready_after=FAK
     if fakes:
         # The fake QEMU, swtpm and vhost-device-vsock first on PATH, a fake image and firmware.
         images, vars_ = os.path.join(work, name + "-images"), os.path.join(work, name + "-vars")
-        os.makedirs(images)
+        os.makedirs(images, exist_ok=True)
         for path in (os.path.join(images, "fake_1.0.efi"), os.path.join(images, "fake_1.0.raw"), vars_):
             with open(path, "wb") as f:
                 f.write(b"\0" * 4096)
@@ -330,7 +332,7 @@ def start_daemon(work, name, extra=(), fakes=False, policy=None, ready_after=FAK
         env["PATH"] = FAKES + ":" + env.get("PATH", "/usr/bin:/bin")
         args += ["--image-dir", images, "--ovmf-code", vars_, "--ovmf-vars", vars_, "--launcher", "process",
                  "--vsock", "vhost-user"]
-    with open(stderr_path, "wb") as err:
+    with open(stderr_path, "ab") as err:
         proc = subprocess.Popen(args + list(extra), stdin=subprocess.DEVNULL, stdout=err, stderr=err, env=env,
                                 close_fds=True)
     return proc, port, stderr_path, wait_healthy(proc, port, stderr_path, timeout=20)

@@ -10,6 +10,10 @@
 2. mcp-v2/client-v2.mjs: the TypeScript SDK v2 client pinned to 2026-07-28 (stateless) on the fake
    QEMU of tests/integration/fakes calls every tool once, an error on purpose included, and
    validates each structuredContent against the tool's outputSchema (Ajv, JSON Schema 2020-12).
+3. mcp-v2/task-restart-v2.mjs: the SDK v2 client pinned to 2026-07-28 creates a VM as a task of the
+   Tasks extension (through its generic request(): 2.4.0 has no task helpers), the daemon is killed
+   and started again on its state directory while the task works, and the finished task is read
+   afterwards by a new client.
 
 The packages are pinned in mcp-v2/package.json and package-lock.json and installed with `npm ci`
 into a cache directory outside the source tree, again only when the lock file changes. The
@@ -58,15 +62,19 @@ NODE_MIN_MAJOR = 20
 NPM_CI_TIMEOUT = 120
 SCENARIO_TIMEOUT = 90
 CLIENT_TIMEOUT = 110  # client-v2.mjs bails out by itself after 100 s
+TASK_CLIENT_TIMEOUT = 160  # task-restart-v2.mjs bails out by itself after 150 s
+TASK_READY_AFTER = 30  # the task's VM would be ready only long after the restart
 STAMP_FORMAT = b"vm-manager mcp-v2 cache v1\0"
 CONFORMANCE = os.path.join("node_modules", "@modelcontextprotocol", "conformance", "dist", "index.js")
 
 # The generic server scenarios, run at each revision.
 SCENARIOS = {
     "2026-07-28": ["server-stateless", "tools-list", "caching", "http-header-validation",
-                   "dns-rebinding-protection", "server-sse-multiple-streams"],
+                   "dns-rebinding-protection", "server-sse-multiple-streams", "resources-list",
+                   "sep-2164-resource-not-found"],
     "2025-11-25": ["server-initialize", "ping", "tools-list", "server-session-lifecycle",
-                   "dns-rebinding-protection", "server-sse-multiple-streams", "server-sse-polling"],
+                   "dns-rebinding-protection", "server-sse-multiple-streams", "server-sse-polling",
+                   "resources-list"],
 }
 # Scenarios of those revisions that need what this server does not have: not run.
 NOT_APPLICABLE = {
@@ -74,7 +82,9 @@ NOT_APPLICABLE = {
     "http-custom-header-server-validation": "needs a tool with x-mcp-header parameters",
     "logging-set-level": "this server has no logging capability (2025-11-25)",
     "tools-call-*, tools-call-with-*": "call the suite's reference tools (test_simple_text, ...)",
-    "resources-*, sep-2164-resource-not-found": "this server has no resources",
+    "resources-read-*, resources-templates-read, resources-subscribe, resources-unsubscribe":
+        "read or follow the suite's reference resources (test://static-text, test://watched-resource, ...); "
+        "this server's resources are its VMs, tested by test-mcp-resources.py",
     "prompts-*, completion-complete": "this server has no prompts and no completions",
     "input-required-result-*, elicitation-*": "need the suite's reference tools asking the client for input",
     "tasks-* (extension)": "call the suite's reference tools (slow_compute, failing_job, ...); the extension "
@@ -162,6 +172,47 @@ def run_scenario(node, url, version, scenario, work):
     return m
 
 
+def task_restart(node, work, daemons):
+    """mcp-v2/task-restart-v2.mjs: create_vm as a task through the SDK v2 client, the daemon killed
+    (SIGKILL) and started again on the same port and state directory while the task works (the fake
+    guest is ready only after TASK_READY_AFTER s), the finished task read afterwards."""
+    daemons["task"] = start_daemon(work, "task", fakes=True, ready_after=TASK_READY_AFTER)
+    proc, port, stderr_path, (healthy, why) = daemons["task"]
+    if not tap.result(healthy, "daemon for the task test answers /healthz", why):
+        return
+    script = os.path.join(CACHE_DIR, "task-restart-v2.mjs")
+    shutil.copyfile(os.path.join(V2_DIR, "task-restart-v2.mjs"), script)
+    cenv = {k: v for k, v in os.environ.items() if not k.startswith("VM_MANAGER_")}
+    start = time.monotonic()
+    c = subprocess.Popen([node, script, "http://127.0.0.1:%d/mcp" % port], cwd=CACHE_DIR, stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=cenv)
+    out, restarted = [], False
+    for raw in c.stdout:
+        line = raw.decode("utf-8", "replace")
+        out.append(line)
+        if line.startswith("# task "):
+            proc.kill()
+            proc.wait()
+            daemons["task"] = start_daemon(work, "task", fakes=True, ready_after=TASK_READY_AFTER, port=port)
+            restarted = daemons["task"][3][0]
+            tap.diag("daemon killed (SIGKILL) and started again while task %s worked: %s" % (
+                line.split()[2], "healthy" if restarted else daemons["task"][3][1]))
+            c.stdin.write(b"restarted\n")
+            c.stdin.flush()
+            break
+    try:
+        rest, cerr = c.communicate(timeout=max(1, TASK_CLIENT_TIMEOUT - (time.monotonic() - start)))
+    except subprocess.TimeoutExpired:
+        c.kill()
+        rest, cerr = c.communicate()
+    seen, failed, plan, bailed = sdk.pass_through("".join(out) + rest.decode("utf-8", "replace"))
+    finished = restarted and seen > 0 and plan == seen and not bailed and c.returncode == (1 if failed else 0)
+    tap.result(finished, "task-restart-v2.mjs (SDK v2, a task across a daemon restart): ran to the end, %d tests, "
+               "%d failed (%.1f s)" % (seen, failed, time.monotonic() - start),
+               None if finished else "exit %r, restarted %r\nstderr:\n%s\n%s" % (
+                   c.returncode, restarted, tail(cerr), tail(read_text(stderr_path))))
+
+
 def main():
     tools, why = find_tools()
     if not tools:
@@ -195,6 +246,7 @@ def main():
         sdk.CACHE_DIR = CACHE_DIR
         c, start = sdk.start_client(node, script, [url])
         sdk.finish_client("client-v2.mjs (SDK v2, pinned 2026-07-28)", c, start, CLIENT_TIMEOUT, [stderr_path])
+        task_restart(node, work, daemons)
     finally:
         for name, d in daemons.items():
             stop_daemon(name, d[0], d[2])
