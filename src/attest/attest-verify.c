@@ -445,7 +445,8 @@ static int verify(
                 pcr4 ? (pcr4->name ? pcr4->name : "?") : "",
                 pcr4 ? " boot" : "",
                 p->expected_pcr7 ? ", pcr 7 events of the variable store template" : "",
-                pcr12 ? ", pcr 12 command line as passed" :
+                pcr12 ? (p->policy->pcr12_credentials ? ", pcr 12 command line and credentials as passed" :
+                                                        ", pcr 12 command line as passed") :
                         p->policy->pcr12_predicted ?
                         ", pcr 12 not compared (the command line of this run is unknown)" :
                         "",

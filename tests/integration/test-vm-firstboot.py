@@ -506,8 +506,9 @@ def test_pcr12_credentials(work):
             status, att = api(port, "GET", "/vms/%s/attestation" % vm["id"])
             msg = (att or {}).get("initrd", {}).get("message", "")
             if want:
-                tap.result(rc == 0 and "pcr 12 command line as passed" in msg,
-                           "PCR 12 with the credentials the daemon passed (measured by the initrd) verifies",
+                tap.result(rc == 0 and "pcr 12 command line and credentials as passed" in msg,
+                           "PCR 12 with the credentials the daemon passed (measured by the initrd) verifies, "
+                           "and the verdict names them",
                            "rc %r %s %r" % (rc, out[-300:], att))
             else:
                 tap.result(rc == 2 and msg.startswith("pcr 12 mismatch: the kernel command line or the credentials "
