@@ -1242,6 +1242,8 @@ static void handle_task_method(
 /* The state a notifications/resources/updated carries in its _meta, so that a client sees each
  * transition even when its read comes after the next one. */
 #define MCP_META_VM_STATE "vm-manager/state"
+/* The record URI of the VM a notifications/resources/list_changed is about. */
+#define MCP_META_VM_URI "vm-manager/uri"
 #define MCP_META_SUBSCRIPTION_ID "io.modelcontextprotocol/subscriptionId"
 
 typedef enum McpResourceKind {
@@ -1513,20 +1515,25 @@ static json_t *resource_updated_new(const char *uri, json_t *subscription_id, co
         return TAKE_PTR(msg);
 }
 
-static json_t *resource_list_changed_new(json_t *subscription_id) {
-        if (!subscription_id)
-                return json_pack(
-                        "{s:s,s:s}", "jsonrpc", "2.0", "method", "notifications/resources/list_changed");
+/* The list changed because of one VM: its record's URI rides in the _meta, with its state when it
+ * came (a create's "creating"; none when it went), so that a client hears a new VM from its first
+ * state on and knows which URI to follow without listing. */
+static json_t *resource_list_changed_new(json_t *subscription_id, const char *uri, const char *state) {
+        json_auto_t *meta = json_object();
+
+        if (!meta || json_object_set_new(meta, MCP_META_VM_URI, json_string(uri)) < 0 ||
+            (state && json_object_set_new(meta, MCP_META_VM_STATE, json_string(state)) < 0) ||
+            (subscription_id && json_object_set(meta, MCP_META_SUBSCRIPTION_ID, subscription_id) < 0))
+                return NULL;
         return json_pack(
-                "{s:s,s:s,s:{s:{s:O}}}",
+                "{s:s,s:s,s:{s:O}}",
                 "jsonrpc",
                 "2.0",
                 "method",
                 "notifications/resources/list_changed",
                 "params",
                 "_meta",
-                MCP_META_SUBSCRIPTION_ID,
-                subscription_id);
+                meta);
 }
 
 /* What one stream hears of a VM's change; false when the stream had to go. */
@@ -1544,7 +1551,7 @@ static bool subscriptions_notify(
                                 return false;
                 }
         if (list_changed && x->list_changed) {
-                json_auto_t *msg = resource_list_changed_new(subscription_id);
+                json_auto_t *msg = resource_list_changed_new(subscription_id, uris[0], state);
                 if (stream_notify(req, msg) < 0)
                         return false;
         }

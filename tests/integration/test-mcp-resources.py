@@ -17,7 +17,9 @@ after the installed boot starts):
     (installing: REST's wait_for none answers once the disk exists, so creating is over by then;
     the fake's installer runs next) through booting to ready (the state rides in each
     notification's _meta, "vm-manager/state"; a read after each agrees with it or is later), and
-    notifications/resources/list_changed when the VM is deleted;
+    notifications/resources/list_changed when the VM is deleted; the session's stream, open
+    before the create, hears the VM come in state creating: the list change names the VM's URI
+    ("vm-manager/uri") and its first state in _meta, so that it sees creating -> booting -> ready;
   * refusals: resources/subscribe of an unknown VM, subscriptions/listen without text/event-stream
     in Accept (406), a malformed filter (-32602); a listen for a URI of no VM is acknowledged without
     it.
@@ -164,8 +166,11 @@ def follow(stream, uri, until, timeout):
             break
         seen.append(msg)
         p = msg.get("params") or {}
-        if msg.get("method") == "notifications/resources/updated" and p.get("uri") == uri:
-            state = (p.get("_meta") or {}).get("vm-manager/state")
+        meta = p.get("_meta") or {}
+        # the list change of the VM's creation names it and carries its first state
+        if (msg.get("method") == "notifications/resources/updated" and p.get("uri") == uri or
+                msg.get("method") == "notifications/resources/list_changed" and meta.get("vm-manager/uri") == uri):
+            state = meta.get("vm-manager/state")
             states.append(state)
             if state in until:
                 break
@@ -261,12 +266,15 @@ def test_resources(work):
         time.sleep(0.3)
     for t in threads:
         t.join(5)
-    want = ["booting", "ready"]
-    for name in ("session", "listen"):
+    for name, want, how in (
+            ("session", ["creating", "booting", "ready"],
+             "its stream, open before the create, hears the VM come in state creating "
+             "(notifications/resources/list_changed with the URI in _meta), then "
+             "notifications/resources/updated follow it"),
+            ("listen", ["booting", "ready"], "notifications/resources/updated follow the VM")):
         states, seen = got.get(name, ([], []))
         tap.result(first in ("creating", "installing") and in_order(states, want) and states[-1] == "ready",
-                   "%s: notifications/resources/updated follow the VM: %s" % (
-                       name, " -> ".join([first] + [s or "?" for s in states])), repr(seen)[:800])
+                   "%s: %s: %s" % (name, how, " -> ".join([s or "?" for s in states])), repr(seen)[:800])
     _, seen = got.get("listen", ([], []))
     tap.result(all((m.get("params", {}).get("_meta") or {}).get("io.modelcontextprotocol/subscriptionId") == "listen:1"
                    for m in seen if m),
@@ -363,6 +371,10 @@ def test_resources(work):
     tap.result(("notifications/resources/list_changed", None) in methods and
                ("notifications/resources/updated", uri) in methods,
                "the delete on the listen stream: the record updated, then the list changed", repr(methods))
+    gone = [(m.get("params") or {}).get("_meta") or {} for m in after_listen
+            if m.get("method") == "notifications/resources/list_changed"]
+    tap.result(gone and gone[0].get("vm-manager/uri") == uri and "vm-manager/state" not in gone[0],
+               "the delete's list change names the VM's URI and no state", repr(gone))
     methods = [(m.get("method"), (m.get("params") or {}).get("uri")) for m in after_get]
     tap.result(("notifications/resources/list_changed", None) in methods and
                not any(u == uri for _, u in methods),
