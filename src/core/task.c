@@ -41,6 +41,8 @@ struct TaskRegistry {
         char *dir;
         Task **tasks; /* oldest first */
         size_t n;
+        TaskEndedFunc on_end;
+        void *on_end_userdata;
 };
 
 static const char *const task_status_table[_TASK_STATUS_MAX] = {
@@ -125,6 +127,22 @@ static Vm *task_vm(Task *t) {
                         task_save(t);
         }
         return v;
+}
+
+bool task_follows_vm(Task *t, const char *id) {
+        Vm *v;
+
+        if (t->status != TASK_WORKING || !id)
+                return false;
+        v = task_vm(t);
+        return v && streq(vm_id(v), id);
+}
+
+void task_registry_on_end(TaskRegistry *reg, TaskEndedFunc fn, void *userdata) {
+        if (!reg)
+                return;
+        reg->on_end = fn;
+        reg->on_end_userdata = userdata;
 }
 
 char *task_status_message(Task *t) {
@@ -248,11 +266,25 @@ static int error_copy(ApiError *dst, int r, ApiErrorCode code, const char *messa
         return dst->message ? 0 : -ENOMEM;
 }
 
+static int task_sync(Task *t, TaskSyncedFunc done, void *userdata);
+
+static void on_end_synced(int r, Task *t, const ApiError *e, void *userdata) {
+        if (t->reg && t->reg->on_end)
+                t->reg->on_end(t, t->reg->on_end_userdata);
+}
+
 static void task_end(Task *t, TaskStatus status) {
+        int r;
+
         t->status = status;
         t->updated_at = now_usec(CLOCK_REALTIME);
         t->live = false;
         task_save(t);
+        if (!t->reg || !t->registered || !t->reg->on_end)
+                return;
+        r = task_sync(t, on_end_synced, NULL);
+        if (r < 0)
+                log_debug_errno(r, "task %s: nobody hears that it ended: %m", t->id);
 }
 
 static int task_parse(TaskRegistry *reg, const char *path, Task **ret) {

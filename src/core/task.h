@@ -93,6 +93,14 @@ json_t *task_result(Task *t);
 /* Why it failed or was cancelled (borrowed), else NULL. */
 const ApiError *task_error(Task *t);
 
+/* Who hears each task end, once its ended record is on disk (MCP's notifications/tasks): one
+ * listener, NULL to stop. Called on the loop; it may read the task, not change it. */
+typedef void (*TaskEndedFunc)(Task *t, void *userdata);
+void task_registry_on_end(TaskRegistry *reg, TaskEndedFunc fn, void *userdata);
+/* Whether t still works and waits for the VM of that id (a create finds its VM by name until it
+ * knows the id). */
+bool task_follows_vm(Task *t, const char *vm_id);
+
 /* The REST operation resource: {"id","operation","status","statusMessage","vmId","vmState",
  * "createdAt","updatedAt","result"|"error"}; a new reference. */
 json_t *task_to_json(Task *t);

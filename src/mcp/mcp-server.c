@@ -115,6 +115,7 @@ struct McpServer {
 
 static json_t *tools_new(void);
 static void on_vm_event(Vm *v, ManagerVmEvent event, void *userdata);
+static void on_task_ended(Task *t, void *userdata);
 static McpListen *listen_free(McpListen *l);
 static void subscriptions_free(McpSubscriptions *x);
 
@@ -141,6 +142,7 @@ int mcp_server_new(McpServer **ret, Manager *m, const McpServerOptions *o) {
         r = manager_watch_vms(m, on_vm_event, s);
         if (r < 0)
                 return r;
+        task_registry_on_end(manager_tasks(m), on_task_ended, s);
         *ret = TAKE_PTR(s);
         return 0;
 }
@@ -156,6 +158,7 @@ McpServer *mcp_server_free(McpServer *s) {
         if (!s)
                 return NULL;
         manager_unwatch_vms(s->manager, s);
+        task_registry_on_end(manager_tasks(s->manager), NULL, NULL);
         while (s->listens)
                 listen_free(s->listens);
         for (size_t i = 0; i < s->n_sessions; i++) {
@@ -1229,7 +1232,8 @@ static void handle_task_method(
 #define MCP_RESOURCE_CONSOLE_SUFFIX "/console"
 /* The longest VM id a resource URI may carry (ids are 32 hex digits; names are not ids). */
 #define MCP_RESOURCE_ID_MAX 64
-/* The URIs one session or one listen stream may follow, and the listen streams open at once. */
+/* The URIs one session or one listen stream may follow (and the tasks one listen stream may), and
+ * the listen streams open at once. */
 #define MCP_SUBSCRIPTIONS_MAX 64
 #define MCP_LISTENS_MAX 256
 /* The most a notification stream may hold unsent: about 250 notifications. A consumer further behind
@@ -1430,6 +1434,18 @@ static void handle_resources_read(McpServer *s, McpPost *p, json_t *id, json_t *
         post_reply(p, 200, jsonrpc_result(id, TAKE_PTR(result)));
 }
 
+/* notifications/tasks (the Tasks extension): the task as tasks/get would answer now, with the
+ * subscription's id. */
+static json_t *task_notification_new(Task *t, json_t *subscription_id) {
+        json_auto_t *params = task_wire(t, /* detailed= */ true);
+
+        if (!params ||
+            json_object_set_new(params, "_meta", json_pack("{s:O}", MCP_META_SUBSCRIPTION_ID, subscription_id)) <
+                    0)
+                return NULL;
+        return json_pack("{s:s,s:s,s:O}", "jsonrpc", "2.0", "method", "notifications/tasks", "params", params);
+}
+
 /* A set of resource URIs that one session or one listen stream follows. */
 typedef struct McpSubscriptions {
         char *uris[MCP_SUBSCRIPTIONS_MAX];
@@ -1574,6 +1590,7 @@ struct McpListen {
         json_t *id;       /* the listen request's id: the subscription's, in each notification's _meta */
         Span *post_span;  /* the POST's, ended with the stream */
         McpSubscriptions subs;
+        McpSubscriptions tasks; /* the ids of the tasks it follows (notifications/tasks) */
         McpListen *prev, *next;
 };
 
@@ -1594,6 +1611,7 @@ static McpListen *listen_free(McpListen *l) {
         }
         span_end_http_server(l->post_span, 0);
         subscriptions_done(&l->subs);
+        subscriptions_done(&l->tasks);
         json_decref(l->id);
         return mfree(l);
 }
@@ -1610,9 +1628,11 @@ static void listen_on_done(unsigned status, void *userdata) {
 /* subscriptions/listen: the notifications asked for that this server can send (the resources of VMs
  * that exist, the resource list), acknowledged as the stream's first event. The answer is in p, or
  * the stream itself (p->answered). */
-static void handle_listen(McpServer *s, McpPost *p, json_t *id, json_t *params) {
-        json_t *filter = json_object_get(params, "notifications"), *uris, *uri;
-        json_auto_t *honored = NULL, *ack = NULL;
+static void handle_listen(
+        McpServer *s, McpPost *p, json_t *id, json_t *params, const McpEnvelope *envelope) {
+        json_t *filter = json_object_get(params, "notifications"), *uris, *uri, *task_ids;
+        json_auto_t *honored = NULL, *honored_tasks = NULL, *ack = NULL;
+        TaskRegistry *reg = manager_tasks(s->manager);
         McpListen *l;
         size_t i;
         int r;
@@ -1646,6 +1666,24 @@ static void handle_listen(McpServer *s, McpPost *p, json_t *id, json_t *params) 
                                 "params.notifications.resourceSubscriptions must hold strings"));
                 return;
         }
+        task_ids = json_object_get(filter, "taskIds");
+        if (task_ids && (!json_is_array(task_ids) || json_array_size(task_ids) > MCP_SUBSCRIPTIONS_MAX)) {
+                post_reply(
+                        p,
+                        200,
+                        jsonrpc_error(
+                                id,
+                                JSONRPC_INVALID_PARAMS,
+                                "params.notifications.taskIds must be an array of at most 64 task ids"));
+                return;
+        }
+        json_array_foreach(task_ids, i, uri) if (!json_string_cstr(uri)) {
+                post_reply(
+                        p,
+                        200,
+                        jsonrpc_error(id, JSONRPC_INVALID_PARAMS, "params.notifications.taskIds must hold strings"));
+                return;
+        }
         if (!p->request) {
                 post_reply(
                         p,
@@ -1677,7 +1715,8 @@ static void handle_listen(McpServer *s, McpPost *p, json_t *id, json_t *params) 
 
         l = calloc(1, sizeof(McpListen));
         honored = json_array();
-        if (!l || !honored) {
+        honored_tasks = json_array();
+        if (!l || !honored || !honored_tasks) {
                 free(l);
                 post_reply(p, 200, jsonrpc_error(id, JSONRPC_INTERNAL_ERROR, "out of memory"));
                 return;
@@ -1702,6 +1741,17 @@ static void handle_listen(McpServer *s, McpPost *p, json_t *id, json_t *params) 
                         return;
                 }
         }
+        /* tasks are followed by a client that declared the extension, and only those that exist */
+        json_array_foreach(task_ids, i, uri) {
+                if (!envelope_has_tasks(envelope) || !task_registry_get(reg, json_string_cstr(uri)))
+                        continue;
+                if (subscriptions_add(&l->tasks, json_string_cstr(uri)) < 0 ||
+                    json_array_append(honored_tasks, uri) < 0) {
+                        listen_free(l);
+                        post_reply(p, 200, jsonrpc_error(id, JSONRPC_INTERNAL_ERROR, "out of memory"));
+                        return;
+                }
+        }
         l->subs.list_changed = json_is_true(json_object_get(filter, "resourcesListChanged"));
         ack = json_pack(
                 "{s:s,s:s,s:{s:{},s:{s:O}}}",
@@ -1716,6 +1766,7 @@ static void handle_listen(McpServer *s, McpPost *p, json_t *id, json_t *params) 
                 id);
         filter = json_object_get(json_object_get(ack, "params"), "notifications");
         if (!ack || (uris && json_object_set(filter, "resourceSubscriptions", honored) < 0) ||
+            (task_ids && json_object_set(filter, "taskIds", honored_tasks) < 0) ||
             (l->subs.list_changed && json_object_set_new(filter, "resourcesListChanged", json_true()) < 0)) {
                 listen_free(l);
                 post_reply(p, 200, jsonrpc_error(id, JSONRPC_INTERNAL_ERROR, "out of memory"));
@@ -1735,6 +1786,15 @@ static void handle_listen(McpServer *s, McpPost *p, json_t *id, json_t *params) 
         http_request_on_done(l->req, listen_on_done, l);
         p->answered = true;
         (void) stream_message(l->req, ack);
+        /* where each task stands now, so that nothing between its creation and this stream is missed */
+        for (size_t k = l->tasks.n; k > 0; k--) {
+                Task *t = task_registry_get(reg, l->tasks.uris[k - 1]);
+                json_auto_t *msg = t ? task_notification_new(t, l->id) : NULL;
+
+                (void) stream_notify(l->req, msg);
+                if (!t || task_status(t) != TASK_WORKING) /* it will not change again */
+                        subscriptions_remove(&l->tasks, l->tasks.uris[k - 1]);
+        }
         r = http_request_stream_keepalive(l->req, s->keepalive, MCP_KEEPALIVE_EVENT);
         if (r < 0)
                 log_debug_errno(r, "subscriptions/listen: no keep-alives on its stream, ignoring: %m");
@@ -1801,9 +1861,33 @@ static void on_vm_event(Vm *v, ManagerVmEvent event, void *userdata) {
                         session_close_stream(x);
         }
         /* a stream that has to go ends, and goes when its request is done, not here */
-        for (McpListen *l = s->listens; l; l = l->next)
-                if (l->req)
-                        (void) subscriptions_notify(&l->subs, l->req, l->id, uris, state, list_changed);
+        for (McpListen *l = s->listens; l; l = l->next) {
+                if (!l->req || !subscriptions_notify(&l->subs, l->req, l->id, uris, state, list_changed))
+                        continue;
+                /* the tasks it follows that wait for this VM: their status message is its state */
+                for (size_t i = 0; i < l->tasks.n; i++) {
+                        Task *t = task_registry_get(manager_tasks(s->manager), l->tasks.uris[i]);
+
+                        if (t && task_follows_vm(t, vm_id(v))) {
+                                json_auto_t *msg = task_notification_new(t, l->id);
+                                if (stream_notify(l->req, msg) < 0)
+                                        break;
+                        }
+                }
+        }
+}
+
+/* A task ended and its record is on disk: the streams that follow it hear how, and forget it. */
+static void on_task_ended(Task *t, void *userdata) {
+        McpServer *s = userdata;
+
+        for (McpListen *l = s->listens; l; l = l->next) {
+                if (!l->req || !subscriptions_has(&l->tasks, task_id(t)))
+                        continue;
+                json_auto_t *msg = task_notification_new(t, l->id);
+                (void) stream_notify(l->req, msg);
+                subscriptions_remove(&l->tasks, task_id(t));
+        }
 }
 
 /* One request of a stateless revision (2026-07-28): the checks in the order the revision ranks them
@@ -1916,7 +2000,7 @@ static void handle_stateless(McpServer *s, McpPost *p, json_t *id, const char *m
                 handle_resources_read(s, p, id, params, result_meta);
                 return;
         } else if (streq(method, "subscriptions/listen")) {
-                handle_listen(s, p, id, params);
+                handle_listen(s, p, id, params, &envelope);
                 return;
         } else {
                 /* a method of 2025-11-25 alone (initialize, ping, logging/setLevel, …) too */

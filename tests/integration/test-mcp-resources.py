@@ -27,15 +27,13 @@ after the installed boot starts):
 
 import json
 import os
-import queue
-import socket
 import sys
 import threading
 import time
 
 here = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, here)
-from vmmtest import HOST, McpClient, base_env, fake_daemon, http_request, run, tap  # noqa: E402
+from vmmtest import EventStream, McpClient, base_env, fake_daemon, http_request, run, tap  # noqa: E402
 
 FAKES = os.path.join(here, "fakes")
 V2 = "2026-07-28"
@@ -73,88 +71,6 @@ class Stateless:
         status, _, body = http_request(self.port, "POST", "/mcp", body=json.dumps(msg).encode(), headers=headers,
                                        timeout=30)
         return status, json.loads(body) if body else None
-
-
-class EventStream:
-    """An HTTP request whose answer is an event stream, read by a thread: each JSON-RPC message of
-    an event goes into .events (a queue)."""
-
-    def __init__(self, port, method, headers, body=None):
-        self.events, self.status, self.headers = queue.Queue(), None, {}
-        self.sock = socket.create_connection((HOST, port), timeout=60)
-        head = "%s /mcp HTTP/1.1\r\nHost: %s:%d\r\n" % (method, HOST, port)
-        for k, v in headers.items():
-            head += "%s: %s\r\n" % (k, v)
-        if body is not None:
-            head += "Content-Length: %d\r\n" % len(body)
-        self.sock.sendall(head.encode() + b"\r\n" + (body or b""))
-        self.buf = b""
-        line = self._line()
-        self.status = int(line.split()[1])
-        while True:
-            line = self._line()
-            if not line:
-                break
-            k, _, v = line.partition(":")
-            self.headers[k.strip().lower()] = v.strip()
-        self.thread = threading.Thread(target=self._read, daemon=True)
-        self.thread.start()
-
-    def _fill(self):
-        data = self.sock.recv(65536)
-        if not data:
-            raise EOFError
-        self.buf += data
-
-    def _line(self):
-        while b"\r\n" not in self.buf:
-            self._fill()
-        line, self.buf = self.buf.split(b"\r\n", 1)
-        return line.decode()
-
-    def _body(self):
-        """The body, dechunked, as it comes."""
-        if self.headers.get("transfer-encoding", "").lower() != "chunked":
-            while True:
-                if self.buf:
-                    out, self.buf = self.buf, b""
-                    yield out
-                self._fill()
-        while True:
-            size = int(self._line().split(";")[0], 16)
-            if size == 0:
-                return
-            while len(self.buf) < size + 2:
-                self._fill()
-            yield self.buf[:size]
-            self.buf = self.buf[size + 2:]
-
-    def _read(self):
-        text = b""
-        try:
-            for chunk in self._body():
-                text += chunk
-                while b"\n\n" in text:
-                    event, text = text.split(b"\n\n", 1)
-                    for line in event.decode().split("\n"):
-                        if line.startswith("data: "):
-                            self.events.put(json.loads(line[6:]))
-        except (EOFError, OSError, ValueError):
-            pass
-        self.events.put(None)
-
-    def next(self, timeout):
-        try:
-            return self.events.get(timeout=timeout)
-        except queue.Empty:
-            return None
-
-    def close(self):
-        try:
-            self.sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-        self.sock.close()
 
 
 def follow(stream, uri, until, timeout):

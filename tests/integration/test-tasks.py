@@ -18,6 +18,11 @@ tests/integration/fakes with the process launcher:
   * REST: Prefer: respond-async answers 202 with Location and the operation; GET follows it; DELETE
     cancels a create (200, cancelled, the VM gone) and refuses an ended one (409 conflict); GET
     /operations lists; MCP and REST read the same record;
+  * following a task without polling: subscriptions/listen with params.notifications.taskIds
+    acknowledges the tasks that exist (not an unknown id; none for a client without the extension),
+    sends where each stands at once, then notifications/tasks as its VM moves (the status message
+    names the state) and one when it ends, with the result inlined and the subscription's id in
+    _meta; a listen for a task that ended already hears it once;
   * bad input: an unknown task id (-32602, data.code not_found; REST 404 not_found), a missing or
     non-string taskId (-32602), the task methods without the extension (-32021), a task-augmented
     call with bad arguments answers the tool's own error at once and records nothing; a client
@@ -32,7 +37,7 @@ import time
 
 here = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, here)
-from vmmtest import Daemon, HOST, base_env, free_port, http_request, run, tap  # noqa: E402
+from vmmtest import Daemon, EventStream, HOST, base_env, free_port, http_request, run, tap  # noqa: E402
 
 FAKES = os.path.join(here, "fakes")
 VERSION = "2026-07-28"
@@ -368,5 +373,85 @@ def test_rest(work):
     e.d.stop()
 
 
+def listen(port, task_ids, tasks=True, req_id="listen:t"):
+    caps = {"extensions": {TASKS: {}}} if tasks else {}
+    body = json.dumps({"jsonrpc": "2.0", "id": req_id, "method": "subscriptions/listen", "params": {
+        "notifications": {"taskIds": task_ids},
+        "_meta": {"io.modelcontextprotocol/protocolVersion": VERSION,
+                  "io.modelcontextprotocol/clientCapabilities": caps,
+                  "io.modelcontextprotocol/clientInfo": {"name": "test-tasks", "version": "0"}}}}).encode()
+    return EventStream(port, "POST", {"Content-Type": "application/json",
+                                      "Accept": "application/json, text/event-stream",
+                                      "MCP-Protocol-Version": VERSION, "Mcp-Method": "subscriptions/listen"}, body)
+
+
+def test_notifications(work):
+    e = Env(work, "notify", ready_after=4)
+    ok, why = e.start()
+    if not tap.result(ok, "daemon on fakes starts", why):
+        return
+    m = Mcp(e.port)
+    api(e.port, "POST", "/networks", {"name": "nn", "cidr": "10.80.0.0/24"})
+    status, doc = m.call("create_vm", dict(CREATE, name="n1", network="nn"))
+    tid = ((doc or {}).get("result") or {}).get("taskId")
+    if not tap.result(tid, "create_vm as a task", repr(doc)[:300]):
+        return
+
+    s = listen(e.port, [tid, "0" * 32])
+    ack = s.next(10) or {}
+    tap.result(s.status == 200 and ack.get("method") == "notifications/subscriptions/acknowledged" and
+               ack["params"]["notifications"] == {"taskIds": [tid]},
+               "subscriptions/listen with taskIds: acknowledged with the task that exists, not the unknown id",
+               repr(ack)[:400])
+    seen, deadline = [], time.monotonic() + 60
+    while time.monotonic() < deadline:
+        msg = s.next(max(0.1, deadline - time.monotonic()))
+        if msg is None:
+            break
+        seen.append(msg)
+        if (msg.get("params") or {}).get("status") in ("completed", "failed", "cancelled"):
+            break
+    s.close()
+    params = [x.get("params") or {} for x in seen]
+    states = [p.get("statusMessage", "").split(" is ")[-1] if p.get("status") == "working" else p.get("status")
+              for p in params]
+    tap.result(seen and all(x.get("method") == "notifications/tasks" for x in seen) and
+               all(p.get("taskId") == tid for p in params) and
+               all((p.get("_meta") or {}).get("io.modelcontextprotocol/subscriptionId") == "listen:t" for p in params),
+               "every message after the acknowledgement is notifications/tasks of that task, with the subscription id",
+               repr(seen)[:800])
+    last = params[-1] if params else {}
+    sc = (last.get("result") or {}).get("structuredContent") or {}
+    tap.result(len(params) >= 3 and params[0].get("status") == "working" and "booting" in states and
+               last.get("status") == "completed" and sc.get("state") == "ready" and
+               isinstance(last.get("createdAt"), str) and isinstance(last.get("lastUpdatedAt"), str),
+               "notifications/tasks: where it stood at once, the VM's states as they came, then completed with "
+               "the result inlined: %s" % " -> ".join(states), repr(params)[:800])
+
+    # a task that ended already: heard once, at once
+    s = listen(e.port, [tid], req_id=9)
+    ack, first = s.next(10) or {}, s.next(10) or {}
+    more = s.next(2)
+    s.close()
+    tap.result(ack.get("params", {}).get("notifications") == {"taskIds": [tid]} and
+               first.get("method") == "notifications/tasks" and first["params"].get("status") == "completed" and
+               first["params"]["_meta"].get("io.modelcontextprotocol/subscriptionId") == 9 and more is None,
+               "a listen for a task that has ended hears it once, completed", repr((ack, first, more))[:600])
+
+    # refusals
+    s = listen(e.port, [tid], tasks=False)
+    ack = s.next(10) or {}
+    s.close()
+    tap.result(ack.get("params", {}).get("notifications") == {"taskIds": []},
+               "a client that did not declare the extension is acknowledged no task", repr(ack)[:300])
+    for bad, why in (("nope", "a string"), ([7], "an array of numbers")):
+        status, doc = m.request("subscriptions/listen", {"notifications": {"taskIds": bad}})
+        tap.result(err(doc).get("code") == -32602, "subscriptions/listen with taskIds %s: -32602" % why,
+                   repr(doc)[:300])
+    rc, took = e.d.stop(timeout=30)
+    tap.result(rc == 0 and not e.d.sanitizer_lines(), "SIGTERM: exit 0, no sanitizer report",
+               repr(e.d.sanitizer_lines()[:5]))
+
+
 if __name__ == "__main__":
-    sys.exit(run([test_mcp, test_restart, test_rest], deadline=400, prefix="vmm-tasks-"))
+    sys.exit(run([test_mcp, test_restart, test_rest, test_notifications], deadline=500, prefix="vmm-tasks-"))
