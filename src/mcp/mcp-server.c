@@ -1440,8 +1440,8 @@ static json_t *task_notification_new(Task *t, json_t *subscription_id) {
         json_auto_t *params = task_wire(t, /* detailed= */ true);
 
         if (!params ||
-            json_object_set_new(params, "_meta", json_pack("{s:O}", MCP_META_SUBSCRIPTION_ID, subscription_id)) <
-                    0)
+            json_object_set_new(
+                    params, "_meta", json_pack("{s:O}", MCP_META_SUBSCRIPTION_ID, subscription_id)) < 0)
                 return NULL;
         return json_pack("{s:s,s:s,s:O}", "jsonrpc", "2.0", "method", "notifications/tasks", "params", params);
 }
@@ -1625,11 +1625,27 @@ static void listen_on_done(unsigned status, void *userdata) {
         listen_free(l);
 }
 
+/* A list of a listen filter (resourceSubscriptions, taskIds): absent, or an array of at most
+ * MCP_SUBSCRIPTIONS_MAX strings. */
+static bool filter_list_ok(json_t *list) {
+        json_t *x;
+        size_t i;
+
+        if (!list)
+                return true;
+        if (!json_is_array(list) || json_array_size(list) > MCP_SUBSCRIPTIONS_MAX)
+                return false;
+        json_array_foreach(list, i, x) {
+                if (!json_is_string(x))
+                        return false;
+        }
+        return true;
+}
+
 /* subscriptions/listen: the notifications asked for that this server can send (the resources of VMs
  * that exist, the resource list), acknowledged as the stream's first event. The answer is in p, or
  * the stream itself (p->answered). */
-static void handle_listen(
-        McpServer *s, McpPost *p, json_t *id, json_t *params, const McpEnvelope *envelope) {
+static void handle_listen(McpServer *s, McpPost *p, json_t *id, json_t *params, const McpEnvelope *envelope) {
         json_t *filter = json_object_get(params, "notifications"), *uris, *uri, *task_ids;
         json_auto_t *honored = NULL, *honored_tasks = NULL, *ack = NULL;
         TaskRegistry *reg = manager_tasks(s->manager);
@@ -1646,42 +1662,18 @@ static void handle_listen(
                 return;
         }
         uris = json_object_get(filter, "resourceSubscriptions");
-        if (uris && (!json_is_array(uris) || json_array_size(uris) > MCP_SUBSCRIPTIONS_MAX)) {
-                post_reply(
-                        p,
-                        200,
-                        jsonrpc_error(
-                                id,
-                                JSONRPC_INVALID_PARAMS,
-                                "params.notifications.resourceSubscriptions must be an array of at most 64 URIs"));
-                return;
-        }
-        json_array_foreach(uris, i, uri) if (!json_string_cstr(uri)) {
-                post_reply(
-                        p,
-                        200,
-                        jsonrpc_error(
-                                id,
-                                JSONRPC_INVALID_PARAMS,
-                                "params.notifications.resourceSubscriptions must hold strings"));
-                return;
-        }
         task_ids = json_object_get(filter, "taskIds");
-        if (task_ids && (!json_is_array(task_ids) || json_array_size(task_ids) > MCP_SUBSCRIPTIONS_MAX)) {
+        if (!filter_list_ok(uris) || !filter_list_ok(task_ids)) {
                 post_reply(
                         p,
                         200,
                         jsonrpc_error(
                                 id,
                                 JSONRPC_INVALID_PARAMS,
-                                "params.notifications.taskIds must be an array of at most 64 task ids"));
-                return;
-        }
-        json_array_foreach(task_ids, i, uri) if (!json_string_cstr(uri)) {
-                post_reply(
-                        p,
-                        200,
-                        jsonrpc_error(id, JSONRPC_INVALID_PARAMS, "params.notifications.taskIds must hold strings"));
+                                !filter_list_ok(uris) ? "params.notifications.resourceSubscriptions must be an "
+                                                        "array of at most 64 URIs (strings)" :
+                                                        "params.notifications.taskIds must be an array of at "
+                                                        "most 64 task ids (strings)"));
                 return;
         }
         if (!p->request) {
