@@ -373,6 +373,7 @@ int manager_new(Manager **ret, sd_event *event, const ManagerConfig *cfg, ApiErr
         m->settings.stop_timeout = cfg->stop_timeout ?: 30 * USEC_PER_SEC;
         m->settings.qmp_timeout = cfg->qmp_timeout ?: 30 * USEC_PER_SEC;
         m->settings.tcg_tb_size_mib = cfg->tcg_tb_size_mib;
+        m->settings.guest_report_interval = cfg->guest_report_interval;
         m->settings.guest_series_limit = cfg->guest_series_limit ?: GUEST_SERIES_LIMIT_DEFAULT;
         m->settings.install_mode = cfg->install_mode;
         m->settings.self_exe_fd = cfg->self_exe_fd > STDERR_FILENO ? cfg->self_exe_fd : -EBADF;

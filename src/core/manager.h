@@ -66,9 +66,10 @@ typedef struct ManagerConfig {
         usec_t install_timeout;
         usec_t boot_timeout;
         usec_t stop_timeout;
-        usec_t qmp_timeout;       /* QEMU spawned to QMP answering; 0: 30 s */
-        uint32_t tcg_tb_size_mib; /* TCG's translation cache per VM; 0: QEMU's default (1 GiB) */
-        uint32_t notify_port;     /* 0: the port recorded in the state dir, else a new one */
+        usec_t qmp_timeout;           /* QEMU spawned to QMP answering; 0: 30 s */
+        uint32_t tcg_tb_size_mib;     /* TCG's translation cache per VM; 0: QEMU's default (1 GiB) */
+        usec_t guest_report_interval; /* the guest's report uploads (vm.report-interval); 0: once */
+        uint32_t notify_port;         /* 0: the port recorded in the state dir, else a new one */
         VmLauncherKind launcher;
         VmInstallMode install_mode; /* create_vm's default; host falls back to boot per image */
         bool detach_vms_on_exit;
@@ -97,6 +98,7 @@ struct ManagerSettings {
         usec_t install_timeout, boot_timeout, stop_timeout, qmp_timeout;
         uint32_t notify_port; /* the vsock port guests send READY=1 to */
         uint32_t tcg_tb_size_mib;
+        usec_t guest_report_interval;
         AttestMode attestation;
         bool learn_golden;
         size_t guest_series_limit;

@@ -402,7 +402,8 @@ static int spawn_qemu(Vm *v, bool paused) {
         const Network *net_rec = network_registry_get(manager_networks(v->manager), v->rec.spec.network);
         /* a QEMU started beside the host install is the first boot's, paused */
         VmPhase phase = paused ? VM_PHASE_BOOT : v->rec.phase;
-        VmCredential creds[5];
+        VmCredential creds[6];
+        char report[24];
         const char *extra;
         size_t n = 0;
         int r;
@@ -437,6 +438,15 @@ static int spawn_qemu(Vm *v, bool paused) {
          * PID 1 wait out vsock connect timeouts (about 30 s per installer boot) */
         if (phase == VM_PHASE_BOOT)
                 creds[n++] = (VmCredential){ "vmm.notify_socket", notify };
+        /* the period of the guest's report uploads, in seconds (the image's generator sets its timer) */
+        if (phase == VM_PHASE_BOOT) {
+                (void) snprintf(
+                        report,
+                        sizeof(report),
+                        "%" PRIu64,
+                        (uint64_t) (manager_settings(v->manager)->guest_report_interval / USEC_PER_SEC));
+                creds[n++] = (VmCredential){ "vm.report-interval", report };
+        }
 
         /* PCR 12 is predicted from what this run is handed (vm-attest.c), whichever daemon judges
          * its quotes: kept in the record before QEMU starts. */

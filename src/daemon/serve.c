@@ -60,6 +60,7 @@ static usec_t arg_boot_timeout = 0;
 static usec_t arg_stop_timeout = 30 * USEC_PER_SEC;
 static usec_t arg_qmp_timeout = 30 * USEC_PER_SEC;
 static uint32_t arg_tcg_tb_size_mib = 256; /* docs/operations.md has the measurement behind it */
+static usec_t arg_guest_report_interval = 60 * USEC_PER_SEC;
 static uint32_t arg_notify_port = 0;
 static VmLauncherKind arg_launcher = VM_LAUNCHER_AUTO;
 static VmInstallMode arg_install_mode = VM_INSTALL_HOST;
@@ -216,6 +217,17 @@ static int parse_request_timeout(const Flag *f, const char *value, const char **
 
         if (r >= 0 && *(usec_t *) f->dest < USEC_PER_SEC) {
                 *ret_reason = "must be at least 1s";
+                return -EINVAL;
+        }
+        return r;
+}
+
+static int parse_report_interval(const Flag *f, const char *value, const char **ret_reason) {
+        int r = flag_parse_duration(f, value, ret_reason);
+        usec_t u = *(usec_t *) f->dest;
+
+        if (r >= 0 && (u % USEC_PER_SEC != 0 || u > 24 * USEC_PER_HOUR)) {
+                *ret_reason = "want whole seconds, at most 1d (0: once after boot)";
                 return -EINVAL;
         }
         return r;
@@ -390,6 +402,16 @@ static const Flag serve_flags[] = {
                         "guest runs code); 0 keeps QEMU's default of 1024",
                 .parse = parse_tb_size,
                 .dest = &arg_tcg_tb_size_mib,
+        },
+        {
+                .name = "guest-report-interval",
+                .env = "VM_MANAGER_GUEST_REPORT_INTERVAL",
+                .default_value = "60s",
+                .metavar = "DURATION",
+                .help = "how often each VM's guest uploads its metrics report (whole seconds, at most 1d; 0: once "
+                        "after boot only); handed to the guest as the credential vm.report-interval",
+                .parse = parse_report_interval,
+                .dest = &arg_guest_report_interval,
         },
         {
                 .name = "vsock",
@@ -1146,6 +1168,7 @@ static int run(int self_exe_fd) {
                         .stop_timeout = arg_stop_timeout,
                         .qmp_timeout = arg_qmp_timeout,
                         .tcg_tb_size_mib = arg_tcg_tb_size_mib,
+                        .guest_report_interval = arg_guest_report_interval,
                         .notify_port = arg_notify_port,
                         .launcher = arg_launcher,
                         .install_mode = arg_install_mode,

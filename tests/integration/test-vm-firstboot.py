@@ -63,11 +63,9 @@ def policy(golden, pcr12=False):
     return p
 
 
-def credentials_word(argv, change=None):
-    """What the image's vm-measure-credentials extends PCR 12 with, from the credentials of QEMU's
-    command line (-smbios type=11 io.systemd.credential strings, QEMU's ",," unescaped), as the
-    guest's PID 1 would store them; change maps a name to another value (a credential altered on the
-    way)."""
+def credentials_of(argv):
+    """The credentials of QEMU's command line (-smbios type=11 io.systemd.credential strings, QEMU's
+    ",," unescaped), as the guest's PID 1 would store them: name -> bytes."""
     creds = {}
     for i, a in enumerate(argv[:-1]):
         if a != "-smbios" or not argv[i + 1].startswith("type=11,value="):
@@ -77,6 +75,13 @@ def credentials_word(argv, change=None):
             if v.startswith(prefix):
                 name, _, value = v[len(prefix):].partition("=")
                 creds[name] = base64.b64decode(value) if binary else value.encode()
+    return creds
+
+
+def credentials_word(argv, change=None):
+    """What the image's vm-measure-credentials extends PCR 12 with, from the credentials of QEMU's
+    command line; change maps a name to another value (a credential altered on the way)."""
+    creds = credentials_of(argv)
     creds.update({k: v.encode() for k, v in (change or {}).items()})
     lines = "".join("%s=%s\n" % (n, hashlib.sha256(creds[n]).hexdigest()) for n in sorted(creds))
     return "vm-credentials:" + hashlib.sha256(lines.encode()).hexdigest()
@@ -486,7 +491,7 @@ def test_pcr12_credentials(work):
     if not AGENT or not shutil.which("swtpm") or not shutil.which("swtpm_setup") or not shutil.which("tpm2_pcrextend"):
         tap.skip("PCR 12 with the credentials", "needs agent/vm-agent, swtpm, swtpm_setup and tpm2-tools")
         return
-    d, port, state = daemon(work, "pcr12c", golden=ZERO, pcr12="predicted-credentials")
+    d, port, state = daemon(work, "pcr12c", ZERO, "--guest-report-interval", "5m", pcr12="predicted-credentials")
     tpms = []
     try:
         for name, change, want in (("same-creds", None, True), ("other-creds", {"firstboot.hostname": "evil"}, False)):
@@ -499,7 +504,12 @@ def test_pcr12_credentials(work):
                 return
             tpm.adopt(state, vm["id"])
             with open(os.path.join(state, "vms", vm["id"], "qemu.argv.json")) as f:
-                word = credentials_word(json.load(f), change)
+                argv = json.load(f)
+            word = credentials_word(argv, change)
+            if want:
+                got = credentials_of(argv).get("vm.report-interval")
+                tap.result(got == b"300", "--guest-report-interval 5m: the boot is handed vm.report-interval=300 "
+                           "(and PCR 12's credentials word covers it)", repr(got))
             log = tpm.stub_measures("ignition.firstboot")
             tpm.measures_credentials(word)
             rc, out = tpm.attest(imds_url(state, vm["id"]), "initrd", log)
