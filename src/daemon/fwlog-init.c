@@ -47,6 +47,10 @@ static void dump_log(void) {
         size_t total = 0;
         int fd;
 
+        /* What the firmware wrote last may still hold the line (OVMF 2025.02 of Debian 13 clears the
+         * screen with escape sequences and no line end, and "quiet" keeps the kernel from ending it):
+         * start a new one, so that ours begin with the prefix. */
+        putchar('\n');
         fd = open(EVENT_LOG, O_RDONLY | O_CLOEXEC);
         if (fd < 0) {
                 printf(PREFIX "error %s: %s\n", EVENT_LOG, strerror(errno));
