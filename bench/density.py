@@ -4,7 +4,7 @@ create_vm (2 vCPUs, 2048 MiB, attested), waits until each is ready and then SETT
 samples every VM for WINDOW seconds:
 
   host PSS     of the VM's processes (QEMU, swtpm, vhost-device-vsock), from /proc/<pid>/smaps_rollup
-  guest        used + page cache (total - free) from the guest's balloon statistics (get_vm_metrics)
+  guest        MemTotal - MemFree of the guest's /proc/meminfo (exec_vm, after the window)
   CPU          of the VM's processes over the window, from /proc/<pid>/stat, in % of one core
 
 and prints one markdown table per configuration, then what fits: this host's memory (MemTotal)
@@ -13,6 +13,7 @@ after the other, each on its own daemon and state directory:
 
   vm-manager      the daemon's defaults
   tb-1g           --tcg-tb-size-mib 0: QEMU's own translation cache of 1 GiB, as libvirt leaves it
+  tb-64           --tcg-tb-size-mib 64: a quarter of the default cache
   report-60s      --guest-report-interval 60s: the report period before issue 38's measurement
   before          both: QEMU's cache size and the minute report (the guest image is the same, with
                   its boot cache dropped; free page reporting stays on)
@@ -35,6 +36,7 @@ import time
 CONFIGS = {
     "vm-manager": [],
     "tb-1g": ["--tcg-tb-size-mib", "0"],
+    "tb-64": ["--tcg-tb-size-mib", "64"],
     "report-60s": ["--guest-report-interval", "60s"],
     "before": ["--tcg-tb-size-mib", "0", "--guest-report-interval", "60s"],
 }
@@ -95,12 +97,14 @@ def pss_bytes(pid):
     return None
 
 
-def guest_mib(metrics):
-    """used + page cache (total - free) as the guest's balloon statistics say, in MiB; None without."""
-    bal = ((metrics or {}).get("balloon") or {}).get("stats") or {}
-    if "total_memory_bytes" in bal and "free_memory_bytes" in bal:
-        return (bal["total_memory_bytes"] - bal["free_memory_bytes"]) / 2**20
-    return None
+def guest_mib(port, vid):
+    """The guest's own use, MemTotal - MemFree of its /proc/meminfo (used, buffers, page cache and
+    slab: what `free` calls used + buff/cache), in MiB; None when exec_vm fails."""
+    status, r = api(port, "POST", "/vms/%s/exec" % vid, {"command": ["cat", "/proc/meminfo"]})
+    if status != 200:
+        return None
+    m = {l.split(":")[0]: int(l.split()[1]) for l in (r or {}).get("stdout", "").splitlines() if l.split()[1:]}
+    return (m["MemTotal"] - m["MemFree"]) / 1024 if "MemTotal" in m and "MemFree" in m else None
 
 
 def pids_of(metrics):
@@ -135,7 +139,7 @@ def run_config(name, binary, images, n, settle, window, extra, work):
             ticks = sum((cpu_ticks(pid) or 0) - (t or 0) for pid, t in before[vid].items() if t is not None)
             pss = sum(pss_bytes(pid) or 0 for pid in before[vid])
             rows.append({"vm": vid[:8], "cpu": 100.0 * ticks / TICKS / elapsed, "pss": pss / 2**20,
-                         "guest": guest_mib(m)})
+                         "guest": guest_mib(port, vid)})
     finally:
         for vid in made:
             api(port, "DELETE", "/vms/%s" % vid, timeout=300)
@@ -163,7 +167,7 @@ def main():
         for c in configs:
             rows = run_config(c, binary, images, n, settle, window, extra, work)
             print("\n%s, %d VMs, settle %d s, window %d s\n" % (c, len(rows), settle, window))
-            print("| VM | host PSS MiB | guest used+cache MiB | PSS - guest MiB | CPU % of a core |")
+            print("| VM | host PSS MiB | guest MemTotal - MemFree MiB | PSS - guest MiB | CPU % of a core |")
             print("|---|---|---|---|---|")
             for r in rows:
                 g = r["guest"]
@@ -173,7 +177,7 @@ def main():
                 pss = sum(r["pss"] for r in rows) / len(rows)
                 cpu = sum(r["cpu"] for r in rows) / len(rows)
                 summary.append((c, len(rows), pss, cpu, mem_total / pss, 200.0 / cpu if cpu > 0 else float("inf")))
-        print("\n| configuration | VMs | mean host PSS MiB | mean idle CPU % | fit by memory (%.0f MiB) | fit by CPU (2 cores) |"
+        print("\n| configuration | VMs | mean host PSS MiB | mean idle CPU %% | fit by memory (%.0f MiB) | fit by CPU (2 cores) |"
               % mem_total)
         print("|---|---|---|---|---|---|")
         for c, k, pss, cpu, fm, fc in summary:
