@@ -212,25 +212,39 @@ static int parse_max_connections(const Flag *f, const char *value, const char **
         return parse_uint32_within(f, value, ret_reason, 1, 65536, "want 1 to 65536");
 }
 
-static int parse_request_timeout(const Flag *f, const char *value, const char **ret_reason) {
+/* A duration from min to max (whole seconds when whole); reason says so when it is not one. */
+static int parse_duration_within(
+        const Flag *f,
+        const char *value,
+        const char **ret_reason,
+        usec_t min,
+        usec_t max,
+        bool whole,
+        const char *reason) {
         int r = flag_parse_duration(f, value, ret_reason);
+        usec_t u = *(usec_t *) f->dest;
 
-        if (r >= 0 && *(usec_t *) f->dest < USEC_PER_SEC) {
-                *ret_reason = "must be at least 1s";
+        if (r >= 0 && ((whole && u % USEC_PER_SEC != 0) || u < min || u > max)) {
+                *ret_reason = reason;
                 return -EINVAL;
         }
         return r;
 }
 
-static int parse_report_interval(const Flag *f, const char *value, const char **ret_reason) {
-        int r = flag_parse_duration(f, value, ret_reason);
-        usec_t u = *(usec_t *) f->dest;
+static int parse_request_timeout(const Flag *f, const char *value, const char **ret_reason) {
+        return parse_duration_within(
+                f, value, ret_reason, USEC_PER_SEC, USEC_INFINITY, false, "must be at least 1s");
+}
 
-        if (r >= 0 && (u % USEC_PER_SEC != 0 || u > 24 * USEC_PER_HOUR)) {
-                *ret_reason = "want whole seconds, at most 1d (0: once after boot)";
-                return -EINVAL;
-        }
-        return r;
+static int parse_report_interval(const Flag *f, const char *value, const char **ret_reason) {
+        return parse_duration_within(
+                f,
+                value,
+                ret_reason,
+                0,
+                24 * USEC_PER_HOUR,
+                true,
+                "want whole seconds, at most 1d (0: once after boot)");
 }
 
 static int parse_tb_size(const Flag *f, const char *value, const char **ret_reason) {
