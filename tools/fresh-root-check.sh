@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Proves the README's two commands on a fresh Debian 12 machine: a bookworm root made for the
-# purpose with mmdebstrap (variant minbase, plus git and make, which a user needs to clone the
+# Proves the README's two commands on a fresh Debian machine, 12 (bookworm) or 13 (trixie): a root
+# of that release made for the purpose with mmdebstrap (variant minbase, plus git and make, which a user needs to clone the
 # repository and to type `make`), entered with unshare + chroot, and a clean clone of the commit
 # under test in /root/vm-manager. Inside, as root and with nothing else installed:
 #   1. `make run` (on a port of 127.0.0.1 the kernel picks), until GET /healthz answers 200 and
@@ -18,9 +18,10 @@
 # service starts inside (policy-rc.d says no, as in any chroot); there is no systemd as PID 1.
 #
 # usage: tools/fresh-root-check.sh [WORK_DIR]       (as root; WORK_DIR default: a new /var/tmp dir)
-# Environment: VM_MANAGER (a built daemon for the host's key; default build-asan's, then build's),
-#   FRESH_ROOT_KEEP=1 (keep the root), FRESH_ROOT_MIRROR (the archive; default the host's apt source
-#   of bookworm), FRESH_ROOT_COLD=1 (an empty image cache of the root's own: the whole image build).
+# Environment: FRESH_ROOT_SUITE (the release: bookworm, the default, or trixie), VM_MANAGER (a built
+#   daemon for the host's key; default build-asan's, then build's), FRESH_ROOT_KEEP=1 (keep the
+#   root), FRESH_ROOT_MIRROR (the archive; default the host's apt source of bookworm, which serves
+#   trixie too), FRESH_ROOT_COLD=1 (an empty image cache of the root's own: the whole image build).
 # Exit status: 0 passed, 1 failed (the reason last), 77 cannot run here (the reason printed).
 set -uo pipefail
 
@@ -226,10 +227,10 @@ if [ "${1:-}" = --inside ]; then
                         --setup-hook="mkdir -p \"\$1$APT_ARCHIVES\" && mount --bind $APT_ARCHIVES \"\$1$APT_ARCHIVES\""
                         --customize-hook="umount \"\$1$APT_ARCHIVES\"")
         fi
-        say "mmdebstrap: bookworm, variant minbase, with git and make, into $root"
+        say "mmdebstrap: $suite, variant minbase, with git and make, into $root"
         t=$(date +%s)
         if ! mmdebstrap --mode=root --variant=minbase --include=git,make "${apt_hooks[@]}" \
-                bookworm "$root" "$work/sources.list" >"$work/mmdebstrap.log" 2>&1; then
+                "$suite" "$root" "$work/sources.list" >"$work/mmdebstrap.log" 2>&1; then
                 tail -n 30 "$work/mmdebstrap.log"
                 fail "mmdebstrap could not make the root (log: $work/mmdebstrap.log)"
         fi
@@ -280,17 +281,27 @@ unshare --mount --pid --fork --kill-child true 2>/dev/null || skip "cannot make 
 . "$here/need.sh"
 need_cmds fresh-root "build check" mmdebstrap git curl python3
 
-# The archive: the host's own apt sources of bookworm (a fresh machine would have these three).
+suite=${FRESH_ROOT_SUITE:-bookworm}
+case "$suite" in
+bookworm | trixie) ;;
+*) fail "FRESH_ROOT_SUITE=$suite: the supported releases are bookworm and trixie" ;;
+esac
+export suite
+
+# The archive: the host's own apt sources of bookworm (a fresh machine would have these three), the
+# same mirrors with the release's name in place of bookworm's for trixie: a fresh Debian 13 machine
+# has trixie, trixie-updates and trixie-security from the mirror it was installed from.
 if [ -n "${FRESH_ROOT_MIRROR:-}" ]; then
-        mirrors="deb ${FRESH_ROOT_MIRROR} bookworm main"
+        mirrors="deb ${FRESH_ROOT_MIRROR} $suite main"
         archive=$FRESH_ROOT_MIRROR
 else
         mirrors=$(apt-get indextargets --format '$(SITE) $(RELEASE) $(COMPONENT)' 'Created-By: Packages' 2>/dev/null |
-                awk '$2 ~ /^bookworm(-updates|-security)?$/ && $3 == "main" { print "deb " $1 " " $2 " main" }' | sort -u)
-        archive=$(awk '$3 == "bookworm" { print $2; exit }' <<<"$mirrors")
+                awk -v suite="$suite" '$2 ~ /^bookworm(-updates|-security)?$/ && $3 == "main" {
+                        sub(/^bookworm/, suite, $2); print "deb " $1 " " $2 " main" }' | sort -u)
+        archive=$(awk -v suite="$suite" '$3 == suite { print $2; exit }' <<<"$mirrors")
         [ -n "$archive" ] || skip "the host's apt has no bookworm source to make the root from (FRESH_ROOT_MIRROR=URL)"
 fi
-curl -fsS -m 30 -o /dev/null "$archive/dists/bookworm/InRelease" 2>/dev/null ||
+curl -fsS -m 30 -o /dev/null "$archive/dists/$suite/InRelease" 2>/dev/null ||
         skip "the archive $archive cannot be reached"
 
 work=${1:-}
@@ -308,7 +319,7 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 1' INT TERM HUP
 
-say "commit $(git -C "$repo" rev-parse --short=12 HEAD), work directory $work"
+say "$suite: commit $(git -C "$repo" rev-parse --short=12 HEAD), work directory $work"
 host_key=
 cached=0
 if [ "${FRESH_ROOT_COLD:-0}" != 1 ]; then
