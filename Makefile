@@ -115,7 +115,7 @@ FUZZ_BUILD ?= build-fuzz
 FUZZ_SECONDS ?= 60
 fuzz:
 	@./tools/install-deps.sh fuzz
-	test -f $(FUZZ_BUILD)/build.ninja || CC=clang-14 meson setup $(FUZZ_BUILD) -Dfuzzer=true \
+	test -f $(FUZZ_BUILD)/build.ninja || CC=$$(command -v clang-14 || command -v clang-19) meson setup $(FUZZ_BUILD) -Dfuzzer=true \
 		-Db_sanitize=address,undefined -Db_lundef=false
 	ninja -C $(FUZZ_BUILD)
 	for t in json-body mcp-post oci-manifest oci-tar oci-auth; do \

@@ -10,8 +10,15 @@
 # system: coreutils, grep, sed, awk, find, apt, dpkg); the scripts check for theirs up front
 # (tools/need.sh) and name the package. make run asks for build and run, and images/Makefile (which
 # make run calls) for build and image; make check for build, check and image.
-# tools/fresh-root-check.sh proves both in a fresh Debian 12 root.
+# tools/fresh-root-check.sh proves both in fresh Debian 12 (bookworm) and 13 (trixie) roots.
+#
+# The groups name Debian 12's packages. On Debian 13 (trixie) the few that differ are replaced at
+# the end of the lists (see "Release differences" below): the pinned clang-format-14 and
+# similarity-tester come from bookworm, vhost-device-vsock from trixie itself.
 set -euo pipefail
+
+# The release's code name (bookworm, trixie), from os-release as apt itself reads it.
+codename=$(. /etc/os-release 2>/dev/null && echo "${VERSION_CODENAME:-}")
 
 build=(meson ninja-build pkgconf gcc libc6-dev
        libsystemd-dev libmicrohttpd-dev libjansson-dev libssl-dev
@@ -42,8 +49,9 @@ command -v node >/dev/null 2>&1 || check+=(nodejs)
 command -v npm >/dev/null 2>&1 || check+=(npm)
 # VMs: QEMU, the firmware, the vTPM (swtpm-tools: swtpm_setup and swtpm_localca manufacture a new
 # VM's vTPM with an EK certificate of the host's CA). vhost-device-vsock (READY=1 where /dev/vhost-vsock is missing)
-# comes from Debian sid through tools/fetch-sid-package.sh, below.
+# comes from Debian sid through tools/fetch-sid-package.sh, below, on bookworm, and from trixie itself.
 vms=(qemu-system-x86 ovmf swtpm swtpm-tools)
+[ "$codename" != trixie ] || vms+=(vhost-device-vsock)
 run=("${vms[@]}")
 # tests/image/build.sh: the test guest (kernel, systemd stub, a static init, a GPT disk with an ESP)
 test_image=(linux-image-cloud-amd64 systemd-boot-efi binutils cpio gzip dosfstools mtools fdisk)
@@ -53,6 +61,7 @@ check+=("${vms[@]}" "${test_image[@]}")
 bench=(wrk curl procps time python3 iperf3 iproute2 slirp4netns passt libvirt-daemon-system libvirt-clients
        swtpm-tools "${vms[@]}" "${test_image[@]}")
 fuzz=(clang-14 libclang-rt-14-dev)
+[ "$codename" != trixie ] || fuzz=(clang-19 libclang-rt-19-dev) # the Makefile's fuzz target picks clang-19
 # deploy/ and tests/deploy: the container image (mmdebstrap, buildah, podman with runc), the unit under
 # a private systemd --system with its bus, polkit and systemd-analyze, PyYAML to read the chart; make
 # check runs those tests.
@@ -70,6 +79,28 @@ guest_image=(python3 apt dpkg debian-archive-keyring git gnupg gpgv openssl ca-c
 # dpkg-source unpacks it, the tree's Makefile wants make and rsync, gcc links the pause program
 # statically (libc6-dev), strip (binutils) trims it. The Go compiler is fetched by the script itself.
 guest_image+=(dpkg-dev make rsync gcc libc6-dev binutils)
+
+# Release differences. Trixie has no LLVM 14 and no similarity-tester: the style suite's formatter
+# stays Debian 12's clang-format-14 (other versions format differently) and sim_c is a libc-only
+# program, so both come from bookworm through the same isolated apt view as sid's packages, with
+# their libraries (libllvm14 and libclang-cpp14 install on trixie's own libraries). Trixie carries
+# vhost-device-vsock itself (0.3.0, as sid's), so no sid view is needed for it there.
+bookworm_pkgs=()
+if [ "$codename" = trixie ]; then
+        drop() { # drop NAME ARRAY...: removes NAME from each array
+                local n=$1 a
+                shift
+                for a in "$@"; do
+                        local -n arr=$a
+                        local kept=() x
+                        for x in "${arr[@]}"; do [ "$x" = "$n" ] || kept+=("$x"); done
+                        arr=("${kept[@]}")
+                done
+        }
+        drop clang-format-14 check
+        drop similarity-tester check
+        deploy+=(vhost-device-vsock)
+fi
 
 groups=("$@")
 [ ${#groups[@]} -gt 0 ] || groups=(build check run)
@@ -98,9 +129,15 @@ for p in $(printf '%s\n' "${want[@]}" | sort -u); do
 done
 
 sid=()
-for g in "${groups[@]}"; do
-        case "$g" in run | check | bench | image | deploy) sid=(vhost-device-vsock) ;; esac
-done
+if [ "$codename" != trixie ]; then
+        for g in "${groups[@]}"; do
+                case "$g" in run | check | bench | image | deploy) sid=(vhost-device-vsock) ;; esac
+        done
+else
+        for g in "${groups[@]}"; do
+                case "$g" in check | fuzz) bookworm_pkgs=(clang-format-14 libclang-cpp14 libllvm14 similarity-tester) ;; esac
+        done
+fi
 
 if [ ${#missing[@]} -gt 0 ]; then
         if [ "$(id -u)" -ne 0 ]; then
@@ -160,4 +197,8 @@ done
 # installed.
 if [ ${#sid[@]} -gt 0 ]; then
         "$(dirname "$0")/fetch-sid-package.sh" "${sid[@]}"
+fi
+# On trixie, Debian 12's packages that trixie lacks, from bookworm's view the same way.
+if [ ${#bookworm_pkgs[@]} -gt 0 ]; then
+        "$(dirname "$0")/fetch-sid-package.sh" --suite bookworm "${bookworm_pkgs[@]}"
 fi
