@@ -510,7 +510,6 @@ int attest_event_log_check(
 
         assert_return(firmware_log || firmware_size == 0, -EINVAL);
         assert_return(userspace_log || userspace_size == 0, -EINVAL);
-        assert_return(values, -EINVAL);
         assert_return(ret && ret_message, -EINVAL);
 
         for (unsigned i = 0; i < ATTEST_PCR_SLOTS; i++)

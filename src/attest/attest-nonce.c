@@ -125,7 +125,6 @@ int attest_nonce_issue(AttestNonceStore *s, const char *vm_id, usec_t now, char 
 
         assert_return(s, -EINVAL);
         assert_return(vm_id, -EINVAL);
-        assert_return(ret, -EINVAL);
 
         while (got < sizeof(raw)) {
                 ssize_t k = getrandom(raw + got, sizeof(raw) - got, 0);

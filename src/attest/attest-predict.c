@@ -62,7 +62,6 @@ static void put_le64(uint8_t *p, uint64_t v) {
 
 int attest_sha256(const void *data, size_t size, uint8_t ret[static ATTEST_SHA256_SIZE]) {
         assert_return(data || size == 0, -EINVAL);
-        assert_return(ret, -EINVAL);
 
         if (EVP_Digest(data ?: "", size, ret, NULL, EVP_sha256(), NULL) != 1)
                 return -ENOMEM;
@@ -71,9 +70,6 @@ int attest_sha256(const void *data, size_t size, uint8_t ret[static ATTEST_SHA25
 
 int attest_pcr_extend(uint8_t pcr[static ATTEST_SHA256_SIZE], const uint8_t digest[static ATTEST_SHA256_SIZE]) {
         uint8_t buf[2 * ATTEST_SHA256_SIZE];
-
-        assert_return(pcr, -EINVAL);
-        assert_return(digest, -EINVAL);
 
         memcpy(buf, pcr, ATTEST_SHA256_SIZE);
         memcpy(buf + ATTEST_SHA256_SIZE, digest, ATTEST_SHA256_SIZE);
@@ -86,7 +82,6 @@ int attest_pcr_replay(
         int r;
 
         assert_return(digests || n == 0, -EINVAL);
-        assert_return(ret, -EINVAL);
 
         for (size_t i = 0; i < n; i++) {
                 r = attest_pcr_extend(pcr, digests[i]);
@@ -233,7 +228,6 @@ int attest_pe_authenticode_sha256(const uint8_t *image, size_t size, uint8_t ret
         int r;
 
         assert_return(image || size == 0, -EINVAL);
-        assert_return(ret, -EINVAL);
 
         r = pe_parse(image, size, &pe);
         if (r < 0)
@@ -340,10 +334,8 @@ int attest_digest_efi_variable(
         size_t len, total;
         uint8_t *q;
 
-        assert_return(guid, -EINVAL);
         assert_return(name, -EINVAL);
         assert_return(data || size == 0, -EINVAL);
-        assert_return(ret, -EINVAL);
 
         len = strlen(name);
         if (len == 0)
@@ -383,8 +375,6 @@ int attest_pcr7_secure_boot_off_events(
         uint8_t events[ATTEST_PCR7_SECURE_BOOT_OFF_EVENTS][ATTEST_SHA256_SIZE];
         int r;
 
-        assert_return(ret, -EINVAL);
-
         /* OVMF's Tcg2Dxe measures these five whether or not they exist, an absent one with no data. */
         r = attest_digest_efi_variable(
                 attest_efi_global_variable_guid, "SecureBoot", &secure_boot_off, 1, events[0]);
@@ -413,7 +403,6 @@ int attest_predict_pcr4(
         int r;
 
         assert_return(apps || n == 0, -EINVAL);
-        assert_return(ret, -EINVAL);
 
         r = attest_digest_efi_action(ATTEST_EFI_ACTION_BOOT_OPTION, digest);
         if (r >= 0)
@@ -440,8 +429,6 @@ int attest_digest_stub_cmdline_extra(const char *extra, uint8_t ret[static ATTES
         _cleanup_free_ uint8_t *utf16 = NULL;
         size_t start, end, len;
         int r;
-
-        assert_return(ret, -EINVAL);
 
         if (!extra)
                 return 0;
@@ -484,8 +471,6 @@ int attest_predict_pcr12_booted(const char *extra, uint8_t ret[static ATTEST_SHA
 int attest_predict_pcr12(const char *extra, uint8_t ret[static ATTEST_SHA256_SIZE]) {
         uint8_t digest[ATTEST_SHA256_SIZE];
         int r;
-
-        assert_return(ret, -EINVAL);
 
         r = attest_digest_stub_cmdline_extra(extra, digest);
         if (r < 0)
@@ -551,8 +536,6 @@ int attest_predict_pcr12_credentials(
         uint8_t digests[3][ATTEST_SHA256_SIZE];
         size_t n = 0;
         int r;
-
-        assert_return(ret, -EINVAL);
 
         r = attest_digest_stub_cmdline_extra(extra, digests[0]);
         if (r < 0)

@@ -27,6 +27,25 @@ typedef struct ExecParams {
         bool shell;  /* "shell", optional: an interactive session on stdout (vm_shell_start()) */
 } ExecParams;
 
+/* The remote command's exit status, or -1 when the session ended without one (a signal killed it,
+ * or the channel closed first). libssh 0.11 (Debian 13) deprecates ssh_channel_get_exit_status()
+ * in favour of ssh_channel_get_exit_state(), which 0.10 (Debian 12) does not have; both wait for
+ * the status the same way. */
+static int channel_exit_status(ssh_channel channel) {
+#if LIBSSH_VERSION_INT >= SSH_VERSION_INT(0, 11, 0)
+        _cleanup_free_ char *signal_name = NULL;
+        uint32_t code = UINT32_MAX;
+
+        if (ssh_channel_get_exit_state(channel, &code, &signal_name, /* pcore_dumped= */ NULL) != SSH_OK)
+                return -1;
+        if (signal_name || code > INT32_MAX)
+                return -1;
+        return (int) code;
+#else
+        return ssh_channel_get_exit_status(channel);
+#endif
+}
+
 static void exec_params_done(ExecParams *p) {
         free(p->socket);
         free(p->host);
@@ -210,7 +229,7 @@ static int exec_session(const ExecParams *p, json_t **ret) {
                 if (n <= 0 && e <= 0 && ssh_channel_is_eof(channel))
                         break;
         }
-        status = ssh_channel_get_exit_status(channel);
+        status = channel_exit_status(channel);
         if (status < 0)
                 return session_error(false, ret, "ssh run: the session ended without an exit status");
 
@@ -350,7 +369,7 @@ static void shell_relay(ssh_session session, ssh_channel channel, int conn) {
                 }
                 if (n > 0 || e > 0 || !ssh_channel_is_eof(channel))
                         continue;
-                status = ssh_channel_get_exit_status(channel);
+                status = channel_exit_status(channel);
                 if (status < 0 || status > 255) {
                         const char *msg = "ssh run: the shell ended without an exit status";
                         (void) shell_send(conn, SHELL_FRAME_ERROR, msg, strlen(msg));

@@ -476,7 +476,7 @@ int net_tcp_build_reset(
         size_t doff;
         uint32_t sum;
 
-        assert_return(out && seg && f, -EINVAL);
+        assert_return(seg && f, -EINVAL);
 
         if (!f->is_ipv4 || f->ip_fragment || f->ip_proto != NET_IPPROTO_TCP || !f->has_ports ||
             (f->tcp_flags & TCP_FLAG_RST))
