@@ -14,7 +14,7 @@
 #
 # The groups name Debian 12's packages. On Debian 13 (trixie) the few that differ are replaced at
 # the end of the lists (see "Release differences" below): the pinned clang-format-14 and
-# similarity-tester come from bookworm, vhost-device-vsock from trixie itself.
+# similarity-tester come from bookworm. vhost-device-vsock comes from sid on both.
 set -euo pipefail
 
 # The release's code name (bookworm, trixie), from os-release as apt itself reads it.
@@ -49,9 +49,8 @@ command -v node >/dev/null 2>&1 || check+=(nodejs)
 command -v npm >/dev/null 2>&1 || check+=(npm)
 # VMs: QEMU, the firmware, the vTPM (swtpm-tools: swtpm_setup and swtpm_localca manufacture a new
 # VM's vTPM with an EK certificate of the host's CA). vhost-device-vsock (READY=1 where /dev/vhost-vsock is missing)
-# comes from Debian sid through tools/fetch-sid-package.sh, below, on bookworm, and from trixie itself.
+# comes from Debian sid through tools/fetch-sid-package.sh, below (trixie does not have it either).
 vms=(qemu-system-x86 ovmf swtpm swtpm-tools)
-[ "$codename" != trixie ] || vms+=(vhost-device-vsock)
 run=("${vms[@]}")
 # tests/image/build.sh: the test guest (kernel, systemd stub, a static init, a GPT disk with an ESP)
 test_image=(linux-image-cloud-amd64 systemd-boot-efi binutils cpio gzip dosfstools mtools fdisk)
@@ -83,8 +82,7 @@ guest_image+=(dpkg-dev make rsync gcc libc6-dev binutils)
 # Release differences. Trixie has no LLVM 14 and no similarity-tester: the style suite's formatter
 # stays Debian 12's clang-format-14 (other versions format differently) and sim_c is a libc-only
 # program, so both come from bookworm through the same isolated apt view as sid's packages, with
-# their libraries (libllvm14 and libclang-cpp14 install on trixie's own libraries). Trixie carries
-# vhost-device-vsock itself (0.3.0, as sid's), so no sid view is needed for it there.
+# their libraries (libllvm14 and libclang-cpp14 install on trixie's own libraries).
 bookworm_pkgs=()
 if [ "$codename" = trixie ]; then
         drop() { # drop NAME ARRAY...: removes NAME from each array
@@ -99,7 +97,6 @@ if [ "$codename" = trixie ]; then
         }
         drop clang-format-14 check
         drop similarity-tester check
-        deploy+=(vhost-device-vsock)
 fi
 
 groups=("$@")
@@ -129,11 +126,10 @@ for p in $(printf '%s\n' "${want[@]}" | sort -u); do
 done
 
 sid=()
-if [ "$codename" != trixie ]; then
-        for g in "${groups[@]}"; do
-                case "$g" in run | check | bench | image | deploy) sid=(vhost-device-vsock) ;; esac
-        done
-else
+for g in "${groups[@]}"; do
+        case "$g" in run | check | bench | image | deploy) sid=(vhost-device-vsock) ;; esac
+done
+if [ "$codename" = trixie ]; then
         for g in "${groups[@]}"; do
                 case "$g" in check | fuzz) bookworm_pkgs=(clang-format-14 libclang-cpp14 libllvm14 similarity-tester) ;; esac
         done
