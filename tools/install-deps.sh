@@ -50,7 +50,9 @@ command -v npm >/dev/null 2>&1 || check+=(npm)
 # VMs: QEMU, the firmware, the vTPM (swtpm-tools: swtpm_setup and swtpm_localca manufacture a new
 # VM's vTPM with an EK certificate of the host's CA). vhost-device-vsock (READY=1 where /dev/vhost-vsock is missing)
 # comes from Debian sid through tools/fetch-sid-package.sh, below (trixie does not have it either).
-vms=(qemu-system-x86 ovmf swtpm swtpm-tools)
+# e2fsprogs: the host install formats a VM's var partition with mke2fs; Debian 12's minimal system
+# has it (Priority: required), Debian 13's no longer does.
+vms=(qemu-system-x86 ovmf swtpm swtpm-tools e2fsprogs)
 run=("${vms[@]}")
 # tests/image/build.sh: the test guest (kernel, systemd stub, a static init, a GPT disk with an ESP)
 test_image=(linux-image-cloud-amd64 systemd-boot-efi binutils cpio gzip dosfstools mtools fdisk)

@@ -49,6 +49,7 @@ pkg_of() {
         xz) echo xz-utils ;;
         git) echo git ;;
         sim_c) echo similarity-tester ;;
+        mke2fs | debugfs) echo e2fsprogs ;;
         *) echo "$1" ;;
         esac
 }
