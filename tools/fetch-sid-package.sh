@@ -141,7 +141,10 @@ mkdir -p "$dest"
 [ -n "$download_only" ] || ! id _apt >/dev/null 2>&1 || chown _apt "$dest"
 debs=()
 for p in "${want[@]}"; do
-        ver=$(apt-cache policy "$p" | awk '/Candidate:/ { print $2 }')
+        # A download takes the suite's own version: the candidate over the system's status file
+        # would be the installed one where that is newer (bookworm's libc6 on a trixie host), which
+        # no source of this view has.
+        ver=$(apt-cache policy ${download_only:+-o Dir::State::status=/dev/null} "$p" | awk '/Candidate:/ { print $2 }')
         if [ -z "$ver" ] || [ "$ver" = "(none)" ]; then
                 echo "fetch-sid-package: $p is not in $suite" >&2
                 exit 1
