@@ -941,9 +941,11 @@ static bool request_refuse_head(HttpRequest *r, const char *method, const char *
         return true;
 }
 #else
-/* libmicrohttpd 0.9.77 and later (Debian 13 has 1.0.1) refuse a NUL byte in the request line or a
- * header, and a folded line, themselves (400, and the connection closed), and no longer leave the
- * head in their buffer in the layout the check above reads: every request would fail it. */
+/* libmicrohttpd 0.9.77 and later (Debian 13 has 1.0.1) refuse a NUL byte in a header themselves
+ * (400, and the connection closed) and close the connection on one in the request line; a folded
+ * line they join into one value, as RFC 9112 §5.2 allows, instead of dropping its rest. Nothing is
+ * hidden from the fields they report, and they no longer leave the head in their buffer in the
+ * layout the check above reads: every request would fail it. */
 static bool request_refuse_head(HttpRequest *r, const char *method, const char *version) {
         return false;
 }
