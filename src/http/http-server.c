@@ -103,6 +103,16 @@ struct HttpConnection {
         HttpConnection *prev, *next;
 };
 
+/* The tag of a connection http_server_add_connection() handed to MHD, until MHD announces it
+ * (on_connection()): libmicrohttpd 0.9.75 does so before MHD_add_connection() returns, 1.0 (Debian
+ * 13) only when it next runs. Found by the socket, which MHD keeps as it was given. */
+typedef struct PendingTag PendingTag;
+struct PendingTag {
+        int fd;
+        char *tag;
+        PendingTag *next;
+};
+
 struct HttpServer {
         sd_event *event;
         sd_event_source *io_source;
@@ -121,7 +131,7 @@ struct HttpServer {
         unsigned n_connections; /* all, those being closed included */
         unsigned n_open;        /* not being closed */
         HttpPeer *peers;
-        char *pending_tag; /* for the connection http_server_add_connection() is handing to MHD */
+        PendingTag *pending_tags; /* connections handed to MHD that it has not announced yet */
         /* parses large bodies and renders large answers (http_request_body_json_async(),
          * http_request_render_async()); made on first use */
         Worker *worker;
@@ -1810,14 +1820,29 @@ static int on_sweep(sd_event_source *es, usec_t usec, void *userdata) {
         return 0;
 }
 
+/* Takes the tag recorded for fd out of the pending list: NULL when there is none. */
+static char *pending_tag_take(HttpServer *s, int fd) {
+        for (PendingTag **p = &s->pending_tags; *p; p = &(*p)->next)
+                if ((*p)->fd == fd) {
+                        PendingTag *t = *p;
+                        char *tag = t->tag;
+
+                        *p = t->next;
+                        free(t);
+                        return tag;
+                }
+        return NULL;
+}
+
 static void connection_started(HttpServer *s, struct MHD_Connection *mc, void **socket_context) {
-        _cleanup_free_ char *tag = TAKE_PTR(s->pending_tag);
         const union MHD_ConnectionInfo *info = MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CONNECTION_FD);
+        _cleanup_free_ char *tag = NULL;
         HttpConnection *c;
         int enabled = SD_EVENT_OFF;
 
         if (!info)
                 return;
+        tag = pending_tag_take(s, info->connect_fd);
         c = calloc(1, sizeof(HttpConnection));
         if (!c) {
                 (void) shutdown(info->connect_fd, SHUT_RDWR); /* untracked, it would escape every limit */
@@ -1911,17 +1936,27 @@ int http_server_add_connection(HttpServer *s, int fd, const char *tag) {
         struct sockaddr_un sa = { .sun_family = AF_UNIX };
         bool ok;
 
-        if (!s || fd < 0 || !s->daemon || s->quiesced)
+        if (!s || fd < 0 || !s->daemon || s->quiesced || (tag && !s->options.no_listen))
                 return -EINVAL;
-        free(s->pending_tag);
-        s->pending_tag = tag ? strdup(tag) : NULL;
-        if (tag && !s->pending_tag)
-                return -ENOMEM;
-        /* MHD announces the connection (on_connection()) before this returns: the tag goes with it */
+        free(pending_tag_take(s, fd)); /* a stale entry of a socket MHD closed unannounced */
+        if (tag) {
+                _cleanup_free_ PendingTag *t = calloc(1, sizeof(PendingTag));
+                char *copy = strdup(tag);
+
+                if (!t || !copy) {
+                        free(copy);
+                        return -ENOMEM;
+                }
+                *t = (PendingTag){ .tag = copy, .fd = fd, .next = s->pending_tags };
+                s->pending_tags = TAKE_PTR(t);
+        }
+        /* MHD announces the connection (on_connection()) before this returns or when it next runs:
+         * the tag waits for it under the socket */
         ok = MHD_add_connection(s->daemon, TAKE_FD(cfd), (const struct sockaddr *) &sa, sizeof(sa)) == MHD_YES;
-        s->pending_tag = mfree(s->pending_tag);
-        if (!ok)
+        if (!ok) {
+                free(pending_tag_take(s, fd));
                 return -EIO; /* MHD closed it */
+        }
         server_kick(s);
         return 0;
 }
@@ -2078,7 +2113,8 @@ HttpServer *http_server_free(HttpServer *s) {
         assert(!s->connections && !s->peers); /* MHD_stop_daemon() closed them all */
         sd_event_unref(s->event);
         free(s->address);
-        free(s->pending_tag);
+        while (s->pending_tags)
+                free(pending_tag_take(s, s->pending_tags->fd));
         free(s);
         return NULL;
 }

@@ -64,7 +64,9 @@ DEFINE_TRIVIAL_CLEANUP_FUNC(HttpServer *, http_server_free);
 
 /* Serves a connection accepted elsewhere, say on a listener that is itself an identity (one per VM).
  * Takes fd, whatever happens. tag (copied) is what http_request_connection_tag() returns for every
- * request on that connection, and the peer that max_connections_per_peer counts it for. */
+ * request on that connection, and the peer that max_connections_per_peer counts it for. A tag
+ * waits for MHD to announce its connection under the socket's number, which a server accepting on
+ * a socket of its own could hand to another connection: a tag needs no_listen (-EINVAL). */
 int http_server_add_connection(HttpServer *s, int fd, const char *tag);
 /* The tag of the request's connection; NULL for a connection the server accepted itself. */
 const char *http_request_connection_tag(HttpRequest *r);

@@ -1197,6 +1197,20 @@ static bool pump_until_readable(Fixture *f, int fd) {
         return false;
 }
 
+/* A server with a listener of its own takes no tag: a socket it accepts could come to the number of
+ * one handed in with a tag that MHD closed before announcing it. The socket is closed all the same. */
+static void test_tag_needs_no_listen(void **state) {
+        Fixture *f = *state;
+        int a[2];
+        char byte;
+
+        assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, a), 0);
+        assert_int_equal(http_server_add_connection(f->server, a[1], "vm-a"), -EINVAL);
+        assert_int_equal(read(a[0], &byte, 1), 0);
+        assert_int_equal(http_server_connections(f->server), 0);
+        safe_close(a[0]);
+}
+
 /* Connections handed in keep their tag, and a per-peer limit counts by tag. */
 static void test_handed_in_tags(void **state) {
         Fixture *f = *state;
@@ -1257,6 +1271,7 @@ int main(void) {
                 cmocka_unit_test_setup_teardown(test_per_peer_busy_gets_503, setup_limits, teardown),
                 cmocka_unit_test_setup_teardown(test_global_limit_takes_from_heaviest, setup_limits, teardown),
                 cmocka_unit_test_setup_teardown(test_request_timeout, setup_request_timeout, teardown),
+                cmocka_unit_test_setup_teardown(test_tag_needs_no_listen, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_handed_in_tags, setup_handed_in, teardown),
         };
         log_set_max_level(LOG_WARNING);
