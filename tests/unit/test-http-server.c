@@ -7,6 +7,7 @@
 #include <cmocka.h>
 
 #include <arpa/inet.h>
+#include <microhttpd.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
@@ -897,7 +898,12 @@ static void test_host_required(void **state) {
         run_clients(f, &job);
 
         assert_int_equal(x[0].status, 400);
+#if MHD_VERSION >= 0x00097701
+        /* libmicrohttpd 0.9.77 and later (Debian 13) answer this one themselves, with a page of theirs */
+        assert_non_null(strstr(body_of(&x[0]), "Host:"));
+#else
         assert_non_null(strstr(body_of(&x[0]), "Host: an HTTP/1.1 request needs the header"));
+#endif
         assert_non_null(strstr(x[0].response, "Connection: close"));
         assert_int_equal(x[1].status, 400);
         assert_non_null(strstr(body_of(&x[1]), "exactly one"));
@@ -945,6 +951,22 @@ static void test_nul_in_head(void **state) {
         SET_BYTES(&x[6], f->port, "GET /fast HTTP/1.1\r\nHost: t\0\nConnection: close\r\n\r\n");
         run_clients(f, &job);
 
+#if MHD_VERSION >= 0x00097701
+        /* libmicrohttpd 0.9.77 and later (Debian 13) refuse a NUL byte themselves: a 400 of theirs for
+         * one in a header (also right before a bare LF), the connection closed without an answer for
+         * one in the request line. A folded line they join into one value (RFC 9112 §5.2). */
+        assert_int_equal(x[0].status, 400);
+        assert_non_null(strstr(x[0].response, "Connection: close"));
+        assert_int_equal(x[1].status, 400);
+        assert_non_null(strstr(x[2].response, "HTTP/1.1 200 "));
+        assert_non_null(strstr(x[2].response, "HTTP/1.1 400 "));
+        assert_int_not_equal(x[3].status, 200);
+        assert_int_equal(x[4].status, 200);
+        assert_int_equal(x[6].status, 400);
+        /* the handler saw x[2]'s first request and x[4] only, never a NUL byte */
+        assert_int_equal(f->fast_answered_at, 2);
+        return;
+#endif
         assert_int_equal(x[0].status, 400);
         assert_non_null(strstr(body_of(&x[0]), "header Host contains a NUL byte"));
         assert_non_null(strstr(x[0].response, "Connection: close"));
