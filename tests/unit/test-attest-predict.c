@@ -209,8 +209,11 @@ static void test_authenticode_host_sd_boot(void **state) {
         if (memcmp(digest,
                    "\x10\x28\x8f\xec\xe5\xe9\x0c\xe3\xba\x3e\x71\x60\xf4\x96\x95\xb0"
                    "\x22\xd6\x48\xf7\xef\x41\x77\x46\x78\xdb\x8c\x77\x77\x4d\xb1\x67",
-                   ATTEST_SHA256_SIZE) != 0)
+                   ATTEST_SHA256_SIZE) != 0) {
+                /* another build (Debian 13's 257): skip() leaves by longjmp, past the cleanup */
+                data = mfree(data);
                 skip();
+        }
         assert_ok(attest_pe_authenticode_sha256((const uint8_t *) data, size, digest));
         assert_hex(digest, "7843e376e57323bcdfebcffc8d5109eb39721c83d8bedab1dfd6431596875c2c");
 }
