@@ -269,6 +269,46 @@ int attest_varstore_pcr7(const uint8_t *data, size_t size, AttestExpectedPcr *re
         return ATTEST_VARSTORE_PREDICTED;
 }
 
+int attest_varstore_pcr7_adopt(AttestExpectedPcr *predicted, const AttestExpectedPcr *run, size_t *ret_index) {
+        AttestExpectedEvent *first;
+        uint8_t old[ATTEST_SHA256_SIZE];
+        size_t n;
+        int r;
+
+        assert_return(predicted && predicted->n_events > 0, -EINVAL);
+        assert_return(run, -EINVAL);
+
+        if (run->n_events == 0)
+                return 0;
+        /* the SecureBoot event may differ in its digest; each other event is the prediction's */
+        n = MIN(run->n_events, predicted->n_events);
+        for (size_t i = 0; i < n; i++)
+                if (run->events[i].type != predicted->events[i].type ||
+                    (i > 0 &&
+                     memcmp(run->events[i].digest, predicted->events[i].digest, ATTEST_SHA256_SIZE) != 0)) {
+                        if (ret_index)
+                                *ret_index = i;
+                        return -EBADMSG;
+                }
+        if (run->n_events != predicted->n_events) {
+                if (ret_index)
+                        *ret_index = n;
+                return -EBADMSG;
+        }
+
+        first = predicted->events;
+        if (memcmp(first->digest, run->events[0].digest, ATTEST_SHA256_SIZE) == 0)
+                return 0;
+        memcpy(old, first->digest, ATTEST_SHA256_SIZE);
+        memcpy(first->digest, run->events[0].digest, ATTEST_SHA256_SIZE);
+        r = attest_expected_pcr_seal(predicted);
+        if (r < 0) {
+                memcpy(first->digest, old, ATTEST_SHA256_SIZE);
+                return r;
+        }
+        return 1;
+}
+
 /* ---- the event-wise check ---- */
 
 typedef struct Words {

@@ -93,6 +93,16 @@ typedef enum AttestVarstorePcr7 {
  * are a file the host's administrator chose, but are parsed as untrusted: every offset is checked. */
 int attest_varstore_pcr7(const uint8_t *data, size_t size, AttestExpectedPcr *ret, char **ret_why);
 
+/* Takes this host's firmware's form of the SecureBoot event into predicted (the PCR 7 of
+ * attest_varstore_pcr7()) from run, the PCR 7 events of a firmware run (attest-fwlog.h) made with
+ * the same template. The prediction measures SecureBoot off as one byte 0, as edk2 2022.11 (Debian
+ * 12) does; edk2 2025.02 (Debian 13) finds no such variable and measures it with no data. Returns 1
+ * when the two differ in that first event's digest only: predicted then holds the run's digest and
+ * is sealed again. 0 when they agree, or when run has no events (a cached run from before runs
+ * recorded PCR 7). -EBADMSG when they differ in any other way, with *ret_index the first event that
+ * differs (the prediction unchanged). */
+int attest_varstore_pcr7_adopt(AttestExpectedPcr *predicted, const AttestExpectedPcr *run, size_t *ret_index);
+
 /* Checks the events of pcr (the events of the quoted logs from attest_event_log_events(), other
  * PCRs' ignored) against the ways of booting in expected (one for PCR 7). Returns 0 with
  * *ret_message NULL when one of them matches (*ret_matched is it), or with *ret_message the

@@ -25,8 +25,10 @@
 
 /* The PCRs a firmware run records (up to and including each one's EV_SEPARATOR): 0 (firmware
  * volumes), 1 (boot variables, which differ per VM: recorded, never compared), 2 and 3 (option
- * ROMs and their configuration), 5 (recorded, never compared) and 6 (platform events). */
-#define ATTEST_FIRMWARE_RECORDED (1U << 0 | 1U << 1 | 1U << 2 | 1U << 3 | 1U << 5 | 1U << 6)
+ * ROMs and their configuration), 5 (recorded, never compared), 6 (platform events) and 7 (the
+ * Secure Boot variables as this firmware measures them: the manager takes the form of its
+ * SecureBoot event from it, manager_firmware_pcr7()). */
+#define ATTEST_FIRMWARE_RECORDED (1U << 0 | 1U << 1 | 1U << 2 | 1U << 3 | 1U << 5 | 1U << 6 | 1U << 7)
 /* The ones the verifier checks event by event against the run. */
 #define ATTEST_FIRMWARE_CHECKED (1U << 0 | 1U << 2 | 1U << 3 | 1U << 6)
 

@@ -184,6 +184,7 @@ static int entry_load(FirmwareEntry *e) {
         e->expect = fw;
         fw = (AttestFirmwareExpect){};
         e->state = RUN_KNOWN;
+        manager_firmware_pcr7(e->runs->manager, &e->expect.pcr[7]);
         return 0;
 }
 

@@ -44,6 +44,7 @@ struct Manager {
         AttestCa *ca;             /* signs new vTPMs' EK certificates; NULL: none could be made */
         AttestExpectedPcr pcr7;   /* the PCR 7 events of ovmf_vars, when has_pcr7 */
         bool has_pcr7;
+        bool pcr7_run_differs;  /* a firmware run's PCR 7 was not the prediction's: said once */
         FirmwareRuns *firmware; /* the firmware's PCR 0-6 events per VM shape */
         VmNotify *notify;       /* the READY=1 listener on the kernel's vhost-vsock */
         VmReports *reports;     /* guest reports parsed and stored off the loop */
@@ -310,6 +311,34 @@ static void manager_derive_pcr7(Manager *m) {
                         m->ovmf_vars,
                         hex_format(m->pcr7.value, sizeof(m->pcr7.value), hex));
         }
+}
+
+void manager_firmware_pcr7(Manager *m, const AttestExpectedPcr *run) {
+        char hex[2 * 32 + 1];
+        size_t i = 0;
+        int r;
+
+        assert(m && run);
+
+        if (!m->has_pcr7)
+                return;
+        r = attest_varstore_pcr7_adopt(&m->pcr7, run, &i);
+        if (r == -EBADMSG) {
+                if (!m->pcr7_run_differs)
+                        log_warning(
+                                "A firmware run's PCR 7 differs from the prediction of the variable store "
+                                "template '%s' in event %zu, not in the SecureBoot event only: the prediction "
+                                "stays, and VMs' quotes may be rejected on PCR 7.",
+                                m->ovmf_vars,
+                                i);
+                m->pcr7_run_differs = true;
+        } else if (r < 0)
+                log_warning_errno(r, "Cannot take the firmware run's form of PCR 7, ignoring: %m");
+        else if (r > 0)
+                log_notice(
+                        "This host's OVMF measures SecureBoot off in its own form (seen in a firmware run): "
+                        "PCR 7 is now expected to be %s.",
+                        hex_format(m->pcr7.value, sizeof(m->pcr7.value), hex));
 }
 
 const AttestExpectedPcr *manager_expected_pcr7(Manager *m) {

@@ -110,6 +110,11 @@ const ManagerSettings *manager_settings(Manager *m);
 /* The PCR 7 events of the OVMF variable store template, derived at start-up; NULL when the template
  * has Secure Boot keys or could not be read (PCR 7 then needs a golden value). Borrowed. */
 const AttestExpectedPcr *manager_expected_pcr7(Manager *m);
+/* A firmware run's PCR 7 events (up to its separator), as the run loads: when they differ from the
+ * template's prediction in the SecureBoot event only (the form edk2 2025.02 measures, Debian 13),
+ * the prediction takes the run's (attest_varstore_pcr7_adopt()), logged once. Without a prediction,
+ * nothing. */
+void manager_firmware_pcr7(Manager *m, const AttestExpectedPcr *run);
 /* The firmware runs (manager-firmware.h): the expected PCR 0, 2, 3, 6 events per VM shape. */
 FirmwareRuns *manager_firmware_runs(Manager *m);
 

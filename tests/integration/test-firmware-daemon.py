@@ -9,7 +9,10 @@
   OVMF build (--ovmf-code) gets a run of its own;
 - a quote that arrives while the run of its VM's shape is going is not answered "still going"
   (the agent would give up for good): its answer waits for the run, then judges the quote with the
-  run's result; after a failed run, with the image's golden values."""
+  run's result; after a failed run, with the image's golden values;
+- with a variable store template without keys, PCR 7 is predicted from it; a run whose PCR 7 has
+  SecureBoot off in edk2 2025.02's form (no data: Debian 13) puts that form into the prediction,
+  said once per start; a run that differs in more than that leaves the prediction as it is."""
 
 import hashlib
 import json
@@ -17,6 +20,7 @@ import os
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import time
@@ -61,6 +65,94 @@ def setup(work):
                    VM_MANAGER_FWLOG_INIT=init)
     env["PATH"] = FAKES + ":" + env.get("PATH", "/usr/bin:/bin")
     return images, env, runs
+
+
+def plain_store(work):
+    """A variable store template without any variable (no Secure Boot keys): a firmware volume of
+    4 KiB with an empty authenticated variable store."""
+    d = bytearray(b"\xff" * 4096)
+    d[0:72] = bytes(72)
+    struct.pack_into("<Q", d, 32, len(d))
+    d[40:44] = b"_FVH"
+    struct.pack_into("<H", d, 48, 72)
+    d[72:88] = bytes.fromhex("782cf3aa7b949a43a1802e144ec37792")
+    struct.pack_into("<I", d, 88, len(d) - 72)
+    d[92:100] = b"\x5a\xfe" + bytes(6)
+    path = os.path.join(work, "vars-plain")
+    with open(path, "wb") as f:
+        f.write(d)
+    return path
+
+
+BANKS = {0x4: hashlib.sha1, 0xB: hashlib.sha256, 0xC: hashlib.sha384, 0xD: hashlib.sha512}
+
+
+def console_log(path):
+    """The TCG2 log of a console's vmm-fwlog lines."""
+    hexes, on = [], False
+    with open(path, "rb") as f:
+        for line in f.read().decode("latin-1").splitlines():
+            at = line.find("vmm-fwlog: ")
+            word = line[at + 11:].strip() if at >= 0 else ""
+            if word == "begin":
+                on = True
+            elif word.startswith("end"):
+                break
+            elif on and word:
+                hexes.append(word)
+    return bytes.fromhex("".join(hexes))
+
+
+def rewrite_pcr7(log, change):
+    """The log with each PCR 7 event's data passed through change(number, data) (number counting
+    PCR 7's events from 0), its digests made anew; and the sha256 digests of PCR 7's events."""
+    size = struct.unpack_from("<I", log, 28)[0]  # the header event's (TCG_PCR_EVENT)
+    out, off, n, pcr7 = bytearray(log[:32 + size]), 32 + size, 0, []
+    while off < len(log):
+        pcr, kind, count = struct.unpack_from("<III", log, off)
+        p, algs = off + 12, []
+        for _ in range(count):
+            alg = struct.unpack_from("<H", log, p)[0]
+            algs.append(alg)
+            p += 2 + BANKS[alg]().digest_size
+        length = struct.unpack_from("<I", log, p)[0]
+        data = log[p + 4:p + 4 + length]
+        if pcr == 7:
+            data = change(n, data)
+            n += 1
+            head = bytearray(struct.pack("<III", pcr, kind, count))
+            for alg in algs:
+                head += struct.pack("<H", alg) + BANKS[alg](data).digest()
+            out += head + struct.pack("<I", len(data)) + data
+            pcr7.append(hashlib.sha256(data).digest())
+        else:
+            out += log[off:p + 4 + length]
+        off = p + 4 + length
+    return bytes(out), pcr7
+
+
+def write_console(path, log):
+    with open(path, "w") as f:
+        f.write("vmm-fwlog: begin\r\n")
+        for i in range(0, len(log), 48):
+            f.write("vmm-fwlog: %s\r\n" % log[i:i + 48].hex())
+        f.write("vmm-fwlog: end %d\r\n" % len(log))
+
+
+def pcr_value(digests):
+    pcr = bytes(32)
+    for d in digests:
+        pcr = hashlib.sha256(pcr + d).digest()
+    return pcr.hex()
+
+
+def no_data(n, data):
+    """SecureBoot as edk2 2025.02 measures it in a store without the variable: UEFI_VARIABLE_DATA
+    with VariableDataLength 0 and no data (2022.11: length 1, the byte 0)."""
+    if n != 0:
+        return data
+    name_len = struct.unpack_from("<Q", data, 16)[0]
+    return data[:24] + struct.pack("<Q", 0) + data[32:32 + 2 * name_len]
 
 
 def runs_made(path):
@@ -258,5 +350,73 @@ def test_held_quote(work):
             procs["swtpm"].wait()
 
 
+def test_pcr7(work):
+    work = os.path.join(work, "pcr7")
+    os.makedirs(work)
+    images, env, runs = setup(work)
+    vars_ = plain_store(work)
+    state = os.path.join(work, "state")
+    port = free_port()
+    recorded = console_log(CONSOLE)
+    _, pcr7_12 = rewrite_pcr7(recorded, lambda n, data: data)
+    log13, pcr7_13 = rewrite_pcr7(recorded, no_data)
+    console13 = os.path.join(work, "console-13")
+    write_console(console13, log13)
+    # SecureBoot in the new form, and PK measured with one byte of data: not the template's
+    logx, _ = rewrite_pcr7(recorded, lambda n, data: no_data(n, data) if n == 0 else
+                           data[:24] + struct.pack("<Q", 1) + data[32:] + b"\0" if n == 1 else data)
+    consolex = os.path.join(work, "console-x")
+    write_console(consolex, logx)
+    notice = "measures SecureBoot off in its own form"
+    differs = "PCR 7 differs from the prediction"
+
+    def daemon(name, code, console):
+        args = ["--listen", "%s:%d" % (HOST, port), "--state-dir", state, "--image-dir", images,
+                "--ovmf-code", code, "--ovmf-vars", vars_, "--launcher", "process"]
+        d = Daemon(work, name, args, env=dict(env, FAKE_FIRMWARE_CONSOLE=console))
+        ok, why = d.wait_healthy(port, timeout=20)
+        run_ = wait_run(port, 2048, 2) if ok else None
+        return d, ok and run_ is not None and run_["state"] == "known", why or repr(run_)
+
+    code_a, sha_a = firmware_file(work, "code-a", b"a")
+    d, ok, why = daemon("pcr7-12", code_a, CONSOLE)
+    try:
+        err = d.stderr()
+        accel = firmware_runs(port).get("runs", [{}])[0].get("accel", "?")
+        entry = os.path.join(state, "firmware", "%s-2048m-2c-%s.json" % (sha_a, accel))
+        cached = json.load(open(entry)) if os.path.exists(entry) else {}
+        tap.result(ok and "PCR 7 expected from the OVMF variable store template" in err
+                   and pcr_value(pcr7_12) in err and notice not in err and differs not in err
+                   and [bytes.fromhex(e["digest"]) for e in cached.get("pcrs", {}).get("7", [])] == pcr7_12,
+                   "a run of edk2 2022.11 (Debian 12) records PCR 7, which is the template's prediction",
+                   "%s %r\n%s" % (why, cached.get("pcrs", {}).get("7"), err[-3000:]))
+    finally:
+        d.stop(signal.SIGTERM, timeout=30)
+
+    code_b, _ = firmware_file(work, "code-b", b"b")
+    for name, how in (("pcr7-13", "a run"), ("pcr7-13-cached", "its cache entry after a restart")):
+        d, ok, why = daemon(name, code_b, console13)
+        try:
+            err = d.stderr()
+            lines = [line for line in err.splitlines() if notice in line]
+            tap.result(ok and len(lines) == 1 and pcr_value(pcr7_13) in lines[0] and differs not in err,
+                       "SecureBoot off in edk2 2025.02's form (Debian 13): %s puts it into the PCR 7 "
+                       "expected, said once" % how, "%s %r runs %r\n%s" % (why, lines, runs_made(runs), err[-3000:]))
+        finally:
+            d.stop(signal.SIGTERM, timeout=30)
+    tap.result(runs_made(runs) == ["2048M 2", "2048M 2"], "the restart made no run", repr(runs_made(runs)))
+
+    code_c, _ = firmware_file(work, "code-c", b"c")
+    d, ok, why = daemon("pcr7-x", code_c, consolex)
+    try:
+        err = d.stderr()
+        lines = [line for line in err.splitlines() if differs in line]
+        tap.result(ok and len(lines) == 1 and "event 1" in lines[0] and notice not in err,
+                   "a run whose PCR 7 differs beyond SecureBoot leaves the prediction, with a warning",
+                   "%s %r\n%s" % (why, lines, err[-3000:]))
+    finally:
+        d.stop(signal.SIGTERM, timeout=30)
+
+
 if __name__ == "__main__":
-    sys.exit(run([test_cache, test_held_quote], 280, "vmm-fwd-"))
+    sys.exit(run([test_cache, test_held_quote, test_pcr7], 280, "vmm-fwd-"))

@@ -132,6 +132,79 @@ static void test_built_stores(void **state) {
         assert_string_equal(why, "a variable reaches past the end of the store");
 }
 
+/* A firmware run's PCR 7 as edk2 2025.02 (Debian 13) measures a template without keys: SecureBoot
+ * with no data, the other events as predicted. */
+static void run_pcr7(AttestExpectedPcr *run, const AttestExpectedPcr *predicted) {
+        uint8_t d[ATTEST_SHA256_SIZE];
+
+        assert_ok(attest_digest_efi_variable(attest_efi_global_variable_guid, "SecureBoot", NULL, 0, d));
+        assert_ok(attest_expected_pcr_add(run, EV_EFI_VARIABLE_DRIVER_CONFIG, d, "this host's firmware"));
+        for (size_t i = 1; i < predicted->n_events; i++)
+                assert_ok(attest_expected_pcr_add(
+                        run, predicted->events[i].type, predicted->events[i].digest, "this host's firmware"));
+        assert_ok(attest_expected_pcr_seal(run));
+}
+
+static void test_pcr7_adopt(void **state) {
+        static const Var none[] = { { true, "BootOrder", 0x3f } };
+        _cleanup_(attest_expected_pcr_done) AttestExpectedPcr e = {}, run = {}, other = {}, empty = {};
+        _cleanup_free_ uint8_t *store = make_store(none, ELEMENTSOF(none), 4096);
+        uint8_t before[ATTEST_SHA256_SIZE];
+        AttestLogEvent log[ATTEST_PCR7_SECURE_BOOT_OFF_EVENTS];
+        char hex[ATTEST_SHA256_HEX + 1], *m = NULL;
+        size_t index = 99;
+
+        assert_int_equal(attest_varstore_pcr7(store, 4096, &e, /* ret_why= */ NULL), ATTEST_VARSTORE_PREDICTED);
+        run_pcr7(&run, &e);
+
+        /* a run the same as the prediction (Debian 12), or a cached one without PCR 7: nothing */
+        assert_int_equal(attest_varstore_pcr7_adopt(&e, &e, &index), 0);
+        assert_int_equal(attest_varstore_pcr7_adopt(&e, &empty, &index), 0);
+        assert_string_equal(hex_format(e.value, sizeof(e.value), hex), FIXTURE_PCR7);
+        assert_int_equal(index, 99);
+
+        /* another event differs as well: -EBADMSG naming it, the prediction unchanged */
+        assert_ok(attest_expected_pcr_add(&other, run.events[0].type, run.events[0].digest, NULL));
+        assert_ok(attest_expected_pcr_add(&other, run.events[1].type, run.events[2].digest, NULL));
+        assert_errno(attest_varstore_pcr7_adopt(&e, &other, &index), -EBADMSG);
+        assert_int_equal(index, 1);
+        /* or the run has fewer events (or more) */
+        attest_expected_pcr_done(&other);
+        for (size_t i = 0; i + 1 < run.n_events; i++)
+                assert_ok(attest_expected_pcr_add(&other, run.events[i].type, run.events[i].digest, NULL));
+        assert_errno(attest_varstore_pcr7_adopt(&e, &other, &index), -EBADMSG);
+        assert_int_equal(index, run.n_events - 1);
+        /* or its first event is of another type */
+        other.events[0].type = EV_EFI_VARIABLE_BOOT;
+        other.n_events = 1;
+        assert_errno(attest_varstore_pcr7_adopt(&e, &other, &index), -EBADMSG);
+        assert_int_equal(index, 0);
+        assert_string_equal(hex_format(e.value, sizeof(e.value), hex), FIXTURE_PCR7);
+
+        /* SecureBoot in the run's form only: taken, sealed again, and the check then accepts the
+         * run's events where it refused them before */
+        for (size_t i = 0; i < run.n_events; i++) {
+                log[i] = (AttestLogEvent){ .source = ATTEST_LOG_FIRMWARE,
+                                           .number = (unsigned) i,
+                                           .pcr = 7,
+                                           .type = run.events[i].type };
+                memcpy(log[i].digest, run.events[i].digest, ATTEST_SHA256_SIZE);
+        }
+        assert_ok(attest_expect_check(7, &e, 1, log, run.n_events, /* ret_matched= */ NULL, &m));
+        assert_non_null(m);
+        assert_non_null(strstr(m, "pcr 7 event 0 (EV_EFI_VARIABLE_DRIVER_CONFIG)"));
+        m = mfree(m);
+        memcpy(before, e.value, sizeof(before));
+        assert_int_equal(attest_varstore_pcr7_adopt(&e, &run, &index), 1);
+        assert_memory_not_equal(before, e.value, sizeof(before));
+        assert_memory_equal(e.value, run.value, sizeof(e.value));
+        assert_string_equal(e.events[0].what, "SecureBoot (off)");
+        assert_ok(attest_expect_check(7, &e, 1, log, run.n_events, /* ret_matched= */ NULL, &m));
+        assert_null(m);
+        /* once taken, the next run (another VM shape's) agrees */
+        assert_int_equal(attest_varstore_pcr7_adopt(&e, &run, &index), 0);
+}
+
 /* The PCR 4 expectation of a boot of n applications named by their digests' first byte. */
 static void boot(AttestExpectedPcr *x, const char *name, const uint8_t *apps, size_t n) {
         uint8_t d[ATTEST_SHA256_SIZE];
@@ -290,6 +363,7 @@ int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_debian_template),
                 cmocka_unit_test(test_built_stores),
+                cmocka_unit_test(test_pcr7_adopt),
                 cmocka_unit_test(test_pcr4_events),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
