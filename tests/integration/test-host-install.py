@@ -695,7 +695,10 @@ def fake_provider(sock_path, vol_dir, mode):
                 conn, _ = srv.accept()
             except OSError:
                 return
-            threading.Thread(target=lambda: (serve(conn), conn.close()), daemon=True).start()
+            # conn bound now: the loop's next accept rebinds the name before this thread may run,
+            # which left the first of two quick connections unserved and closed with its request
+            # unread (the daemon's read: "Connection reset by peer")
+            threading.Thread(target=lambda c=conn: (serve(c), c.close()), daemon=True).start()
     threading.Thread(target=loop, daemon=True).start()
     return srv
 
