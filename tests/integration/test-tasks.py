@@ -216,8 +216,13 @@ def test_mcp(work):
     status, doc = m.call("stop_vm", {"id": vm_id})
     sid = ((doc or {}).get("result") or {}).get("taskId")
     status, doc = m.cancel(sid)
-    tap.result(err(doc).get("code") == -32602 and err(doc).get("data", {}).get("code") == "conflict",
-               "tasks/cancel of a working stop_vm: refused, data.code conflict", repr(doc)[:300])
+    # the fake guest powers off at once: the stop may have ended before the cancel came, which the
+    # extension acknowledges without a change (checked above); while it works, it is refused
+    ended = (doc or {}).get("result", {}).get("resultType") == "complete" and \
+        m.get(sid)[1]["result"]["status"] == "completed"
+    tap.result(ended or (err(doc).get("code") == -32602 and err(doc).get("data", {}).get("code") == "conflict"),
+               "tasks/cancel of a stop_vm: refused while it works, data.code conflict (%s)" % (
+                   "it had ended: acknowledged, still completed" if ended else "refused"), repr(doc)[:300])
     final, _ = m.wait(sid)
     tap.result(final.get("status") == "completed" and final["result"]["structuredContent"].get("state") == "stopped",
                "stop_vm as a task: completed, the VM stopped", repr(final)[:300])
