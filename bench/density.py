@@ -27,11 +27,14 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "tests/integration"))
+from vmmtest import api, free_port  # noqa: E402
 
 CONFIGS = {
     "vm-manager": [],
@@ -41,23 +44,6 @@ CONFIGS = {
     "before": ["--tcg-tb-size-mib", "0", "--guest-report-interval", "60s"],
 }
 TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
-
-
-def api(port, method, path, body=None, timeout=60):
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
-    c.request(method, "/api/v1" + path, body=json.dumps(body) if body is not None else None,
-              headers={"Content-Type": "application/json"} if body is not None else {})
-    r = c.getresponse()
-    data = r.read()
-    return r.status, json.loads(data) if data else None
 
 
 def start(binary, state, images, extra):
