@@ -17,6 +17,8 @@
 #                                                      for callers that read them through $SID_APT_DIR/apt.conf)
 #        tools/fetch-sid-package.sh --suite bookworm --download-only DIR NAME...
 #        tools/fetch-sid-package.sh --suite bookworm --source DIR NAME   (a source package's files into DIR)
+#        tools/fetch-sid-package.sh --suite bookworm-backports --replace NAME...   (install the suite's
+#                                                      version even where dpkg has another installed)
 #
 # --suite SUITE gives the same isolated view of another suite of the archive, with its source
 # packages too (under /var/cache/vm-manager/SUITE-apt): the Kubernetes sysext's runtime and
@@ -41,8 +43,12 @@ MIRROR=${SID_APT_MIRROR:-http://deb.debian.org/debian}
 download_only=
 refresh_only=
 source_only=
+replace=
 
-if [ "${1:-}" = "--refresh-lists" ]; then
+if [ "${1:-}" = "--replace" ]; then
+        replace=1
+        shift
+elif [ "${1:-}" = "--refresh-lists" ]; then
         refresh_only=1
         shift
 elif [ "${1:-}" = "--download-only" ]; then
@@ -63,7 +69,7 @@ for p in "$@"; do
         *[!a-z0-9.+-]* | "") echo "fetch-sid-package: bad package name '$p'" >&2; exit 2 ;;
         esac
         status=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)
-        if [ -z "$download_only" ] && [ "$status" = "install ok installed" ]; then
+        if [ -z "$download_only" ] && [ -z "$replace" ] && [ "$status" = "install ok installed" ]; then
                 continue
         fi
         want+=("$p")
@@ -141,10 +147,11 @@ mkdir -p "$dest"
 [ -n "$download_only" ] || ! id _apt >/dev/null 2>&1 || chown _apt "$dest"
 debs=()
 for p in "${want[@]}"; do
-        # A download takes the suite's own version: the candidate over the system's status file
-        # would be the installed one where that is newer (bookworm's libc6 on a trixie host), which
-        # no source of this view has.
-        ver=$(apt-cache policy ${download_only:+-o Dir::State::status=/dev/null} "$p" | awk '/Candidate:/ { print $2 }')
+        # A download (or a --replace) takes the suite's own version: the candidate over the system's
+        # status file would be the installed one where that is newer (bookworm's libc6 on a trixie
+        # host), which no source of this view has.
+        own=$download_only$replace
+        ver=$(apt-cache policy ${own:+-o Dir::State::status=/dev/null} "$p" | awk '/Candidate:/ { print $2 }')
         if [ -z "$ver" ] || [ "$ver" = "(none)" ]; then
                 echo "fetch-sid-package: $p is not in $suite" >&2
                 exit 1

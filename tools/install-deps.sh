@@ -14,7 +14,8 @@
 #
 # The groups name Debian 12's packages. On Debian 13 (trixie) the few that differ are replaced at
 # the end of the lists (see "Release differences" below): the pinned clang-format-14 and
-# similarity-tester come from bookworm. vhost-device-vsock comes from sid on both.
+# similarity-tester come from bookworm. vhost-device-vsock comes from sid on both. On Debian 12 QEMU
+# comes from bookworm-backports (below, "QEMU").
 set -euo pipefail
 
 # The release's code name (bookworm, trixie), from os-release as apt itself reads it.
@@ -121,11 +122,32 @@ for g in "${groups[@]}"; do
         esac
 done
 
+# QEMU. Debian 12's QEMU 7.2 kills a guest kernel now and then under multi-threaded TCG (an "Oops:
+# int3" where the kernel patches live code; docs/benchmarks.md, "Guest crashes under TCG"), so on
+# bookworm QEMU comes from bookworm-backports (10.0, built for bookworm, the version trixie carries)
+# through the isolated apt view, with the seabios it needs; its libraries come from bookworm. Below
+# that version the packages are replaced; VM_MANAGER_SYSTEM_QEMU=1 keeps the release's own QEMU.
+backports_qemu=()
+if [ "$codename" = bookworm ] && [ -z "${VM_MANAGER_SYSTEM_QEMU:-}" ] &&
+        [[ " ${want[*]} " == *" qemu-system-x86 "* ]]; then
+        qv=$(dpkg-query -W -f='${Version}' qemu-system-x86 2>/dev/null || true)
+        if [ -z "$qv" ] || dpkg --compare-versions "$qv" lt 1:10.0; then
+                backports_qemu=(qemu-system-x86 qemu-system-common qemu-system-data seabios)
+        fi
+        kept=()
+        for p in "${want[@]}"; do [ "$p" = qemu-system-x86 ] || kept+=("$p"); done
+        want=("${kept[@]}")
+fi
+
 missing=()
 for p in $(printf '%s\n' "${want[@]}" | sort -u); do
         status=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)
         [ "$status" = "install ok installed" ] || missing+=("$p")
 done
+if [ ${#backports_qemu[@]} -gt 0 ] && [ "$(id -u)" -ne 0 ]; then
+        echo "install-deps: QEMU from bookworm-backports not installed; run this script as root" >&2
+        exit 1
+fi
 
 sid=()
 for g in "${groups[@]}"; do
@@ -195,6 +217,9 @@ done
 # installed.
 if [ ${#sid[@]} -gt 0 ]; then
         "$(dirname "$0")/fetch-sid-package.sh" "${sid[@]}"
+fi
+if [ ${#backports_qemu[@]} -gt 0 ]; then
+        "$(dirname "$0")/fetch-sid-package.sh" --suite bookworm-backports --replace "${backports_qemu[@]}"
 fi
 # On trixie, Debian 12's packages that trixie lacks, from bookworm's view the same way.
 if [ ${#bookworm_pkgs[@]} -gt 0 ]; then

@@ -2,11 +2,12 @@
 # SPDX-License-Identifier: LGPL-2.1-or-later
 #
 # Builds vm-manager's container image on this machine, with no docker daemon and no registry pull:
-#   1. a Debian 12 root made by mmdebstrap: QEMU, swtpm, the pinned OVMF, curl (the
-#      chart's test pod), vhost-device-vsock from sid (tools/fetch-sid-package.sh --download-only)
+#   1. a Debian 12 root made by mmdebstrap: QEMU 10 from bookworm-backports (as tools/install-deps.sh
+#      installs it on a bookworm host), swtpm, the pinned OVMF, curl (the chart's test pod),
+#      vhost-device-vsock from sid (both through tools/fetch-sid-package.sh --download-only)
 #      and the libraries the given binary links, found with ldd and dpkg -S on this (bookworm) host;
 #      kept as a tarball in $CACHE_DIR/<key>, where key hashes what it is made from (mmdebstrap's
-#      options, the packages, the mirror, the sid package), since it takes minutes;
+#      options, the packages, the mirror, the downloaded packages), since it takes minutes;
 #   2. buildah (rootful, vfs storage, the settings of deploy/container/containers.conf) commits that
 #      root as the image localhost/vm-manager-root:<key> (once), and on top of it the binary and the
 #      image's configuration: two layers, so that a new binary changes only the small one.
@@ -63,10 +64,20 @@ while read -r lib; do
 done < <(ldd "$bin" | awk '/=> \// { print $3 }')
 mapfile -t libs < <(printf '%s\n' "${libs[@]}" | sort -u)
 
-packages=(qemu-system-x86 swtpm swtpm-tools "ovmf=$OVMF_VERSION" curl ca-certificates "${libs[@]}")
+packages=(swtpm swtpm-tools "ovmf=$OVMF_VERSION" curl ca-certificates "${libs[@]}")
 
 "$root/tools/fetch-sid-package.sh" --download-only "$work/sid" vhost-device-vsock >/dev/null
 deb=$(ls "$work"/sid/vhost-device-vsock_*.deb)
+# QEMU from bookworm-backports: Debian 12's QEMU 7.2 kills a guest kernel now and then under
+# multi-threaded TCG (docs/benchmarks.md, "Guest crashes under TCG"). The four packages as files;
+# their libraries come from bookworm.
+qemu_debs=()
+for p in qemu-system-x86 qemu-system-common qemu-system-data seabios; do
+        "$root/tools/fetch-sid-package.sh" --suite bookworm-backports --download-only "$work/bpo" "$p" >/dev/null
+        f=$(ls "$work"/bpo/"$p"_*.deb)
+        cp "$f" "$work/$p.deb"
+        qemu_debs+=("$work/$p.deb")
+done
 
 # How the root is made; with the package list and the sid package, its cache key. A fixed
 # SOURCE_DATE_EPOCH: the same inputs give the same tarball, and so the same layer.
@@ -78,6 +89,7 @@ mmdebstrap_opts=(--variant=minbase --mode=root --format=tar
 key=$( {
         printf '%s\n' "${mmdebstrap_opts[@]}" "${packages[@]}" "mirror=${MIRROR:-} ${SECURITY_MIRROR:-}" "epoch=$epoch"
         sha256sum <"$deb"
+        cat "${qemu_debs[@]}" | sha256sum
 } | sha256sum | cut -c1-16)
 tarball=$CACHE_DIR/$key/rootfs.tar
 
@@ -96,6 +108,7 @@ else
         fi
         if ! SOURCE_DATE_EPOCH=$epoch mmdebstrap "${mmdebstrap_opts[@]}" \
                 --include="$(IFS=,; echo "${packages[*]}")" --include="$work/vhost-device-vsock.deb" \
+                --include="$(IFS=,; echo "${qemu_debs[*]}")" \
                 --hook-dir=/usr/share/mmdebstrap/hooks/file-mirror-automount \
                 bookworm "$part" "${mirrors[@]}"; then
                 rm -f "$part"
@@ -103,7 +116,7 @@ else
                 exit 1
         fi
         mv "$part" "$tarball"
-        printf '%s\n' "${packages[@]}" >"$CACHE_DIR/$key/packages"
+        printf '%s\n' "${packages[@]}" "${qemu_debs[@]##*/}" >"$CACHE_DIR/$key/packages"
 fi
 
 # Roots unused for two weeks leave the cache (another build may use another key meanwhile).

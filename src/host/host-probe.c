@@ -520,6 +520,14 @@ static int probe_tool(HostProbe *p, HostTool t) {
                 return r;
         if (s->version)
                 (void) utf8_sanitize(s->version);
+        if (t == HOST_TOOL_QEMU && s->version && s->version[0] >= '1' && s->version[0] <= '7' &&
+            s->version[1] == '.')
+                /* QEMU 7.2's multi-threaded TCG (Debian 12's own) kills a guest kernel now and then
+                 * early in a boot; the VM then fails with the panic line (docs/operations.md). */
+                log_warning(
+                        "QEMU %s: under TCG (no usable KVM) it has killed guest kernels now and then early in a "
+                        "boot; tools/install-deps.sh installs QEMU 10 from bookworm-backports.",
+                        s->version);
         return 0;
 }
 

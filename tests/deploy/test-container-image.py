@@ -7,7 +7,7 @@ vfs, runc, the project's containers.conf; the Debian root cached under /var/cach
     test image, pushed with `vm-manager image push` to a loopback docker-registry, into the state
     volume; the daemon starts on it with the pod's arguments and environment, the host network and
     /dev/kvm where there is one; its probes answer, and get_host names the pinned OVMF package and
-    version, QEMU 7.2, swtpm and a READY=1 transport;
+    version, QEMU 10 (bookworm-backports), swtpm and a READY=1 transport;
   * a VM of the test image (tests/image, real boots under TCG) created through the API in the
     container reaches ready; stopping the container ends it;
   * the chart's test pod (`helm test`), rendered for this image and port, runs its command in the
@@ -221,9 +221,9 @@ def test_run(work, registry_port):
         tap.result(status == 200 and fw.get("package") == "ovmf" and fw.get("version") == pinned_ovmf(),
                    "get_host: the firmware is the pinned package, ovmf %s" % pinned_ovmf(), json.dumps(host)[:1500])
         qemu = (host or {}).get("qemu", {})
-        tap.result(qemu.get("found") and str(qemu.get("version", "")).startswith("7.2")
+        tap.result(qemu.get("found") and str(qemu.get("version", "")).startswith("10.")
                    and host.get("swtpm", {}).get("found") and host.get("notify", {}).get("transport") != "none",
-                   "get_host: QEMU 7.2, swtpm and a READY=1 transport in the image", json.dumps(host)[:1500])
+                   "get_host: QEMU 10, swtpm and a READY=1 transport in the image", json.dumps(host)[:1500])
 
         if objs:
             test_chart_test_pod(objs)
