@@ -8,8 +8,8 @@
 #   make run     build, then serve in the foreground (state in ./state unless STATE_DIR or
 #                VM_MANAGER_STATE_DIR says otherwise; ARGS="--listen :9090" adds serve flags)
 #   make check   build with ASan/UBSan and run every test that can run on this machine: after the
-#                image suite the README's commands in a fresh Debian 12 root (suite fresh-root),
-#                the CI subset of the end-to-end suite (suite e2e-ci) last
+#                image suite the README's commands in fresh Debian 12 and 13 roots (suites fresh-root,
+#                fresh-root-trixie), the CI subset of the end-to-end suite (suite e2e-ci) last
 #   make bench   run bench/ and print the figures that go into docs/benchmarks.md
 #   make e2e     real boots of the guest image through the daemon, every test (tests/e2e; about
 #                25 minutes under TCG; E2E_TESTS=create,fresh picks tests)
@@ -25,7 +25,7 @@ BUILD ?= build
 CHECK_BUILD ?= build-asan
 STATE_DIR ?= $(or $(VM_MANAGER_STATE_DIR),$(CURDIR)/state)
 ARGS ?=
-SUITES ?= unit integration fuzz style image fresh-root deploy e2e-ci
+SUITES ?= unit integration fuzz style image fresh-root fresh-root-trixie deploy e2e-ci
 
 IMAGE_DIR ?= $(CURDIR)/images/build
 prefix ?= /usr/local

@@ -59,7 +59,7 @@ class Qemu:
         self.lines = []
         # The guest kernel gave up ("Kernel panic - not syncing"): nothing more will come, so
         # waiting for an exit or a notification is pointless. Under QEMU 7.2's multi-threaded TCG
-        # this has been seen as an "Oops: int3" while the kernel patches its own text.
+        # this had been seen as an "Oops: int3" while the kernel patches its own text.
         self.panicked = None
 
     def t(self):
