@@ -78,6 +78,8 @@ for p in qemu-system-x86 qemu-system-common qemu-system-data seabios; do
         cp "$f" "$work/$p.deb"
         qemu_debs+=("$work/$p.deb")
 done
+qemu_includes=() # one --include per file: mmdebstrap takes a path only alone
+for f in "${qemu_debs[@]}"; do qemu_includes+=("--include=$f"); done
 
 # How the root is made; with the package list and the sid package, its cache key. A fixed
 # SOURCE_DATE_EPOCH: the same inputs give the same tarball, and so the same layer.
@@ -108,7 +110,7 @@ else
         fi
         if ! SOURCE_DATE_EPOCH=$epoch mmdebstrap "${mmdebstrap_opts[@]}" \
                 --include="$(IFS=,; echo "${packages[*]}")" --include="$work/vhost-device-vsock.deb" \
-                --include="$(IFS=,; echo "${qemu_debs[*]}")" \
+                "${qemu_includes[@]}" \
                 --hook-dir=/usr/share/mmdebstrap/hooks/file-mirror-automount \
                 bookworm "$part" "${mirrors[@]}"; then
                 rm -f "$part"
