@@ -108,6 +108,7 @@ if [ "${1:-}" = --steps ]; then
         fi
         t_run=$(($(date +%s) - t))
         say "make run serves on 127.0.0.1:$port after $t_run s"
+        say "QEMU in the root: qemu-system-x86 $(dpkg-query -W -f='${Version}' qemu-system-x86 2>/dev/null || echo missing)"
         key=$(sed -n 's/^image: cache key \([0-9a-f]*\)$/\1/p' /root/make-run.log | tail -n 1)
         if grep -q "^image: cache hit" /root/make-run.log; then
                 image="cache hit, key $key"
