@@ -475,6 +475,35 @@ static void test_no_firmware_configured(void **state) {
         host_probe_free(p);
 }
 
+/* A QEMU older than 8 gets a warning at start (7.2's multi-threaded TCG crashes guests now and then);
+ * QEMU 10 none. */
+static void test_old_qemu_warns(void **state) {
+        Fixture *f = *state;
+        HostProbe *p = NULL;
+        HostProbeConfig cfg = { .accel = HOST_ACCEL_TCG, .root = f->root, .path = f->bin };
+        TestCapture c;
+
+        good_host(f);
+        test_capture_start(&c);
+        int r = host_probe_new(&p, &cfg);
+        _cleanup_free_ char *old = test_capture_end(&c);
+        assert_ok(r);
+        assert_contains(old, "QEMU 7.2.19: under TCG (no usable KVM) it has killed guest kernels");
+        host_probe_free(p);
+
+        tool(f,
+             "qemu-system-x86_64",
+             "echo 'QEMU emulator version 10.0.2 (Debian 1:10.0.2+ds-2+deb13u1~bpo12+1)'\n");
+        test_capture_start(&c);
+        r = host_probe_new(&p, &cfg);
+        _cleanup_free_ char *new = test_capture_end(&c);
+        assert_ok(r);
+        assert_null(strstr(new, "it has killed guest kernels"));
+        json_auto_t *o = host_probe_to_json(p);
+        assert_string_equal(str(o, "qemu", "version"), "10.0.2");
+        host_probe_free(p);
+}
+
 /* With vhost-device-vsock on $PATH, a missing /dev/vhost-vsock is reported but not missing. */
 static void test_vhost_user_vsock_fallback(void **state) {
         Fixture *f = *state;
@@ -685,6 +714,7 @@ int main(void) {
                 cmocka_unit_test_setup_teardown(test_auto_without_kvm, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_missing_order, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_no_firmware_configured, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_old_qemu_warns, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_vhost_user_vsock_fallback, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_forced_notify, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_tool_failures, setup, teardown),

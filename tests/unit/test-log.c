@@ -1,9 +1,7 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-#include <fcntl.h>
 #include <regex.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -11,43 +9,6 @@
 
 #include "cleanup.h"
 #include "log.h"
-
-/* Stderr is swapped for a memfd while a test logs, and put back before anything is asserted, so
- * cmocka's own failure messages are never swallowed. */
-typedef struct Capture {
-        int saved;
-        int fd;
-} Capture;
-
-static void capture_start(Capture *c) {
-        c->fd = memfd_create("stderr", MFD_CLOEXEC);
-        assert_true(c->fd >= 0);
-        c->saved = fcntl(STDERR_FILENO, F_DUPFD_CLOEXEC, 3);
-        assert_true(c->saved >= 0);
-        assert_true(dup2(c->fd, STDERR_FILENO) == STDERR_FILENO);
-}
-
-/* Restores stderr and returns everything written to it meanwhile. */
-static char *capture_end(Capture *c) {
-        _cleanup_free_ char *buf = NULL;
-        size_t size = 0;
-        ssize_t k;
-
-        assert_true(dup2(c->saved, STDERR_FILENO) == STDERR_FILENO);
-        c->saved = safe_close(c->saved);
-
-        do {
-                char *n = realloc(buf, size + 4096 + 1);
-                assert_non_null(n);
-                buf = n;
-                k = pread(c->fd, buf + size, 4096, (off_t) size);
-                assert_true(k >= 0);
-                size += (size_t) k;
-        } while (k > 0);
-        buf[size] = 0;
-        c->fd = safe_close(c->fd);
-        return TAKE_PTR(buf);
-}
 
 static size_t count_char(const char *s, char c) {
         size_t n = 0;
@@ -132,20 +93,20 @@ static void test_max_level(void **state) {
 
 static void test_stderr_plain(void **state) {
         _cleanup_free_ char *out = NULL;
-        Capture c;
+        TestCapture c;
 
-        capture_start(&c);
+        test_capture_start(&c);
         log_info("started");
-        out = capture_end(&c);
+        out = test_capture_end(&c);
 
         assert_string_equal(check_line(out), "level=info msg=started\n");
 }
 
 static void test_stderr_fields_and_escaping(void **state) {
         _cleanup_free_ char *out = NULL;
-        Capture c;
+        TestCapture c;
 
-        capture_start(&c);
+        test_capture_start(&c);
         log_struct(
                 LOG_WARNING,
                 LOG_FIELDS(
@@ -159,7 +120,7 @@ static void test_stderr_fields_and_escaping(void **state) {
                         { "UNSET", NULL }),
                 "hello %s",
                 "world");
-        out = capture_end(&c);
+        out = test_capture_end(&c);
 
         assert_string_equal(
                 check_line(out),
@@ -169,27 +130,27 @@ static void test_stderr_fields_and_escaping(void **state) {
 
 static void test_stderr_message_escaping(void **state) {
         _cleanup_free_ char *out = NULL;
-        Capture c;
+        TestCapture c;
 
         /* A message can never forge a second record or a field of its own. */
-        capture_start(&c);
+        test_capture_start(&c);
         log_error("line one\ntime=x level=emerg msg=forged");
-        out = capture_end(&c);
+        out = test_capture_end(&c);
 
         assert_string_equal(check_line(out), "level=error msg=\"line one\\ntime=x level=emerg msg=forged\"\n");
 }
 
 static void test_stderr_long_message(void **state) {
         _cleanup_free_ char *out = NULL, *big = malloc(10001);
-        Capture c;
+        TestCapture c;
 
         assert_non_null(big);
         memset(big, 'x', 10000);
         big[10000] = 0;
 
-        capture_start(&c);
+        test_capture_start(&c);
         log_info("%s", big);
-        out = capture_end(&c);
+        out = test_capture_end(&c);
 
         /* Possibly cut, but still one well-formed line. */
         const char *rest = check_line(out);
@@ -199,9 +160,9 @@ static void test_stderr_long_message(void **state) {
 
 static void test_below_max_level_dropped(void **state) {
         _cleanup_free_ char *out = NULL, *out2 = NULL;
-        Capture c;
+        TestCapture c;
 
-        capture_start(&c);
+        test_capture_start(&c);
         log_debug("not shown");
         int r = log_debug_errno(EIO, "not shown either: %m");
         log_set_max_level(LOG_WARNING);
@@ -209,7 +170,7 @@ static void test_below_max_level_dropped(void **state) {
         log_notice("hidden");
         log_warning("shown");
         log_error("shown too");
-        out = capture_end(&c);
+        out = test_capture_end(&c);
 
         assert_errno(r, -EIO);
         assert_int_equal(count_char(out, '\n'), 2);
@@ -219,21 +180,21 @@ static void test_below_max_level_dropped(void **state) {
         assert_non_null(strstr(out, "level=error msg=\"shown too\"\n"));
 
         log_set_max_level(LOG_ERR);
-        capture_start(&c);
+        test_capture_start(&c);
         log_warning("hidden");
-        out2 = capture_end(&c);
+        out2 = test_capture_end(&c);
         assert_string_equal(out2, "");
 }
 
 static void test_errno(void **state) {
         _cleanup_free_ char *out = NULL, *out2 = NULL;
-        Capture c;
+        TestCapture c;
         int r, r2;
 
         errno = ENOENT;
-        capture_start(&c);
+        test_capture_start(&c);
         r = log_error_errno(EPERM, "cannot open %s: %m", "disk.qcow2");
-        out = capture_end(&c);
+        out = test_capture_end(&c);
 
         assert_errno(r, -EPERM);
         /* The caller's errno is left alone. */
@@ -243,9 +204,9 @@ static void test_errno(void **state) {
                 "level=error msg=\"cannot open disk.qcow2: Operation not permitted\" errno=1\n");
 
         /* A negative error is the same error. */
-        capture_start(&c);
+        test_capture_start(&c);
         r2 = log_warning_errno(-ECONNREFUSED, "qmp: %m");
-        out2 = capture_end(&c);
+        out2 = test_capture_end(&c);
 
         assert_errno(r2, -ECONNREFUSED);
         assert_string_equal(check_line(out2), "level=warning msg=\"qmp: Connection refused\" errno=111\n");
@@ -253,11 +214,11 @@ static void test_errno(void **state) {
 
 static void test_log_oom(void **state) {
         _cleanup_free_ char *out = NULL;
-        Capture c;
+        TestCapture c;
 
-        capture_start(&c);
+        test_capture_start(&c);
         int r = log_oom();
-        out = capture_end(&c);
+        out = test_capture_end(&c);
 
         assert_errno(r, -ENOMEM);
         assert_string_equal(check_line(out), "level=error msg=\"Out of memory.\" errno=12\n");
@@ -265,13 +226,13 @@ static void test_log_oom(void **state) {
 
 static void test_debug_names_source(void **state) {
         _cleanup_free_ char *out = NULL, *expected = NULL;
-        Capture c;
+        TestCapture c;
 
         log_set_max_level(LOG_DEBUG);
-        capture_start(&c);
+        test_capture_start(&c);
         const int line = __LINE__ + 1;
         log_debug("checking");
-        out = capture_end(&c);
+        out = test_capture_end(&c);
 
         assert_true(asprintf(&expected, "level=debug msg=checking src=test-log.c:%d\n", line) > 0);
         assert_string_equal(check_line(out), expected);

@@ -10,8 +10,11 @@
 #include <cmocka.h>
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 /* "EINVAL" for -EINVAL (or EINVAL), "ok" for values that are not errors. */
 static inline const char *test_errno_name(intmax_t r) {
@@ -85,4 +88,42 @@ static inline char *test_repeat(char c, size_t n) {
         memset(s, c, n);
         s[n] = 0;
         return s;
+}
+
+/* Stderr swapped for a memfd while the code under test logs. test_capture_end() puts it back before
+ * anything is asserted, so cmocka's own failure messages are never swallowed, and returns everything
+ * written meanwhile as a new string. */
+typedef struct TestCapture {
+        int saved;
+        int fd;
+} TestCapture;
+
+static inline void test_capture_start(TestCapture *c) {
+        c->fd = memfd_create("stderr", MFD_CLOEXEC);
+        assert_true(c->fd >= 0);
+        c->saved = fcntl(STDERR_FILENO, F_DUPFD_CLOEXEC, 3);
+        assert_true(c->saved >= 0);
+        assert_true(dup2(c->fd, STDERR_FILENO) == STDERR_FILENO);
+}
+
+static inline char *test_capture_end(TestCapture *c) {
+        char *buf = NULL;
+        size_t size = 0;
+        ssize_t k;
+
+        assert_true(dup2(c->saved, STDERR_FILENO) == STDERR_FILENO);
+        close(c->saved);
+        c->saved = -1;
+        do {
+                char *n = realloc(buf, size + 4096 + 1);
+                assert_non_null(n);
+                buf = n;
+                k = pread(c->fd, buf + size, 4096, (off_t) size);
+                assert_true(k >= 0);
+                size += (size_t) k;
+        } while (k > 0);
+        buf[size] = 0;
+        close(c->fd);
+        c->fd = -1;
+        return buf;
 }
