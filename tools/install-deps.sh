@@ -86,18 +86,18 @@ guest_image+=(dpkg-dev make rsync gcc libc6-dev binutils)
 # stays Debian 12's clang-format-14 (other versions format differently) and sim_c is a libc-only
 # program, so both come from bookworm through the same isolated apt view as sid's packages, with
 # their libraries (libllvm14 and libclang-cpp14 install on trixie's own libraries).
+drop() { # drop NAME ARRAY...: removes NAME from each array
+        local n=$1 a
+        shift
+        for a in "$@"; do
+                local -n arr=$a
+                local kept=() x
+                for x in "${arr[@]}"; do [ "$x" = "$n" ] || kept+=("$x"); done
+                arr=("${kept[@]}")
+        done
+}
 bookworm_pkgs=()
 if [ "$codename" = trixie ]; then
-        drop() { # drop NAME ARRAY...: removes NAME from each array
-                local n=$1 a
-                shift
-                for a in "$@"; do
-                        local -n arr=$a
-                        local kept=() x
-                        for x in "${arr[@]}"; do [ "$x" = "$n" ] || kept+=("$x"); done
-                        arr=("${kept[@]}")
-                done
-        }
         drop clang-format-14 check
         drop similarity-tester check
 fi
@@ -134,9 +134,7 @@ if [ "$codename" = bookworm ] && [ -z "${VM_MANAGER_SYSTEM_QEMU:-}" ] &&
         if [ -z "$qv" ] || dpkg --compare-versions "$qv" lt 1:10.0; then
                 backports_qemu=(qemu-system-x86 qemu-system-common qemu-system-data seabios)
         fi
-        kept=()
-        for p in "${want[@]}"; do [ "$p" = qemu-system-x86 ] || kept+=("$p"); done
-        want=("${kept[@]}")
+        drop qemu-system-x86 want
 fi
 
 missing=()
