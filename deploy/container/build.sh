@@ -71,15 +71,14 @@ deb=$(ls "$work"/sid/vhost-device-vsock_*.deb)
 # QEMU from bookworm-backports: Debian 12's QEMU 7.2 kills a guest kernel now and then under
 # multi-threaded TCG (docs/benchmarks.md, "Guest crashes under TCG"). The four packages as files;
 # their libraries come from bookworm.
-qemu_debs=()
-for p in qemu-system-x86 qemu-system-common qemu-system-data seabios; do
-        "$root/tools/fetch-sid-package.sh" --suite bookworm-backports --download-only "$work/bpo" "$p" >/dev/null
-        f=$(ls "$work"/bpo/"$p"_*.deb)
-        cp "$f" "$work/$p.deb"
+qemu_pkgs=(qemu-system-x86 qemu-system-common qemu-system-data seabios)
+"$root/tools/fetch-sid-package.sh" --suite bookworm-backports --download-only "$work/bpo" "${qemu_pkgs[@]}" >/dev/null
+qemu_debs=() qemu_includes=() # one --include per file: mmdebstrap takes a path only alone
+for p in "${qemu_pkgs[@]}"; do
+        cp "$work"/bpo/"$p"_*.deb "$work/$p.deb"
         qemu_debs+=("$work/$p.deb")
+        qemu_includes+=("--include=$work/$p.deb")
 done
-qemu_includes=() # one --include per file: mmdebstrap takes a path only alone
-for f in "${qemu_debs[@]}"; do qemu_includes+=("--include=$f"); done
 
 # How the root is made; with the package list and the sid package, its cache key. A fixed
 # SOURCE_DATE_EPOCH: the same inputs give the same tarball, and so the same layer.
