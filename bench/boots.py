@@ -28,35 +28,12 @@ import sys
 import tempfile
 import threading
 import time
-import http.client
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests/integration"))
-from vmmtest import api, free_port  # noqa: E402
+from vmmtest import api, serve_ready  # noqa: E402
 
 KERNEL_TROUBLE = re.compile(r"Kernel panic|Oops|BUG:|general protection|Fatal exception|int3")
-
-
-def start(binary, state, images, path_dir, extra):
-    port = free_port()
-    env = dict(os.environ)
-    if path_dir:
-        env["PATH"] = path_dir + ":" + env.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
-    log = open(state + ".log", "w")
-    p = subprocess.Popen([binary, "serve", "--listen", "127.0.0.1:%d" % port, "--state-dir", state,
-                          "--image-dir", images, *extra], stdout=log, stderr=log, env=env)
-    for _ in range(1200):
-        try:
-            c = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
-            c.request("GET", "/readyz")
-            if c.getresponse().status == 200:
-                return p, port
-        except OSError:
-            pass
-        if p.poll() is not None:
-            break
-        time.sleep(0.1)
-    raise SystemExit("the daemon did not start; see %s.log" % state)
 
 
 def console_trouble(state, vid):
@@ -70,7 +47,10 @@ def console_trouble(state, vid):
 def run_qemu(name, path_dir, binary, images, n, extra, work, out):
     state = os.path.join(work, name)
     os.makedirs(state)
-    p, port = start(binary, state, images, path_dir, extra)
+    env = dict(os.environ)
+    if path_dir:
+        env["PATH"] = path_dir + ":" + env.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+    p, port = serve_ready(binary, state, images, extra, env=env)
     try:
         for i in range(n):
             t0 = time.monotonic()

@@ -22,7 +22,6 @@ usage: bench/density.py VM_MANAGER IMAGE_DIR [N]     (N default 4)
 environment: CONFIGS (comma-separated, default vm-manager,before), SETTLE (s, default 60), WINDOW (s,
 default 120), EXTRA (more serve flags for every configuration, space-separated)
 """
-import http.client
 import json
 import os
 import shutil
@@ -34,7 +33,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests/integration"))
-from vmmtest import api, free_port  # noqa: E402
+from vmmtest import api, serve_ready  # noqa: E402
 
 CONFIGS = {
     "vm-manager": [],
@@ -44,23 +43,6 @@ CONFIGS = {
     "before": ["--tcg-tb-size-mib", "0", "--guest-report-interval", "60s"],
 }
 TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def start(binary, state, images, extra):
-    port = free_port()
-    log = open(state + ".log", "w")
-    p = subprocess.Popen([binary, "serve", "--listen", "127.0.0.1:%d" % port, "--state-dir", state,
-                          "--image-dir", images, *extra], stdout=log, stderr=log)
-    for _ in range(600):
-        try:
-            c = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
-            c.request("GET", "/readyz")
-            if c.getresponse().status == 200:
-                return p, port
-        except OSError:
-            pass
-        time.sleep(0.1)
-    raise SystemExit("the daemon did not start; see %s.log" % state)
 
 
 def cpu_ticks(pid):
@@ -100,7 +82,7 @@ def pids_of(metrics):
 
 def run_config(name, binary, images, n, settle, window, extra, work):
     state = os.path.join(work, name)
-    p, port = start(binary, state, images, CONFIGS[name] + extra)
+    p, port = serve_ready(binary, state, images, CONFIGS[name] + extra)
     rows, made = [], []
     try:
         for i in range(n):

@@ -16,40 +16,15 @@ import json
 import os
 import shutil
 import signal
-import socket
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 
 here = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(here, "..", "tests", "integration"))
+from vmmtest import serve_ready  # noqa: E402
 FAKES = os.path.join(here, "..", "tests", "integration", "fakes")
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
-
-
-def start(binary, state, images, *extra, env=None):
-    port = free_port()
-    log = open(os.path.join(state + ".log"), "w")
-    p = subprocess.Popen([binary, "serve", "--listen", "127.0.0.1:%d" % port, "--state-dir", state, "--image-dir",
-                          images, "--launcher", "process", *extra], stdout=log, stderr=log, env=env)
-    for _ in range(200):
-        try:
-            c = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
-            c.request("GET", "/readyz")
-            if c.getresponse().status == 200:
-                return p, port
-        except OSError:
-            pass
-        time.sleep(0.05)
-    raise SystemExit("the daemon did not start; see %s.log" % state)
 
 
 def stop(p):
@@ -85,7 +60,8 @@ def refused(binary, work):
         json.dump({"image_id": "fake", "image_version": "1.0",
                    "pcr11": {"enter-initrd": zero, "enter-initrd:leave-initrd:sysinit:ready": zero}}, f)
     env = dict(os.environ, PATH=FAKES + ":" + os.environ.get("PATH", "/usr/bin:/bin"))
-    p, port = start(binary, os.path.join(work, "s-refused"), images, "--log-level", "warning", env=env)
+    p, port = serve_ready(binary, os.path.join(work, "s-refused"), images,
+                          ["--launcher", "process", "--log-level", "warning"], env=env)
     try:
         c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
         creates, health = [], []
@@ -113,8 +89,9 @@ def rejected(binary, label, work, image_dir):
     os.unlink(pol_path)  # a hard link: write a file of its own
     with open(pol_path, "w") as f:
         json.dump(pol, f)
-    p, port = start(binary, os.path.join(work, "s-" + label), images, "--attestation", "verify",
-                    "--install-timeout", "30m", "--boot-timeout", "20m")
+    p, port = serve_ready(binary, os.path.join(work, "s-" + label), images,
+                          ["--launcher", "process", "--attestation", "verify", "--install-timeout", "30m",
+                           "--boot-timeout", "20m"])
     try:
         c = http.client.HTTPConnection("127.0.0.1", port, timeout=3600)
         t, status, data = timed(c, "POST", "/api/v1/vms", {"name": "rejected", "memory_mib": 2048, "disk_gib": 4,

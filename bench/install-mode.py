@@ -17,11 +17,9 @@ usage: bench/install-mode.py VM_MANAGER [IMAGE_DIR]   (IMAGE_DIR default images/
 Prints a markdown section for docs/benchmarks.md.
 """
 import datetime
-import http.client
 import json
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -29,44 +27,12 @@ import tempfile
 import threading
 import time
 
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
-
-
-def api(port, method, path, body=None, timeout=1800):
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
-    c.request(method, "/api/v1" + path, body=json.dumps(body) if body is not None else None,
-              headers={"Content-Type": "application/json"})
-    r = c.getresponse()
-    data = r.read()
-    return r.status, (json.loads(data) if data else None)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests/integration"))
+from vmmtest import api, serve_ready  # noqa: E402
 
 
 def stamp(s):
     return datetime.datetime.fromisoformat(s.replace("Z", "+00:00")).timestamp()
-
-
-def start(binary, state, images):
-    port = free_port()
-    log = open(state + ".log", "w")
-    p = subprocess.Popen([binary, "serve", "--listen", "127.0.0.1:%d" % port, "--state-dir", state, "--image-dir",
-                          images, "--launcher", "process", "--install-mode", "host", "--install-timeout", "30m",
-                          "--boot-timeout", "20m", "--stop-timeout", "5s"], stdout=log, stderr=log)
-    for _ in range(400):
-        try:
-            c = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
-            c.request("GET", "/readyz")
-            if c.getresponse().status == 200:
-                return p, port
-        except OSError:
-            pass
-        time.sleep(0.05)
-    raise SystemExit("the daemon did not start; see %s.log" % state)
 
 
 def delete(port, vid, state):
@@ -101,7 +67,9 @@ def main():
     qmp_runs = int(os.environ.get("QMP_RUNS", "10"))
     rounds = int(os.environ.get("ROUNDS", "1"))
     work = tempfile.mkdtemp(prefix="bench-install-mode-")
-    p, port = start(binary, os.path.join(work, "state"), images)
+    p, port = serve_ready(binary, os.path.join(work, "state"), images,
+                          ["--launcher", "process", "--install-mode", "host", "--install-timeout", "30m",
+                           "--boot-timeout", "20m", "--stop-timeout", "5s"])
     load = os.getloadavg()[0]
     out = {"host": {"qmp": [], "install": [], "booting": [], "early": 0}, "boot": {"qmp": []}}
     ready = {"host": [], "boot": []}
@@ -133,7 +101,8 @@ def main():
                     t0 = time.monotonic()
                     status, vm = api(port, "POST", "/vms", {"name": "r%s%d" % (mode, k), "memory_mib": 2048,
                                                              "disk_gib": 4, "require_attestation": False,
-                                                             "wait_for": "ready", "install_mode": mode})
+                                                             "wait_for": "ready", "install_mode": mode},
+                                    timeout=1800)
                     took = time.monotonic() - t0
                     if status != 201 or vm.get("state") != "ready":
                         raise SystemExit("create_vm (%s, wait_for ready) failed: %r" % (mode, vm))

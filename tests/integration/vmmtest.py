@@ -263,6 +263,27 @@ def api(port, method, path, body=None, timeout=60):
         return status, data
 
 
+def serve_ready(binary, state, images, args=(), env=None, timeout=120):
+    """For bench/: `BINARY serve` on a free loopback port with STATE and IMAGES, then ARGS, its output
+    in STATE.log, until /readyz answers 200: (Popen, port). SystemExit when it exits first or is not
+    ready within timeout seconds."""
+    port = free_port()
+    with open(state + ".log", "w") as log:
+        p = subprocess.Popen([binary, "serve", "--listen", "%s:%d" % (HOST, port), "--state-dir", state,
+                              "--image-dir", images, *args], stdout=log, stderr=log, env=env)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and p.poll() is None:
+        try:
+            if http_request(port, "GET", "/readyz", timeout=2)[0] == 200:
+                return p, port
+        except OSError:
+            pass
+        time.sleep(0.05)
+    p.kill()
+    p.wait()
+    raise SystemExit("the daemon did not get ready; see %s.log" % state)
+
+
 def wait_state(port, vm_id, states, timeout, step=0.5):
     """Polls get_vm until the VM is in one of states; returns the last record seen."""
     deadline = time.monotonic() + timeout
