@@ -16,7 +16,6 @@ environment: QEMUS  comma-separated NAME=DIR, DIR holding a qemu-system-x86_64 t
                     daemon's PATH (default: "system=" for the QEMU already on PATH)
              EXTRA  more serve flags for every daemon, space-separated
 """
-import glob
 import json
 import os
 import re
@@ -37,11 +36,12 @@ KERNEL_TROUBLE = re.compile(r"Kernel panic|Oops|BUG:|general protection|Fatal ex
 
 
 def console_trouble(state, vid):
-    lines = []
-    for path in glob.glob(os.path.join(state, "**", vid, "console.log"), recursive=True):
-        with open(path, errors="replace") as f:
-            lines += [l.strip() for l in f if KERNEL_TROUBLE.search(l)]
-    return lines
+    """The kernel's lines of trouble on the VM's console (the daemon keeps it in STATE/vms/ID)."""
+    try:
+        with open(os.path.join(state, "vms", vid, "console.log"), errors="replace") as f:
+            return [l.strip() for l in f if KERNEL_TROUBLE.search(l)]
+    except OSError:
+        return []
 
 
 def run_qemu(name, path_dir, binary, images, n, extra, work, out):
@@ -52,20 +52,15 @@ def run_qemu(name, path_dir, binary, images, n, extra, work, out):
         env["PATH"] = path_dir + ":" + env.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
     p, port = serve_ready(binary, state, images, extra, env=env)
     try:
+        prefix = "boot-%s-" % re.sub(r"[^a-z0-9]", "", name)
         for i in range(n):
             t0 = time.monotonic()
-            status, vm = api(port, "POST", "/vms", {"name": "boot-%s-%d" % (re.sub(r"[^a-z0-9]", "", name), i),
-                                                   "wait_for": "ready"}, timeout=1200)
+            status, vm = api(port, "POST", "/vms", {"name": prefix + str(i), "wait_for": "ready"}, timeout=1200)
             took = time.monotonic() - t0
-            vid = (vm or {}).get("id") if isinstance(vm, dict) else None
             err = "" if status == 201 else json.dumps(vm)[:300]
-            if vid is None and isinstance(vm, dict):
-                vid = ((vm.get("error") or {}).get("details") or {}).get("id")
-            if vid is None:
-                _, vms = api(port, "GET", "/vms")
-                for v in vms if isinstance(vms, list) else []:
-                    if v.get("name") == "boot-%s-%d" % (re.sub(r"[^a-z0-9]", "", name), i):
-                        vid = v.get("id")
+            # a failed create answers with the error alone: the VM is found by its name
+            vid = vm.get("id") if status == 201 else next(
+                (v["id"] for v in api(port, "GET", "/vms")[1] or [] if v.get("name") == prefix + str(i)), None)
             trouble = console_trouble(state, vid) if vid else []
             row = {"i": i, "ok": status == 201, "took": took, "panic": "guest kernel panicked" in err,
                    "error": err, "trouble": trouble}
