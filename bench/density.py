@@ -25,12 +25,15 @@ after the other, each on its own daemon and state directory:
                   and CPU (libvirtd, virtlogd) are reported beside the VMs'
 
 N "max" creates VMs until the host's MemAvailable, less RESERVE MiB (default 2048), no longer holds
-one more VM of the largest host PSS seen so far (at most CAP VMs, default 64), and then also prints
-how create -> ready and the host's memory went with the count.
+one more VM as large as the most host memory one VM took so far (MemAvailable before and after its
+create; at most CAP VMs, default 64), and then also prints how create -> ready and the host's
+memory went with the count.
 
 usage: bench/density.py VM_MANAGER IMAGE_DIR [N|max]     (N default 4)
 environment: CONFIGS (comma-separated, default vm-manager,before), SETTLE (s, default 60), WINDOW (s,
-default 120), EXTRA (more serve flags for every configuration, space-separated), RESERVE, CAP
+default 120), EXTRA (more serve flags for every configuration, space-separated), RESERVE, CAP,
+BUSY (a shell command run three times in the first VM after the window, each run timed: what a busy
+guest costs with the configuration's translation cache)
 """
 import json
 import os
@@ -86,11 +89,12 @@ def mem_available_mib():
     return 0.0
 
 
-def room_for_one_more(pids, reserve):
-    """With N "max": True while MemAvailable less reserve holds one more VM as large as the largest so far
-    (the first VM is always made)."""
-    largest = max((sum(pss_bytes(p) or 0 for p in ps) / 2**20 for ps in pids), default=0.0)
-    return mem_available_mib() - reserve > largest
+def room_for_one_more(growth, reserve):
+    """With N "max": True while MemAvailable less reserve holds one more VM as large as the largest host
+    memory one VM has taken so far (the drop of MemAvailable over its create; the first VM is always
+    made)."""
+    taken = [b[2] - a[2] for a, b in zip([(0, 0, 0.0)] + growth, growth)]
+    return mem_available_mib() - reserve > max(taken, default=0.0)
 
 
 def guest_mib(port, vid, ram_mib):
@@ -104,6 +108,21 @@ def guest_mib(port, vid, ram_mib):
     if "MemTotal" not in m or "MemFree" not in m:
         return None, None
     return (m["MemTotal"] - m["MemFree"]) / 1024, ram_mib - m["MemFree"] / 1024
+
+
+def busy_run(name, port, vid, command, rounds=3):
+    """BUSY: the guest's work of a busy moment, timed (exec_vm, wall clock) in the first VM while the
+    others idle; under TCG its time grows when the code it runs no longer fits the translation cache."""
+    times = []
+    for _ in range(rounds):
+        t0 = time.monotonic()
+        status, r = api(port, "POST", "/vms/%s/exec" % vid, {"command": ["sh", "-c", command]}, timeout=900)
+        if status != 200 or (r or {}).get("exit_code", (r or {}).get("exitCode", 0)) != 0:
+            print("<!-- %s: busy run failed (%s): %s -->" % (name, status, json.dumps(r)[:300]))
+            return
+        times.append(time.monotonic() - t0)
+    print("<!-- %s: busy run in %s: %s s (median %.1f s) -->" % (
+        name, vid[:8], ", ".join("%.1f" % t for t in times), sorted(times)[len(times) // 2]))
 
 
 def pids_of(metrics, vm_dir=None):
@@ -188,12 +207,12 @@ def run_config(name, binary, images, n, settle, window, extra, work, limits):
     state = os.path.join(work, name)
     lv = Libvirt(work) if name == "libvirt" else None
     p, port = serve_ready(binary, state, images, CONFIGS[name] + extra, env=serve_env(name))
-    rows, made, pids, growth, ram = [], [], [], [], {}
+    rows, made, growth, ram = [], [], [], {}
     vm_dir = lambda vid: os.path.join(state, "vms", vid)  # noqa: E731
     avail0 = mem_available_mib()
     try:
         for i in range(n if n is not None else limits["cap"]):
-            if n is None and not room_for_one_more(pids, limits["reserve"]):
+            if n is None and not room_for_one_more(growth, limits["reserve"]):
                 print("<!-- %s: stopped before VM %d: MemAvailable %.0f MiB -->" % (name, i, mem_available_mib()))
                 break
             t0 = time.monotonic()
@@ -204,8 +223,6 @@ def run_config(name, binary, images, n, settle, window, extra, work, limits):
                 break
             made.append(vm["id"])
             ram[vm["id"]] = vm.get("memoryMiB", 2048)
-            _, m = api(port, "GET", "/vms/%s/metrics" % vm["id"])
-            pids.append(pids_of(m, vm_dir(vm["id"])))
             growth.append((i + 1, took, avail0 - mem_available_mib()))
             print("<!-- %s: dense-%d ready in %.0f s, host MemAvailable %.0f MiB -->"
                   % (name, i, took, mem_available_mib()), flush=True)
@@ -225,6 +242,8 @@ def run_config(name, binary, images, n, settle, window, extra, work, limits):
             pss = sum(pss_bytes(pid) or 0 for pid in before[vid])
             rows.append({"vm": vid[:8], "cpu": 100.0 * ticks / TICKS / elapsed, "pss": pss / 2**20,
                          "guest": guest_mib(port, vid, ram[vid])})
+        if limits.get("busy") and made:
+            busy_run(name, port, made[0], limits["busy"])
         print("<!-- %s: host services over the window: %s -->" % (name, ", ".join(
             "%s PSS %.0f MiB, CPU %.1f %%" % (k, (pss_bytes(pid) or 0) / 2**20,
                                               100.0 * ((cpu_ticks(pid) or 0) - (host_before[k] or 0)) / TICKS / elapsed)
@@ -248,7 +267,8 @@ def main():
     binary, images = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
     n = sys.argv[3] if len(sys.argv) > 3 else "4"
     n = None if n == "max" else int(n)
-    limits = {"reserve": float(os.environ.get("RESERVE", "2048")), "cap": int(os.environ.get("CAP", "64"))}
+    limits = {"reserve": float(os.environ.get("RESERVE", "2048")), "cap": int(os.environ.get("CAP", "64")),
+              "busy": os.environ.get("BUSY")}
     configs = [c for c in os.environ.get("CONFIGS", "vm-manager,before").split(",") if c]
     settle, window = int(os.environ.get("SETTLE", "60")), int(os.environ.get("WINDOW", "120"))
     extra = os.environ.get("EXTRA", "").split()
