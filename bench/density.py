@@ -147,6 +147,10 @@ class Libvirt:
 
     def __init__(self, work):
         self.pids, self.started = {}, []
+        for cmd, pkg in (("virsh", "libvirt-clients"), ("libvirtd", "libvirt-daemon"),
+                         ("virtlogd", "libvirt-daemon"), ("unshare", "util-linux")):
+            if not shutil.which(cmd):
+                raise SystemExit("%s is missing (package %s; tools/install-deps.sh bench)" % (cmd, pkg))
         for name in ("virtlogd", "libvirtd"):
             pidfile = "/run/%s.pid" % name
             if self._alive(pidfile):
