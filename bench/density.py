@@ -81,12 +81,17 @@ def pss_bytes(pid):
     return None
 
 
-def mem_available_mib():
+def meminfo_mib(key):
+    """A field of the host's /proc/meminfo, in MiB."""
     with open("/proc/meminfo") as f:
         for line in f:
-            if line.startswith("MemAvailable:"):
+            if line.startswith(key + ":"):
                 return int(line.split()[1]) / 1024
     return 0.0
+
+
+def mem_available_mib():
+    return meminfo_mib("MemAvailable")
 
 
 def room_for_one_more(growth, reserve):
@@ -117,7 +122,7 @@ def busy_run(name, port, vid, command, rounds=3):
     for _ in range(rounds):
         t0 = time.monotonic()
         status, r = api(port, "POST", "/vms/%s/exec" % vid, {"command": ["sh", "-c", command]}, timeout=900)
-        if status != 200 or (r or {}).get("exit_code", (r or {}).get("exitCode", 0)) != 0:
+        if status != 200 or (r or {}).get("exitCode") != 0:
             print("<!-- %s: busy run failed (%s): %s -->" % (name, status, json.dumps(r)[:300]))
             return
         times.append(time.monotonic() - t0)
@@ -241,17 +246,16 @@ def run_config(name, binary, images, n, settle, window, extra, work, limits):
         time.sleep(window)
         elapsed = time.monotonic() - t0
         for vid in made:
-            _, m = api(port, "GET", "/vms/%s/metrics" % vid)
             ticks = sum((cpu_ticks(pid) or 0) - (t or 0) for pid, t in before[vid].items() if t is not None)
             pss = sum(pss_bytes(pid) or 0 for pid in before[vid])
             rows.append({"vm": vid[:8], "cpu": 100.0 * ticks / TICKS / elapsed, "pss": pss / 2**20,
                          "guest": guest_mib(port, vid, ram[vid])})
-        if limits.get("busy") and made:
-            busy_run(name, port, made[0], limits["busy"])
         print("<!-- %s: host services over the window: %s -->" % (name, ", ".join(
             "%s PSS %.0f MiB, CPU %.1f %%" % (k, (pss_bytes(pid) or 0) / 2**20,
                                               100.0 * ((cpu_ticks(pid) or 0) - (host_before[k] or 0)) / TICKS / elapsed)
             for k, pid in services.items())))
+        if limits.get("busy") and made:
+            busy_run(name, port, made[0], limits["busy"])
     finally:
         for vid in made:
             api(port, "DELETE", "/vms/%s" % vid, timeout=300)
@@ -276,8 +280,7 @@ def main():
     configs = [c for c in os.environ.get("CONFIGS", "vm-manager,before").split(",") if c]
     settle, window = int(os.environ.get("SETTLE", "60")), int(os.environ.get("WINDOW", "120"))
     extra = os.environ.get("EXTRA", "").split()
-    with open("/proc/meminfo") as f:
-        mem_total = int(f.readline().split()[1]) / 1024
+    mem_total = meminfo_mib("MemTotal")
     work = tempfile.mkdtemp(prefix="vmm-density-")
     summary = []
     try:
